@@ -1,0 +1,181 @@
+//! Spawning worker processes and collecting what they report.
+//!
+//! Each worker is `current_exe() __worker ...`, started with
+//! `std::process::Command` (fork+exec done by the standard library, never a
+//! bare `fork` of this multi-threaded process). Descriptors reach a worker by
+//! inheritance: each is made inheritable just before that worker is spawned,
+//! and the harness drops its copy right after, so every link end lives in
+//! exactly one worker and a worker that dies shows up as EOF or EPIPE at its peers.
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::ValueEnum;
+
+use crate::sys;
+use crate::transport::{Endpoint, WorkerTransport};
+use crate::worker::plan::{Plan, Sample};
+use crate::worker::Role;
+
+/// How one worker is started.
+pub struct WorkerSpec {
+    pub role: Role,
+    pub cpu: usize,
+    pub transport: WorkerTransport,
+    pub tx: Option<Endpoint>,
+    pub rx: Option<Endpoint>,
+    pub ack: Option<Endpoint>,
+}
+
+impl WorkerSpec {
+    pub fn new(role: Role, cpu: usize) -> WorkerSpec {
+        WorkerSpec {
+            role,
+            cpu,
+            transport: WorkerTransport::FdStream,
+            tx: None,
+            rx: None,
+            ack: None,
+        }
+    }
+}
+
+struct Running {
+    role: Role,
+    child: Child,
+    stdout: JoinHandle<String>,
+    stderr: JoinHandle<String>,
+}
+
+/// The workers of one run. Dropping a crew kills whatever is still running.
+#[derive(Default)]
+pub struct Crew {
+    workers: Vec<Running>,
+}
+
+fn drain(r: Option<impl Read + Send + 'static>) -> JoinHandle<String> {
+    thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(mut r) = r {
+            let _ = r.read_to_string(&mut s);
+        }
+        s
+    })
+}
+
+/// The command-line spelling of a value.
+fn value_name<T: ValueEnum + std::fmt::Debug>(v: &T) -> String {
+    v.to_possible_value()
+        .map_or_else(|| format!("{v:?}"), |p| p.get_name().to_string())
+}
+
+impl Crew {
+    /// Starts one worker following `plan`.
+    pub fn spawn(&mut self, spec: WorkerSpec, plan: &Plan) -> Result<()> {
+        let exe = std::env::current_exe().context("locating the ferry binary")?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("__worker")
+            .arg(value_name(&spec.role))
+            .arg("--plan")
+            .arg(serde_json::to_string(plan)?)
+            .arg("--cpu")
+            .arg(spec.cpu.to_string())
+            .arg("--transport")
+            .arg(value_name(&spec.transport));
+        for (flag, end) in [("--tx", &spec.tx), ("--rx", &spec.rx), ("--ack", &spec.ack)] {
+            if let Some(end) = end {
+                cmd.arg(flag).arg(&end.spec);
+                for fd in &end.fds {
+                    sys::inheritable(fd)?;
+                }
+            }
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let role = spec.role;
+        let spawned = cmd.spawn();
+        // The worker has its copies (or failed to start); dropping ours now
+        // is what makes a dead peer visible as EOF or EPIPE.
+        drop(spec);
+        let mut child = spawned.with_context(|| format!("spawning worker {role:?}"))?;
+        let stdout = drain(child.stdout.take());
+        let stderr = drain(child.stderr.take());
+        self.workers.push(Running {
+            role,
+            child,
+            stdout,
+            stderr,
+        });
+        Ok(())
+    }
+
+    /// Waits for every worker, at most `timeout`, and returns each one's
+    /// samples in spawn order. If one fails, the rest are killed and the
+    /// error carries what every worker said on stderr.
+    pub fn finish(mut self, timeout: Duration) -> Result<Vec<Vec<Sample>>> {
+        let deadline = Instant::now() + timeout;
+        let mut failure = None;
+        loop {
+            let mut running = 0;
+            for w in &mut self.workers {
+                match w.child.try_wait()? {
+                    None => running += 1,
+                    Some(status) if !status.success() => {
+                        failure.get_or_insert(format!("worker {:?} exited with {status}", w.role));
+                    }
+                    Some(_) => {}
+                }
+            }
+            if running == 0 || failure.is_some() {
+                break;
+            }
+            if Instant::now() > deadline {
+                failure = Some(format!("workers did not finish within {timeout:?}"));
+                break;
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+        if let Some(first) = failure {
+            thread::sleep(Duration::from_millis(50));
+            self.kill_all();
+            let mut msg = first;
+            for w in std::mem::take(&mut self.workers) {
+                let err = w.stderr.join().unwrap_or_default();
+                if !err.trim().is_empty() {
+                    msg.push_str(&format!("\n  {:?}: {}", w.role, err.trim()));
+                }
+            }
+            bail!(msg);
+        }
+        let mut out = Vec::new();
+        for w in std::mem::take(&mut self.workers) {
+            let text = w.stdout.join().unwrap_or_default();
+            let samples = text
+                .lines()
+                .map(serde_json::from_str)
+                .collect::<Result<Vec<Sample>, _>>()
+                .with_context(|| format!("reading the samples of worker {:?}", w.role))?;
+            out.push(samples);
+        }
+        Ok(out)
+    }
+
+    fn kill_all(&mut self) {
+        for w in &mut self.workers {
+            if let Ok(None) = w.child.try_wait() {
+                let _ = w.child.kill();
+                let _ = w.child.wait();
+            }
+        }
+    }
+}
+
+impl Drop for Crew {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}

@@ -1,0 +1,55 @@
+//! Progress on stderr: a spinner with the current phase on a terminal, and
+//! one plain line per phase otherwise (not a TTY, or `CI=true`).
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+pub struct Progress {
+    bar: Option<ProgressBar>,
+    start: Instant,
+}
+
+impl Progress {
+    pub fn new() -> Progress {
+        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+        let bar = (std::io::stderr().is_terminal() && !ci).then(|| {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+                    .expect("static template"),
+            );
+            // A slow tick: the ticker thread shares the CPUs with the benchmark.
+            bar.enable_steady_tick(Duration::from_millis(250));
+            bar
+        });
+        Progress {
+            bar,
+            start: Instant::now(),
+        }
+    }
+
+    /// Announces a phase: a line on stderr, and the spinner's message.
+    pub fn phase(&self, msg: &str) {
+        let line = format!("[{:6.1}s] {msg}", self.start.elapsed().as_secs_f64());
+        match &self.bar {
+            Some(bar) => {
+                bar.println(&line);
+                bar.set_message(msg.to_string());
+            }
+            None => eprintln!("{line}"),
+        }
+    }
+
+    /// Seconds since the run began.
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! Summaries of samples: median, 99th percentile, extremes, the spread of
+//! per-trial medians, and a least-squares line.
+
+use serde::Serialize;
+
+/// Order statistics of one set of samples.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Summary {
+    pub median: f64,
+    pub p99: f64,
+    pub min: f64,
+    pub max: f64,
+    pub n: usize,
+}
+
+impl Summary {
+    /// Summarises `samples`; all fields are NaN when there are none.
+    pub fn of(samples: &[f64]) -> Summary {
+        let mut v: Vec<f64> = samples.iter().copied().filter(|x| !x.is_nan()).collect();
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() {
+            return Summary {
+                median: f64::NAN,
+                p99: f64::NAN,
+                min: f64::NAN,
+                max: f64::NAN,
+                n: 0,
+            };
+        }
+        Summary {
+            median: median_sorted(&v),
+            p99: percentile_sorted(&v, 99.0),
+            min: v[0],
+            max: v[v.len() - 1],
+            n: v.len(),
+        }
+    }
+
+    /// The same summary in other units (e.g. ns to µs), or inverted into a
+    /// rate (`scale / x`), which swaps min and max.
+    pub fn map(self, f: impl Fn(f64) -> f64) -> Summary {
+        let (a, b) = (f(self.min), f(self.max));
+        Summary {
+            median: f(self.median),
+            p99: f(self.p99),
+            min: a.min(b),
+            max: a.max(b),
+            n: self.n,
+        }
+    }
+}
+
+fn median_sorted(v: &[f64]) -> f64 {
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Nearest-rank percentile of sorted samples.
+fn percentile_sorted(v: &[f64], p: f64) -> f64 {
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+/// The median of `v` (NaN when empty).
+pub fn median(v: &[f64]) -> f64 {
+    Summary::of(v).median
+}
+
+/// How far trials disagree: (max - min) / median of the per-trial values.
+/// 0 for a single trial.
+pub fn spread(per_trial: &[f64]) -> f64 {
+    let s = Summary::of(per_trial);
+    if s.n < 2 || s.median == 0.0 {
+        0.0
+    } else {
+        (s.max - s.min) / s.median.abs()
+    }
+}
+
+/// `y = slope * x + intercept`, least squares.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fit {
+    pub slope: f64,
+    pub intercept: f64,
+    /// Coefficient of determination (1 = every point on the line).
+    pub r2: f64,
+}
+
+/// Fits a line through `points`; needs two distinct x values.
+pub fn linear_fit(points: &[(f64, f64)]) -> Option<Fit> {
+    let n = points.len() as f64;
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let syy: f64 = points.iter().map(|p| (p.1 - my).powi(2)).sum();
+    if points.len() < 2 || sxx == 0.0 {
+        return None;
+    }
+    let slope = sxy / sxx;
+    let r2 = if syy == 0.0 {
+        1.0
+    } else {
+        (sxy * sxy) / (sxx * syy)
+    };
+    Some(Fit {
+        slope,
+        intercept: my - slope * mx,
+        r2,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_of_1_to_100() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        let s = Summary::of(&v);
+        assert_eq!((s.median, s.p99, s.min, s.max, s.n), (50.5, 99.0, 1.0, 100.0, 100));
+    }
+
+    #[test]
+    fn inverting_swaps_extremes() {
+        let s = Summary::of(&[1.0, 2.0, 4.0]).map(|x| 8.0 / x);
+        assert_eq!((s.min, s.median, s.max), (2.0, 4.0, 8.0));
+    }
+
+    #[test]
+    fn fit_recovers_a_line() {
+        let pts: Vec<(f64, f64)> = [1.0, 4.0, 16.0].iter().map(|&x| (x, 3.0 * x + 2.0)).collect();
+        let f = linear_fit(&pts).unwrap();
+        assert!((f.slope - 3.0).abs() < 1e-9 && (f.intercept - 2.0).abs() < 1e-9);
+        assert!((f.r2 - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn spread_of_trials() {
+        assert_eq!(spread(&[9.0, 10.0, 11.0]), 0.2);
+        assert_eq!(spread(&[5.0]), 0.0);
+    }
+}

@@ -1,0 +1,4 @@
+//! The `ferry` command-line tool.
+fn main() {
+    println!("ferry");
+}

@@ -1,0 +1,135 @@
+//! Transports: the ways a message can go from one worker process to another.
+//!
+//! A transport has two halves:
+//! - the harness half, [`TransportKind`], creates a one-way [`Link`] whose two
+//!   [`Endpoint`]s are handed to two worker processes (as inherited
+//!   descriptors and a short spec string);
+//! - the worker half, the [`Transport`] trait, opens an endpoint from its spec
+//!   and moves messages. Worker code ([`crate::worker::roles`]) is generic over
+//!   it, so every transport runs the very same loops.
+//!
+//! Adding a transport (for example ferry's channels):
+//! 1. add a variant to [`TransportKind`] and create its link in [`TransportKind::link`];
+//! 2. add a variant to [`WorkerTransport`] and implement [`Transport`] for a new
+//!    type in its own file beside `stream.rs`;
+//! 3. dispatch the new variant in [`crate::worker::run`].
+//!
+//! The benchmarks pick their transports from lists (`TRANSPORTS` in
+//! `bench/fbufs.rs`, `bench/path.rs`); a transport appears in the output
+//! only once it is in such a list.
+
+pub mod ack;
+pub mod stream;
+
+use std::io;
+use std::os::fd::OwnedFd;
+
+use clap::ValueEnum;
+
+use crate::worker::plan::Wait;
+
+/// Harness-side choice of transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportKind {
+    /// `pipe(2)`: the sender's `write` copies into the kernel, the receiver's `read` copies out.
+    Pipe,
+    /// `socketpair(AF_UNIX, SOCK_STREAM)`: the same two copies through a socket.
+    Unix,
+    // Extension point: `Ferry` (fbufs handed over a ferry channel) goes here
+    // once the library's Group/Domain/Path API has landed.
+}
+
+impl TransportKind {
+    /// Short name used in JSON records.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::Pipe => "pipe",
+            TransportKind::Unix => "unix",
+        }
+    }
+
+    /// Name used in tables and plot legends.
+    pub fn label(self) -> &'static str {
+        match self {
+            TransportKind::Pipe => "pipe copy",
+            TransportKind::Unix => "Unix socket copy",
+        }
+    }
+
+    /// Which worker-side implementation opens this kind's endpoints.
+    pub fn worker(self) -> WorkerTransport {
+        match self {
+            TransportKind::Pipe | TransportKind::Unix => WorkerTransport::FdStream,
+        }
+    }
+
+    /// Creates a fresh one-way link.
+    pub fn link(self) -> io::Result<Link> {
+        match self {
+            TransportKind::Pipe => stream::pipe_link(),
+            TransportKind::Unix => stream::unix_link(),
+        }
+    }
+}
+
+/// A one-way link between two workers, before it is handed out.
+pub struct Link {
+    pub tx: Endpoint,
+    pub rx: Endpoint,
+    /// Bytes the link buffers in the kernel, where that is known.
+    pub capacity: Option<usize>,
+}
+
+/// One end of a link: what its worker is told, and what it inherits.
+pub struct Endpoint {
+    /// Passed to the worker as `--tx SPEC` or `--rx SPEC`.
+    pub spec: String,
+    /// Descriptors the worker must inherit.
+    pub fds: Vec<OwnedFd>,
+}
+
+/// Worker-side implementation, named on the worker's command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WorkerTransport {
+    /// Any byte-stream descriptor: pipes and stream sockets.
+    FdStream,
+}
+
+/// Worker-side transport: opens endpoints and moves messages.
+pub trait Transport {
+    type Tx: TxEnd;
+    type Rx: RxEnd;
+
+    fn open_tx(spec: &str, wait: Wait) -> io::Result<Self::Tx>;
+    fn open_rx(spec: &str, wait: Wait) -> io::Result<Self::Rx>;
+
+    /// A stage's step: receive the next `len`-byte message, let `touch` read
+    /// it in place, and pass the same bytes on through `tx`.
+    fn forward(
+        rx: &mut Self::Rx,
+        tx: &mut Self::Tx,
+        len: usize,
+        touch: &mut dyn FnMut(usize, &[u8]),
+    ) -> io::Result<()>;
+}
+
+/// The sending end of a link.
+pub trait TxEnd {
+    /// Builds a new `len`-byte message in memory the transport chooses and
+    /// sends it. `fill` is called once per fragment with the fragment's offset
+    /// in the message; `stamp` is then called with the first fragment (at
+    /// least 64 bytes) right before the hand-over.
+    fn send_new(
+        &mut self,
+        len: usize,
+        fill: &mut dyn FnMut(usize, &mut [u8]),
+        stamp: &mut dyn FnMut(&mut [u8]),
+    ) -> io::Result<()>;
+}
+
+/// The receiving end of a link.
+pub trait RxEnd {
+    /// Waits for the next `len`-byte message and lets `touch` read each
+    /// fragment in place, with its offset in the message.
+    fn recv(&mut self, len: usize, touch: &mut dyn FnMut(usize, &[u8])) -> io::Result<()>;
+}

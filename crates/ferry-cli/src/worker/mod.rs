@@ -1,0 +1,102 @@
+//! The hidden `ferry __worker` subcommand: one process of a benchmark.
+//!
+//! The harness spawns `current_exe() __worker <role> --plan JSON ...`,
+//! hands it descriptors, and reads its [`plan::Sample`]s, one JSON line each,
+//! from its stdout once it exits.
+
+pub mod plan;
+pub mod roles;
+pub mod touch;
+
+use std::io::{self, Write};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+
+use crate::sys;
+use crate::transport::ack::Ack;
+use crate::transport::stream::FdStream;
+use crate::transport::{Transport, WorkerTransport};
+use plan::{Plan, Sample};
+
+/// What one worker process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    Source,
+    Stage,
+    Sink,
+    Local,
+    Memcpy,
+}
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    #[arg(value_enum)]
+    pub role: Role,
+    /// The schedule, as JSON.
+    #[arg(long)]
+    pub plan: String,
+    /// Pin this process to one CPU.
+    #[arg(long)]
+    pub cpu: Option<usize>,
+    #[arg(long, value_enum, default_value = "fd-stream")]
+    pub transport: WorkerTransport,
+    /// Spec of the sending endpoint.
+    #[arg(long)]
+    pub tx: Option<String>,
+    /// Spec of the receiving endpoint.
+    #[arg(long)]
+    pub rx: Option<String>,
+    /// Spec of this worker's end of the acknowledgement pipe (ping-pong).
+    #[arg(long)]
+    pub ack: Option<String>,
+}
+
+/// Runs one worker to completion and prints its samples.
+pub fn run(args: WorkerArgs) -> Result<()> {
+    let plan: Plan = serde_json::from_str(&args.plan).context("parsing --plan")?;
+    if let Some(cpu) = args.cpu {
+        sys::pin_to(cpu).with_context(|| format!("pinning to CPU {cpu}"))?;
+    }
+    let samples = match args.role {
+        Role::Local => roles::local(&plan),
+        Role::Memcpy => roles::memcpy(&plan),
+        _ => match args.transport {
+            WorkerTransport::FdStream => run_with::<FdStream>(&args, &plan)?,
+        },
+    };
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    for s in &samples {
+        serde_json::to_writer(&mut out, s)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn run_with<T: Transport>(args: &WorkerArgs, plan: &Plan) -> Result<Vec<Sample>> {
+    let wait = plan.wait;
+    let ack = args
+        .ack
+        .as_deref()
+        .map(|s| Ack::open(s, wait))
+        .transpose()
+        .context("opening the acknowledgement pipe")?;
+    let tx = || -> Result<T::Tx> {
+        let spec = args.tx.as_deref().context("--tx is required")?;
+        T::open_tx(spec, wait).context("opening --tx")
+    };
+    let rx = || -> Result<T::Rx> {
+        let spec = args.rx.as_deref().context("--rx is required")?;
+        T::open_rx(spec, wait).context("opening --rx")
+    };
+    Ok(match args.role {
+        Role::Source => roles::source::<T>(plan, &mut tx()?, ack)?,
+        Role::Sink => roles::sink::<T>(plan, &mut rx()?, ack)?,
+        Role::Stage => {
+            roles::stage::<T>(plan, &mut rx()?, &mut tx()?)?;
+            Vec::new()
+        }
+        Role::Local | Role::Memcpy => bail!("{:?} takes no transport", args.role),
+    })
+}

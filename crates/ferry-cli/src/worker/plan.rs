@@ -1,0 +1,167 @@
+//! What the harness tells a worker to do, and what a worker reports back.
+//!
+//! Both sides derive the same message schedule from one [`Plan`], so a byte
+//! stream needs no framing: message `k` of size `s` is exactly `s` bytes.
+
+use serde::{Deserialize, Serialize};
+
+/// How messages flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pattern {
+    /// Back to back; the sink reports bytes and elapsed time per trial.
+    Stream,
+    /// One message at a time: the sink acknowledges each one on a return pipe
+    /// before the source fills the next. The sink reports one-way latencies,
+    /// the source reports round trips (the cost of one call).
+    PingPong,
+}
+
+/// How a blocked end waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Wait {
+    /// Nonblocking descriptors, retried in a tight loop.
+    Spin,
+    /// Ordinary blocking system calls.
+    Block,
+}
+
+/// What the final receiver reads of each message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Touch {
+    /// One word in every 4 KiB page.
+    Word,
+    /// Every byte.
+    All,
+}
+
+impl Touch {
+    pub fn label(self) -> &'static str {
+        match self {
+            Touch::Word => "word/page",
+            Touch::All => "every byte",
+        }
+    }
+}
+
+/// The schedule every process of one run follows.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Plan {
+    pub pattern: Pattern,
+    pub wait: Wait,
+    /// What the sink reads; the source always writes and a stage always reads one word per page.
+    pub touch: Touch,
+    /// Message sizes in bytes, each at least [`Header::LEN`].
+    pub sizes: Vec<usize>,
+    /// Timed messages per trial, one entry per size.
+    pub msgs: Vec<u32>,
+    /// Untimed messages at the start of each trial.
+    pub warmup: u32,
+    pub trials: u32,
+    /// Stages between source and sink; used by the single-process chain.
+    #[serde(default)]
+    pub hops: u32,
+}
+
+impl Plan {
+    /// Every `(size, trial, messages in this trial including warm-up)` in order.
+    pub fn steps(&self) -> impl Iterator<Item = (usize, u32, u32)> + '_ {
+        self.sizes.iter().zip(&self.msgs).flat_map(move |(&size, &n)| {
+            (0..self.trials).map(move |t| (size, t, self.warmup + n))
+        })
+    }
+}
+
+/// The first bytes of every message (in the first page, so they count as
+/// that page's word).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// Message number within its trial.
+    pub seq: u64,
+    /// When the source began filling the message.
+    pub t_fill: u64,
+    /// When the source handed the filled message to the transport.
+    pub t_send: u64,
+}
+
+impl Header {
+    pub const LEN: usize = 24;
+
+    pub fn write(&self, buf: &mut [u8]) {
+        buf[0..8].copy_from_slice(&self.seq.to_ne_bytes());
+        buf[8..16].copy_from_slice(&self.t_fill.to_ne_bytes());
+        buf[16..24].copy_from_slice(&self.t_send.to_ne_bytes());
+    }
+
+    pub fn read(buf: &[u8]) -> Header {
+        let word = |i: usize| u64::from_ne_bytes(buf[i..i + 8].try_into().expect("8 bytes"));
+        Header {
+            seq: word(0),
+            t_fill: word(8),
+            t_send: word(16),
+        }
+    }
+}
+
+/// What a worker measured in one trial of one size: one JSON line on its stdout.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Sample {
+    pub kind: SampleKind,
+    pub size: usize,
+    pub trial: u32,
+    /// Bytes moved in the timed part (stream and memcpy samples).
+    pub bytes: u64,
+    /// Nanoseconds: one value per message (ping-pong, memcpy) or one per trial (stream).
+    pub ns: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SampleKind {
+    /// Elapsed time of a whole trial of back-to-back messages.
+    Stream,
+    /// Source-side round trip: fill, send, receiver's touch, acknowledgement.
+    RoundTrip,
+    /// Receiver-side one-way latency: from hand-over to fully received.
+    OneWay,
+    /// One memcpy of `size` bytes.
+    Memcpy,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips() {
+        let h = Header {
+            seq: 7,
+            t_fill: 11,
+            t_send: 13,
+        };
+        let mut buf = [0u8; 64];
+        h.write(&mut buf);
+        assert_eq!(Header::read(&buf), h);
+    }
+
+    #[test]
+    fn steps_follow_sizes_then_trials() {
+        let plan = Plan {
+            pattern: Pattern::Stream,
+            wait: Wait::Block,
+            touch: Touch::Word,
+            sizes: vec![64, 128],
+            msgs: vec![3, 5],
+            warmup: 1,
+            trials: 2,
+            hops: 0,
+        };
+        let steps: Vec<_> = plan.steps().collect();
+        assert_eq!(
+            steps,
+            vec![(64, 0, 4), (64, 1, 4), (128, 0, 6), (128, 1, 6)]
+        );
+    }
+}

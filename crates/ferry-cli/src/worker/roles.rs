@@ -1,0 +1,201 @@
+//! What each worker process does, generic over the transport.
+//!
+//! - `source`: the originator; writes one word per page, stamps the header, sends.
+//! - `stage`: an intermediate domain; reads one word per page and passes the message on.
+//! - `sink`: the final receiver; reads one word per page or every byte.
+//! - `local`: the same chain as function calls inside one process.
+//! - `memcpy`: the machine's copy bandwidth, the physical reference.
+//!
+//! Every role records into memory while it runs and reports only at the end,
+//! so printing never lands inside a timed loop.
+
+use std::hint::black_box;
+use std::io;
+
+use super::plan::{Header, Pattern, Plan, Sample, SampleKind};
+use super::touch::{read, read_words, write_words};
+use crate::sys::now_ns;
+use crate::transport::ack::Ack;
+use crate::transport::{RxEnd, Transport, TxEnd};
+
+/// Sends every message of the plan; in ping-pong, waits for each
+/// acknowledgement and records the round trip.
+pub fn source<T: Transport>(
+    plan: &Plan,
+    tx: &mut T::Tx,
+    mut ack: Option<Ack>,
+) -> io::Result<Vec<Sample>> {
+    let mut out = Vec::new();
+    for (size, trial, n) in plan.steps() {
+        let mut rtt = Vec::with_capacity(n as usize);
+        for seq in 0..u64::from(n) {
+            let t_fill = now_ns();
+            tx.send_new(
+                size,
+                &mut |off, frag| write_words(off, frag, seq),
+                &mut |first| {
+                    Header {
+                        seq,
+                        t_fill,
+                        t_send: now_ns(),
+                    }
+                    .write(first)
+                },
+            )?;
+            if let Some(ack) = ack.as_mut() {
+                ack.wait()?;
+                if seq >= u64::from(plan.warmup) {
+                    rtt.push(now_ns() - t_fill);
+                }
+            }
+        }
+        if plan.pattern == Pattern::PingPong {
+            out.push(Sample {
+                kind: SampleKind::RoundTrip,
+                size,
+                trial,
+                bytes: size as u64,
+                ns: rtt,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Passes every message on, reading one word per page of it.
+pub fn stage<T: Transport>(plan: &Plan, rx: &mut T::Rx, tx: &mut T::Tx) -> io::Result<()> {
+    for (size, _, n) in plan.steps() {
+        for _ in 0..n {
+            T::forward(rx, tx, size, &mut |off, frag| {
+                read_words(off, frag);
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Receives every message, checks that it is the one expected, touches it,
+/// and records throughput (stream) or one-way latency (ping-pong).
+pub fn sink<T: Transport>(
+    plan: &Plan,
+    rx: &mut T::Rx,
+    mut ack: Option<Ack>,
+) -> io::Result<Vec<Sample>> {
+    let mut out = Vec::new();
+    let warmup = u64::from(plan.warmup);
+    for (size, trial, n) in plan.steps() {
+        let mut t0 = 0;
+        let mut one_way = Vec::with_capacity(n as usize);
+        for seq in 0..u64::from(n) {
+            let mut header = None;
+            rx.recv(size, &mut |off, frag| {
+                if off == 0 {
+                    header = Some(Header::read(frag));
+                }
+                read(plan.touch, off, frag);
+            })?;
+            let now = now_ns();
+            let h = header.ok_or_else(|| bad("message without a first fragment"))?;
+            if h.seq != seq {
+                return Err(bad(&format!("expected message {seq}, got {}", h.seq)));
+            }
+            if seq == warmup {
+                t0 = h.t_fill;
+            }
+            if seq >= warmup {
+                one_way.push(now.saturating_sub(h.t_send));
+            }
+            if let Some(ack) = ack.as_mut() {
+                ack.signal()?;
+            }
+        }
+        let timed = u64::from(n) - warmup;
+        out.push(match plan.pattern {
+            Pattern::Stream => Sample {
+                kind: SampleKind::Stream,
+                size,
+                trial,
+                bytes: size as u64 * timed,
+                ns: vec![now_ns() - t0],
+            },
+            Pattern::PingPong => Sample {
+                kind: SampleKind::OneWay,
+                size,
+                trial,
+                bytes: size as u64,
+                ns: one_way,
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// The chain inside one process: source, `plan.hops` stages and sink are
+/// function calls on one reused buffer, each touching it as its process would.
+pub fn local(plan: &Plan) -> Vec<Sample> {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut out = Vec::new();
+    let warmup = u64::from(plan.warmup);
+    for (size, trial, n) in plan.steps() {
+        if buf.len() < size {
+            buf.resize(size, 0x5a);
+        }
+        let mut t0 = 0;
+        for seq in 0..u64::from(n) {
+            let t_fill = now_ns();
+            if seq == warmup {
+                t0 = t_fill;
+            }
+            let msg = black_box(&mut buf[..size]);
+            write_words(0, msg, seq);
+            Header {
+                seq,
+                t_fill,
+                t_send: now_ns(),
+            }
+            .write(msg);
+            for _ in 0..plan.hops {
+                read_words(0, black_box(&*msg));
+            }
+            read(plan.touch, 0, black_box(&*msg));
+        }
+        out.push(Sample {
+            kind: SampleKind::Stream,
+            size,
+            trial,
+            bytes: size as u64 * (u64::from(n) - warmup),
+            ns: vec![now_ns() - t0],
+        });
+    }
+    out
+}
+
+/// Times `msgs` copies of each size between two prefaulted buffers.
+pub fn memcpy(plan: &Plan) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for (size, trial, n) in plan.steps() {
+        let src = vec![0x5au8; size];
+        let mut dst = vec![0xa5u8; size];
+        let mut ns = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let t = now_ns();
+            dst.copy_from_slice(black_box(&src));
+            black_box(&mut dst);
+            if i >= plan.warmup {
+                ns.push(now_ns() - t);
+            }
+        }
+        out.push(Sample {
+            kind: SampleKind::Memcpy,
+            size,
+            trial,
+            bytes: size as u64,
+            ns,
+        });
+    }
+    out
+}
+
+fn bad(msg: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.to_string())
+}

@@ -1,0 +1,859 @@
+//! The two ends of a channel, and how they meet.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::desc::{self, Lots, RawDesc, RawFrag, RawRef, BLOCK_BYTES};
+use super::layout::{self, ChanHeader, Parts};
+use super::ring::{self, Consumer, Corrupt, Producer, Push};
+use crate::error::{BadDescriptor, Error, Result};
+use crate::iodata::{Fragment, IoData};
+use crate::region::domain::{DomainInner, LotRef, ReleaseSource};
+use crate::region::group::{DomainId, OFFER_FREE, OFFER_OPEN, OFFER_TAKEN, OFFER_WRITING, SLOT_LIVE};
+use crate::region::{PathAllocator, PathConfig};
+use crate::segment::{Keep, LotId, LotSpan, Segment};
+use crate::sys::fd::{dup_from, exited, memfd, wait_readable, EventFd};
+use crate::sys::futex;
+use crate::sys::mem::{Access, Mapping};
+
+/// How often an idle busy-polling endpoint checks, with one `poll(2)`, that its peer
+/// still lives.
+const LIVENESS_PERIOD: Duration = Duration::from_millis(10);
+
+/// Ring sizes of a new channel.
+#[derive(Clone, Debug)]
+pub struct ChannelConfig {
+    /// Messages the forward ring holds (a power of two, at most 65536).
+    pub capacity: u32,
+    /// Release tokens the reverse ring holds (a power of two, at most 65536). Releases
+    /// that do not fit wait in the receiver and go out with the next ones.
+    pub release_capacity: u32,
+}
+
+impl Default for ChannelConfig {
+    fn default() -> Self {
+        ChannelConfig { capacity: 256, release_capacity: 1024 }
+    }
+}
+
+/// Counters of one endpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChannelStats {
+    /// Messages sent or received.
+    pub messages: u64,
+    /// Payload bytes described (not copied).
+    pub bytes: u64,
+    /// Bytes copied because a fragment was not in a shared lot (the plain fallback).
+    pub copied_bytes: u64,
+    /// Wake-ups this endpoint sent to its peer (eventfd writes).
+    pub wakeups: u64,
+    /// Times this endpoint blocked.
+    pub sleeps: u64,
+    /// Releases sent (receiver) or collected (sender).
+    pub releases: u64,
+    /// Descriptors or releases from the peer that failed validation.
+    pub bad_from_peer: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    messages: AtomicU64,
+    bytes: AtomicU64,
+    copied: AtomicU64,
+    wakeups: AtomicU64,
+    sleeps: AtomicU64,
+    releases: AtomicU64,
+    bad: AtomicU64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> ChannelStats {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ChannelStats {
+            messages: l(&self.messages),
+            bytes: l(&self.bytes),
+            copied_bytes: l(&self.copied),
+            wakeups: l(&self.wakeups),
+            sleeps: l(&self.sleeps),
+            releases: l(&self.releases),
+            bad_from_peer: l(&self.bad),
+        }
+    }
+    fn add(a: &AtomicU64, n: u64) {
+        a.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// What both ends share: the mapping, the wake-up fds and the peer's pidfd.
+struct Link {
+    map: Mapping,
+    parts: Parts,
+    /// The receiver sleeps on this one.
+    rx_efd: EventFd,
+    /// The sender sleeps on this one.
+    tx_efd: EventFd,
+    peer_pid: u32,
+    pidfd: OwnedFd,
+    _chan_fd: OwnedFd,
+}
+
+// SAFETY: `parts` points into `map`, which the Link owns; the memory is shared memory
+// accessed through atomics and the ring protocol.
+unsafe impl Send for Link {}
+// SAFETY: as above.
+unsafe impl Sync for Link {}
+
+impl Link {
+    fn header(&self) -> &ChanHeader {
+        // SAFETY: `parts.header` points into `map`, which lives as long as `self`; the
+        // header's shared fields are atomics.
+        unsafe { self.parts.header.as_ref() }
+    }
+
+    /// Waits until `efd` or the peer's pidfd is readable. Returns Ok(true) if the peer
+    /// exited.
+    fn wait(&self, efd: &EventFd, timeout: Option<Duration>) -> Result<bool> {
+        let fds = [efd.as_fd(), self.pidfd.as_fd()];
+        match wait_readable(&fds, timeout)? {
+            Some(1) => Ok(true),
+            Some(_) => {
+                efd.drain();
+                Ok(false)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn peer_exited(&self) -> bool {
+        exited(self.pidfd.as_fd())
+    }
+}
+
+fn corrupt(_: Corrupt) -> Error {
+    Error::BadDescriptor(BadDescriptor::Malformed("ring index out of range"))
+}
+
+struct InFlight {
+    generation: u32,
+    data: Option<(IoData, Option<Segment>)>,
+}
+
+struct SendState {
+    fwd: Producer<RawDesc>,
+    rev: Consumer<u64>,
+    inflight: Vec<InFlight>,
+    free_tokens: Vec<u32>,
+    last_check: Instant,
+}
+
+struct SendCore {
+    link: Link,
+    domain: Arc<DomainInner>,
+    peer: DomainId,
+    meta: PathAllocator,
+    state: Mutex<SendState>,
+    gone: AtomicBool,
+    stats: Counters,
+}
+
+impl SendCore {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SendState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drains the reverse ring; returns fbufs of released messages.
+    fn drain(&self, st: &mut SendState) -> Result<()> {
+        let mut n = 0;
+        let mut done = Vec::new();
+        while let Some((token, _)) = st.rev.try_pop().map_err(corrupt)? {
+            let idx = (token & 0xffff_ffff) as usize;
+            let generation = (token >> 32) as u32;
+            match st.inflight.get_mut(idx) {
+                Some(f) if f.generation == generation && f.data.is_some() => {
+                    done.push(f.data.take());
+                    st.free_tokens.push(idx as u32);
+                    n += 1;
+                }
+                _ => Counters::add(&self.stats.bad, 1),
+            }
+        }
+        Counters::add(&self.stats.releases, n);
+        drop(done);
+        Ok(())
+    }
+
+    /// The receiver died: everything it held comes back.
+    fn reclaim_all(&self, st: &mut SendState) {
+        self.gone.store(true, Ordering::Release);
+        let all: Vec<_> = st.inflight.iter_mut().map(|f| f.data.take()).collect();
+        st.free_tokens = (0..st.inflight.len() as u32).collect();
+        drop(all);
+    }
+
+    fn check_peer(&self, st: &mut SendState, force: bool) -> Result<()> {
+        if self.gone.load(Ordering::Acquire) {
+            return Err(Error::PeerGone { pid: self.link.peer_pid });
+        }
+        let now = Instant::now();
+        if force || now.duration_since(st.last_check) >= LIVENESS_PERIOD {
+            st.last_check = now;
+            if self.link.peer_exited() {
+                self.reclaim_all(st);
+                return Err(Error::PeerGone { pid: self.link.peer_pid });
+            }
+        }
+        Ok(())
+    }
+
+    fn in_flight(&self) -> usize {
+        self.lock().inflight.iter().filter(|f| f.data.is_some()).count()
+    }
+}
+
+impl ReleaseSource for SendCore {
+    fn collect(&self) -> bool {
+        // try_lock: allocation inside `send` may land here while we hold the lock.
+        let Ok(mut st) = self.state.try_lock() else { return true };
+        if self.drain(&mut st).is_err() || self.check_peer(&mut st, false).is_err() {
+            return false;
+        }
+        st.inflight.iter().any(|f| f.data.is_some())
+    }
+}
+
+/// The sending end of a channel.
+pub struct Sender {
+    core: Arc<SendCore>,
+}
+
+impl std::fmt::Debug for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender").field("peer", &self.core.peer).finish()
+    }
+}
+
+impl Sender {
+    /// Sends `data` if the ring has room, never blocking. The receiver gets an `IoData`
+    /// over the same memory; fragments not in a shared lot are copied into an fbuf first
+    /// (counted in [`ChannelStats::copied_bytes`]).
+    ///
+    /// # Errors
+    /// [`Error::Full`] if the ring is full, [`Error::PeerGone`] if the receiver died,
+    /// [`Error::Disconnected`] if it closed its end.
+    pub fn try_send(&self, data: &IoData) -> Result<()> {
+        let c = &*self.core;
+        let mut st = c.lock();
+        c.check_peer(&mut st, false)?;
+        if c.link.header().rx_closed.load(Ordering::Acquire) != 0 {
+            return Err(Error::Disconnected);
+        }
+        c.drain(&mut st)?;
+        // Make sure every fragment lies in a lot the receiver can map.
+        let data = self.shareable(data)?;
+        let frags: Vec<RawFrag> = data
+            .fragments()
+            .iter()
+            .map(|f| {
+                let s = f.lot_span().expect("shareable() put every fragment in a lot");
+                RawFrag { slot: s.lot.slot, pad: 0, generation: s.lot.generation, offset: s.offset, len: f.len() as u64 }
+            })
+            .collect();
+        if frags.len() as u64 > desc::MAX_FRAGS {
+            return Err(Error::InvalidArgument("too many fragments for one message"));
+        }
+        for f in data.fragments() {
+            f.segment().on_send()?;
+        }
+        let nblocks = desc::blocks_needed(frags.len());
+        let mut meta = None;
+        let (idx, generation) = match st.free_tokens.pop() {
+            Some(i) => (i, st.inflight[i as usize].generation.wrapping_add(1)),
+            None => {
+                st.inflight.push(InFlight { generation: 0, data: None });
+                (st.inflight.len() as u32 - 1, 0)
+            }
+        };
+        let token = (generation as u64) << 32 | idx as u64;
+        let entry = if nblocks > 0 {
+            let mut m = self.core.meta.alloc_segment(nblocks * BLOCK_BYTES)?;
+            let span = m.lot_span().expect("meta fbufs live in our lot");
+            let at = RawRef { slot: span.lot.slot, pad: 0, generation: span.lot.generation, offset: span.offset };
+            let bytes = m.as_mut_slice().expect("fresh fbufs are writable");
+            let e = desc::encode(token, &frags, bytes, at);
+            m.freeze();
+            meta = Some(m);
+            e
+        } else {
+            desc::encode(token, &frags, &mut [], RawRef::NONE)
+        };
+        match st.fwd.try_push(entry).map_err(corrupt)? {
+            Push::Full(_) => {
+                st.free_tokens.push(idx);
+                Err(Error::Full)
+            }
+            Push::Done { wake } => {
+                st.inflight[idx as usize] = InFlight { generation, data: Some((data.clone(), meta)) };
+                drop(st);
+                Counters::add(&c.stats.messages, 1);
+                Counters::add(&c.stats.bytes, data.len() as u64);
+                if wake {
+                    Counters::add(&c.stats.wakeups, 1);
+                    c.link.rx_efd.notify();
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Copies fragments that are not in any lot into one fbuf (the fallback path).
+    fn shareable(&self, data: &IoData) -> Result<IoData> {
+        if data.fragments().iter().all(|f| f.lot_span().is_some()) {
+            return Ok(data.clone());
+        }
+        let mut out = IoData::new();
+        for f in data.fragments() {
+            if f.lot_span().is_some() {
+                out.append(IoData::from_fragments([f.clone()]));
+            } else {
+                let mut m = self.core.meta.alloc(f.len())?;
+                m.write_at(0, f.as_slice());
+                Counters::add(&self.core.stats.copied, f.len() as u64);
+                out.append(m.freeze());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sends `data`, waiting while the ring is full. The receiver wakes this sender when
+    /// the ring drains to half.
+    pub fn send(&self, data: &IoData) -> Result<()> {
+        self.send_timeout(data, None)
+    }
+
+    /// Like [`send`](Self::send), giving up with [`Error::Timeout`] after `timeout`.
+    pub fn send_timeout(&self, data: &IoData, timeout: Option<Duration>) -> Result<()> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            match self.try_send(data) {
+                Err(Error::Full) => {}
+                other => return other,
+            }
+            let left = match deadline {
+                Some(d) => Some(d.checked_duration_since(Instant::now()).ok_or(Error::Timeout)?),
+                None => None,
+            };
+            let c = &*self.core;
+            let sleep = c.lock().fwd.prepare_wait().map_err(corrupt)?;
+            if sleep {
+                Counters::add(&c.stats.sleeps, 1);
+                let died = c.link.wait(&c.link.tx_efd, left);
+                c.lock().fwd.cancel_wait();
+                if died? {
+                    let mut st = c.lock();
+                    c.reclaim_all(&mut st);
+                    return Err(Error::PeerGone { pid: c.link.peer_pid });
+                }
+            }
+        }
+    }
+
+    /// Drains pending releases now (sending and allocating do this too).
+    pub fn collect_releases(&self) -> Result<()> {
+        let mut st = self.core.lock();
+        self.core.drain(&mut st)
+    }
+
+    /// Messages sent and not yet released by the receiver.
+    pub fn in_flight(&self) -> usize {
+        self.core.in_flight()
+    }
+
+    /// Checks now, with one `poll(2)`, whether the receiver still lives; if it died,
+    /// reclaims everything it held and returns [`Error::PeerGone`].
+    pub fn check_peer(&self) -> Result<()> {
+        let mut st = self.core.lock();
+        self.core.check_peer(&mut st, true)
+    }
+
+    /// The receiving domain.
+    pub fn peer(&self) -> DomainId {
+        self.core.peer
+    }
+
+    /// Process id of the receiver.
+    pub fn peer_pid(&self) -> u32 {
+        self.core.link.peer_pid
+    }
+
+    /// This endpoint's counters.
+    pub fn stats(&self) -> ChannelStats {
+        self.core.stats.snapshot()
+    }
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        let c = &self.core;
+        c.link.header().tx_closed.store(1, Ordering::Release);
+        c.link.rx_efd.notify();
+        if c.collect() {
+            // The receiver still holds some of our fbufs: keep the channel until it lets go.
+            c.domain.park(self.core.clone());
+        }
+    }
+}
+
+/// Keeps a received message's memory mapped, and releases it to the sender on drop.
+struct Hold {
+    core: Arc<RecvCore>,
+    token: u64,
+    _lots: Vec<LotRef>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.core.release(self.token);
+    }
+}
+
+struct RemoteKeep(#[allow(dead_code)] Arc<Hold>);
+impl Keep for RemoteKeep {}
+
+struct RelState {
+    rev: Producer<u64>,
+    pending: Vec<u64>,
+}
+
+struct RecvCore {
+    link: Link,
+    domain: Arc<DomainInner>,
+    rel: Mutex<RelState>,
+    stats: Counters,
+}
+
+impl RecvCore {
+    fn release(&self, token: u64) {
+        let mut r = self.rel.lock().unwrap_or_else(|p| p.into_inner());
+        r.pending.push(token);
+        Self::flush(&mut r, &self.stats);
+    }
+
+    fn flush(r: &mut RelState, stats: &Counters) {
+        let mut sent = 0;
+        while let Some(&t) = r.pending.first() {
+            match r.rev.try_push(t) {
+                Ok(Push::Done { .. }) => {
+                    sent += 1;
+                    r.pending.remove(0);
+                }
+                // Full: keep them for later. Corrupt: the sender broke its ring; it will
+                // learn nothing more from us.
+                _ => break,
+            }
+        }
+        Counters::add(&stats.releases, sent);
+    }
+}
+
+/// Resolves descriptor lots through the domain, remembering what it mapped.
+struct DomainLots<'a> {
+    domain: &'a DomainInner,
+    seen: HashMap<(u16, u32), LotRef>,
+}
+
+impl DomainLots<'_> {
+    fn get(&mut self, slot: u16, generation: u32) -> Result<&LotRef, BadDescriptor> {
+        if !self.seen.contains_key(&(slot, generation)) {
+            let l = self
+                .domain
+                .resolve(LotId { slot, generation })
+                .map_err(|_| BadDescriptor::UnknownLot { slot, generation })?;
+            self.seen.insert((slot, generation), l);
+        }
+        Ok(&self.seen[&(slot, generation)])
+    }
+}
+
+impl Lots for DomainLots<'_> {
+    fn check(&mut self, slot: u16, generation: u32, offset: u64, len: u64) -> Result<(), BadDescriptor> {
+        let l = self.get(slot, generation)?;
+        match offset.checked_add(len) {
+            Some(end) if end <= l.len() as u64 => Ok(()),
+            _ => Err(BadDescriptor::OutOfBounds { slot, offset, len }),
+        }
+    }
+
+    fn read(&mut self, slot: u16, generation: u32, offset: u64, out: &mut [u8]) {
+        let base = self.seen[&(slot, generation)].base();
+        for (i, b) in out.iter_mut().enumerate() {
+            // SAFETY: `check` verified `offset..offset+out.len()` lies inside the lot's
+            // mapping, which `seen` keeps alive. The owner may write concurrently, so
+            // read each byte volatile into our own buffer and validate that copy.
+            *b = unsafe { base.add(offset as usize + i).read_volatile() };
+        }
+    }
+}
+
+/// The receiving end of a channel. Its [`AsFd`] is an eventfd that turns readable when
+/// a message arrives for a receiver that [armed](Self::arm) it, so it works with epoll
+/// and async runtimes.
+pub struct Receiver {
+    core: Arc<RecvCore>,
+    fwd: Consumer<RawDesc>,
+    last_check: Instant,
+}
+
+impl std::fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver").field("peer_pid", &self.core.link.peer_pid).finish()
+    }
+}
+
+impl Receiver {
+    /// Takes the next message if one is ready, never blocking.
+    ///
+    /// Returns `Ok(None)` when the ring is empty. About every 10 ms of emptiness it also
+    /// checks (one `poll(2)`) that the sender lives, and reports [`Error::PeerGone`] once
+    /// the sender died and every message it sent has been received.
+    ///
+    /// # Errors
+    /// [`Error::BadDescriptor`] if the sender wrote a descriptor that fails validation
+    /// (the message is dropped and released), [`Error::PeerGone`], or
+    /// [`Error::Disconnected`] when the sender closed its end and the ring is empty.
+    pub fn try_recv(&mut self) -> Result<Option<IoData>> {
+        let Some((d, wake)) = self.fwd.try_pop().map_err(corrupt)? else {
+            return self.idle(false).map(|_| None);
+        };
+        let c = &self.core;
+        if wake {
+            Counters::add(&c.stats.wakeups, 1);
+            c.link.tx_efd.notify();
+        }
+        let mut lots = DomainLots { domain: &c.domain, seen: HashMap::new() };
+        let frags = match desc::decode(&d, &mut lots) {
+            Ok(f) => f,
+            Err(e) => {
+                Counters::add(&c.stats.bad, 1);
+                c.release(d.token);
+                return Err(e.into());
+            }
+        };
+        let hold = Arc::new(Hold { core: c.clone(), token: d.token, _lots: lots.seen.values().cloned().collect() });
+        let mut total = 0;
+        let fragments = frags.iter().map(|f| {
+            let l = &lots.seen[&(f.slot, f.generation)];
+            total += f.len;
+            let ptr = NonNull::new(l.base().wrapping_add(f.offset as usize)).expect("lot base non-null");
+            let span = LotSpan { lot: LotId { slot: f.slot, generation: f.generation }, offset: f.offset };
+            // SAFETY: decode checked the span lies inside the lot, which `hold` keeps
+            // mapped; the memory is not writable through this segment.
+            let seg = unsafe { Segment::from_raw(ptr, f.len as usize, Some(span), false, Box::new(RemoteKeep(hold.clone()))) };
+            Fragment::whole(Arc::new(seg))
+        });
+        let data = IoData::from_fragments(fragments.collect::<Vec<_>>());
+        Counters::add(&c.stats.messages, 1);
+        Counters::add(&c.stats.bytes, total);
+        Ok(Some(data))
+    }
+
+    /// The ring was empty: check liveness now and then (or now if `force`).
+    fn idle(&mut self, force: bool) -> Result<()> {
+        let h = self.core.link.header();
+        if h.tx_closed.load(Ordering::Acquire) != 0 && !self.fwd.has_data().map_err(corrupt)? {
+            return Err(Error::Disconnected);
+        }
+        let now = Instant::now();
+        if force || now.duration_since(self.last_check) >= LIVENESS_PERIOD {
+            self.last_check = now;
+            if self.core.link.peer_exited() && !self.fwd.has_data().map_err(corrupt)? {
+                return Err(Error::PeerGone { pid: self.core.link.peer_pid });
+            }
+        }
+        Ok(())
+    }
+
+    /// Receives the next message, blocking until one arrives.
+    pub fn recv(&mut self) -> Result<IoData> {
+        self.recv_timeout(None)?.ok_or(Error::Timeout)
+    }
+
+    /// Receives the next message, blocking at most `timeout` (`None`: forever). Returns
+    /// `Ok(None)` on timeout.
+    pub fn recv_timeout(&mut self, timeout: Option<Duration>) -> Result<Option<IoData>> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            if let Some(d) = self.try_recv()? {
+                return Ok(Some(d));
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(l) => Some(l),
+                    None => return Ok(None),
+                },
+                None => None,
+            };
+            if self.fwd.prepare_sleep().map_err(corrupt)? {
+                Counters::add(&self.core.stats.sleeps, 1);
+                let died = self.core.link.wait(&self.core.link.rx_efd, left);
+                self.fwd.cancel_sleep();
+                if died? {
+                    self.idle(true)?;
+                }
+            }
+        }
+    }
+
+    /// Busy-polls for the next message (no system call while the sender is alive),
+    /// giving up after `timeout`.
+    pub fn recv_spin(&mut self, timeout: Duration) -> Result<Option<IoData>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(d) = self.try_recv()? {
+                return Ok(Some(d));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Prepares to wait on this receiver's fd (epoll, async runtimes). Returns false if a
+    /// message is already waiting (do not wait: call [`try_recv`](Self::try_recv)). After
+    /// true, the fd becomes readable when the next message arrives.
+    pub fn arm(&mut self) -> Result<bool> {
+        self.core.link.rx_efd.drain();
+        self.fwd.prepare_sleep().map_err(corrupt)
+    }
+
+    /// Messages received and not yet released, plus releases not yet accepted by the
+    /// reverse ring.
+    pub fn pending_releases(&self) -> usize {
+        self.core.rel.lock().unwrap_or_else(|p| p.into_inner()).pending.len()
+    }
+
+    /// Process id of the sender.
+    pub fn peer_pid(&self) -> u32 {
+        self.core.link.peer_pid
+    }
+
+    /// This endpoint's counters.
+    pub fn stats(&self) -> ChannelStats {
+        self.core.stats.snapshot()
+    }
+}
+
+impl AsFd for Receiver {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.core.link.rx_efd.as_fd()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.core.link.header().rx_closed.store(1, Ordering::Release);
+        self.core.link.tx_efd.notify();
+    }
+}
+
+fn check_config(c: &ChannelConfig) -> Result<()> {
+    let ok = |n: u32| n.is_power_of_two() && n >= 2 && n <= layout::MAX_CAP;
+    if !ok(c.capacity) || !ok(c.release_capacity) {
+        return Err(Error::InvalidArgument("ring sizes must be powers of two in 2..=65536"));
+    }
+    Ok(())
+}
+
+/// Opens a channel from `domain` to `peer`; see [`Domain::connect`](crate::Domain::connect).
+pub fn connect(domain: &Arc<DomainInner>, peer: DomainId, config: ChannelConfig, timeout: Duration) -> Result<Sender> {
+    check_config(&config)?;
+    let group = &domain.group;
+    if peer.slot as usize >= crate::region::group::MAX_SLOTS {
+        return Err(Error::InvalidArgument("no such slot"));
+    }
+    let (peer_pid, pidfd) = group.peer_pidfd(peer)?;
+    let size = layout::channel_bytes(config.capacity, config.release_capacity);
+    let chan_fd = memfd("ferry-channel", size as u64)?;
+    let map = Mapping::shared(chan_fd.as_fd(), size, Access::ReadWrite)?;
+    let base = NonNull::new(map.as_ptr()).expect("mapping non-null");
+    // SAFETY: the mapping is `channel_bytes(..)` long.
+    let parts = unsafe { layout::parts(base, config.capacity) };
+    let me = domain.lot.id;
+    // SAFETY: nobody else has this fresh mapping yet; plain fields are written before
+    // the offer is published (Release) and the receiver reads them after (Acquire).
+    unsafe {
+        let h = parts.header.as_ptr();
+        (*h).version = layout::VERSION;
+        (*h).fwd_cap = config.capacity;
+        (*h).rev_cap = config.release_capacity;
+        (*h).tx_slot = me.slot as u32;
+        (*h).tx_generation = me.generation;
+        (*h).rx_slot = peer.slot as u32;
+        (*h).rx_generation = peer.generation;
+        (*h).magic.store(layout::MAGIC, Ordering::Release);
+    }
+    let link = Link { map, parts, rx_efd: EventFd::new()?, tx_efd: EventFd::new()?, peer_pid, pidfd, _chan_fd: chan_fd };
+
+    // Offer it in our slot.
+    let slot = group.slot(me.slot);
+    let (oi, offer) = slot
+        .offers
+        .iter()
+        .enumerate()
+        .find(|(_, o)| o.state.compare_exchange(OFFER_FREE, OFFER_WRITING, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+        .ok_or(Error::InvalidArgument("too many channels offered at once"))?;
+    let _ = oi;
+    offer.to_slot.store(peer.slot as u32, Ordering::Relaxed);
+    offer.to_generation.store(peer.generation, Ordering::Relaxed);
+    offer.chan_fd.store(link._chan_fd.as_raw_fd() as u32, Ordering::Relaxed);
+    offer.rx_efd.store(link.rx_efd.as_raw_fd() as u32, Ordering::Relaxed);
+    offer.tx_efd.store(link.tx_efd.as_raw_fd() as u32, Ordering::Relaxed);
+    // SYNC: pairs with the acceptor's CAS (Acquire) on the offer state.
+    offer.state.store(OFFER_OPEN, Ordering::Release);
+    group.header().offer_seq.fetch_add(1, Ordering::AcqRel);
+    futex::wake_all(&group.header().offer_seq);
+
+    let deadline = Instant::now() + timeout;
+    let accepted = loop {
+        // SYNC: pairs with the receiver's Release store of rx_ready.
+        if link.header().rx_ready.load(Ordering::Acquire) == 1 {
+            break true;
+        }
+        let now = Instant::now();
+        if now >= deadline || link.peer_exited() {
+            break false;
+        }
+        futex::wait(&link.header().rx_ready, 0, (deadline - now).min(Duration::from_millis(20)));
+    };
+    if !accepted {
+        // Withdraw the offer unless the peer took it at the last moment.
+        if offer.state.compare_exchange(OFFER_OPEN, OFFER_FREE, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            return Err(if link.peer_exited() { Error::PeerGone { pid: peer_pid } } else { Error::Timeout });
+        }
+        // Taken: wait a little more for rx_ready.
+        let t = Instant::now() + Duration::from_secs(1);
+        while link.header().rx_ready.load(Ordering::Acquire) != 1 {
+            if Instant::now() > t || link.peer_exited() {
+                offer.state.store(OFFER_FREE, Ordering::Release);
+                return Err(Error::PeerGone { pid: peer_pid });
+            }
+            futex::wait(&link.header().rx_ready, 0, Duration::from_millis(10));
+        }
+    }
+    offer.state.store(OFFER_FREE, Ordering::Release);
+
+    // SAFETY: the rings lie inside the mapping `link` owns; we are the only producer
+    // of the forward ring and the only consumer of the reverse ring.
+    let (fwd, rev) = unsafe {
+        (
+            ring::producer(link.parts.fwd_ctl, link.parts.fwd_slots, config.capacity as u64),
+            ring::consumer(link.parts.rev_ctl, link.parts.rev_slots, config.release_capacity as u64),
+        )
+    };
+    let meta = PathAllocator::new(domain.lot.clone(), Arc::downgrade(domain), PathConfig::default());
+    let core = Arc::new(SendCore {
+        link,
+        domain: domain.clone(),
+        peer,
+        meta,
+        state: Mutex::new(SendState { fwd, rev, inflight: Vec::new(), free_tokens: Vec::new(), last_check: Instant::now() }),
+        gone: AtomicBool::new(false),
+        stats: Counters::default(),
+    });
+    let weak: std::sync::Weak<dyn ReleaseSource> = Arc::downgrade(&core) as _;
+    domain.add_source(weak);
+    Ok(Sender { core })
+}
+
+/// Waits for a channel offered to `domain`; see [`Domain::accept`](crate::Domain::accept).
+pub fn accept(domain: &Arc<DomainInner>, timeout: Duration) -> Result<Receiver> {
+    let group = &domain.group;
+    let me = domain.lot.id;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let seq = group.header().offer_seq.load(Ordering::Acquire);
+        for s in 0..crate::region::group::MAX_SLOTS as u16 {
+            let slot = group.slot(s);
+            if s == me.slot || slot.state.load(Ordering::Acquire) != SLOT_LIVE {
+                continue;
+            }
+            for offer in &slot.offers {
+                if offer.state.load(Ordering::Acquire) != OFFER_OPEN
+                    || offer.to_slot.load(Ordering::Relaxed) != me.slot as u32
+                    || offer.to_generation.load(Ordering::Relaxed) != me.generation
+                {
+                    continue;
+                }
+                if offer.state.compare_exchange(OFFER_OPEN, OFFER_TAKEN, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+                    continue;
+                }
+                let peer = DomainId { slot: s, generation: slot.generation.load(Ordering::Acquire) };
+                match open_offer(domain, peer, offer) {
+                    Ok(r) => return Ok(r),
+                    // A broken or vanished offer: skip it, keep waiting for a good one.
+                    Err(_) => continue,
+                }
+            }
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Error::Timeout);
+        }
+        futex::wait(&group.header().offer_seq, seq, (deadline - now).min(Duration::from_millis(50)));
+    }
+}
+
+fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, offer: &crate::region::group::OfferRaw) -> Result<Receiver> {
+    let (peer_pid, pidfd) = domain.group.peer_pidfd(peer)?;
+    let get = |fd: &std::sync::atomic::AtomicU32| dup_from(pidfd.as_fd(), fd.load(Ordering::Relaxed) as i32);
+    let chan_fd = get(&offer.chan_fd)?;
+    let rx_efd = EventFd::from_owned(get(&offer.rx_efd)?);
+    let tx_efd = EventFd::from_owned(get(&offer.tx_efd)?);
+    let len = crate::sys::fd::file_len(chan_fd.as_fd())? as usize;
+    if len < layout::SLOTS || len > layout::channel_bytes(layout::MAX_CAP, layout::MAX_CAP) {
+        return Err(Error::InvalidArgument("channel memory has a bad size"));
+    }
+    let map = Mapping::shared(chan_fd.as_fd(), len, Access::ReadWrite)?;
+    let base = NonNull::new(map.as_ptr()).expect("non-null");
+    // SAFETY: at least the header lies inside the mapping (len >= SLOTS).
+    let h = unsafe { &*base.as_ptr().cast::<ChanHeader>() };
+    if h.magic.load(Ordering::Acquire) != layout::MAGIC || h.version != layout::VERSION {
+        return Err(Error::InvalidArgument("not a ferry channel"));
+    }
+    let (fwd_cap, rev_cap) = (h.fwd_cap, h.rev_cap);
+    let me = domain.lot.id;
+    if check_config(&ChannelConfig { capacity: fwd_cap, release_capacity: rev_cap }).is_err()
+        || layout::channel_bytes(fwd_cap, rev_cap) != len
+        || h.rx_slot != me.slot as u32
+        || h.rx_generation != me.generation
+        || h.tx_slot != peer.slot as u32
+    {
+        return Err(Error::InvalidArgument("channel header does not match its offer"));
+    }
+    // SAFETY: `len == channel_bytes(fwd_cap, rev_cap)`, checked above.
+    let parts = unsafe { layout::parts(base, fwd_cap) };
+    let link = Link { map, parts, rx_efd, tx_efd, peer_pid, pidfd, _chan_fd: chan_fd };
+    // SAFETY: the rings lie in `link`'s mapping; we are the only consumer of the forward
+    // ring and the only producer of the reverse ring.
+    let (fwd, rev) = unsafe {
+        (
+            ring::consumer(link.parts.fwd_ctl, link.parts.fwd_slots, fwd_cap as u64),
+            ring::producer(link.parts.rev_ctl, link.parts.rev_slots, rev_cap as u64),
+        )
+    };
+    link.header().rx_pid.store(std::process::id(), Ordering::Relaxed);
+    // SYNC: pairs with the sender's Acquire load of rx_ready in `connect`.
+    link.header().rx_ready.store(1, Ordering::Release);
+    futex::wake_all(&link.header().rx_ready);
+    let core = Arc::new(RecvCore {
+        link,
+        domain: domain.clone(),
+        rel: Mutex::new(RelState { rev, pending: Vec::new() }),
+        stats: Counters::default(),
+    });
+    Ok(Receiver { core, fwd, last_check: Instant::now() })
+}

@@ -1,0 +1,91 @@
+//! Layout of a channel's shared memory (one memfd, mapped read-write by both ends).
+//!
+//! ```text
+//! offset 0     ChanHeader (256 bytes): magic, ring sizes, the two domains,
+//!              rx_ready (futex word), closed flags
+//! offset 256   RingCtl of the forward ring (descriptors, sender -> receiver)
+//! offset 512   RingCtl of the reverse ring (release tokens, receiver -> sender)
+//! offset 1024  [RawDesc; fwd_cap]
+//! then         [u64; rev_cap]
+//! ```
+
+use std::ptr::NonNull;
+
+use super::desc::RawDesc;
+use super::ring::RingCtl;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"FERRYCHN");
+pub(crate) const VERSION: u32 = 1;
+pub(crate) const MAX_CAP: u32 = 1 << 16;
+
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct ChanHeader {
+    pub magic: AtomicU64,
+    pub version: u32,
+    pub fwd_cap: u32,
+    pub rev_cap: u32,
+    pub tx_slot: u32,
+    pub tx_generation: u32,
+    pub rx_slot: u32,
+    pub rx_generation: u32,
+    /// Set to 1 (and futex-woken) by the receiver once it has mapped the channel.
+    pub rx_ready: AtomicU32,
+    pub tx_closed: AtomicU32,
+    pub rx_closed: AtomicU32,
+    pub rx_pid: AtomicU32,
+}
+
+pub(crate) const HEADER_BYTES: usize = 256;
+pub(crate) const FWD_CTL: usize = 256;
+pub(crate) const REV_CTL: usize = 512;
+pub(crate) const SLOTS: usize = 1024;
+
+/// Total size of a channel with these ring sizes, rounded to pages.
+pub(crate) fn channel_bytes(fwd_cap: u32, rev_cap: u32) -> usize {
+    let raw = SLOTS + fwd_cap as usize * std::mem::size_of::<RawDesc>() + rev_cap as usize * 8;
+    crate::sys::round_up_pages(raw).expect("bounded sizes")
+}
+
+/// Pointers into a mapped channel.
+pub(crate) struct Parts {
+    pub header: NonNull<ChanHeader>,
+    pub fwd_ctl: NonNull<RingCtl>,
+    pub rev_ctl: NonNull<RingCtl>,
+    pub fwd_slots: NonNull<RawDesc>,
+    pub rev_slots: NonNull<u64>,
+}
+
+/// Splits a channel mapping.
+///
+/// # Safety
+/// `base` must point to at least `channel_bytes(fwd_cap, rev_cap)` mapped, page-aligned
+/// bytes.
+pub(crate) unsafe fn parts(base: NonNull<u8>, fwd_cap: u32) -> Parts {
+    let at = |off: usize| {
+        // SAFETY: every offset used below lies inside the mapping the caller vouches for.
+        unsafe { NonNull::new_unchecked(base.as_ptr().add(off)) }
+    };
+    Parts {
+        header: at(0).cast(),
+        fwd_ctl: at(FWD_CTL).cast(),
+        rev_ctl: at(REV_CTL).cast(),
+        fwd_slots: at(SLOTS).cast(),
+        rev_slots: at(SLOTS + fwd_cap as usize * std::mem::size_of::<RawDesc>()).cast(),
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_fits() {
+        assert!(std::mem::size_of::<ChanHeader>() <= HEADER_BYTES);
+        assert_eq!(std::mem::offset_of!(ChanHeader, rx_ready), 32);
+        assert!(std::mem::size_of::<RingCtl>() <= REV_CTL - FWD_CTL);
+        assert!(REV_CTL + std::mem::size_of::<RingCtl>() <= SLOTS);
+        assert_eq!(channel_bytes(256, 1024) % 4096, 0);
+    }
+}

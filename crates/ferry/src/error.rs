@@ -1,0 +1,175 @@
+//! Error types of the ferry library.
+//!
+//! One small enum for the whole crate, so callers can match on what went wrong; a failed
+//! syscall carries its [`std::io::Error`].
+
+use std::fmt;
+use std::io;
+
+/// Why a descriptor read from shared memory was refused.
+///
+/// Every descriptor another domain writes is validated before use; any of these means the
+/// peer is buggy or hostile, and the message is dropped rather than trusted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BadDescriptor {
+    /// The descriptor names a lot this group does not know (or a stale generation of it).
+    UnknownLot {
+        /// Slot index named by the descriptor.
+        slot: u16,
+        /// Generation named by the descriptor.
+        generation: u32,
+    },
+    /// An offset and length that do not lie inside the named lot.
+    OutOfBounds {
+        /// Slot index of the lot.
+        slot: u16,
+        /// Offset named by the descriptor.
+        offset: u64,
+        /// Length named by the descriptor.
+        len: u64,
+    },
+    /// More fragments or continuation blocks than the protocol allows.
+    TooManyFragments(u64),
+    /// A fragment of length zero, or a message whose total length overflows.
+    BadLength,
+    /// The continuation chain visits the same block twice.
+    Cycle,
+    /// The fragment count promised by the header does not match the blocks found.
+    CountMismatch {
+        /// Count promised by the header.
+        expected: u64,
+        /// Count actually found.
+        found: u64,
+    },
+    /// A release names a message that is not in flight.
+    UnknownToken(u64),
+    /// Other malformed field.
+    Malformed(&'static str),
+}
+
+impl fmt::Display for BadDescriptor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownLot { slot, generation } => {
+                write!(f, "unknown lot (slot {slot}, generation {generation})")
+            }
+            Self::OutOfBounds { slot, offset, len } => {
+                write!(f, "span {offset}+{len} lies outside lot {slot}")
+            }
+            Self::TooManyFragments(n) => write!(f, "too many fragments or blocks ({n})"),
+            Self::BadLength => write!(f, "zero or overflowing length"),
+            Self::Cycle => write!(f, "continuation chain has a cycle"),
+            Self::CountMismatch { expected, found } => {
+                write!(f, "header promised {expected} fragments, found {found}")
+            }
+            Self::UnknownToken(t) => write!(f, "release of unknown message {t}"),
+            Self::Malformed(what) => write!(f, "malformed descriptor: {what}"),
+        }
+    }
+}
+
+/// Errors returned by ferry.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A syscall failed.
+    Io(io::Error),
+    /// The fixed address a lot must occupy is already mapped in this process.
+    ///
+    /// ferry never maps a lot elsewhere: every domain must see it at the same address.
+    AddressInUse {
+        /// The address that was taken.
+        addr: usize,
+        /// Length of the mapping that was asked for.
+        len: usize,
+    },
+    /// The peer domain exited (or was killed) while the operation needed it.
+    PeerGone {
+        /// Process id of the peer.
+        pid: u32,
+    },
+    /// The peer closed its end of the channel.
+    Disconnected,
+    /// A path allocator reached its quota: a receiver is holding too many of its fbufs.
+    QuotaExceeded {
+        /// Bytes outstanding on the path.
+        outstanding: usize,
+        /// The path's quota in bytes.
+        quota: usize,
+    },
+    /// The lot has no free span large enough.
+    LotExhausted {
+        /// Bytes that were asked for.
+        requested: usize,
+    },
+    /// The group has no free domain slot.
+    GroupFull,
+    /// The group's control block is not a ferry group (or another version).
+    BadGroup(String),
+    /// A descriptor from another domain failed validation.
+    BadDescriptor(BadDescriptor),
+    /// The ring is full (non-blocking send).
+    Full,
+    /// Timed out waiting.
+    Timeout,
+    /// An argument was out of range.
+    InvalidArgument(&'static str),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Io(e) => write!(f, "system call failed: {e}"),
+            Self::AddressInUse { addr, len } => write!(
+                f,
+                "address {addr:#x}..{:#x} is already mapped in this process; ferry maps lots only at their group-wide address",
+                addr + len
+            ),
+            Self::PeerGone { pid } => write!(f, "peer process {pid} is gone"),
+            Self::Disconnected => write!(f, "peer closed the channel"),
+            Self::QuotaExceeded { outstanding, quota } => write!(
+                f,
+                "path quota exceeded: {outstanding} bytes outstanding of {quota}; a receiver is not releasing buffers"
+            ),
+            Self::LotExhausted { requested } => {
+                write!(f, "lot exhausted: no free span of {requested} bytes")
+            }
+            Self::GroupFull => write!(f, "group has no free domain slot"),
+            Self::BadGroup(why) => write!(f, "not a usable ferry group: {why}"),
+            Self::BadDescriptor(d) => write!(f, "bad descriptor from peer: {d}"),
+            Self::Full => write!(f, "channel ring is full"),
+            Self::Timeout => write!(f, "timed out"),
+            Self::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+impl From<rustix::io::Errno> for Error {
+    fn from(e: rustix::io::Errno) -> Self {
+        Self::Io(e.into())
+    }
+}
+
+impl From<BadDescriptor> for Error {
+    fn from(e: BadDescriptor) -> Self {
+        Self::BadDescriptor(e)
+    }
+}
+
+/// Result alias used throughout ferry.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,206 @@
+//! Domains: this process's membership of a group.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use super::group::{DomainId, Group};
+use super::lot::{Lot, PeerLot};
+use super::path::{PathAllocator, PathConfig};
+use crate::channel::{self, Receiver, Sender};
+use crate::error::{BadDescriptor, Error, Result};
+use crate::segment::LotId;
+
+/// A lot that descriptors may point into, resolved in this process.
+#[derive(Clone, Debug)]
+pub(crate) enum LotRef {
+    Own(Arc<Lot>),
+    Peer(Arc<PeerLot>),
+}
+
+impl LotRef {
+    pub fn base(&self) -> *mut u8 {
+        match self {
+            LotRef::Own(l) => l.base(),
+            LotRef::Peer(l) => l.base(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            LotRef::Own(l) => l.len(),
+            LotRef::Peer(l) => l.len(),
+        }
+    }
+}
+
+/// Something the domain must poll for releases (a sending channel).
+pub(crate) trait ReleaseSource: Send + Sync {
+    /// Drains pending releases. Returns false once the source is finished with and can
+    /// be forgotten.
+    fn collect(&self) -> bool;
+}
+
+#[derive(Debug)]
+pub(crate) struct DomainInner {
+    pub group: Arc<Group>,
+    pub lot: Arc<Lot>,
+    peers: Mutex<HashMap<u16, Arc<PeerLot>>>,
+    sources: Mutex<Vec<Weak<dyn ReleaseSource>>>,
+    /// Closed senders whose receivers still hold fbufs; kept until those come back.
+    parked: Mutex<Vec<Arc<dyn ReleaseSource>>>,
+}
+
+impl std::fmt::Debug for dyn ReleaseSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReleaseSource")
+    }
+}
+
+impl DomainInner {
+    /// Resolves the lot named by a descriptor, mapping a peer's lot on first use.
+    pub fn resolve(&self, id: LotId) -> Result<LotRef> {
+        if id == self.lot.id {
+            return Ok(LotRef::Own(self.lot.clone()));
+        }
+        if id.slot == self.lot.id.slot {
+            return Err(BadDescriptor::UnknownLot { slot: id.slot, generation: id.generation }.into());
+        }
+        if let Some(l) = super::lot::local_lot(&self.group, id) {
+            return Ok(LotRef::Own(l));
+        }
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = peers.get(&id.slot) {
+            if p.id == id {
+                return Ok(LotRef::Peer(p.clone()));
+            }
+            // A new domain owns that slot now. We can map its lot only once nothing here
+            // still reads the old one (they share an address).
+            if Arc::strong_count(p) > 1 {
+                return Err(Error::AddressInUse { addr: self.group.lot_addr(id.slot), len: p.len() });
+            }
+            peers.remove(&id.slot);
+        }
+        let p = Arc::new(PeerLot::map(&self.group, id)?);
+        peers.insert(id.slot, p.clone());
+        Ok(LotRef::Peer(p))
+    }
+
+    /// Registers a sending channel whose releases allocators should drain.
+    pub fn add_source(&self, s: Weak<dyn ReleaseSource>) {
+        let mut v = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        v.retain(|w| w.strong_count() > 0);
+        v.push(s);
+    }
+
+    /// Drains releases from every sending channel of this domain.
+    pub fn collect_releases(&self) {
+        let sources: Vec<_> = self.sources.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for s in sources {
+            if let Some(s) = s.upgrade() {
+                s.collect();
+            }
+        }
+        let parked: Vec<_> = std::mem::take(&mut *self.parked.lock().unwrap_or_else(|p| p.into_inner()));
+        let keep: Vec<_> = parked.into_iter().filter(|s| s.collect()).collect();
+        self.parked.lock().unwrap_or_else(|p| p.into_inner()).extend(keep);
+    }
+
+    /// Keeps a closed sender alive until its receiver has released everything.
+    pub fn park(&self, s: Arc<dyn ReleaseSource>) {
+        self.parked.lock().unwrap_or_else(|p| p.into_inner()).push(s);
+    }
+
+    /// Closed senders still waiting for releases.
+    pub fn parked(&self) -> usize {
+        self.parked.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Drops mappings of peer lots nothing refers to any more.
+    pub fn forget_unused_peers(&self) {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        peers.retain(|_, p| Arc::strong_count(p) > 1);
+    }
+}
+
+/// This process's membership of a group: a slot, and the lot it owns.
+///
+/// ```no_run
+/// # fn main() -> ferry::Result<()> {
+/// let group = ferry::Group::open("example")?;
+/// let domain = group.join()?;
+/// let path = domain.path(ferry::PathConfig::default())?;
+/// let mut buf = path.alloc(4096)?;
+/// buf.write_at(0, b"hello");
+/// let data = buf.freeze();
+/// assert_eq!(&data.to_vec()[..5], b"hello");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Domain {
+    pub(crate) inner: Arc<DomainInner>,
+}
+
+impl Group {
+    /// Makes this process a member: claims a slot (a free one, or one whose owner died)
+    /// and creates its lot at the slot's group-wide address.
+    ///
+    /// # Errors
+    /// [`Error::AddressInUse`] if that address is already mapped in this process (ferry
+    /// never maps elsewhere), [`Error::GroupFull`] if no slot is free.
+    pub fn join(self: &Arc<Self>) -> Result<Domain> {
+        let lot = Lot::create(self.clone())?;
+        Ok(Domain {
+            inner: Arc::new(DomainInner {
+                group: self.clone(),
+                lot,
+                peers: Mutex::new(HashMap::new()),
+                sources: Mutex::new(Vec::new()),
+                parked: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+}
+
+impl Domain {
+    /// This domain's id, to hand to peers that want to connect.
+    pub fn id(&self) -> DomainId {
+        self.inner.lot.domain_id()
+    }
+
+    /// The group.
+    pub fn group(&self) -> &Arc<Group> {
+        &self.inner.group
+    }
+
+    /// Address of this domain's lot (the same in every process of the group).
+    pub fn lot_addr(&self) -> usize {
+        self.inner.lot.base() as usize
+    }
+
+    /// A new per-path allocator carving fbufs from this domain's lot.
+    pub fn path(&self, config: PathConfig) -> Result<PathAllocator> {
+        Ok(PathAllocator::new(self.inner.lot.clone(), Arc::downgrade(&self.inner), config))
+    }
+
+    /// Opens a channel to `peer` and waits (up to `timeout`) for it to accept.
+    pub fn connect(&self, peer: DomainId, timeout: Duration) -> Result<Sender> {
+        channel::connect(&self.inner, peer, channel::ChannelConfig::default(), timeout)
+    }
+
+    /// Like [`connect`](Self::connect), with ring sizes and options.
+    pub fn connect_with(&self, peer: DomainId, config: channel::ChannelConfig, timeout: Duration) -> Result<Sender> {
+        channel::connect(&self.inner, peer, config, timeout)
+    }
+
+    /// Waits (up to `timeout`) for a peer to connect to this domain.
+    pub fn accept(&self, timeout: Duration) -> Result<Receiver> {
+        channel::accept(&self.inner, timeout)
+    }
+
+    /// Drains pending releases of every channel this domain sends on, returning fbufs to
+    /// their free lists. Allocators do this on their own when a free list runs dry.
+    pub fn collect_releases(&self) {
+        self.inner.collect_releases()
+    }
+}

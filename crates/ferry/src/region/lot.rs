@@ -1,0 +1,194 @@
+//! Lots: one memfd per domain, mapped read-write in its owner and read-only everywhere
+//! else, at the same address in every process of the group.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use super::group::{DomainId, Group};
+use crate::error::{BadDescriptor, Error, Result};
+use crate::segment::LotId;
+use crate::sys::fd::{file_len, memfd, open_peer_fd};
+use crate::sys::mem::{Access, Mapping};
+use crate::sys::page_size;
+
+/// Number of size classes: class `k` holds spans of `2^k` pages.
+pub(crate) const CLASSES: usize = 40;
+
+/// The size class holding `len` bytes, and that class's span size in bytes.
+pub(crate) fn class_of(len: usize) -> (usize, usize) {
+    let pages = len.div_ceil(page_size()).max(1);
+    let k = pages.next_power_of_two().trailing_zeros() as usize;
+    (k, page_size() << k)
+}
+
+/// Lots owned by domains of this process, by (group path, slot, generation): a second
+/// domain in the same process reads them through the owner's mapping, since the
+/// group-wide address is already taken by it here.
+fn local_lots() -> &'static Mutex<HashMap<(std::path::PathBuf, LotId), Weak<Lot>>> {
+    static LOTS: OnceLock<Mutex<HashMap<(std::path::PathBuf, LotId), Weak<Lot>>>> = OnceLock::new();
+    LOTS.get_or_init(Default::default)
+}
+
+/// The lot `id` of `group` if a domain of this process owns it.
+pub(crate) fn local_lot(group: &Group, id: LotId) -> Option<Arc<Lot>> {
+    let m = local_lots().lock().unwrap_or_else(|p| p.into_inner());
+    m.get(&(group.path().to_owned(), id)).and_then(Weak::upgrade)
+}
+
+/// Carves a lot into power-of-two spans: a bump pointer plus a free list per class.
+#[derive(Debug, Default)]
+struct Spans {
+    bump: u64,
+    free: Vec<Vec<u64>>,
+}
+
+/// This domain's own lot. Dropping it (after every fbuf is gone) unmaps it and frees the
+/// group slot.
+#[derive(Debug)]
+pub(crate) struct Lot {
+    pub group: Arc<Group>,
+    pub id: LotId,
+    map: Mapping,
+    // Kept open so peers can reopen it read-only through /proc/PID/fd.
+    #[allow(dead_code)]
+    fd: OwnedFd,
+    spans: Mutex<Spans>,
+}
+
+impl Lot {
+    /// Claims a slot in `group` and creates its lot at the slot's address.
+    pub fn create(group: Arc<Group>) -> Result<Arc<Lot>> {
+        let (slot, generation) = group.claim_slot()?;
+        let made = (|| {
+            let len = group.lot_size();
+            let fd = memfd("ferry-lot", len as u64)?;
+            let map = Mapping::fixed(group.lot_addr(slot), fd.as_fd(), 0, len, Access::ReadWrite)?;
+            Ok::<_, Error>((fd, map))
+        })();
+        let (fd, map) = match made {
+            Ok(v) => v,
+            Err(e) => {
+                group.release_slot(slot, generation);
+                return Err(e);
+            }
+        };
+        group.publish_slot(slot, fd.as_raw_fd());
+        let id = LotId { slot, generation };
+        let key = (group.path().to_owned(), id);
+        let lot = Arc::new(Lot { group, id, map, fd, spans: Mutex::new(Spans { bump: 0, free: vec![Vec::new(); CLASSES] }) });
+        let mut m = local_lots().lock().unwrap_or_else(|p| p.into_inner());
+        m.retain(|_, w| w.strong_count() > 0);
+        m.insert(key, Arc::downgrade(&lot));
+        Ok(lot)
+    }
+
+    /// The domain that owns this lot.
+    pub fn domain_id(&self) -> DomainId {
+        DomainId { slot: self.id.slot, generation: self.id.generation }
+    }
+
+    pub fn base(&self) -> *mut u8 {
+        self.map.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn mapping(&self) -> &Mapping {
+        &self.map
+    }
+
+
+    /// Takes a span of class `k` from the lot, or `None` if the lot is exhausted.
+    pub fn take(&self, k: usize) -> Option<u64> {
+        let size = (page_size() as u64) << k;
+        let mut s = self.spans.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(off) = s.free[k].pop() {
+            return Some(off);
+        }
+        let off = s.bump;
+        let end = off.checked_add(size)?;
+        if end > self.len() as u64 {
+            return None;
+        }
+        s.bump = end;
+        Some(off)
+    }
+
+    /// Gives spans of class `k` back to the lot.
+    pub fn give(&self, k: usize, offs: impl IntoIterator<Item = u64>) {
+        let mut s = self.spans.lock().unwrap_or_else(|p| p.into_inner());
+        s.free[k].extend(offs);
+    }
+}
+
+impl Drop for Lot {
+    fn drop(&mut self) {
+        self.group.release_slot(self.id.slot, self.id.generation);
+    }
+}
+
+/// Another domain's lot, mapped read-only at the group-wide address.
+#[derive(Debug)]
+pub(crate) struct PeerLot {
+    pub id: LotId,
+    map: Mapping,
+}
+
+impl PeerLot {
+    /// Maps the lot of domain `id` read-only. The descriptor is reopened through
+    /// `/proc/PID/fd/N` with `O_RDONLY`, so this process could not map it writable even
+    /// if it tried.
+    pub fn map(group: &Group, id: LotId) -> Result<PeerLot> {
+        use std::sync::atomic::Ordering;
+        let s = group.slot(id.slot);
+        let unknown = || Error::BadDescriptor(BadDescriptor::UnknownLot { slot: id.slot, generation: id.generation });
+        let live = |s: &super::group::SlotRaw| {
+            s.state.load(Ordering::Acquire) == super::group::SLOT_LIVE
+                && s.generation.load(Ordering::Acquire) == id.generation
+        };
+        if id.slot as usize >= super::group::MAX_SLOTS || !live(s) {
+            return Err(unknown());
+        }
+        let pid = s.pid.load(Ordering::Relaxed);
+        let fd = open_peer_fd(pid, s.lot_fd.load(Ordering::Relaxed) as i32, false)
+            .map_err(|_| Error::PeerGone { pid })?;
+        let len = group.lot_size();
+        if file_len(fd.as_fd())? != len as u64 {
+            return Err(unknown());
+        }
+        let map = Mapping::fixed(group.lot_addr(id.slot), fd.as_fd(), 0, len, Access::Read)?;
+        // The slot must still belong to the same domain, or we may have opened a new
+        // owner's descriptor of the same number.
+        if !live(s) || s.pid.load(Ordering::Relaxed) != pid {
+            return Err(unknown());
+        }
+        Ok(PeerLot { id, map })
+    }
+
+    pub fn base(&self) -> *mut u8 {
+        self.map.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_round_up_to_powers_of_two_pages() {
+        let p = page_size();
+        assert_eq!(class_of(1), (0, p));
+        assert_eq!(class_of(p), (0, p));
+        assert_eq!(class_of(p + 1), (1, 2 * p));
+        assert_eq!(class_of(3 * p), (2, 4 * p));
+        assert_eq!(class_of(64 << 20), (14, 64 << 20));
+        assert_eq!(class_of(0), (0, p));
+    }
+}

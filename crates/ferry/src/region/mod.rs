@@ -1,0 +1,10 @@
+//! The memory layer: groups, domains, lots, and fbufs with their per-path allocators.
+
+pub mod domain;
+pub mod group;
+pub(crate) mod lot;
+pub mod path;
+
+pub use domain::Domain;
+pub use group::{DomainId, Group, GroupConfig, Member};
+pub use path::{PathAllocator, PathConfig, PathStats};

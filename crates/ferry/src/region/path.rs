@@ -1,0 +1,222 @@
+//! Fbufs and per-path allocators.
+//!
+//! An fbuf is a page-multiple span of its owner's lot. A [`PathAllocator`] serves one
+//! data path: it keeps a LIFO free list per size class of fbufs that have already
+//! travelled that path (so the receivers already have them mapped and, being last used,
+//! they are likely still in cache), and a quota that bounds how much of the lot the path
+//! may hold at once. Allocation and release on a warm path take a mutex that is never
+//! contended across processes and make no system call.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use super::domain::DomainInner;
+use super::lot::{class_of, Lot, CLASSES};
+use crate::error::{Error, Result};
+use crate::iodata::IoDataMut;
+use crate::segment::{Keep, LotSpan, Segment};
+use crate::sys::mem::Access;
+
+/// Settings of one data path.
+#[derive(Clone, Debug)]
+pub struct PathConfig {
+    /// Most bytes (in whole size-class spans) the path may have allocated and not yet
+    /// returned. Allocation beyond it fails with [`Error::QuotaExceeded`]; it never blocks.
+    pub quota: usize,
+    /// Write-protect every fbuf of this path in the originator when it is sent, until all
+    /// receivers have released it (secured fbufs). Off by default (volatile fbufs).
+    pub secure: bool,
+}
+
+impl Default for PathConfig {
+    fn default() -> Self {
+        PathConfig { quota: 512 << 20, secure: false }
+    }
+}
+
+/// Counters of one path allocator.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PathStats {
+    /// Fbufs handed out.
+    pub allocs: u64,
+    /// Of those, how many came from the path's own free list (already mapped along it).
+    pub cached: u64,
+    /// Allocations refused because of the quota.
+    pub quota_refusals: u64,
+    /// Bytes currently allocated and not returned.
+    pub outstanding: usize,
+}
+
+#[derive(Debug)]
+pub(crate) struct PathInner {
+    lot: Arc<Lot>,
+    domain: Weak<DomainInner>,
+    free: Mutex<Vec<Vec<u64>>>,
+    outstanding: AtomicUsize,
+    quota: usize,
+    secure: bool,
+    allocs: AtomicU64,
+    cached: AtomicU64,
+    refusals: AtomicU64,
+}
+
+impl Drop for PathInner {
+    fn drop(&mut self) {
+        let free = std::mem::take(self.free.get_mut().unwrap_or_else(|p| p.into_inner()));
+        for (k, offs) in free.into_iter().enumerate() {
+            self.lot.give(k, offs);
+        }
+    }
+}
+
+/// A per-path fbuf allocator. Cheap to clone; clones share the free lists and quota.
+#[derive(Clone, Debug)]
+pub struct PathAllocator {
+    inner: Arc<PathInner>,
+}
+
+impl PathAllocator {
+    pub(crate) fn new(lot: Arc<Lot>, domain: Weak<DomainInner>, config: PathConfig) -> Self {
+        PathAllocator {
+            inner: Arc::new(PathInner {
+                lot,
+                domain,
+                free: Mutex::new(vec![Vec::new(); CLASSES]),
+                outstanding: AtomicUsize::new(0),
+                quota: config.quota,
+                secure: config.secure,
+                allocs: AtomicU64::new(0),
+                cached: AtomicU64::new(0),
+                refusals: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Allocates an fbuf of at least `len` bytes and returns it in its write phase.
+    ///
+    /// The fbuf is recycled from this path when possible, so its bytes are whatever the
+    /// path last wrote there (fresh spans read as zeros). Write, then
+    /// [`freeze`](IoDataMut::freeze).
+    ///
+    /// # Errors
+    /// [`Error::QuotaExceeded`] if the path already holds its quota (receivers are not
+    /// releasing), [`Error::LotExhausted`] if the lot has no span left.
+    pub fn alloc(&self, len: usize) -> Result<IoDataMut> {
+        if len == 0 {
+            return IoDataMut::from_segments(Vec::new(), 0);
+        }
+        let seg = self.alloc_segment(len)?;
+        IoDataMut::from_segments(vec![seg], len)
+    }
+
+    pub(crate) fn alloc_segment(&self, len: usize) -> Result<Segment> {
+        if len > self.inner.lot.len() {
+            return Err(Error::LotExhausted { requested: len });
+        }
+        let (k, size) = class_of(len);
+        let p = &self.inner;
+        if p.outstanding.load(Ordering::Relaxed) + size > p.quota {
+            self.collect();
+            let outstanding = p.outstanding.load(Ordering::Relaxed);
+            if outstanding + size > p.quota {
+                p.refusals.fetch_add(1, Ordering::Relaxed);
+                return Err(Error::QuotaExceeded { outstanding, quota: p.quota });
+            }
+        }
+        let off = match self.pop(k) {
+            Some(off) => Some(off),
+            None => {
+                // Releases may be waiting on reverse rings; they are cheap to drain.
+                self.collect();
+                self.pop(k)
+            }
+        };
+        let off = match off {
+            Some(off) => {
+                p.cached.fetch_add(1, Ordering::Relaxed);
+                off
+            }
+            None => p.lot.take(k).ok_or(Error::LotExhausted { requested: size })?,
+        };
+        p.allocs.fetch_add(1, Ordering::Relaxed);
+        p.outstanding.fetch_add(size, Ordering::Relaxed);
+        let fbuf = Fbuf { path: self.inner.clone(), off, class: k, secured: AtomicBool::new(false) };
+        let ptr = NonNull::new(p.lot.base().wrapping_add(off as usize)).expect("lot base is non-null");
+        let span = LotSpan { lot: p.lot.id, offset: off };
+        // SAFETY: `off..off+size` is a span of our lot that this path just took, so no
+        // one else writes it until `fbuf` returns it; `fbuf` holds the lot (and so the
+        // mapping) alive. `len <= size`.
+        Ok(unsafe { Segment::from_raw(ptr, len, Some(span), true, Box::new(fbuf)) })
+    }
+
+    fn pop(&self, k: usize) -> Option<u64> {
+        self.inner.free.lock().unwrap_or_else(|p| p.into_inner())[k].pop()
+    }
+
+    fn collect(&self) {
+        if let Some(d) = self.inner.domain.upgrade() {
+            d.collect_releases();
+        }
+    }
+
+    /// Bytes allocated from this path and not yet returned.
+    pub fn outstanding(&self) -> usize {
+        self.inner.outstanding.load(Ordering::Relaxed)
+    }
+
+    /// The path's counters.
+    pub fn stats(&self) -> PathStats {
+        let p = &self.inner;
+        PathStats {
+            allocs: p.allocs.load(Ordering::Relaxed),
+            cached: p.cached.load(Ordering::Relaxed),
+            quota_refusals: p.refusals.load(Ordering::Relaxed),
+            outstanding: self.outstanding(),
+        }
+    }
+}
+
+/// One fbuf; returns to its path's free list when the last reference goes.
+struct Fbuf {
+    path: Arc<PathInner>,
+    off: u64,
+    class: usize,
+    secured: AtomicBool,
+}
+
+impl Fbuf {
+    fn size(&self) -> usize {
+        crate::sys::page_size() << self.class
+    }
+}
+
+impl Keep for Fbuf {
+    fn secure(&self) -> Result<()> {
+        if !self.secured.swap(true, Ordering::AcqRel) {
+            self.path.lot.mapping().protect(self.off as usize, self.size(), Access::Read)?;
+        }
+        Ok(())
+    }
+
+    fn on_send(&self) -> Result<()> {
+        if self.path.secure {
+            self.secure()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Fbuf {
+    fn drop(&mut self) {
+        if *self.secured.get_mut() {
+            // Every receiver has released it: the originator may write again. If this
+            // fails the span stays read-only, so keep it out of circulation.
+            if self.path.lot.mapping().protect(self.off as usize, self.size(), Access::ReadWrite).is_err() {
+                return;
+            }
+        }
+        self.path.free.lock().unwrap_or_else(|p| p.into_inner())[self.class].push(self.off);
+        self.path.outstanding.fetch_sub(self.size(), Ordering::Relaxed);
+    }
+}

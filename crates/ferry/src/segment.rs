@@ -1,0 +1,174 @@
+//! Segments: the spans of memory that IoData fragments point into.
+//!
+//! A [`Segment`] is a contiguous, readable span together with whatever keeps it alive: a
+//! heap vector, an fbuf of this domain's lot (returned to its path's free list on drop), or
+//! a span of another domain's lot (released back to that domain on drop). IoData never
+//! looks at the keeper; it only reads the bytes and, for spans in a shared lot, the
+//! [`LotSpan`] that lets a channel describe them to another domain without copying.
+
+use std::fmt;
+use std::ptr::NonNull;
+
+/// Identifies one lot: the group slot of the domain that owns it, and the generation of
+/// that slot (a slot reused after its domain died gets a new generation).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LotId {
+    /// Slot index in the group's control block.
+    pub slot: u16,
+    /// Generation of the slot when the lot was created.
+    pub generation: u32,
+}
+
+/// Where a segment lies inside a shared lot.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LotSpan {
+    /// The lot.
+    pub lot: LotId,
+    /// Byte offset of the segment's first byte from the start of the lot.
+    pub offset: u64,
+}
+
+/// A contiguous span of readable memory and the owner that keeps it valid.
+pub struct Segment {
+    ptr: NonNull<u8>,
+    len: usize,
+    span: Option<LotSpan>,
+    writable: bool,
+    // Dropped after the segment is no longer reachable; keeps `ptr..ptr+len` mapped.
+    keep: Box<dyn Keep>,
+}
+
+/// What keeps a segment's memory valid, and what happens to it when the segment goes.
+pub(crate) trait Keep: Send + Sync {
+    /// Write-protects the owner's pages until the memory is released (a no-op for memory
+    /// that is not an fbuf of this domain).
+    fn secure(&self) -> crate::Result<()> {
+        Ok(())
+    }
+
+    /// Called by a channel just before the segment is described to another domain.
+    fn on_send(&self) -> crate::Result<()> {
+        Ok(())
+    }
+}
+
+impl Keep for Vec<u8> {}
+
+// SAFETY: the segment only hands out shared `&[u8]` views of memory that `keep` keeps
+// mapped (and `&mut [u8]` only through `&mut Segment`), so moving or sharing it between
+// threads is as safe as sharing a `Vec<u8>`.
+unsafe impl Send for Segment {}
+// SAFETY: see `Send`; `&Segment` gives read-only access.
+unsafe impl Sync for Segment {}
+
+impl Segment {
+    /// Wraps a heap vector without copying it. The segment is writable and belongs to no lot,
+    /// so a channel must copy it into an fbuf to send it (and counts that copy).
+    pub fn from_vec(mut v: Vec<u8>) -> Self {
+        let len = v.len();
+        let ptr = NonNull::new(v.as_mut_ptr()).expect("Vec pointer is never null");
+        Segment { ptr, len, span: None, writable: true, keep: Box::new(v) }
+    }
+
+    /// Builds a segment over raw memory.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay mapped and readable for as long as `keep` is alive, and if
+    /// `writable` is true no one else may read or write that memory while this segment is
+    /// reachable through a `&mut Segment`. If `span` is `Some`, the memory must be exactly
+    /// that span of that lot.
+    pub(crate) unsafe fn from_raw(
+        ptr: NonNull<u8>,
+        len: usize,
+        span: Option<LotSpan>,
+        writable: bool,
+        keep: Box<dyn Keep>,
+    ) -> Self {
+        Segment { ptr, len, span, writable, keep }
+    }
+
+    /// Write-protects this segment's pages in the domain that owns them, until released.
+    pub(crate) fn secure(&self) -> crate::Result<()> {
+        self.keep.secure()
+    }
+
+    pub(crate) fn on_send(&self) -> crate::Result<()> {
+        self.keep.on_send()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True if the segment is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Where this segment lies in a shared lot, if it does.
+    pub fn lot_span(&self) -> Option<LotSpan> {
+        self.span
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `from_vec`/`from_raw` guarantee the span is mapped and readable while
+        // `keep` lives, and `keep` lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The bytes, writable, if this segment is writable (fresh fbufs and heap vectors).
+    pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        if !self.writable {
+            return None;
+        }
+        // SAFETY: the memory is mapped while `keep` lives; `writable` promises that no
+        // one else touches it while we hold `&mut self`.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
+    }
+
+    /// Marks the segment read-only (done when an aggregate is frozen).
+    pub(crate) fn freeze(&mut self) {
+        self.writable = false;
+    }
+
+    /// Address of the first byte.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl fmt::Debug for Segment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Segment")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("span", &self.span)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_vec_does_not_copy() {
+        let v = vec![7u8; 100];
+        let p = v.as_ptr();
+        let s = Segment::from_vec(v);
+        assert_eq!(s.as_ptr(), p);
+        assert_eq!(s.as_slice(), &[7u8; 100][..]);
+        assert!(s.lot_span().is_none());
+    }
+
+    #[test]
+    fn frozen_segment_is_not_writable() {
+        let mut s = Segment::from_vec(vec![1, 2, 3]);
+        s.as_mut_slice().unwrap()[0] = 9;
+        s.freeze();
+        assert!(s.as_mut_slice().is_none());
+        assert_eq!(s.as_slice(), &[9, 2, 3]);
+    }
+}

@@ -1,0 +1,127 @@
+//! Memory mappings (`mmap(2)`, `munmap(2)`, `mprotect(2)`).
+
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::ptr::NonNull;
+
+use rustix::mm::{mmap, mprotect, munmap, MapFlags, MprotectFlags, ProtFlags};
+
+use super::count;
+use crate::error::{Error, Result};
+
+/// Access a mapping grants.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Read only.
+    Read,
+    /// Read and write.
+    ReadWrite,
+}
+
+impl Access {
+    fn prot(self) -> ProtFlags {
+        match self {
+            Access::Read => ProtFlags::READ,
+            Access::ReadWrite => ProtFlags::READ | ProtFlags::WRITE,
+        }
+    }
+}
+
+/// A shared file mapping, unmapped on drop.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a `Mapping` is an owned address range; it gives out only raw pointers, and
+// whoever dereferences them synchronises access.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `&Mapping` exposes only the address and length.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps `len` bytes of `fd` from offset 0, `MAP_SHARED`, wherever the kernel chooses.
+    pub fn shared(fd: BorrowedFd<'_>, len: usize, access: Access) -> io::Result<Self> {
+        count();
+        // SAFETY: a null hint without MAP_FIXED cannot replace any existing mapping.
+        let p = unsafe { mmap(std::ptr::null_mut(), len, access.prot(), MapFlags::SHARED, fd, 0)? };
+        Ok(Mapping { ptr: NonNull::new(p.cast()).expect("mmap never returns null"), len })
+    }
+
+    /// Maps `len` bytes of `fd` from `offset` at exactly `addr`, `MAP_SHARED` with
+    /// `MAP_FIXED_NOREPLACE`: if anything is mapped there already the call fails with
+    /// [`Error::AddressInUse`] and nothing is replaced.
+    pub fn fixed(
+        addr: usize,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        access: Access,
+    ) -> Result<Self> {
+        count();
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the kernel
+        // refuses with EEXIST instead.
+        let r = unsafe {
+            mmap(
+                addr as *mut _,
+                len,
+                access.prot(),
+                MapFlags::SHARED | MapFlags::FIXED_NOREPLACE,
+                fd,
+                offset,
+            )
+        };
+        match r {
+            Ok(p) if p as usize == addr => Ok(Mapping { ptr: NonNull::new(p.cast()).expect("non-null"), len }),
+            Ok(p) => {
+                // A kernel that ignores MAP_FIXED_NOREPLACE treats it as a hint.
+                // SAFETY: `p..p+len` is the mapping we just made and no one else knows it.
+                let _ = unsafe { munmap(p, len) };
+                Err(Error::AddressInUse { addr, len })
+            }
+            Err(rustix::io::Errno::EXIST) => Err(Error::AddressInUse { addr, len }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// First byte of the mapping.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length mapping (never produced by the constructors).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Changes the protection of the pages in `offset..offset+len` (`mprotect(2)`).
+    /// Both must be page multiples inside the mapping.
+    pub fn protect(&self, offset: usize, len: usize, access: Access) -> io::Result<()> {
+        assert!(offset.checked_add(len).is_some_and(|e| e <= self.len));
+        let flags = match access {
+            Access::Read => MprotectFlags::READ,
+            Access::ReadWrite => MprotectFlags::READ | MprotectFlags::WRITE,
+        };
+        count();
+        // SAFETY: the range lies inside our own mapping (asserted above). Making pages
+        // read-only can make later writes fault, which is the point; no Rust reference to
+        // them is writable while the owner has frozen them.
+        unsafe { mprotect(self.ptr.as_ptr().add(offset).cast(), len, flags)? };
+        Ok(())
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        count();
+        // SAFETY: we own this range; everything pointing into it holds an Arc that keeps
+        // this Mapping alive, so nothing refers to it any more.
+        let _ = unsafe { munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}

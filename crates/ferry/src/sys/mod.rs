@@ -1,0 +1,38 @@
+//! Thin, safe wrappers over the Linux calls ferry uses.
+//!
+//! Most of ferry's `unsafe` lives here. Every wrapper names the call it makes. Each call
+//! made through this layer is also counted (see [`syscall_count`]), so benchmarks can show
+//! that the steady-state data path makes none.
+
+pub mod fd;
+pub mod futex;
+pub mod mem;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static SYSCALLS: AtomicU64 = AtomicU64::new(0);
+
+/// Records one system call made by ferry.
+#[inline]
+pub(crate) fn count() {
+    SYSCALLS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Number of system calls ferry itself has made in this process so far.
+///
+/// This counts only calls made through ferry's `sys` layer (not the allocator's or the
+/// caller's own); take the difference around a loop to check a path is syscall-free.
+pub fn syscall_count() -> u64 {
+    SYSCALLS.load(Ordering::Relaxed)
+}
+
+/// The system page size.
+pub fn page_size() -> usize {
+    rustix::param::page_size()
+}
+
+/// Rounds `n` up to a multiple of the page size, or `None` on overflow.
+pub fn round_up_pages(n: usize) -> Option<usize> {
+    let p = page_size();
+    n.checked_add(p - 1).map(|v| v & !(p - 1))
+}

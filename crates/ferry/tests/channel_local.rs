@@ -1,0 +1,168 @@
+//! Channel behaviour between two domains of one process (the multi-process tests are in
+//! `processes.rs`). Two domains in one process share the address space, so the receiver
+//! reads the sender's lot through the sender's own mapping.
+
+use std::time::Duration;
+
+use ferry::{Domain, Error, Group, IoData, PathConfig, Receiver, Sender};
+
+const T: Duration = Duration::from_secs(5);
+
+fn group(tag: &str) -> std::sync::Arc<Group> {
+    Group::open(&format!("test-{tag}-{}", std::process::id())).unwrap()
+}
+
+fn pair(g: &std::sync::Arc<Group>) -> (Domain, Domain, Sender, Receiver) {
+    let a = g.join().unwrap();
+    let b = g.join().unwrap();
+    let bid = b.id();
+    let a2 = a.clone();
+    let t = std::thread::spawn(move || a2.connect(bid, T).unwrap());
+    let rx = b.accept(T).unwrap();
+    let tx = t.join().unwrap();
+    (a, b, tx, rx)
+}
+
+#[test]
+fn send_receive_release() {
+    let g = group("srr");
+    let (a, _b, tx, mut rx) = pair(&g);
+    let path = a.path(PathConfig::default()).unwrap();
+    for round in 0..100u32 {
+        let mut m = path.alloc(10_000).unwrap();
+        m.fill_from(&vec![(round % 251) as u8; 10_000]);
+        let data = m.freeze();
+        let addr = data.fragments()[0].as_slice().as_ptr();
+        tx.try_send(&data).unwrap();
+        drop(data);
+        let got = rx.try_recv().unwrap().expect("message ready");
+        assert_eq!(got.len(), 10_000);
+        // Zero copy: the receiver reads the very same bytes.
+        assert_eq!(got.fragments()[0].as_slice().as_ptr(), addr);
+        assert!(got.iter_bytes().all(|b| b == (round % 251) as u8));
+        assert!(path.outstanding() > 0);
+        drop(got);
+        tx.collect_releases().unwrap();
+        assert_eq!(path.outstanding(), 0, "released fbuf went back to the path");
+        assert_eq!(tx.in_flight(), 0);
+    }
+    // After the first round every allocation came from the path's free list.
+    let s = path.stats();
+    assert_eq!(s.allocs, 100);
+    assert_eq!(s.cached, 99);
+    assert_eq!(tx.stats().copied_bytes, 0);
+}
+
+#[test]
+fn many_fragments_and_heap_fallback() {
+    let g = group("frag");
+    let (a, _b, tx, mut rx) = pair(&g);
+    let path = a.path(PathConfig::default()).unwrap();
+    let mut want = Vec::new();
+    let mut data = IoData::new();
+    for i in 0..700usize {
+        let mut m = path.alloc(1 + i % 50).unwrap();
+        let bytes: Vec<u8> = (0..1 + i % 50).map(|j| (i * 7 + j) as u8).collect();
+        m.fill_from(&bytes);
+        want.extend_from_slice(&bytes);
+        data.append(m.freeze());
+    }
+    // A heap fragment must be copied into an fbuf (the visible fallback).
+    data.append(IoData::from_vec(b"heap tail".to_vec()));
+    want.extend_from_slice(b"heap tail");
+    tx.send(&data).unwrap();
+    let got = rx.recv().unwrap();
+    assert_eq!(got.num_fragments(), 701);
+    assert_eq!(got.to_vec(), want);
+    assert_eq!(tx.stats().copied_bytes, 9);
+}
+
+#[test]
+fn quota_refuses_instead_of_blocking() {
+    let g = group("quota");
+    let (a, _b, tx, mut rx) = pair(&g);
+    let path = a.path(PathConfig { quota: 64 * 1024, secure: false }).unwrap();
+    let mut held = Vec::new();
+    let err = loop {
+        match path.alloc(4096) {
+            Ok(m) => {
+                tx.send(&m.freeze()).unwrap();
+                held.push(rx.recv().unwrap());
+            }
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, Error::QuotaExceeded { quota: 65536, .. }), "{err}");
+    assert_eq!(held.len(), 16);
+    assert_eq!(path.stats().quota_refusals, 1);
+    held.clear();
+    // The receiver let go: allocation works again (releases are collected on demand).
+    assert!(path.alloc(4096).is_ok());
+}
+
+#[test]
+fn full_ring_then_disconnect() {
+    let g = group("full");
+    let a = g.join().unwrap();
+    let b = g.join().unwrap();
+    let bid = b.id();
+    let a2 = a.clone();
+    let t = std::thread::spawn(move || {
+        a2.connect_with(bid, ferry::ChannelConfig { capacity: 4, release_capacity: 8 }, T).unwrap()
+    });
+    let mut rx = b.accept(T).unwrap();
+    let tx = t.join().unwrap();
+    let d = IoData::from_vec(vec![1; 10]);
+    for _ in 0..4 {
+        tx.try_send(&d).unwrap();
+    }
+    assert!(matches!(tx.try_send(&d), Err(Error::Full)));
+    assert!(matches!(
+        tx.send_timeout(&d, Some(Duration::from_millis(50))),
+        Err(Error::Timeout)
+    ));
+    for _ in 0..4 {
+        rx.try_recv().unwrap().unwrap();
+    }
+    drop(tx);
+    assert!(matches!(rx.try_recv(), Err(Error::Disconnected)));
+}
+
+#[test]
+fn blocking_receiver_is_woken() {
+    let g = group("wake");
+    let (a, _b, tx, mut rx) = pair(&g);
+    let path = a.path(PathConfig::default()).unwrap();
+    let t = std::thread::spawn(move || {
+        for i in 0..50u8 {
+            std::thread::sleep(Duration::from_millis(1));
+            let mut m = path.alloc(100).unwrap();
+            m.fill_from(&[i; 100]);
+            tx.send(&m.freeze()).unwrap();
+        }
+        tx
+    });
+    for i in 0..50u8 {
+        let d = rx.recv_timeout(Some(T)).unwrap().expect("woken before the timeout");
+        assert!(d.eq_bytes(&[i; 100]));
+    }
+    let tx = t.join().unwrap();
+    assert!(rx.stats().sleeps > 0);
+    assert!(tx.stats().wakeups > 0 && tx.stats().wakeups <= rx.stats().sleeps);
+}
+
+#[test]
+fn address_in_use_is_an_error() {
+    let name = format!("test-addr-{}", std::process::id());
+    let g = Group::open(&name).unwrap();
+    // Occupy slot 0's address first, so the join must fail rather than map elsewhere.
+    let addr = g.lot_addr(0);
+    let p = unsafe {
+        libc::mmap(addr as *mut _, 4096, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE, -1, 0)
+    };
+    assert_eq!(p as usize, addr);
+    let e = g.join().unwrap_err();
+    assert!(matches!(e, Error::AddressInUse { addr: a, .. } if a == addr), "{e}");
+    unsafe { libc::munmap(p, 4096) };
+    assert!(g.join().is_ok());
+}
