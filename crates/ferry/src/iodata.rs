@@ -1360,7 +1360,7 @@ mod tests {
     fn out_of_range() {
         let (d, _) = pieces(&[2, 2]);
         assert!(d.try_slice(0..5).is_none());
-        assert!(d.try_slice(3..2).is_none());
+        assert!(d.try_slice(std::ops::Range { start: 3, end: 2 }).is_none());
         assert!(d.try_slice(..=4).is_none());
         assert!(d.try_slice(4..).unwrap().is_empty());
         assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| d.slice(1..9))).is_err());
@@ -1493,13 +1493,14 @@ mod tests {
 
     #[test]
     fn units_borrow_inside_fragments() {
-        let (d, model) = pieces(&[8, 8, 5]);
+        let (d, model) = pieces(&[8, 6, 7]);
         let mut u = d.units(4);
         assert_eq!(u.len(), 6);
         let got: Vec<Cow<'_, [u8]>> = u.by_ref().collect();
-        assert!(got.iter().take(4).all(|c| matches!(c, Cow::Borrowed(_))));
-        assert!(matches!(got[4], Cow::Owned(_)), "bytes 16..20 straddle");
-        assert!(matches!(got[5], Cow::Borrowed(_)));
+        for (i, unit) in got.iter().enumerate() {
+            // Only bytes 12..16 straddle (fragment 1 is 8..14).
+            assert_eq!(matches!(unit, Cow::Borrowed(_)), i != 3, "unit {i}");
+        }
         assert_eq!(got[5].len(), 1);
         assert_eq!(u.borrowed_units(), 5);
         assert_eq!(u.copied_units(), 1);
@@ -1590,7 +1591,7 @@ mod tests {
         assert_eq!(m.write(&[4, 5, 6, 7]).unwrap(), 3);
         assert_eq!(m.write(&[8]).unwrap(), 0);
         assert_eq!(m.remaining_mut(), 0);
-        assert!(m.chunk_mut().is_empty());
+        assert!(m.chunk_mut().len() == 0);
         m.write_at(1, &[9, 9]);
         let d = m.freeze();
         assert!(d.eq_bytes(&[1, 9, 9, 4, 5, 6]));

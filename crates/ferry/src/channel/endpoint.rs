@@ -192,6 +192,7 @@ impl SendCore {
         let all: Vec<_> = st.inflight.iter_mut().map(|f| f.data.take()).collect();
         st.free_tokens = (0..st.inflight.len() as u32).collect();
         drop(all);
+        self.domain.forget_dead_peers();
     }
 
     fn check_peer(&self, st: &mut SendState, force: bool) -> Result<()> {
@@ -379,6 +380,22 @@ impl Sender {
         self.core.check_peer(&mut st, true)
     }
 
+    /// Pushes a raw descriptor, bypassing every check: for tests of how receivers treat
+    /// a faulty or hostile sender. Not part of the supported API.
+    #[doc(hidden)]
+    pub fn __push_raw(&self, d: RawDesc) -> Result<()> {
+        let mut st = self.core.lock();
+        match st.fwd.try_push(d).map_err(corrupt)? {
+            Push::Full(_) => Err(Error::Full),
+            Push::Done { wake } => {
+                if wake {
+                    self.core.link.rx_efd.notify();
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// The receiving domain.
     pub fn peer(&self) -> DomainId {
         self.core.peer
@@ -433,6 +450,13 @@ struct RecvCore {
     domain: Arc<DomainInner>,
     rel: Mutex<RelState>,
     stats: Counters,
+}
+
+impl Drop for RecvCore {
+    fn drop(&mut self) {
+        // Nothing received on this channel is alive any more: unmap lots of dead peers.
+        self.domain.forget_dead_peers();
+    }
 }
 
 impl RecvCore {

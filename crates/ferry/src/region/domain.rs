@@ -116,10 +116,22 @@ impl DomainInner {
         self.parked.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// Drops mappings of peer lots nothing refers to any more.
-    pub fn forget_unused_peers(&self) {
+    /// Unmaps lots of peers that are no longer live, once nothing here refers to them.
+    pub fn forget_dead_peers(&self) {
+        use std::sync::atomic::Ordering;
         let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        peers.retain(|_, p| Arc::strong_count(p) > 1);
+        peers.retain(|&slot, p| {
+            let s = self.group.slot(slot);
+            let live = s.state.load(Ordering::Acquire) == super::group::SLOT_LIVE
+                && s.generation.load(Ordering::Acquire) == p.id.generation
+                && self.group.pid_alive(s.pid.load(Ordering::Relaxed), s.start_time.load(Ordering::Relaxed));
+            live || Arc::strong_count(p) > 1
+        });
+    }
+
+    /// Number of peer lots mapped in this process.
+    pub fn mapped_peers(&self) -> usize {
+        self.peers.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 }
 
@@ -202,5 +214,21 @@ impl Domain {
     /// their free lists. Allocators do this on their own when a free list runs dry.
     pub fn collect_releases(&self) {
         self.inner.collect_releases()
+    }
+
+    /// Unmaps the lots of peers that died, once nothing here reads them. Channels do
+    /// this on their own when they notice a peer died or when they close.
+    pub fn forget_dead_peers(&self) {
+        self.inner.forget_dead_peers()
+    }
+
+    /// Number of other domains' lots mapped in this process.
+    pub fn mapped_peers(&self) -> usize {
+        self.inner.mapped_peers()
+    }
+
+    /// Closed senders still waiting for their receivers to release fbufs.
+    pub fn parked_senders(&self) -> usize {
+        self.inner.parked()
     }
 }
