@@ -166,3 +166,40 @@ fn address_in_use_is_an_error() {
     unsafe { libc::munmap(p, 4096) };
     assert!(g.join().is_ok());
 }
+
+#[test]
+fn bad_descriptors_are_rejected_and_the_channel_goes_on() {
+    use ferry::channel::desc::{encode, RawDesc, RawFrag, RawRef};
+    let g = group("baddesc");
+    let (a, _b, tx, mut rx) = pair(&g);
+    let me = a.id();
+    let lot = g.lot_size() as u64;
+    let frag = |slot: u16, generation: u32, offset: u64, len: u64| RawFrag { slot, pad: 0, generation, offset, len };
+    let one = |f: RawFrag| encode(0, &[f], &mut [], RawRef::NONE);
+    let mut bad: Vec<(RawDesc, &str)> = vec![
+        (one(frag(me.slot, me.generation, lot - 10, 11)), "out of bounds"),
+        (one(frag(me.slot, me.generation, u64::MAX - 1, 4)), "offset overflow"),
+        (one(frag(me.slot, me.generation + 7, 0, 10)), "stale generation"),
+        (one(frag(63, 1, 0, 10)), "unknown lot"),
+        (one(frag(me.slot, me.generation, 0, 0)), "empty fragment"),
+    ];
+    let mut d = one(frag(me.slot, me.generation, 0, 10));
+    d.nfrags = 100_000;
+    bad.push((d, "too many fragments"));
+    let mut d = one(frag(me.slot, me.generation, 0, 10));
+    d.nfrags = 6;
+    d.next = RawRef { slot: me.slot, pad: 0, generation: me.generation, offset: lot + 4096 };
+    bad.push((d, "continuation block outside the lot"));
+    for (d, why) in bad {
+        tx.__push_raw(d).unwrap();
+        match rx.try_recv() {
+            Err(Error::BadDescriptor(_)) => {}
+            other => panic!("{why}: accepted or wrong error: {other:?}"),
+        }
+    }
+    assert_eq!(rx.stats().bad_from_peer, 7);
+    // The channel still works.
+    let good = IoData::from_vec(b"still fine".to_vec());
+    tx.send(&good).unwrap();
+    assert!(rx.recv().unwrap().eq_bytes(b"still fine"));
+}
