@@ -203,3 +203,21 @@ fn bad_descriptors_are_rejected_and_the_channel_goes_on() {
     tx.send(&good).unwrap();
     assert!(rx.recv().unwrap().eq_bytes(b"still fine"));
 }
+
+#[test]
+fn map_per_transfer_reads_the_same_bytes_through_a_fresh_mapping() {
+    let g = group("uncached");
+    let (a, _b, tx, mut rx) = pair(&g);
+    rx.set_map_per_transfer(true);
+    let path = a.path(PathConfig::default()).unwrap();
+    let mut m = path.alloc(3 * 4096 + 5).unwrap();
+    m.fill_from(&vec![0x5a; 3 * 4096 + 5]);
+    let data = m.freeze().slice(100..);
+    tx.send(&data).unwrap();
+    let got = rx.recv().unwrap();
+    assert_eq!(got, data);
+    assert_ne!(got.fragments()[0].as_slice().as_ptr(), data.fragments()[0].as_slice().as_ptr());
+    drop((got, data));
+    tx.collect_releases().unwrap();
+    assert_eq!(path.outstanding(), 0);
+}

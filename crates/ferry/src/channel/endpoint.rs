@@ -440,6 +440,14 @@ impl Drop for Hold {
 struct RemoteKeep(#[allow(dead_code)] Arc<Hold>);
 impl Keep for RemoteKeep {}
 
+/// A fragment mapped for this one transfer (the uncached baseline); unmapped on drop,
+/// before the hold releases the fbuf.
+struct MappedKeep {
+    _map: Mapping,
+    _hold: Arc<Hold>,
+}
+impl Keep for MappedKeep {}
+
 struct RelState {
     rev: Producer<u64>,
     pending: Vec<u64>,
@@ -529,6 +537,7 @@ pub struct Receiver {
     core: Arc<RecvCore>,
     fwd: Consumer<RawDesc>,
     last_check: Instant,
+    map_per_transfer: bool,
 }
 
 impl std::fmt::Debug for Receiver {
@@ -568,17 +577,29 @@ impl Receiver {
         };
         let hold = Arc::new(Hold { core: c.clone(), token: d.token, _lots: lots.seen.values().cloned().collect() });
         let mut total = 0;
-        let fragments = frags.iter().map(|f| {
+        let mut fragments = Vec::with_capacity(frags.len());
+        for f in &frags {
             let l = &lots.seen[&(f.slot, f.generation)];
             total += f.len;
-            let ptr = NonNull::new(l.base().wrapping_add(f.offset as usize)).expect("lot base non-null");
             let span = LotSpan { lot: LotId { slot: f.slot, generation: f.generation }, offset: f.offset };
-            // SAFETY: decode checked the span lies inside the lot, which `hold` keeps
-            // mapped; the memory is not writable through this segment.
-            let seg = unsafe { Segment::from_raw(ptr, f.len as usize, Some(span), false, Box::new(RemoteKeep(hold.clone()))) };
-            Fragment::whole(Arc::new(seg))
-        });
-        let data = IoData::from_fragments(fragments.collect::<Vec<_>>());
+            let (ptr, keep): (*mut u8, Box<dyn Keep>) = if self.map_per_transfer {
+                let page = crate::sys::page_size() as u64;
+                let start = f.offset / page * page;
+                let len = crate::sys::round_up_pages((f.offset + f.len - start) as usize).expect("inside the lot");
+                let map = Mapping::shared_at(l.fd(), start, len, Access::Read)?;
+                let ptr = map.as_ptr().wrapping_add((f.offset - start) as usize);
+                (ptr, Box::new(MappedKeep { _map: map, _hold: hold.clone() }))
+            } else {
+                (l.base().wrapping_add(f.offset as usize), Box::new(RemoteKeep(hold.clone())))
+            };
+            let ptr = NonNull::new(ptr).expect("mappings are non-null");
+            // SAFETY: decode checked the span lies inside the lot, which `keep` keeps
+            // mapped (the whole lot, or the pages of this fragment); the memory is not
+            // writable through this segment.
+            let seg = unsafe { Segment::from_raw(ptr, f.len as usize, Some(span), false, keep) };
+            fragments.push(Fragment::whole(Arc::new(seg)));
+        }
+        let data = IoData::from_fragments(fragments);
         Counters::add(&c.stats.messages, 1);
         Counters::add(&c.stats.bytes, total);
         Ok(Some(data))
@@ -598,6 +619,14 @@ impl Receiver {
             }
         }
         Ok(())
+    }
+
+    /// Maps every received fragment afresh and unmaps it on release, instead of reading
+    /// through the cached mapping of the sender's lot. This is the "uncached" baseline of
+    /// the fbuf paper: it costs an `mmap`, page faults and an `munmap` per transfer, and
+    /// fragments then sit at a different address than in the sender.
+    pub fn set_map_per_transfer(&mut self, on: bool) {
+        self.map_per_transfer = on;
     }
 
     /// Receives the next message, blocking until one arrives.
@@ -879,5 +908,5 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, offer: &crate::region::
         rel: Mutex::new(RelState { rev, pending: Vec::new() }),
         stats: Counters::default(),
     });
-    Ok(Receiver { core, fwd, last_check: Instant::now() })
+    Ok(Receiver { core, fwd, last_check: Instant::now(), map_per_transfer: false })
 }

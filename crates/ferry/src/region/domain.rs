@@ -32,6 +32,14 @@ impl LotRef {
             LotRef::Peer(l) => l.len(),
         }
     }
+
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        match self {
+            LotRef::Own(l) => l.fd().as_fd(),
+            LotRef::Peer(l) => l.fd().as_fd(),
+        }
+    }
 }
 
 /// Something the domain must poll for releases (a sending channel).

@@ -51,7 +51,6 @@ pub(crate) struct Lot {
     pub id: LotId,
     map: Mapping,
     // Kept open so peers can reopen it read-only through /proc/PID/fd.
-    #[allow(dead_code)]
     fd: OwnedFd,
     spans: Mutex<Spans>,
 }
@@ -96,6 +95,10 @@ impl Lot {
         self.map.len()
     }
 
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
     pub fn mapping(&self) -> &Mapping {
         &self.map
     }
@@ -135,6 +138,8 @@ impl Drop for Lot {
 pub(crate) struct PeerLot {
     pub id: LotId,
     map: Mapping,
+    /// The read-only descriptor, for receivers that map per transfer.
+    fd: OwnedFd,
 }
 
 impl PeerLot {
@@ -165,7 +170,11 @@ impl PeerLot {
         if !live(s) || s.pid.load(Ordering::Relaxed) != pid {
             return Err(unknown());
         }
-        Ok(PeerLot { id, map })
+        Ok(PeerLot { id, map, fd })
+    }
+
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
     }
 
     pub fn base(&self) -> *mut u8 {

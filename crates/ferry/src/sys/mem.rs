@@ -43,9 +43,15 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// Maps `len` bytes of `fd` from offset 0, `MAP_SHARED`, wherever the kernel chooses.
     pub fn shared(fd: BorrowedFd<'_>, len: usize, access: Access) -> io::Result<Self> {
+        Self::shared_at(fd, 0, len, access)
+    }
+
+    /// Maps `len` bytes of `fd` from `offset` (a page multiple), `MAP_SHARED`, wherever
+    /// the kernel chooses.
+    pub fn shared_at(fd: BorrowedFd<'_>, offset: u64, len: usize, access: Access) -> io::Result<Self> {
         count();
         // SAFETY: a null hint without MAP_FIXED cannot replace any existing mapping.
-        let p = unsafe { mmap(std::ptr::null_mut(), len, access.prot(), MapFlags::SHARED, fd, 0)? };
+        let p = unsafe { mmap(std::ptr::null_mut(), len, access.prot(), MapFlags::SHARED, fd, offset)? };
         Ok(Mapping { ptr: NonNull::new(p.cast()).expect("mmap never returns null"), len })
     }
 
