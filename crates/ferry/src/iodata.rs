@@ -64,6 +64,7 @@ impl Fragment {
     ///
     /// # Panics
     /// If `offset + len` overflows or exceeds the segment's length.
+    #[track_caller]
     pub fn new(seg: Arc<Segment>, offset: usize, len: usize) -> Fragment {
         let end = offset.checked_add(len).expect("fragment bounds overflow");
         assert!(
@@ -349,6 +350,7 @@ impl IoData {
     ///
     /// # Panics
     /// If the range is out of bounds or decreasing, like slice indexing.
+    #[track_caller]
     pub fn slice(&self, range: impl RangeBounds<usize>) -> IoData {
         match self.bounds(&range) {
             Some((a, b)) => self.window(a, b),
@@ -360,6 +362,7 @@ impl IoData {
     ///
     /// # Panics
     /// If `at > len`.
+    #[track_caller]
     pub fn split_at(&self, at: usize) -> (IoData, IoData) {
         self.check_at(at);
         (self.window(0, at), self.window(at, self.len))
@@ -369,6 +372,7 @@ impl IoData {
     ///
     /// # Panics
     /// If `at > len`.
+    #[track_caller]
     pub fn split_to(&mut self, at: usize) -> IoData {
         self.check_at(at);
         let front = self.window(0, at);
@@ -380,6 +384,7 @@ impl IoData {
     ///
     /// # Panics
     /// If `at > len`.
+    #[track_caller]
     pub fn split_off(&mut self, at: usize) -> IoData {
         self.check_at(at);
         let back = self.window(at, self.len);
@@ -387,6 +392,7 @@ impl IoData {
         back
     }
 
+    #[track_caller]
     fn check_at(&self, at: usize) {
         assert!(
             at <= self.len,
@@ -516,6 +522,7 @@ impl IoData {
     ///
     /// # Panics
     /// If the range is out of bounds or `dst.len()` differs from its length.
+    #[track_caller]
     pub fn copy_range_to_slice(&self, range: impl RangeBounds<usize>, dst: &mut [u8]) {
         let Some((a, b)) = self.bounds(&range) else {
             out_of_bounds(&range, self.len)
@@ -567,6 +574,7 @@ impl IoData {
     ///
     /// # Panics
     /// If `n == 0`.
+    #[track_caller]
     pub fn units(&self, n: usize) -> Units<'_> {
         assert!(n > 0, "unit size must be positive");
         Units {
@@ -605,7 +613,7 @@ impl IoData {
     /// A same-length [`mutate`](IoData::mutate) driven by pointer pairs: `f(src, dst)` is
     /// called for consecutive, equal-length pieces of `self` and of the new aggregate
     /// (`src` in a source fragment, `dst` in a target buffer), covering every byte once.
-    /// Suits byte-wise transformations (masking, encryption, byte swapping).
+    /// Suits byte-wise transformations (masking, XOR ciphers, case folding).
     ///
     /// # Errors
     /// As for [`mutate`](IoData::mutate).
@@ -1106,6 +1114,7 @@ impl IoDataMut {
     ///
     /// # Panics
     /// If `offset + data.len() > self.len()`.
+    #[track_caller]
     pub fn write_at(&mut self, offset: usize, data: &[u8]) {
         let end = offset
             .checked_add(data.len())
@@ -1138,6 +1147,7 @@ impl IoDataMut {
     ///
     /// # Panics
     /// If `data.len() > self.len()`.
+    #[track_caller]
     pub fn fill_from(&mut self, data: &[u8]) {
         self.write_at(0, data);
         self.set_cursor(data.len());
@@ -1299,6 +1309,16 @@ mod tests {
             p
         });
         (IoData::concat_all(parts.collect::<Vec<_>>()), model)
+    }
+
+    #[test]
+    fn types_are_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<IoData>();
+        check::<IoDataMut>();
+        check::<Fragment>();
+        check::<IoDataReader<'_>>();
+        check::<Units<'_>>();
     }
 
     #[test]

@@ -221,3 +221,28 @@ fn map_per_transfer_reads_the_same_bytes_through_a_fresh_mapping() {
     tx.collect_releases().unwrap();
     assert_eq!(path.outstanding(), 0);
 }
+
+/// Steady state (warm free list, receiver keeping up, nobody sleeping): allocation,
+/// send, receive and release make no system call at all.
+#[test]
+fn steady_state_makes_no_system_calls() {
+    let g = group("nosys");
+    let (a, _b, tx, mut rx) = pair(&g);
+    let path = a.path(PathConfig::default()).unwrap();
+    let mut round = |i: u64| {
+        let mut m = path.alloc(64 * 1024).unwrap();
+        m.write_at(0, &i.to_le_bytes());
+        tx.try_send(&m.freeze()).unwrap();
+        let got = rx.try_recv().unwrap().unwrap();
+        assert!(got.slice(0..8).eq_bytes(&i.to_le_bytes()));
+    };
+    for i in 0..10 {
+        round(i);
+    }
+    let before = ferry::sys::thread_syscall_count();
+    for i in 0..10_000 {
+        round(i);
+    }
+    assert_eq!(ferry::sys::thread_syscall_count() - before, 0);
+    assert_eq!(path.stats().allocs, 10_010);
+}

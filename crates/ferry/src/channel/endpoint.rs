@@ -166,7 +166,7 @@ impl SendCore {
     }
 
     /// Drains the reverse ring; returns fbufs of released messages.
-    fn drain(&self, st: &mut SendState) -> Result<()> {
+    fn drain(&self, st: &mut SendState) -> Result<u64> {
         let mut n = 0;
         let mut done = Vec::new();
         while let Some((token, _)) = st.rev.try_pop().map_err(corrupt)? {
@@ -183,7 +183,7 @@ impl SendCore {
         }
         Counters::add(&self.stats.releases, n);
         drop(done);
-        Ok(())
+        Ok(n)
     }
 
     /// The receiver died: everything it held comes back.
@@ -219,10 +219,14 @@ impl ReleaseSource for SendCore {
     fn collect(&self) -> bool {
         // try_lock: allocation inside `send` may land here while we hold the lock.
         let Ok(mut st) = self.state.try_lock() else { return true };
-        if self.drain(&mut st).is_err() || self.check_peer(&mut st, false).is_err() {
+        let Ok(released) = self.drain(&mut st) else { return false };
+        let waiting = st.inflight.iter().any(|f| f.data.is_some());
+        // Probe liveness (a system call, at most every 10 ms) only when releases have
+        // stopped coming while messages are still out.
+        if waiting && released == 0 && self.check_peer(&mut st, false).is_err() {
             return false;
         }
-        st.inflight.iter().any(|f| f.data.is_some())
+        waiting && !self.gone.load(Ordering::Acquire)
     }
 }
 
@@ -248,7 +252,12 @@ impl Sender {
     pub fn try_send(&self, data: &IoData) -> Result<()> {
         let c = &*self.core;
         let mut st = c.lock();
-        c.check_peer(&mut st, false)?;
+        // No liveness probe here: that would be a system call per message. A dead
+        // receiver stops consuming, the ring fills, and the probe below (or the blocking
+        // wait in `send`, or an allocator collecting releases) notices.
+        if c.gone.load(Ordering::Acquire) {
+            return Err(Error::PeerGone { pid: c.link.peer_pid });
+        }
         if c.link.header().rx_closed.load(Ordering::Acquire) != 0 {
             return Err(Error::Disconnected);
         }
@@ -294,6 +303,7 @@ impl Sender {
         match st.fwd.try_push(entry).map_err(corrupt)? {
             Push::Full(_) => {
                 st.free_tokens.push(idx);
+                c.check_peer(&mut st, true)?;
                 Err(Error::Full)
             }
             Push::Done { wake } => {
@@ -365,7 +375,7 @@ impl Sender {
     /// Drains pending releases now (sending and allocating do this too).
     pub fn collect_releases(&self) -> Result<()> {
         let mut st = self.core.lock();
-        self.core.drain(&mut st)
+        self.core.drain(&mut st).map(|_| ())
     }
 
     /// Messages sent and not yet released by the receiver.

@@ -398,7 +398,11 @@ mod loom_tests {
 
     /// Runs `f` under loom, bounding preemptions to 3 unless `LOOM_MAX_PREEMPTIONS` says
     /// otherwise.
+    static LOG: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    fn log(s: String) { LOG.lock().unwrap().push(s); }
     fn model(f: impl Fn() + Sync + Send + 'static) {
+        std::panic::set_hook(Box::new(|i| { eprintln!("PANIC {i}"); if let Ok(l) = LOG.try_lock() { for x in l.iter() { eprintln!("  {x}"); } } std::process::exit(3); }));
+        let f = move || { LOG.lock().unwrap().clear(); f() };
         let mut b = loom::model::Builder::new();
         if b.preemption_bound.is_none() {
             b.preemption_bound = Some(3);
@@ -410,7 +414,9 @@ mod loom_tests {
     /// (the producer's eventfd) with the `prepare_wait` handshake, then retries.
     fn push_blocking(p: &mut Producer<u64>, v: u64, data: &EventFd, room: Option<&EventFd>) {
         loop {
-            match p.try_push(v).unwrap() {
+            let r = p.try_push(v).unwrap();
+            log(format!("P push {v} -> {r:?}"));
+            match r {
                 Push::Done { wake } => {
                     if wake {
                         data.notify();
@@ -419,8 +425,11 @@ mod loom_tests {
                 }
                 Push::Full(_) => match room {
                     Some(room) => {
-                        if p.prepare_wait().unwrap() {
+                        let w = p.prepare_wait().unwrap();
+                        log(format!("P prepare_wait -> {w}"));
+                        if w {
                             room.wait();
+                            log(format!("P woke"));
                             p.cancel_wait();
                         }
                     }
@@ -434,7 +443,9 @@ mod loom_tests {
     /// the `prepare_sleep` handshake, then retries. Wakes the producer when told to.
     fn pop_blocking(c: &mut Consumer<u64>, data: &EventFd, room: Option<&EventFd>) -> u64 {
         loop {
-            match c.try_pop().unwrap() {
+            let r = c.try_pop().unwrap();
+            log(format!("C pop -> {r:?}"));
+            match r {
                 Some((v, wake)) => {
                     if wake {
                         room.expect("the producer never waits in this model").notify();
@@ -442,8 +453,11 @@ mod loom_tests {
                     return v;
                 }
                 None => {
-                    if c.prepare_sleep().unwrap() {
+                    let w = c.prepare_sleep().unwrap();
+                    log(format!("C prepare_sleep -> {w}"));
+                    if w {
                         data.wait();
+                        log(format!("C woke"));
                         c.cancel_sleep();
                     }
                 }

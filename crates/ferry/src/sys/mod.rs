@@ -12,10 +12,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 static SYSCALLS: AtomicU64 = AtomicU64::new(0);
 
+thread_local! {
+    static THREAD_SYSCALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// Records one system call made by ferry.
 #[inline]
 pub(crate) fn count() {
     SYSCALLS.fetch_add(1, Ordering::Relaxed);
+    THREAD_SYSCALLS.with(|c| c.set(c.get() + 1));
+}
+
+/// Number of system calls ferry has made on the calling thread so far.
+pub fn thread_syscall_count() -> u64 {
+    THREAD_SYSCALLS.with(|c| c.get())
 }
 
 /// Number of system calls ferry itself has made in this process so far.
