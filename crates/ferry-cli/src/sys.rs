@@ -64,9 +64,8 @@ pub fn inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
             format!("fd {fd} is a standard stream, not an inherited endpoint"),
         ));
     }
-    std::fs::symlink_metadata(format!("/proc/self/fd/{fd}")).map_err(|e| {
-        io::Error::new(e.kind(), format!("inherited fd {fd} is not open: {e}"))
-    })?;
+    std::fs::symlink_metadata(format!("/proc/self/fd/{fd}"))
+        .map_err(|e| io::Error::new(e.kind(), format!("inherited fd {fd} is not open: {e}")))?;
     // SAFETY: `fd` is open (checked above) and was placed in this process by
     // the harness, which passes each inherited number to exactly one worker
     // argument; the worker claims each number once, so nothing else in this

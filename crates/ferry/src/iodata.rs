@@ -566,6 +566,20 @@ impl IoData {
         true
     }
 
+    /// Write-protects the originator's pages behind this aggregate until every
+    /// receiver has released them (the thesis's *secured* fbufs): after this, a write by
+    /// the originating domain to those pages faults instead of changing bytes a receiver
+    /// may be reading. Only fbufs of the calling domain are affected; other memory is
+    /// left alone. Paths made with `PathConfig { secure: true, .. }` do this on send.
+    ///
+    /// Costs one `mprotect(2)` per fbuf now and one when it is released.
+    pub fn secure(&self) -> Result<()> {
+        for f in self.fragments() {
+            f.segment().secure()?;
+        }
+        Ok(())
+    }
+
     /// Iterates over consecutive `n`-byte application units (the last may be shorter).
     ///
     /// A unit that lies inside one fragment is returned as [`Cow::Borrowed`] without

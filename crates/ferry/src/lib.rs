@@ -12,6 +12,6 @@ pub mod sys;
 
 pub use channel::{ChannelConfig, ChannelStats, Receiver, Sender};
 pub use error::{BadDescriptor, Error, Result};
-pub use iodata::{IoData, IoDataMut};
+pub use iodata::{Fragment, IoData, IoDataMut};
 pub use region::{Domain, DomainId, Group, GroupConfig, PathAllocator, PathConfig, PathStats};
 pub use segment::{LotId, LotSpan, Segment};

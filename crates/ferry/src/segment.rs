@@ -67,7 +67,13 @@ impl Segment {
     pub fn from_vec(mut v: Vec<u8>) -> Self {
         let len = v.len();
         let ptr = NonNull::new(v.as_mut_ptr()).expect("Vec pointer is never null");
-        Segment { ptr, len, span: None, writable: true, keep: Box::new(v) }
+        Segment {
+            ptr,
+            len,
+            span: None,
+            writable: true,
+            keep: Box::new(v),
+        }
     }
 
     /// Builds a segment over raw memory.
@@ -84,7 +90,13 @@ impl Segment {
         writable: bool,
         keep: Box<dyn Keep>,
     ) -> Self {
-        Segment { ptr, len, span, writable, keep }
+        Segment {
+            ptr,
+            len,
+            span,
+            writable,
+            keep,
+        }
     }
 
     /// Write-protects this segment's pages in the domain that owns them, until released.

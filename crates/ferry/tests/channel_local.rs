@@ -81,7 +81,12 @@ fn many_fragments_and_heap_fallback() {
 fn quota_refuses_instead_of_blocking() {
     let g = group("quota");
     let (a, _b, tx, mut rx) = pair(&g);
-    let path = a.path(PathConfig { quota: 64 * 1024, secure: false }).unwrap();
+    let path = a
+        .path(PathConfig {
+            quota: 64 * 1024,
+            secure: false,
+        })
+        .unwrap();
     let mut held = Vec::new();
     let err = loop {
         match path.alloc(4096) {
@@ -92,7 +97,10 @@ fn quota_refuses_instead_of_blocking() {
             Err(e) => break e,
         }
     };
-    assert!(matches!(err, Error::QuotaExceeded { quota: 65536, .. }), "{err}");
+    assert!(
+        matches!(err, Error::QuotaExceeded { quota: 65536, .. }),
+        "{err}"
+    );
     assert_eq!(held.len(), 16);
     assert_eq!(path.stats().quota_refusals, 1);
     held.clear();
@@ -108,7 +116,15 @@ fn full_ring_then_disconnect() {
     let bid = b.id();
     let a2 = a.clone();
     let t = std::thread::spawn(move || {
-        a2.connect_with(bid, ferry::ChannelConfig { capacity: 4, release_capacity: 8 }, T).unwrap()
+        a2.connect_with(
+            bid,
+            ferry::ChannelConfig {
+                capacity: 4,
+                release_capacity: 8,
+            },
+            T,
+        )
+        .unwrap()
     });
     let mut rx = b.accept(T).unwrap();
     let tx = t.join().unwrap();
@@ -143,7 +159,10 @@ fn blocking_receiver_is_woken() {
         tx
     });
     for i in 0..50u8 {
-        let d = rx.recv_timeout(Some(T)).unwrap().expect("woken before the timeout");
+        let d = rx
+            .recv_timeout(Some(T))
+            .unwrap()
+            .expect("woken before the timeout");
         assert!(d.eq_bytes(&[i; 100]));
     }
     let tx = t.join().unwrap();
@@ -158,11 +177,21 @@ fn address_in_use_is_an_error() {
     // Occupy slot 0's address first, so the join must fail rather than map elsewhere.
     let addr = g.lot_addr(0);
     let p = unsafe {
-        libc::mmap(addr as *mut _, 4096, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE, -1, 0)
+        libc::mmap(
+            addr as *mut _,
+            4096,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
     };
     assert_eq!(p as usize, addr);
     let e = g.join().unwrap_err();
-    assert!(matches!(e, Error::AddressInUse { addr: a, .. } if a == addr), "{e}");
+    assert!(
+        matches!(e, Error::AddressInUse { addr: a, .. } if a == addr),
+        "{e}"
+    );
     unsafe { libc::munmap(p, 4096) };
     assert!(g.join().is_ok());
 }
@@ -174,12 +203,27 @@ fn bad_descriptors_are_rejected_and_the_channel_goes_on() {
     let (a, _b, tx, mut rx) = pair(&g);
     let me = a.id();
     let lot = g.lot_size() as u64;
-    let frag = |slot: u16, generation: u32, offset: u64, len: u64| RawFrag { slot, pad: 0, generation, offset, len };
+    let frag = |slot: u16, generation: u32, offset: u64, len: u64| RawFrag {
+        slot,
+        pad: 0,
+        generation,
+        offset,
+        len,
+    };
     let one = |f: RawFrag| encode(0, &[f], &mut [], RawRef::NONE);
     let mut bad: Vec<(RawDesc, &str)> = vec![
-        (one(frag(me.slot, me.generation, lot - 10, 11)), "out of bounds"),
-        (one(frag(me.slot, me.generation, u64::MAX - 1, 4)), "offset overflow"),
-        (one(frag(me.slot, me.generation + 7, 0, 10)), "stale generation"),
+        (
+            one(frag(me.slot, me.generation, lot - 10, 11)),
+            "out of bounds",
+        ),
+        (
+            one(frag(me.slot, me.generation, u64::MAX - 1, 4)),
+            "offset overflow",
+        ),
+        (
+            one(frag(me.slot, me.generation + 7, 0, 10)),
+            "stale generation",
+        ),
         (one(frag(63, 1, 0, 10)), "unknown lot"),
         (one(frag(me.slot, me.generation, 0, 0)), "empty fragment"),
     ];
@@ -188,7 +232,12 @@ fn bad_descriptors_are_rejected_and_the_channel_goes_on() {
     bad.push((d, "too many fragments"));
     let mut d = one(frag(me.slot, me.generation, 0, 10));
     d.nfrags = 6;
-    d.next = RawRef { slot: me.slot, pad: 0, generation: me.generation, offset: lot + 4096 };
+    d.next = RawRef {
+        slot: me.slot,
+        pad: 0,
+        generation: me.generation,
+        offset: lot + 4096,
+    };
     bad.push((d, "continuation block outside the lot"));
     for (d, why) in bad {
         tx.__push_raw(d).unwrap();
@@ -216,7 +265,10 @@ fn map_per_transfer_reads_the_same_bytes_through_a_fresh_mapping() {
     tx.send(&data).unwrap();
     let got = rx.recv().unwrap();
     assert_eq!(got, data);
-    assert_ne!(got.fragments()[0].as_slice().as_ptr(), data.fragments()[0].as_slice().as_ptr());
+    assert_ne!(
+        got.fragments()[0].as_slice().as_ptr(),
+        data.fragments()[0].as_slice().as_ptr()
+    );
     drop((got, data));
     tx.collect_releases().unwrap();
     assert_eq!(path.outstanding(), 0);

@@ -28,7 +28,10 @@ fn byte_at(seed: u64, i: usize) -> u8 {
     if i < 8 {
         seed.to_le_bytes()[i]
     } else {
-        (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left((i % 61) as u32) as u8) ^ (i as u8)
+        (seed
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left((i % 61) as u32) as u8)
+            ^ (i as u8)
     }
 }
 
@@ -56,7 +59,10 @@ fn verify(d: &IoData) -> Result<u64, String> {
     let seed = u64::from_le_bytes(seed);
     for (i, b) in d.iter_bytes().enumerate() {
         if b != byte_at(seed, i) {
-            return Err(format!("byte {i} of message {seed} is {b}, want {}", byte_at(seed, i)));
+            return Err(format!(
+                "byte {i} of message {seed} is {b}, want {}",
+                byte_at(seed, i)
+            ));
         }
     }
     Ok(seed)
@@ -76,8 +82,14 @@ impl Rng {
 }
 
 fn seed_rng() -> Rng {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
-    let s = std::env::var("FERRY_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(t | 1);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let s = std::env::var("FERRY_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(t | 1);
     eprintln!("    (seed {s}; rerun with FERRY_TEST_SEED={s})");
     Rng(s)
 }
@@ -90,7 +102,10 @@ fn fd_count() -> usize {
 
 fn maps_contain(addr: usize) -> bool {
     let needle = format!("{addr:x}-");
-    std::fs::read_to_string("/proc/self/maps").unwrap().lines().any(|l| l.starts_with(&needle))
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with(&needle))
 }
 
 struct Peer {
@@ -110,7 +125,9 @@ impl Peer {
             .spawn()
             .unwrap();
         let mut out = BufReader::new(child.stdout.take().unwrap());
-        let id = read_line(&mut out).parse().expect("child prints its domain id first");
+        let id = read_line(&mut out)
+            .parse()
+            .expect("child prints its domain id first");
         Peer { child, out, id }
     }
 
@@ -187,7 +204,12 @@ fn child_main(role: &str) {
             let tx = domain.connect(peer, T).unwrap();
             let path = domain.path(PathConfig::default()).unwrap();
             for seed in 1.. {
-                let d = message(&path, seed, 1000 + (seed as usize * 977) % 50_000, 1 + seed as usize % 7);
+                let d = message(
+                    &path,
+                    seed,
+                    1000 + (seed as usize * 977) % 50_000,
+                    1 + seed as usize % 7,
+                );
                 if tx.send(&d).is_err() {
                     break;
                 }
@@ -197,7 +219,12 @@ fn child_main(role: &str) {
         "secure-writer" => {
             let peer: DomainId = read_line(&mut stdin).parse().unwrap();
             let tx = domain.connect(peer, T).unwrap();
-            let path = domain.path(PathConfig { secure: true, ..PathConfig::default() }).unwrap();
+            let path = domain
+                .path(PathConfig {
+                    secure: true,
+                    ..PathConfig::default()
+                })
+                .unwrap();
             let d = fill(&path, 42, 8192);
             tx.send(&d).unwrap();
             read_line(&mut stdin);
@@ -262,7 +289,8 @@ fn receiver_killed_at_random_points() {
         let tx = d.connect(peer.id, T).unwrap();
         let k = rng.below(300);
         for seed in 0..k {
-            tx.send(&message(&path, seed, 100 + rng.below(20_000) as usize, 3)).unwrap();
+            tx.send(&message(&path, seed, 100 + rng.below(20_000) as usize, 3))
+                .unwrap();
         }
         if rng.below(2) == 0 {
             std::thread::sleep(Duration::from_millis(rng.below(20)));
@@ -271,13 +299,20 @@ fn receiver_killed_at_random_points() {
         let t0 = Instant::now();
         let err = loop {
             match tx.send(&message(&path, 7, 4096, 1)) {
-                Ok(()) => assert!(t0.elapsed() < Duration::from_secs(2), "no PeerGone after 2 s"),
+                Ok(()) => assert!(
+                    t0.elapsed() < Duration::from_secs(2),
+                    "no PeerGone after 2 s"
+                ),
                 Err(e) => break e,
             }
         };
         assert!(matches!(err, Error::PeerGone { .. }), "{err}");
         assert_eq!(tx.in_flight(), 0);
-        assert_eq!(path.outstanding(), 0, "fbufs held by the dead receiver were not reclaimed");
+        assert_eq!(
+            path.outstanding(),
+            0,
+            "fbufs held by the dead receiver were not reclaimed"
+        );
         drop(tx);
         assert_eq!(d.parked_senders(), 0);
     }
@@ -349,7 +384,11 @@ fn secured_fbufs_are_write_protected() {
     assert_eq!(verify(&m).unwrap(), 42);
     peer.tell("go");
     let status = peer.child.wait().unwrap();
-    assert_eq!(status.signal(), Some(libc::SIGSEGV), "write to a secured fbuf did not fault: {status:?}");
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGSEGV),
+        "write to a secured fbuf did not fault: {status:?}"
+    );
     assert_eq!(verify(&m).unwrap(), 42);
 }
 
@@ -366,12 +405,21 @@ fn receivers_cannot_write_peer_lots() {
     let m = rx.recv().unwrap();
     let addr = g.lot_addr(peer.id.slot);
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-    let line = maps.lines().find(|l| l.starts_with(&format!("{addr:x}-"))).expect("peer lot mapped");
-    assert!(line.split_whitespace().nth(1).unwrap().starts_with("r--s"), "{line}");
+    let line = maps
+        .lines()
+        .find(|l| l.starts_with(&format!("{addr:x}-")))
+        .expect("peer lot mapped");
+    assert!(
+        line.split_whitespace().nth(1).unwrap().starts_with("r--s"),
+        "{line}"
+    );
     // mprotect to writable must fail: the descriptor was opened read-only.
     let r = unsafe { libc::mprotect(addr as *mut _, 4096, libc::PROT_READ | libc::PROT_WRITE) };
     assert_eq!(r, -1);
-    assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EACCES));
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EACCES)
+    );
     drop(m);
     peer.kill9();
 }
@@ -381,13 +429,28 @@ fn main() {
         child_main(&role);
         return;
     }
-    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     let tests: &[(&str, fn())] = &[
         ("transfers_with_checksums", transfers_with_checksums),
-        ("receiver_killed_at_random_points", receiver_killed_at_random_points),
-        ("sender_killed_at_random_points", sender_killed_at_random_points),
-        ("secured_fbufs_are_write_protected", secured_fbufs_are_write_protected),
-        ("receivers_cannot_write_peer_lots", receivers_cannot_write_peer_lots),
+        (
+            "receiver_killed_at_random_points",
+            receiver_killed_at_random_points,
+        ),
+        (
+            "sender_killed_at_random_points",
+            sender_killed_at_random_points,
+        ),
+        (
+            "secured_fbufs_are_write_protected",
+            secured_fbufs_are_write_protected,
+        ),
+        (
+            "receivers_cannot_write_peer_lots",
+            receivers_cannot_write_peer_lots,
+        ),
     ];
     let (mut passed, mut failed) = (0, 0);
     for (name, f) in tests {
@@ -407,7 +470,10 @@ fn main() {
         }
     }
     println!();
-    println!("test result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; 0 filtered out", if failed == 0 { "ok" } else { "FAILED" });
+    println!(
+        "test result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; 0 filtered out",
+        if failed == 0 { "ok" } else { "FAILED" }
+    );
     if failed > 0 {
         std::process::exit(101);
     }

@@ -9,6 +9,7 @@
 
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -51,16 +52,38 @@ struct Running {
 }
 
 /// The workers of one run. Dropping a crew kills whatever is still running.
-#[derive(Default)]
+///
+/// The harness never polls: each worker's stdout is drained by a thread that
+/// reports on a channel when the worker closes it (at exit), so the harness
+/// sleeps in one blocking receive and never competes with pinned workers for a CPU.
 pub struct Crew {
     workers: Vec<Running>,
+    closed_tx: Sender<usize>,
+    closed_rx: Receiver<usize>,
 }
 
-fn drain(r: Option<impl Read + Send + 'static>) -> JoinHandle<String> {
+impl Default for Crew {
+    fn default() -> Crew {
+        let (closed_tx, closed_rx) = mpsc::channel();
+        Crew {
+            workers: Vec::new(),
+            closed_tx,
+            closed_rx,
+        }
+    }
+}
+
+fn drain(
+    r: Option<impl Read + Send + 'static>,
+    done: Option<(Sender<usize>, usize)>,
+) -> JoinHandle<String> {
     thread::spawn(move || {
         let mut s = String::new();
         if let Some(mut r) = r {
             let _ = r.read_to_string(&mut s);
+        }
+        if let Some((tx, i)) = done {
+            let _ = tx.send(i);
         }
         s
     })
@@ -102,8 +125,9 @@ impl Crew {
         // is what makes a dead peer visible as EOF or EPIPE.
         drop(spec);
         let mut child = spawned.with_context(|| format!("spawning worker {role:?}"))?;
-        let stdout = drain(child.stdout.take());
-        let stderr = drain(child.stderr.take());
+        let index = self.workers.len();
+        let stdout = drain(child.stdout.take(), Some((self.closed_tx.clone(), index)));
+        let stderr = drain(child.stderr.take(), None);
         self.workers.push(Running {
             role,
             child,
@@ -119,27 +143,25 @@ impl Crew {
     pub fn finish(mut self, timeout: Duration) -> Result<Vec<Vec<Sample>>> {
         let deadline = Instant::now() + timeout;
         let mut failure = None;
-        loop {
-            let mut running = 0;
-            for w in &mut self.workers {
-                match w.child.try_wait()? {
-                    None => running += 1,
-                    Some(status) if !status.success() => {
-                        failure.get_or_insert(format!("worker {:?} exited with {status}", w.role));
-                    }
-                    Some(_) => {}
+        for _ in 0..self.workers.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let i = match self.closed_rx.recv_timeout(left) {
+                Ok(i) => i,
+                Err(_) => {
+                    failure = Some(format!("workers did not finish within {timeout:?}"));
+                    break;
                 }
-            }
-            if running == 0 || failure.is_some() {
+            };
+            // Its stdout is closed, so it is exiting: this wait is short.
+            let w = &mut self.workers[i];
+            let status = w.child.wait()?;
+            if !status.success() {
+                failure = Some(format!("worker {:?} exited with {status}", w.role));
                 break;
             }
-            if Instant::now() > deadline {
-                failure = Some(format!("workers did not finish within {timeout:?}"));
-                break;
-            }
-            thread::sleep(Duration::from_millis(2));
         }
         if let Some(first) = failure {
+            // Give the peers of a failed worker a moment to report their side, then stop them.
             thread::sleep(Duration::from_millis(50));
             self.kill_all();
             let mut msg = first;

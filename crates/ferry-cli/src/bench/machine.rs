@@ -16,7 +16,10 @@ pub struct Machine {
 
 impl Machine {
     pub fn probe(pinned_cpus: [usize; 2]) -> Machine {
-        let kernel = rustix::system::uname().release().to_string_lossy().into_owned();
+        let kernel = rustix::system::uname()
+            .release()
+            .to_string_lossy()
+            .into_owned();
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_model = cpuinfo
             .lines()

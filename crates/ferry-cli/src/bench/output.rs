@@ -56,13 +56,12 @@ impl Table {
                 .unwrap_or(0)
         };
         let widths: Vec<usize> = (0..cols).map(width).collect();
+        // The first column (labels) is left-aligned, the others (numbers) right-aligned.
         let line = |cells: &[String]| {
             let mut s = String::from("|");
             for (c, w) in widths.iter().enumerate() {
                 let cell = cells.get(c).map(String::as_str).unwrap_or("");
-                // Numbers right-aligned, words left-aligned.
-                let numeric = cell.starts_with(|ch: char| ch.is_ascii_digit() || ch == '-');
-                if numeric && c > 0 {
+                if c > 0 {
                     let _ = write!(s, " {cell:>w$} |");
                 } else {
                     let _ = write!(s, " {cell:<w$} |");

@@ -7,8 +7,10 @@
 
 use std::path::Path;
 
+use std::ops::Range;
+
 use anyhow::{anyhow, Result};
-use plotters::coord::ranged1d::BindKeyPoints;
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, KeyPointWeight, Ranged};
 use plotters::prelude::*;
 
 /// One named line: `(x, y)` points in data units.
@@ -53,9 +55,16 @@ pub fn line_plot(
         .flat_map(|s| s.1.iter())
         .all(|&(x, _)| x >= 1.0 && (x as u64).is_power_of_two() && x.fract() == 0.0);
     let (x0, x1) = padded(&xs, log_x);
-    let (y0, y1) = padded(&ys, log_y);
-    let x_keys = ticks(x0, x1, log_x, log_x && x_pow2);
-    let y_keys = ticks(y0, y1, log_y, false);
+    let (y0, mut y1) = padded(&ys, log_y);
+    let x_min = xs.iter().copied().fold(f64::INFINITY, f64::min);
+    let x_keys = ticks(x0, x1, log_x, (log_x && x_pow2).then_some(x_min));
+    let (mut corner, covered, legend_h) = legend_corner(&lines, (x0, x1), (y0, y1));
+    if covered > 0 {
+        // No free corner: raise the top so the legend sits above every line.
+        y1 += (y1 - y0) * legend_h / (1.0 - legend_h) * 1.05;
+        corner = SeriesLabelPosition::UpperLeft;
+    }
+    let y_keys = ticks(y0, y1, log_y, None);
 
     let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
     root.fill(&WHITE)?;
@@ -64,10 +73,7 @@ pub fn line_plot(
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(72)
-        .build_cartesian_2d(
-            (x0..x1).with_key_points(x_keys),
-            (y0..y1).with_key_points(y_keys),
-        )?;
+        .build_cartesian_2d(Axis::new(x0, x1, x_keys), Axis::new(y0, y1, y_keys))?;
     let x_fmt = |v: &f64| label(if log_x { 10f64.powf(*v) } else { *v }, x_pow2);
     let y_fmt = |v: &f64| label(if log_y { 10f64.powf(*v) } else { *v }, false);
     chart
@@ -82,7 +88,7 @@ pub fn line_plot(
         .bold_line_style(BLACK.mix(0.12))
         .draw()?;
     for (i, (name, pts)) in lines.into_iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
+        let color = COLORS[i % COLORS.len()].to_rgba();
         let style = ShapeStyle::from(color).stroke_width(2);
         chart
             .draw_series(LineSeries::new(pts.clone(), style))?
@@ -92,13 +98,109 @@ pub fn line_plot(
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(corner)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.3))
         .label_font(("sans-serif", 14))
         .draw()?;
     root.present()?;
     Ok(())
+}
+
+/// Ten colours that stay apart on white (the Tableau 10 palette).
+const COLORS: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// The corner whose legend-sized box covers the fewest points of the lines
+/// (each segment sampled along its length), how many it covers, and the
+/// legend's height as a fraction of the plot.
+fn legend_corner(
+    lines: &[(&str, Vec<(f64, f64)>)],
+    xr: (f64, f64),
+    yr: (f64, f64),
+) -> (SeriesLabelPosition, usize, f64) {
+    let h = (0.05 + 0.045 * lines.len() as f64).min(0.9);
+    let w = 0.5;
+    let mut norm = Vec::new();
+    for (_, pts) in lines {
+        for pair in pts.windows(2) {
+            for k in 0..=16 {
+                let t = f64::from(k) / 16.0;
+                let x = pair[0].0 + t * (pair[1].0 - pair[0].0);
+                let y = pair[0].1 + t * (pair[1].1 - pair[0].1);
+                norm.push(((x - xr.0) / (xr.1 - xr.0), (y - yr.0) / (yr.1 - yr.0)));
+            }
+        }
+        norm.extend(
+            pts.iter()
+                .map(|&(x, y)| ((x - xr.0) / (xr.1 - xr.0), (y - yr.0) / (yr.1 - yr.0))),
+        );
+    }
+    let corners = [
+        (SeriesLabelPosition::UpperLeft, false, true),
+        (SeriesLabelPosition::UpperRight, true, true),
+        (SeriesLabelPosition::LowerRight, true, false),
+        (SeriesLabelPosition::LowerLeft, false, false),
+    ];
+    let covered = |right: bool, upper: bool| {
+        norm.iter()
+            .filter(|&&(u, v)| {
+                let in_x = if right { u > 1.0 - w } else { u < w };
+                let in_y = if upper { v > 1.0 - h } else { v < h };
+                in_x && in_y
+            })
+            .count()
+    };
+    let (pos, n) = corners
+        .into_iter()
+        .map(|(pos, right, upper)| (pos, covered(right, upper)))
+        .min_by_key(|c| c.1)
+        .unwrap_or((SeriesLabelPosition::UpperLeft, 0));
+    (pos, n, h)
+}
+
+/// A linear axis in plot units whose ticks sit exactly where we say.
+struct Axis {
+    lo: f64,
+    hi: f64,
+    keys: Vec<f64>,
+}
+
+impl Axis {
+    fn new(lo: f64, hi: f64, keys: Vec<f64>) -> Axis {
+        Axis { lo, hi, keys }
+    }
+}
+
+impl Ranged for Axis {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
+        let r = (v - self.lo) / (self.hi - self.lo);
+        limit.0 + (r * f64::from(limit.1 - limit.0)).round() as i32
+    }
+
+    fn key_points<H: KeyPointHint>(&self, hint: H) -> Vec<f64> {
+        match hint.weight() {
+            KeyPointWeight::Bold if hint.max_num_points() > 0 => self.keys.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn range(&self) -> Range<f64> {
+        self.lo..self.hi
+    }
 }
 
 /// The data range with a margin (in plot units, so multiplicative on log axes).
@@ -115,24 +217,28 @@ fn padded(vals: &[f64], log: bool) -> (f64, f64) {
     (lo, hi + span * 0.08)
 }
 
-/// Tick positions in plot units: powers of two or 1-2-5 steps on log axes,
-/// about ten evenly spaced round numbers on linear ones.
-fn ticks(lo: f64, hi: f64, log: bool, pow2: bool) -> Vec<f64> {
-    if log && pow2 {
-        let (a, b) = ((lo / 2f64.log10()).ceil(), (hi / 2f64.log10()).floor());
-        let step = ((b - a) / 10.0).ceil().max(1.0);
-        let step = if step > 1.0 && step % 2.0 == 1.0 { step + 1.0 } else { step };
-        let mut e = a;
-        let mut out = Vec::new();
-        while e <= b {
-            out.push(e * 2f64.log10());
-            e += step;
-        }
-        return out;
+/// Tick positions in plot units: on log axes, powers of two counted from
+/// the smallest value `pow2_from` (a size sweep) or 1-2-5 steps; on linear
+/// ones, about eight evenly spaced round numbers.
+fn ticks(lo: f64, hi: f64, log: bool, pow2_from: Option<f64>) -> Vec<f64> {
+    if let (true, Some(first)) = (log, pow2_from) {
+        let l2 = 2f64.log10();
+        let (a, b) = ((lo / l2).ceil() as i64, (hi / l2).floor() as i64);
+        let step = ((b - a) as f64 / 10.0).ceil().max(1.0) as i64;
+        let step = if step > 2 { step + step % 2 } else { step };
+        let origin = (first / l2).round() as i64;
+        return (a..=b)
+            .filter(|e| (e - origin).rem_euclid(step) == 0)
+            .map(|e| e as f64 * l2)
+            .collect();
     }
     if log {
         let decades = hi - lo;
-        let mults: &[f64] = if decades < 2.5 { &[1.0, 2.0, 5.0] } else { &[1.0] };
+        let mults: &[f64] = if decades < 2.5 {
+            &[1.0, 2.0, 5.0]
+        } else {
+            &[1.0]
+        };
         let step = if decades > 10.0 { 2.0 } else { 1.0 };
         let mut out = Vec::new();
         let mut d = lo.floor();

@@ -29,7 +29,14 @@ pub struct Record {
 
 impl Record {
     /// A record whose value is `s.median`.
-    pub fn new(bench: &str, series: &str, unit: &str, s: Summary, trials: u32, spread: f64) -> Self {
+    pub fn new(
+        bench: &str,
+        series: &str,
+        unit: &str,
+        s: Summary,
+        trials: u32,
+        spread: f64,
+    ) -> Self {
         Record {
             bench: bench.into(),
             series: series.into(),

@@ -14,9 +14,10 @@
 //!    type in its own file beside `stream.rs`;
 //! 3. dispatch the new variant in [`crate::worker::run`].
 //!
-//! The benchmarks pick their transports from lists (`TRANSPORTS` in
-//! `bench/fbufs.rs`, `bench/path.rs`); a transport appears in the output
-//! only once it is in such a list.
+//! 4. add it to the `TRANSPORTS` list of each benchmark that should measure
+//!    it (`bench/fbufs.rs`, `bench/path.rs`, `bench/latency.rs`). A transport
+//!    appears in the output only once it is in such a list, and only with
+//!    what it actually measured.
 
 pub mod ack;
 pub mod stream;

@@ -17,7 +17,7 @@ use crate::sys;
 use crate::transport::ack::Ack;
 use crate::transport::stream::FdStream;
 use crate::transport::{Transport, WorkerTransport};
-use plan::{Plan, Sample};
+use plan::{Header, Plan, Sample};
 
 /// What one worker process is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -55,6 +55,12 @@ pub struct WorkerArgs {
 /// Runs one worker to completion and prints its samples.
 pub fn run(args: WorkerArgs) -> Result<()> {
     let plan: Plan = serde_json::from_str(&args.plan).context("parsing --plan")?;
+    if let Some(s) = plan.sizes.iter().find(|&&s| s < Header::LEN) {
+        bail!(
+            "message size {s} is smaller than the {}-byte header",
+            Header::LEN
+        );
+    }
     if let Some(cpu) = args.cpu {
         sys::pin_to(cpu).with_context(|| format!("pinning to CPU {cpu}"))?;
     }

@@ -57,19 +57,42 @@ pub struct Plan {
     pub sizes: Vec<usize>,
     /// Timed messages per trial, one entry per size.
     pub msgs: Vec<u32>,
-    /// Untimed messages at the start of each trial.
-    pub warmup: u32,
+    /// Untimed messages at the start of each trial, one entry per size.
+    pub warmup: Vec<u32>,
     pub trials: u32,
     /// Stages between source and sink; used by the single-process chain.
     #[serde(default)]
     pub hops: u32,
 }
 
+/// One trial at one size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    pub size: usize,
+    pub trial: u32,
+    /// Untimed messages first ...
+    pub warmup: u32,
+    /// ... then this many timed ones.
+    pub timed: u32,
+}
+
+impl Step {
+    /// Messages in this step, warm-up included.
+    pub fn total(&self) -> u32 {
+        self.warmup + self.timed
+    }
+}
+
 impl Plan {
-    /// Every `(size, trial, messages in this trial including warm-up)` in order.
-    pub fn steps(&self) -> impl Iterator<Item = (usize, u32, u32)> + '_ {
-        self.sizes.iter().zip(&self.msgs).flat_map(move |(&size, &n)| {
-            (0..self.trials).map(move |t| (size, t, self.warmup + n))
+    /// Every trial of every size, in the order all processes run them.
+    pub fn steps(&self) -> impl Iterator<Item = Step> + '_ {
+        (0..self.sizes.len()).flat_map(move |i| {
+            (0..self.trials).map(move |trial| Step {
+                size: self.sizes[i],
+                trial,
+                warmup: self.warmup.get(i).copied().unwrap_or(0),
+                timed: self.msgs.get(i).copied().unwrap_or(1).max(1),
+            })
         })
     }
 }
@@ -154,14 +177,14 @@ mod tests {
             touch: Touch::Word,
             sizes: vec![64, 128],
             msgs: vec![3, 5],
-            warmup: 1,
+            warmup: vec![1, 0],
             trials: 2,
             hops: 0,
         };
-        let steps: Vec<_> = plan.steps().collect();
+        let steps: Vec<_> = plan.steps().map(|s| (s.size, s.trial, s.total())).collect();
         assert_eq!(
             steps,
-            vec![(64, 0, 4), (64, 1, 4), (128, 0, 6), (128, 1, 6)]
+            vec![(64, 0, 4), (64, 1, 4), (128, 0, 5), (128, 1, 5)]
         );
     }
 }

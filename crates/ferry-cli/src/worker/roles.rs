@@ -26,9 +26,10 @@ pub fn source<T: Transport>(
     mut ack: Option<Ack>,
 ) -> io::Result<Vec<Sample>> {
     let mut out = Vec::new();
-    for (size, trial, n) in plan.steps() {
-        let mut rtt = Vec::with_capacity(n as usize);
-        for seq in 0..u64::from(n) {
+    for step in plan.steps() {
+        let size = step.size;
+        let mut rtt = Vec::with_capacity(step.timed as usize);
+        for seq in 0..u64::from(step.total()) {
             let t_fill = now_ns();
             tx.send_new(
                 size,
@@ -44,7 +45,7 @@ pub fn source<T: Transport>(
             )?;
             if let Some(ack) = ack.as_mut() {
                 ack.wait()?;
-                if seq >= u64::from(plan.warmup) {
+                if seq >= u64::from(step.warmup) {
                     rtt.push(now_ns() - t_fill);
                 }
             }
@@ -53,7 +54,7 @@ pub fn source<T: Transport>(
             out.push(Sample {
                 kind: SampleKind::RoundTrip,
                 size,
-                trial,
+                trial: step.trial,
                 bytes: size as u64,
                 ns: rtt,
             });
@@ -64,9 +65,9 @@ pub fn source<T: Transport>(
 
 /// Passes every message on, reading one word per page of it.
 pub fn stage<T: Transport>(plan: &Plan, rx: &mut T::Rx, tx: &mut T::Tx) -> io::Result<()> {
-    for (size, _, n) in plan.steps() {
-        for _ in 0..n {
-            T::forward(rx, tx, size, &mut |off, frag| {
+    for step in plan.steps() {
+        for _ in 0..step.total() {
+            T::forward(rx, tx, step.size, &mut |off, frag| {
                 read_words(off, frag);
             })?;
         }
@@ -82,11 +83,11 @@ pub fn sink<T: Transport>(
     mut ack: Option<Ack>,
 ) -> io::Result<Vec<Sample>> {
     let mut out = Vec::new();
-    let warmup = u64::from(plan.warmup);
-    for (size, trial, n) in plan.steps() {
+    for step in plan.steps() {
+        let (size, trial, warmup) = (step.size, step.trial, u64::from(step.warmup));
         let mut t0 = 0;
-        let mut one_way = Vec::with_capacity(n as usize);
-        for seq in 0..u64::from(n) {
+        let mut one_way = Vec::with_capacity(step.timed as usize);
+        for seq in 0..u64::from(step.total()) {
             let mut header = None;
             rx.recv(size, &mut |off, frag| {
                 if off == 0 {
@@ -109,7 +110,7 @@ pub fn sink<T: Transport>(
                 ack.signal()?;
             }
         }
-        let timed = u64::from(n) - warmup;
+        let timed = u64::from(step.timed);
         out.push(match plan.pattern {
             Pattern::Stream => Sample {
                 kind: SampleKind::Stream,
@@ -135,13 +136,13 @@ pub fn sink<T: Transport>(
 pub fn local(plan: &Plan) -> Vec<Sample> {
     let mut buf: Vec<u8> = Vec::new();
     let mut out = Vec::new();
-    let warmup = u64::from(plan.warmup);
-    for (size, trial, n) in plan.steps() {
+    for step in plan.steps() {
+        let (size, warmup) = (step.size, u64::from(step.warmup));
         if buf.len() < size {
             buf.resize(size, 0x5a);
         }
         let mut t0 = 0;
-        for seq in 0..u64::from(n) {
+        for seq in 0..u64::from(step.total()) {
             let t_fill = now_ns();
             if seq == warmup {
                 t0 = t_fill;
@@ -162,8 +163,8 @@ pub fn local(plan: &Plan) -> Vec<Sample> {
         out.push(Sample {
             kind: SampleKind::Stream,
             size,
-            trial,
-            bytes: size as u64 * (u64::from(n) - warmup),
+            trial: step.trial,
+            bytes: size as u64 * u64::from(step.timed),
             ns: vec![now_ns() - t0],
         });
     }
@@ -173,22 +174,26 @@ pub fn local(plan: &Plan) -> Vec<Sample> {
 /// Times `msgs` copies of each size between two prefaulted buffers.
 pub fn memcpy(plan: &Plan) -> Vec<Sample> {
     let mut out = Vec::new();
-    for (size, trial, n) in plan.steps() {
-        let src = vec![0x5au8; size];
-        let mut dst = vec![0xa5u8; size];
-        let mut ns = Vec::with_capacity(n as usize);
-        for i in 0..n {
+    let (mut src, mut dst) = (Vec::new(), Vec::new());
+    for step in plan.steps() {
+        let size = step.size;
+        if src.len() < size {
+            src.resize(size, 0x5au8);
+            dst.resize(size, 0xa5u8);
+        }
+        let mut ns = Vec::with_capacity(step.timed as usize);
+        for i in 0..step.total() {
             let t = now_ns();
-            dst.copy_from_slice(black_box(&src));
+            dst[..size].copy_from_slice(black_box(&src[..size]));
             black_box(&mut dst);
-            if i >= plan.warmup {
+            if i >= step.warmup {
                 ns.push(now_ns() - t);
             }
         }
         out.push(Sample {
             kind: SampleKind::Memcpy,
             size,
-            trial,
+            trial: step.trial,
             bytes: size as u64,
             ns,
         });

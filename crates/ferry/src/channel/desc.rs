@@ -60,7 +60,12 @@ pub struct RawRef {
 
 impl RawRef {
     /// The null link.
-    pub const NONE: RawRef = RawRef { slot: u16::MAX, pad: 0, generation: 0, offset: 0 };
+    pub const NONE: RawRef = RawRef {
+        slot: u16::MAX,
+        pad: 0,
+        generation: 0,
+        offset: 0,
+    };
 }
 
 impl Default for RawRef {
@@ -89,7 +94,13 @@ pub struct RawDesc {
 /// channel, and over plain byte arrays by tests and the fuzz target.
 pub trait Lots {
     /// Checks that `offset..offset+len` lies inside the lot `(slot, generation)`.
-    fn check(&mut self, slot: u16, generation: u32, offset: u64, len: u64) -> Result<(), BadDescriptor>;
+    fn check(
+        &mut self,
+        slot: u16,
+        generation: u32,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), BadDescriptor>;
     /// Copies `out.len()` bytes at `offset` of the lot into `out`; called only after a
     /// successful [`check`](Self::check) of that span.
     fn read(&mut self, slot: u16, generation: u32, offset: u64, out: &mut [u8]);
@@ -107,7 +118,13 @@ fn le_u64(b: &[u8]) -> u64 {
 
 impl RawFrag {
     fn parse(b: &[u8]) -> RawFrag {
-        RawFrag { slot: le_u16(b), pad: le_u16(&b[2..]), generation: le_u32(&b[4..]), offset: le_u64(&b[8..]), len: le_u64(&b[16..]) }
+        RawFrag {
+            slot: le_u16(b),
+            pad: le_u16(&b[2..]),
+            generation: le_u32(&b[4..]),
+            offset: le_u64(&b[8..]),
+            len: le_u64(&b[16..]),
+        }
     }
     fn write(&self, b: &mut [u8]) {
         b[0..2].copy_from_slice(&self.slot.to_le_bytes());
@@ -120,7 +137,12 @@ impl RawFrag {
 
 impl RawRef {
     fn parse(b: &[u8]) -> RawRef {
-        RawRef { slot: le_u16(b), pad: le_u16(&b[2..]), generation: le_u32(&b[4..]), offset: le_u64(&b[8..]) }
+        RawRef {
+            slot: le_u16(b),
+            pad: le_u16(&b[2..]),
+            generation: le_u32(&b[4..]),
+            offset: le_u64(&b[8..]),
+        }
     }
     fn write(&self, b: &mut [u8]) {
         b[0..2].copy_from_slice(&self.slot.to_le_bytes());
@@ -145,24 +167,32 @@ pub fn decode(d: &RawDesc, lots: &mut impl Lots) -> Result<Vec<RawFrag>, BadDesc
     }
     let mut out = Vec::with_capacity(n as usize);
     let mut total: u64 = 0;
-    let mut push = |f: RawFrag, out: &mut Vec<RawFrag>, lots: &mut dyn FnMut(&RawFrag) -> Result<(), BadDescriptor>| {
-        if f.len == 0 {
-            return Err(BadDescriptor::BadLength);
-        }
-        total = total.checked_add(f.len).ok_or(BadDescriptor::BadLength)?;
-        lots(&f)?;
-        out.push(f);
-        Ok(())
-    };
+    let mut push =
+        |f: RawFrag,
+         out: &mut Vec<RawFrag>,
+         lots: &mut dyn FnMut(&RawFrag) -> Result<(), BadDescriptor>| {
+            if f.len == 0 {
+                return Err(BadDescriptor::BadLength);
+            }
+            total = total.checked_add(f.len).ok_or(BadDescriptor::BadLength)?;
+            lots(&f)?;
+            out.push(f);
+            Ok(())
+        };
     for f in &d.inline[..d.ninline as usize] {
-        push(*f, &mut out, &mut |f| lots.check(f.slot, f.generation, f.offset, f.len))?;
+        push(*f, &mut out, &mut |f| {
+            lots.check(f.slot, f.generation, f.offset, f.len)
+        })?;
     }
     let mut next = d.next;
     let mut seen = HashSet::new();
     let mut block = vec![0u8; BLOCK_BYTES];
     while (out.len() as u64) < n {
         if next.slot == u16::MAX {
-            return Err(BadDescriptor::CountMismatch { expected: n, found: out.len() as u64 });
+            return Err(BadDescriptor::CountMismatch {
+                expected: n,
+                found: out.len() as u64,
+            });
         }
         if !seen.insert((next.slot, next.generation, next.offset)) {
             return Err(BadDescriptor::Cycle);
@@ -171,7 +201,12 @@ pub fn decode(d: &RawDesc, lots: &mut impl Lots) -> Result<Vec<RawFrag>, BadDesc
             return Err(BadDescriptor::Malformed("unaligned block"));
         }
         lots.check(next.slot, next.generation, next.offset, BLOCK_HEADER as u64)?;
-        lots.read(next.slot, next.generation, next.offset, &mut block[..BLOCK_HEADER]);
+        lots.read(
+            next.slot,
+            next.generation,
+            next.offset,
+            &mut block[..BLOCK_HEADER],
+        );
         let count = le_u32(&block) as usize;
         if count == 0 || count > BLOCK_FRAGS {
             return Err(BadDescriptor::Malformed("block count"));
@@ -186,16 +221,24 @@ pub fn decode(d: &RawDesc, lots: &mut impl Lots) -> Result<Vec<RawFrag>, BadDesc
         let link = RawRef::parse(&block[8..24]);
         for i in 0..count {
             if out.len() as u64 >= n {
-                return Err(BadDescriptor::CountMismatch { expected: n, found: n + (count - i) as u64 });
+                return Err(BadDescriptor::CountMismatch {
+                    expected: n,
+                    found: n + (count - i) as u64,
+                });
             }
             let at = BLOCK_HEADER + i * FRAG_BYTES;
             let f = RawFrag::parse(&block[at..at + FRAG_BYTES]);
-            push(f, &mut out, &mut |f| lots.check(f.slot, f.generation, f.offset, f.len))?;
+            push(f, &mut out, &mut |f| {
+                lots.check(f.slot, f.generation, f.offset, f.len)
+            })?;
         }
         next = link;
     }
     if next.slot != u16::MAX {
-        return Err(BadDescriptor::CountMismatch { expected: n, found: n + 1 });
+        return Err(BadDescriptor::CountMismatch {
+            expected: n,
+            found: n + 1,
+        });
     }
     Ok(out)
 }
@@ -213,14 +256,26 @@ pub fn encode(token: u64, frags: &[RawFrag], blocks: &mut [u8], at: RawRef) -> R
     let nblocks = blocks_needed(frags.len());
     assert_eq!(blocks.len(), nblocks * BLOCK_BYTES);
     let ninline = frags.len().min(INLINE_FRAGS);
-    let mut d = RawDesc { token, nfrags: frags.len() as u32, ninline: ninline as u32, ..Default::default() };
+    let mut d = RawDesc {
+        token,
+        nfrags: frags.len() as u32,
+        ninline: ninline as u32,
+        ..Default::default()
+    };
     d.inline[..ninline].copy_from_slice(&frags[..ninline]);
     let rest = &frags[ninline..];
     for (i, chunk) in rest.chunks(BLOCK_FRAGS).enumerate() {
         let b = &mut blocks[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
         b[0..4].copy_from_slice(&(chunk.len() as u32).to_le_bytes());
         b[4..8].fill(0);
-        let link = if i + 1 < nblocks { RawRef { offset: at.offset + ((i + 1) * BLOCK_BYTES) as u64, ..at } } else { RawRef::NONE };
+        let link = if i + 1 < nblocks {
+            RawRef {
+                offset: at.offset + ((i + 1) * BLOCK_BYTES) as u64,
+                ..at
+            }
+        } else {
+            RawRef::NONE
+        };
         link.write(&mut b[8..24]);
         for (j, f) in chunk.iter().enumerate() {
             let o = BLOCK_HEADER + j * FRAG_BYTES;
@@ -238,8 +293,17 @@ pub fn encode(token: u64, frags: &[RawFrag], blocks: &mut [u8], at: RawRef) -> R
 pub struct VecLots(pub std::collections::HashMap<(u16, u32), Vec<u8>>);
 
 impl Lots for VecLots {
-    fn check(&mut self, slot: u16, generation: u32, offset: u64, len: u64) -> Result<(), BadDescriptor> {
-        let lot = self.0.get(&(slot, generation)).ok_or(BadDescriptor::UnknownLot { slot, generation })?;
+    fn check(
+        &mut self,
+        slot: u16,
+        generation: u32,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), BadDescriptor> {
+        let lot = self
+            .0
+            .get(&(slot, generation))
+            .ok_or(BadDescriptor::UnknownLot { slot, generation })?;
         match offset.checked_add(len) {
             Some(end) if end <= lot.len() as u64 => Ok(()),
             _ => Err(BadDescriptor::OutOfBounds { slot, offset, len }),
@@ -254,7 +318,12 @@ impl Lots for VecLots {
 impl RawDesc {
     /// Parses an entry from its 128-byte little-endian form (used by the fuzz target).
     pub fn from_bytes(b: &[u8; 128]) -> RawDesc {
-        let mut d = RawDesc { token: le_u64(b), nfrags: le_u32(&b[8..]), ninline: le_u32(&b[12..]), ..Default::default() };
+        let mut d = RawDesc {
+            token: le_u64(b),
+            nfrags: le_u32(&b[8..]),
+            ninline: le_u32(&b[12..]),
+            ..Default::default()
+        };
         for i in 0..INLINE_FRAGS {
             d.inline[i] = RawFrag::parse(&b[16 + i * FRAG_BYTES..]);
         }
@@ -268,7 +337,13 @@ mod tests {
     use super::*;
 
     fn frag(slot: u16, offset: u64, len: u64) -> RawFrag {
-        RawFrag { slot, pad: 0, generation: 1, offset, len }
+        RawFrag {
+            slot,
+            pad: 0,
+            generation: 1,
+            offset,
+            len,
+        }
     }
 
     fn lots() -> VecLots {
@@ -300,7 +375,12 @@ mod tests {
         let fr: Vec<_> = (0..n).map(|i| frag((i % 2) as u16, i * 8, 8)).collect();
         let nb = blocks_needed(fr.len());
         let mut blocks = vec![0u8; nb * BLOCK_BYTES];
-        let at = RawRef { slot: 1, pad: 0, generation: 1, offset: 8192 };
+        let at = RawRef {
+            slot: 1,
+            pad: 0,
+            generation: 1,
+            offset: 8192,
+        };
         let d = encode(1, &fr, &mut blocks, at);
         let mut l = lots();
         l.0.get_mut(&(1, 1)).unwrap()[8192..8192 + blocks.len()].copy_from_slice(&blocks);
@@ -311,25 +391,51 @@ mod tests {
     fn rejects_bad_descriptors() {
         let mut l = lots();
         let bad = |fr: Vec<RawFrag>| encode(0, &fr, &mut [], RawRef::NONE);
-        assert!(matches!(decode(&bad(vec![frag(5, 0, 1)]), &mut l), Err(BadDescriptor::UnknownLot { .. })));
-        assert!(matches!(decode(&bad(vec![frag(0, 65535, 2)]), &mut l), Err(BadDescriptor::OutOfBounds { .. })));
-        assert!(matches!(decode(&bad(vec![frag(0, u64::MAX, 2)]), &mut l), Err(BadDescriptor::OutOfBounds { .. })));
-        assert!(matches!(decode(&bad(vec![frag(0, 0, 0)]), &mut l), Err(BadDescriptor::BadLength)));
+        assert!(matches!(
+            decode(&bad(vec![frag(5, 0, 1)]), &mut l),
+            Err(BadDescriptor::UnknownLot { .. })
+        ));
+        assert!(matches!(
+            decode(&bad(vec![frag(0, 65535, 2)]), &mut l),
+            Err(BadDescriptor::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            decode(&bad(vec![frag(0, u64::MAX, 2)]), &mut l),
+            Err(BadDescriptor::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            decode(&bad(vec![frag(0, 0, 0)]), &mut l),
+            Err(BadDescriptor::BadLength)
+        ));
         let mut d = bad(vec![frag(0, 0, 1)]);
         d.nfrags = 5000;
-        assert!(matches!(decode(&d, &mut l), Err(BadDescriptor::TooManyFragments(5000))));
+        assert!(matches!(
+            decode(&d, &mut l),
+            Err(BadDescriptor::TooManyFragments(5000))
+        ));
         d.nfrags = 3;
-        assert!(matches!(decode(&d, &mut l), Err(BadDescriptor::CountMismatch { .. })));
+        assert!(matches!(
+            decode(&d, &mut l),
+            Err(BadDescriptor::CountMismatch { .. })
+        ));
         d.nfrags = 1;
         d.ninline = 9;
-        assert!(matches!(decode(&d, &mut l), Err(BadDescriptor::Malformed(_))));
+        assert!(matches!(
+            decode(&d, &mut l),
+            Err(BadDescriptor::Malformed(_))
+        ));
     }
 
     #[test]
     fn rejects_cycles() {
         // A block whose link points to itself.
         let mut l = lots();
-        let at = RawRef { slot: 0, pad: 0, generation: 1, offset: 0 };
+        let at = RawRef {
+            slot: 0,
+            pad: 0,
+            generation: 1,
+            offset: 0,
+        };
         let fr: Vec<_> = (0..6).map(|i| frag(0, 4096 + i, 1)).collect();
         let mut blocks = vec![0u8; BLOCK_BYTES];
         let mut d = encode(0, &fr, &mut blocks, at);

@@ -13,7 +13,9 @@ use super::ring::{self, Consumer, Corrupt, Producer, Push};
 use crate::error::{BadDescriptor, Error, Result};
 use crate::iodata::{Fragment, IoData};
 use crate::region::domain::{DomainInner, LotRef, ReleaseSource};
-use crate::region::group::{DomainId, OFFER_FREE, OFFER_OPEN, OFFER_TAKEN, OFFER_WRITING, SLOT_LIVE};
+use crate::region::group::{
+    DomainId, OFFER_FREE, OFFER_OPEN, OFFER_TAKEN, OFFER_WRITING, SLOT_LIVE,
+};
 use crate::region::{PathAllocator, PathConfig};
 use crate::segment::{Keep, LotId, LotSpan, Segment};
 use crate::sys::fd::{dup_from, exited, memfd, wait_readable, EventFd};
@@ -36,7 +38,10 @@ pub struct ChannelConfig {
 
 impl Default for ChannelConfig {
     fn default() -> Self {
-        ChannelConfig { capacity: 256, release_capacity: 1024 }
+        ChannelConfig {
+            capacity: 256,
+            release_capacity: 1024,
+        }
     }
 }
 
@@ -197,29 +202,41 @@ impl SendCore {
 
     fn check_peer(&self, st: &mut SendState, force: bool) -> Result<()> {
         if self.gone.load(Ordering::Acquire) {
-            return Err(Error::PeerGone { pid: self.link.peer_pid });
+            return Err(Error::PeerGone {
+                pid: self.link.peer_pid,
+            });
         }
         let now = Instant::now();
         if force || now.duration_since(st.last_check) >= LIVENESS_PERIOD {
             st.last_check = now;
             if self.link.peer_exited() {
                 self.reclaim_all(st);
-                return Err(Error::PeerGone { pid: self.link.peer_pid });
+                return Err(Error::PeerGone {
+                    pid: self.link.peer_pid,
+                });
             }
         }
         Ok(())
     }
 
     fn in_flight(&self) -> usize {
-        self.lock().inflight.iter().filter(|f| f.data.is_some()).count()
+        self.lock()
+            .inflight
+            .iter()
+            .filter(|f| f.data.is_some())
+            .count()
     }
 }
 
 impl ReleaseSource for SendCore {
     fn collect(&self) -> bool {
         // try_lock: allocation inside `send` may land here while we hold the lock.
-        let Ok(mut st) = self.state.try_lock() else { return true };
-        let Ok(released) = self.drain(&mut st) else { return false };
+        let Ok(mut st) = self.state.try_lock() else {
+            return true;
+        };
+        let Ok(released) = self.drain(&mut st) else {
+            return false;
+        };
         let waiting = st.inflight.iter().any(|f| f.data.is_some());
         // Probe liveness (a system call, at most every 10 ms) only when releases have
         // stopped coming while messages are still out.
@@ -237,7 +254,9 @@ pub struct Sender {
 
 impl std::fmt::Debug for Sender {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sender").field("peer", &self.core.peer).finish()
+        f.debug_struct("Sender")
+            .field("peer", &self.core.peer)
+            .finish()
     }
 }
 
@@ -256,7 +275,9 @@ impl Sender {
         // receiver stops consuming, the ring fills, and the probe below (or the blocking
         // wait in `send`, or an allocator collecting releases) notices.
         if c.gone.load(Ordering::Acquire) {
-            return Err(Error::PeerGone { pid: c.link.peer_pid });
+            return Err(Error::PeerGone {
+                pid: c.link.peer_pid,
+            });
         }
         if c.link.header().rx_closed.load(Ordering::Acquire) != 0 {
             return Err(Error::Disconnected);
@@ -268,8 +289,16 @@ impl Sender {
             .fragments()
             .iter()
             .map(|f| {
-                let s = f.lot_span().expect("shareable() put every fragment in a lot");
-                RawFrag { slot: s.lot.slot, pad: 0, generation: s.lot.generation, offset: s.offset, len: f.len() as u64 }
+                let s = f
+                    .lot_span()
+                    .expect("shareable() put every fragment in a lot");
+                RawFrag {
+                    slot: s.lot.slot,
+                    pad: 0,
+                    generation: s.lot.generation,
+                    offset: s.offset,
+                    len: f.len() as u64,
+                }
             })
             .collect();
         if frags.len() as u64 > desc::MAX_FRAGS {
@@ -283,7 +312,10 @@ impl Sender {
         let (idx, generation) = match st.free_tokens.pop() {
             Some(i) => (i, st.inflight[i as usize].generation.wrapping_add(1)),
             None => {
-                st.inflight.push(InFlight { generation: 0, data: None });
+                st.inflight.push(InFlight {
+                    generation: 0,
+                    data: None,
+                });
                 (st.inflight.len() as u32 - 1, 0)
             }
         };
@@ -291,7 +323,12 @@ impl Sender {
         let entry = if nblocks > 0 {
             let mut m = self.core.meta.alloc_segment(nblocks * BLOCK_BYTES)?;
             let span = m.lot_span().expect("meta fbufs live in our lot");
-            let at = RawRef { slot: span.lot.slot, pad: 0, generation: span.lot.generation, offset: span.offset };
+            let at = RawRef {
+                slot: span.lot.slot,
+                pad: 0,
+                generation: span.lot.generation,
+                offset: span.offset,
+            };
             let bytes = m.as_mut_slice().expect("fresh fbufs are writable");
             let e = desc::encode(token, &frags, bytes, at);
             m.freeze();
@@ -307,7 +344,10 @@ impl Sender {
                 Err(Error::Full)
             }
             Push::Done { wake } => {
-                st.inflight[idx as usize] = InFlight { generation, data: Some((data.clone(), meta)) };
+                st.inflight[idx as usize] = InFlight {
+                    generation,
+                    data: Some((data.clone(), meta)),
+                };
                 drop(st);
                 Counters::add(&c.stats.messages, 1);
                 Counters::add(&c.stats.bytes, data.len() as u64);
@@ -354,7 +394,10 @@ impl Sender {
                 other => return other,
             }
             let left = match deadline {
-                Some(d) => Some(d.checked_duration_since(Instant::now()).ok_or(Error::Timeout)?),
+                Some(d) => Some(
+                    d.checked_duration_since(Instant::now())
+                        .ok_or(Error::Timeout)?,
+                ),
                 None => None,
             };
             let c = &*self.core;
@@ -366,7 +409,9 @@ impl Sender {
                 if died? {
                     let mut st = c.lock();
                     c.reclaim_all(&mut st);
-                    return Err(Error::PeerGone { pid: c.link.peer_pid });
+                    return Err(Error::PeerGone {
+                        pid: c.link.peer_pid,
+                    });
                 }
             }
         }
@@ -521,7 +566,13 @@ impl DomainLots<'_> {
 }
 
 impl Lots for DomainLots<'_> {
-    fn check(&mut self, slot: u16, generation: u32, offset: u64, len: u64) -> Result<(), BadDescriptor> {
+    fn check(
+        &mut self,
+        slot: u16,
+        generation: u32,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), BadDescriptor> {
         let l = self.get(slot, generation)?;
         match offset.checked_add(len) {
             Some(end) if end <= l.len() as u64 => Ok(()),
@@ -552,7 +603,9 @@ pub struct Receiver {
 
 impl std::fmt::Debug for Receiver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Receiver").field("peer_pid", &self.core.link.peer_pid).finish()
+        f.debug_struct("Receiver")
+            .field("peer_pid", &self.core.link.peer_pid)
+            .finish()
     }
 }
 
@@ -576,7 +629,10 @@ impl Receiver {
             Counters::add(&c.stats.wakeups, 1);
             c.link.tx_efd.notify();
         }
-        let mut lots = DomainLots { domain: &c.domain, seen: HashMap::new() };
+        let mut lots = DomainLots {
+            domain: &c.domain,
+            seen: HashMap::new(),
+        };
         let frags = match desc::decode(&d, &mut lots) {
             Ok(f) => f,
             Err(e) => {
@@ -585,22 +641,42 @@ impl Receiver {
                 return Err(e.into());
             }
         };
-        let hold = Arc::new(Hold { core: c.clone(), token: d.token, _lots: lots.seen.values().cloned().collect() });
+        let hold = Arc::new(Hold {
+            core: c.clone(),
+            token: d.token,
+            _lots: lots.seen.values().cloned().collect(),
+        });
         let mut total = 0;
         let mut fragments = Vec::with_capacity(frags.len());
         for f in &frags {
             let l = &lots.seen[&(f.slot, f.generation)];
             total += f.len;
-            let span = LotSpan { lot: LotId { slot: f.slot, generation: f.generation }, offset: f.offset };
+            let span = LotSpan {
+                lot: LotId {
+                    slot: f.slot,
+                    generation: f.generation,
+                },
+                offset: f.offset,
+            };
             let (ptr, keep): (*mut u8, Box<dyn Keep>) = if self.map_per_transfer {
                 let page = crate::sys::page_size() as u64;
                 let start = f.offset / page * page;
-                let len = crate::sys::round_up_pages((f.offset + f.len - start) as usize).expect("inside the lot");
+                let len = crate::sys::round_up_pages((f.offset + f.len - start) as usize)
+                    .expect("inside the lot");
                 let map = Mapping::shared_at(l.fd(), start, len, Access::Read)?;
                 let ptr = map.as_ptr().wrapping_add((f.offset - start) as usize);
-                (ptr, Box::new(MappedKeep { _map: map, _hold: hold.clone() }))
+                (
+                    ptr,
+                    Box::new(MappedKeep {
+                        _map: map,
+                        _hold: hold.clone(),
+                    }),
+                )
             } else {
-                (l.base().wrapping_add(f.offset as usize), Box::new(RemoteKeep(hold.clone())))
+                (
+                    l.base().wrapping_add(f.offset as usize),
+                    Box::new(RemoteKeep(hold.clone())),
+                )
             };
             let ptr = NonNull::new(ptr).expect("mappings are non-null");
             // SAFETY: decode checked the span lies inside the lot, which `keep` keeps
@@ -625,7 +701,9 @@ impl Receiver {
         if force || now.duration_since(self.last_check) >= LIVENESS_PERIOD {
             self.last_check = now;
             if self.core.link.peer_exited() && !self.fwd.has_data().map_err(corrupt)? {
-                return Err(Error::PeerGone { pid: self.core.link.peer_pid });
+                return Err(Error::PeerGone {
+                    pid: self.core.link.peer_pid,
+                });
             }
         }
         Ok(())
@@ -696,7 +774,12 @@ impl Receiver {
     /// Messages received and not yet released, plus releases not yet accepted by the
     /// reverse ring.
     pub fn pending_releases(&self) -> usize {
-        self.core.rel.lock().unwrap_or_else(|p| p.into_inner()).pending.len()
+        self.core
+            .rel
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pending
+            .len()
     }
 
     /// Process id of the sender.
@@ -718,7 +801,11 @@ impl AsFd for Receiver {
 
 impl Drop for Receiver {
     fn drop(&mut self) {
-        self.core.link.header().rx_closed.store(1, Ordering::Release);
+        self.core
+            .link
+            .header()
+            .rx_closed
+            .store(1, Ordering::Release);
         self.core.link.tx_efd.notify();
     }
 }
@@ -726,13 +813,20 @@ impl Drop for Receiver {
 fn check_config(c: &ChannelConfig) -> Result<()> {
     let ok = |n: u32| n.is_power_of_two() && n >= 2 && n <= layout::MAX_CAP;
     if !ok(c.capacity) || !ok(c.release_capacity) {
-        return Err(Error::InvalidArgument("ring sizes must be powers of two in 2..=65536"));
+        return Err(Error::InvalidArgument(
+            "ring sizes must be powers of two in 2..=65536",
+        ));
     }
     Ok(())
 }
 
 /// Opens a channel from `domain` to `peer`; see [`Domain::connect`](crate::Domain::connect).
-pub fn connect(domain: &Arc<DomainInner>, peer: DomainId, config: ChannelConfig, timeout: Duration) -> Result<Sender> {
+pub fn connect(
+    domain: &Arc<DomainInner>,
+    peer: DomainId,
+    config: ChannelConfig,
+    timeout: Duration,
+) -> Result<Sender> {
     check_config(&config)?;
     let group = &domain.group;
     if peer.slot as usize >= crate::region::group::MAX_SLOTS {
@@ -759,7 +853,15 @@ pub fn connect(domain: &Arc<DomainInner>, peer: DomainId, config: ChannelConfig,
         (*h).rx_generation = peer.generation;
         (*h).magic.store(layout::MAGIC, Ordering::Release);
     }
-    let link = Link { map, parts, rx_efd: EventFd::new()?, tx_efd: EventFd::new()?, peer_pid, pidfd, _chan_fd: chan_fd };
+    let link = Link {
+        map,
+        parts,
+        rx_efd: EventFd::new()?,
+        tx_efd: EventFd::new()?,
+        peer_pid,
+        pidfd,
+        _chan_fd: chan_fd,
+    };
 
     // Offer it in our slot.
     let slot = group.slot(me.slot);
@@ -767,14 +869,31 @@ pub fn connect(domain: &Arc<DomainInner>, peer: DomainId, config: ChannelConfig,
         .offers
         .iter()
         .enumerate()
-        .find(|(_, o)| o.state.compare_exchange(OFFER_FREE, OFFER_WRITING, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+        .find(|(_, o)| {
+            o.state
+                .compare_exchange(
+                    OFFER_FREE,
+                    OFFER_WRITING,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        })
         .ok_or(Error::InvalidArgument("too many channels offered at once"))?;
     let _ = oi;
     offer.to_slot.store(peer.slot as u32, Ordering::Relaxed);
-    offer.to_generation.store(peer.generation, Ordering::Relaxed);
-    offer.chan_fd.store(link._chan_fd.as_raw_fd() as u32, Ordering::Relaxed);
-    offer.rx_efd.store(link.rx_efd.as_raw_fd() as u32, Ordering::Relaxed);
-    offer.tx_efd.store(link.tx_efd.as_raw_fd() as u32, Ordering::Relaxed);
+    offer
+        .to_generation
+        .store(peer.generation, Ordering::Relaxed);
+    offer
+        .chan_fd
+        .store(link._chan_fd.as_raw_fd() as u32, Ordering::Relaxed);
+    offer
+        .rx_efd
+        .store(link.rx_efd.as_raw_fd() as u32, Ordering::Relaxed);
+    offer
+        .tx_efd
+        .store(link.tx_efd.as_raw_fd() as u32, Ordering::Relaxed);
     // SYNC: pairs with the acceptor's CAS (Acquire) on the offer state.
     offer.state.store(OFFER_OPEN, Ordering::Release);
     group.header().offer_seq.fetch_add(1, Ordering::AcqRel);
@@ -790,12 +909,24 @@ pub fn connect(domain: &Arc<DomainInner>, peer: DomainId, config: ChannelConfig,
         if now >= deadline || link.peer_exited() {
             break false;
         }
-        futex::wait(&link.header().rx_ready, 0, (deadline - now).min(Duration::from_millis(20)));
+        futex::wait(
+            &link.header().rx_ready,
+            0,
+            (deadline - now).min(Duration::from_millis(20)),
+        );
     };
     if !accepted {
         // Withdraw the offer unless the peer took it at the last moment.
-        if offer.state.compare_exchange(OFFER_OPEN, OFFER_FREE, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-            return Err(if link.peer_exited() { Error::PeerGone { pid: peer_pid } } else { Error::Timeout });
+        if offer
+            .state
+            .compare_exchange(OFFER_OPEN, OFFER_FREE, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            return Err(if link.peer_exited() {
+                Error::PeerGone { pid: peer_pid }
+            } else {
+                Error::Timeout
+            });
         }
         // Taken: wait a little more for rx_ready.
         let t = Instant::now() + Duration::from_secs(1);
@@ -813,17 +944,35 @@ pub fn connect(domain: &Arc<DomainInner>, peer: DomainId, config: ChannelConfig,
     // of the forward ring and the only consumer of the reverse ring.
     let (fwd, rev) = unsafe {
         (
-            ring::producer(link.parts.fwd_ctl, link.parts.fwd_slots, config.capacity as u64),
-            ring::consumer(link.parts.rev_ctl, link.parts.rev_slots, config.release_capacity as u64),
+            ring::producer(
+                link.parts.fwd_ctl,
+                link.parts.fwd_slots,
+                config.capacity as u64,
+            ),
+            ring::consumer(
+                link.parts.rev_ctl,
+                link.parts.rev_slots,
+                config.release_capacity as u64,
+            ),
         )
     };
-    let meta = PathAllocator::new(domain.lot.clone(), Arc::downgrade(domain), PathConfig::default());
+    let meta = PathAllocator::new(
+        domain.lot.clone(),
+        Arc::downgrade(domain),
+        PathConfig::default(),
+    );
     let core = Arc::new(SendCore {
         link,
         domain: domain.clone(),
         peer,
         meta,
-        state: Mutex::new(SendState { fwd, rev, inflight: Vec::new(), free_tokens: Vec::new(), last_check: Instant::now() }),
+        state: Mutex::new(SendState {
+            fwd,
+            rev,
+            inflight: Vec::new(),
+            free_tokens: Vec::new(),
+            last_check: Instant::now(),
+        }),
         gone: AtomicBool::new(false),
         stats: Counters::default(),
     });
@@ -851,10 +1000,17 @@ pub fn accept(domain: &Arc<DomainInner>, timeout: Duration) -> Result<Receiver> 
                 {
                     continue;
                 }
-                if offer.state.compare_exchange(OFFER_OPEN, OFFER_TAKEN, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+                if offer
+                    .state
+                    .compare_exchange(OFFER_OPEN, OFFER_TAKEN, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_err()
+                {
                     continue;
                 }
-                let peer = DomainId { slot: s, generation: slot.generation.load(Ordering::Acquire) };
+                let peer = DomainId {
+                    slot: s,
+                    generation: slot.generation.load(Ordering::Acquire),
+                };
                 match open_offer(domain, peer, offer) {
                     Ok(r) => return Ok(r),
                     // A broken or vanished offer: skip it, keep waiting for a good one.
@@ -866,13 +1022,23 @@ pub fn accept(domain: &Arc<DomainInner>, timeout: Duration) -> Result<Receiver> 
         if now >= deadline {
             return Err(Error::Timeout);
         }
-        futex::wait(&group.header().offer_seq, seq, (deadline - now).min(Duration::from_millis(50)));
+        futex::wait(
+            &group.header().offer_seq,
+            seq,
+            (deadline - now).min(Duration::from_millis(50)),
+        );
     }
 }
 
-fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, offer: &crate::region::group::OfferRaw) -> Result<Receiver> {
+fn open_offer(
+    domain: &Arc<DomainInner>,
+    peer: DomainId,
+    offer: &crate::region::group::OfferRaw,
+) -> Result<Receiver> {
     let (peer_pid, pidfd) = domain.group.peer_pidfd(peer)?;
-    let get = |fd: &std::sync::atomic::AtomicU32| dup_from(pidfd.as_fd(), fd.load(Ordering::Relaxed) as i32);
+    let get = |fd: &std::sync::atomic::AtomicU32| {
+        dup_from(pidfd.as_fd(), fd.load(Ordering::Relaxed) as i32)
+    };
     let chan_fd = get(&offer.chan_fd)?;
     let rx_efd = EventFd::from_owned(get(&offer.rx_efd)?);
     let tx_efd = EventFd::from_owned(get(&offer.tx_efd)?);
@@ -889,17 +1055,31 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, offer: &crate::region::
     }
     let (fwd_cap, rev_cap) = (h.fwd_cap, h.rev_cap);
     let me = domain.lot.id;
-    if check_config(&ChannelConfig { capacity: fwd_cap, release_capacity: rev_cap }).is_err()
+    if check_config(&ChannelConfig {
+        capacity: fwd_cap,
+        release_capacity: rev_cap,
+    })
+    .is_err()
         || layout::channel_bytes(fwd_cap, rev_cap) != len
         || h.rx_slot != me.slot as u32
         || h.rx_generation != me.generation
         || h.tx_slot != peer.slot as u32
     {
-        return Err(Error::InvalidArgument("channel header does not match its offer"));
+        return Err(Error::InvalidArgument(
+            "channel header does not match its offer",
+        ));
     }
     // SAFETY: `len == channel_bytes(fwd_cap, rev_cap)`, checked above.
     let parts = unsafe { layout::parts(base, fwd_cap) };
-    let link = Link { map, parts, rx_efd, tx_efd, peer_pid, pidfd, _chan_fd: chan_fd };
+    let link = Link {
+        map,
+        parts,
+        rx_efd,
+        tx_efd,
+        peer_pid,
+        pidfd,
+        _chan_fd: chan_fd,
+    };
     // SAFETY: the rings lie in `link`'s mapping; we are the only consumer of the forward
     // ring and the only producer of the reverse ring.
     let (fwd, rev) = unsafe {
@@ -908,15 +1088,25 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, offer: &crate::region::
             ring::producer(link.parts.rev_ctl, link.parts.rev_slots, rev_cap as u64),
         )
     };
-    link.header().rx_pid.store(std::process::id(), Ordering::Relaxed);
+    link.header()
+        .rx_pid
+        .store(std::process::id(), Ordering::Relaxed);
     // SYNC: pairs with the sender's Acquire load of rx_ready in `connect`.
     link.header().rx_ready.store(1, Ordering::Release);
     futex::wake_all(&link.header().rx_ready);
     let core = Arc::new(RecvCore {
         link,
         domain: domain.clone(),
-        rel: Mutex::new(RelState { rev, pending: Vec::new() }),
+        rel: Mutex::new(RelState {
+            rev,
+            pending: Vec::new(),
+        }),
         stats: Counters::default(),
     });
-    Ok(Receiver { core, fwd, last_check: Instant::now(), map_per_transfer: false })
+    Ok(Receiver {
+        core,
+        fwd,
+        last_check: Instant::now(),
+        map_per_transfer: false,
+    })
 }

@@ -72,7 +72,11 @@ impl DomainInner {
             return Ok(LotRef::Own(self.lot.clone()));
         }
         if id.slot == self.lot.id.slot {
-            return Err(BadDescriptor::UnknownLot { slot: id.slot, generation: id.generation }.into());
+            return Err(BadDescriptor::UnknownLot {
+                slot: id.slot,
+                generation: id.generation,
+            }
+            .into());
         }
         if let Some(l) = super::lot::local_lot(&self.group, id) {
             return Ok(LotRef::Own(l));
@@ -85,7 +89,10 @@ impl DomainInner {
             // A new domain owns that slot now. We can map its lot only once nothing here
             // still reads the old one (they share an address).
             if Arc::strong_count(p) > 1 {
-                return Err(Error::AddressInUse { addr: self.group.lot_addr(id.slot), len: p.len() });
+                return Err(Error::AddressInUse {
+                    addr: self.group.lot_addr(id.slot),
+                    len: p.len(),
+                });
             }
             peers.remove(&id.slot);
         }
@@ -103,20 +110,31 @@ impl DomainInner {
 
     /// Drains releases from every sending channel of this domain.
     pub fn collect_releases(&self) {
-        let sources: Vec<_> = self.sources.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let sources: Vec<_> = self
+            .sources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         for s in sources {
             if let Some(s) = s.upgrade() {
                 s.collect();
             }
         }
-        let parked: Vec<_> = std::mem::take(&mut *self.parked.lock().unwrap_or_else(|p| p.into_inner()));
+        let parked: Vec<_> =
+            std::mem::take(&mut *self.parked.lock().unwrap_or_else(|p| p.into_inner()));
         let keep: Vec<_> = parked.into_iter().filter(|s| s.collect()).collect();
-        self.parked.lock().unwrap_or_else(|p| p.into_inner()).extend(keep);
+        self.parked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(keep);
     }
 
     /// Keeps a closed sender alive until its receiver has released everything.
     pub fn park(&self, s: Arc<dyn ReleaseSource>) {
-        self.parked.lock().unwrap_or_else(|p| p.into_inner()).push(s);
+        self.parked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(s);
     }
 
     /// Closed senders still waiting for releases.
@@ -132,7 +150,10 @@ impl DomainInner {
             let s = self.group.slot(slot);
             let live = s.state.load(Ordering::Acquire) == super::group::SLOT_LIVE
                 && s.generation.load(Ordering::Acquire) == p.id.generation
-                && self.group.pid_alive(s.pid.load(Ordering::Relaxed), s.start_time.load(Ordering::Relaxed));
+                && self.group.pid_alive(
+                    s.pid.load(Ordering::Relaxed),
+                    s.start_time.load(Ordering::Relaxed),
+                );
             live || Arc::strong_count(p) > 1
         });
     }
@@ -200,16 +221,30 @@ impl Domain {
 
     /// A new per-path allocator carving fbufs from this domain's lot.
     pub fn path(&self, config: PathConfig) -> Result<PathAllocator> {
-        Ok(PathAllocator::new(self.inner.lot.clone(), Arc::downgrade(&self.inner), config))
+        Ok(PathAllocator::new(
+            self.inner.lot.clone(),
+            Arc::downgrade(&self.inner),
+            config,
+        ))
     }
 
     /// Opens a channel to `peer` and waits (up to `timeout`) for it to accept.
     pub fn connect(&self, peer: DomainId, timeout: Duration) -> Result<Sender> {
-        channel::connect(&self.inner, peer, channel::ChannelConfig::default(), timeout)
+        channel::connect(
+            &self.inner,
+            peer,
+            channel::ChannelConfig::default(),
+            timeout,
+        )
     }
 
     /// Like [`connect`](Self::connect), with ring sizes and options.
-    pub fn connect_with(&self, peer: DomainId, config: channel::ChannelConfig, timeout: Duration) -> Result<Sender> {
+    pub fn connect_with(
+        &self,
+        peer: DomainId,
+        config: channel::ChannelConfig,
+        timeout: Duration,
+    ) -> Result<Sender> {
         channel::connect(&self.inner, peer, config, timeout)
     }
 

@@ -102,7 +102,10 @@ pub struct GroupConfig {
 
 impl Default for GroupConfig {
     fn default() -> Self {
-        GroupConfig { base_addr: None, lot_size: 1 << 30 }
+        GroupConfig {
+            base_addr: None,
+            lot_size: 1 << 30,
+        }
     }
 }
 
@@ -116,7 +119,9 @@ fn default_base(name: &str, lot_size: u64) -> u64 {
     let span = lot_size * MAX_SLOTS as u64;
     let buckets = (REGION_LEN / span).max(1);
     // FNV-1a: stable across processes and builds, unlike std's randomised hasher.
-    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
     REGION_START + (h % buckets) * span
 }
 
@@ -138,10 +143,14 @@ impl std::fmt::Display for DomainId {
 impl std::str::FromStr for DomainId {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        let (a, b) = s.split_once('.').ok_or(Error::InvalidArgument("domain id is SLOT.GENERATION"))?;
+        let (a, b) = s
+            .split_once('.')
+            .ok_or(Error::InvalidArgument("domain id is SLOT.GENERATION"))?;
         Ok(DomainId {
             slot: a.parse().map_err(|_| Error::InvalidArgument("bad slot"))?,
-            generation: b.parse().map_err(|_| Error::InvalidArgument("bad generation"))?,
+            generation: b
+                .parse()
+                .map_err(|_| Error::InvalidArgument("bad generation"))?,
         })
     }
 }
@@ -177,10 +186,14 @@ impl Group {
     /// Opens the group `name`, creating it with `config` if it does not exist.
     pub fn open_with(name: &str, config: GroupConfig) -> Result<Arc<Group>> {
         if name.is_empty() || name.contains('/') || name.len() > 200 {
-            return Err(Error::InvalidArgument("group name must be 1..200 chars, no '/'"));
+            return Err(Error::InvalidArgument(
+                "group name must be 1..200 chars, no '/'",
+            ));
         }
         if config.lot_size == 0 || config.lot_size % crate::sys::page_size() != 0 {
-            return Err(Error::InvalidArgument("lot size must be a non-zero page multiple"));
+            return Err(Error::InvalidArgument(
+                "lot size must be a non-zero page multiple",
+            ));
         }
         let path = PathBuf::from(format!("/dev/shm/ferry.{name}"));
         let size = std::mem::size_of::<GroupHeader>();
@@ -196,7 +209,10 @@ impl Group {
             Ok(f) => (f, true),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 crate::sys::count();
-                (OpenOptions::new().read(true).write(true).open(&path)?, false)
+                (
+                    OpenOptions::new().read(true).write(true).open(&path)?,
+                    false,
+                )
             }
             Err(e) => return Err(e.into()),
         };
@@ -214,7 +230,12 @@ impl Group {
             }
         }
         let map = Mapping::shared(file.as_fd(), size, Access::ReadWrite)?;
-        let g = Group { name: name.to_owned(), path, map, _file: file };
+        let g = Group {
+            name: name.to_owned(),
+            path,
+            map,
+            _file: file,
+        };
         let h = g.header_ptr();
         if fresh {
             // SAFETY: we created the file and nobody reads the plain fields before we
@@ -236,13 +257,19 @@ impl Group {
             // SYNC: pairs with the creator's Release store of `magic`.
             while g.header().magic.load(Ordering::Acquire) != MAGIC {
                 if Instant::now() > deadline {
-                    return Err(Error::BadGroup(format!("{} has no ferry header", g.path.display())));
+                    return Err(Error::BadGroup(format!(
+                        "{} has no ferry header",
+                        g.path.display()
+                    )));
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
             let h = g.header();
             if h.version != VERSION || h.max_slots as usize != MAX_SLOTS {
-                return Err(Error::BadGroup(format!("version {} (want {VERSION})", h.version)));
+                return Err(Error::BadGroup(format!(
+                    "version {} (want {VERSION})",
+                    h.version
+                )));
             }
             let end = (h.base_addr as u128) + (h.lot_stride as u128) * MAX_SLOTS as u128;
             if h.lot_size == 0 || h.lot_stride < h.lot_size || end > (1u128 << 47) {
@@ -299,7 +326,13 @@ impl Group {
                 let pid = s.pid.load(Ordering::Relaxed);
                 let generation = s.generation.load(Ordering::Relaxed);
                 self.pid_alive(pid, s.start_time.load(Ordering::Relaxed))
-                    .then_some(Member { id: DomainId { slot: i, generation }, pid })
+                    .then_some(Member {
+                        id: DomainId {
+                            slot: i,
+                            generation,
+                        },
+                        pid,
+                    })
             })
             .collect()
     }
@@ -320,7 +353,12 @@ impl Group {
             let got = match st {
                 SLOT_FREE => s
                     .state
-                    .compare_exchange(SLOT_FREE, SLOT_CLAIMING, Ordering::AcqRel, Ordering::Relaxed)
+                    .compare_exchange(
+                        SLOT_FREE,
+                        SLOT_CLAIMING,
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    )
                     .is_ok(),
                 SLOT_LIVE => {
                     let pid = s.pid.load(Ordering::Relaxed);
@@ -329,7 +367,12 @@ impl Group {
                     } else {
                         // The owner died without leaving: take the slot over.
                         s.state
-                            .compare_exchange(SLOT_LIVE, SLOT_CLAIMING, Ordering::AcqRel, Ordering::Relaxed)
+                            .compare_exchange(
+                                SLOT_LIVE,
+                                SLOT_CLAIMING,
+                                Ordering::AcqRel,
+                                Ordering::Relaxed,
+                            )
                             .is_ok()
                     }
                 }
@@ -359,7 +402,9 @@ impl Group {
     /// Gives a slot back. If no live member remains, removes the control block.
     pub(crate) fn release_slot(&self, i: u16, generation: u32) {
         let s = self.slot(i);
-        if s.generation.load(Ordering::Acquire) == generation && s.pid.load(Ordering::Relaxed) == std::process::id() {
+        if s.generation.load(Ordering::Acquire) == generation
+            && s.pid.load(Ordering::Relaxed) == std::process::id()
+        {
             s.pid.store(0, Ordering::Relaxed);
             s.state.store(SLOT_FREE, Ordering::Release);
         }
@@ -372,8 +417,12 @@ impl Group {
     /// A pidfd for the live domain `id`, or `PeerGone`/`UnknownLot` if it is not live.
     pub(crate) fn peer_pidfd(&self, id: DomainId) -> Result<(u32, std::os::fd::OwnedFd)> {
         let s = self.slot(id.slot);
-        if s.state.load(Ordering::Acquire) != SLOT_LIVE || s.generation.load(Ordering::Acquire) != id.generation {
-            return Err(Error::PeerGone { pid: s.pid.load(Ordering::Relaxed) });
+        if s.state.load(Ordering::Acquire) != SLOT_LIVE
+            || s.generation.load(Ordering::Acquire) != id.generation
+        {
+            return Err(Error::PeerGone {
+                pid: s.pid.load(Ordering::Relaxed),
+            });
         }
         let pid = s.pid.load(Ordering::Relaxed);
         let fd = pidfd(pid).map_err(|_| Error::PeerGone { pid })?;
@@ -403,7 +452,10 @@ mod tests {
 
     #[test]
     fn domain_id_round_trips() {
-        let id = DomainId { slot: 3, generation: 17 };
+        let id = DomainId {
+            slot: 3,
+            generation: 17,
+        };
         assert_eq!(id.to_string().parse::<DomainId>().unwrap(), id);
         assert!("3".parse::<DomainId>().is_err());
     }

@@ -1,8 +1,8 @@
 //! Lots: one memfd per domain, mapped read-write in its owner and read-only everywhere
 //! else, at the same address in every process of the group.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::group::{DomainId, Group};
@@ -33,7 +33,8 @@ fn local_lots() -> &'static Mutex<HashMap<(std::path::PathBuf, LotId), Weak<Lot>
 /// The lot `id` of `group` if a domain of this process owns it.
 pub(crate) fn local_lot(group: &Group, id: LotId) -> Option<Arc<Lot>> {
     let m = local_lots().lock().unwrap_or_else(|p| p.into_inner());
-    m.get(&(group.path().to_owned(), id)).and_then(Weak::upgrade)
+    m.get(&(group.path().to_owned(), id))
+        .and_then(Weak::upgrade)
 }
 
 /// Carves a lot into power-of-two spans: a bump pointer plus a free list per class.
@@ -75,7 +76,16 @@ impl Lot {
         group.publish_slot(slot, fd.as_raw_fd());
         let id = LotId { slot, generation };
         let key = (group.path().to_owned(), id);
-        let lot = Arc::new(Lot { group, id, map, fd, spans: Mutex::new(Spans { bump: 0, free: vec![Vec::new(); CLASSES] }) });
+        let lot = Arc::new(Lot {
+            group,
+            id,
+            map,
+            fd,
+            spans: Mutex::new(Spans {
+                bump: 0,
+                free: vec![Vec::new(); CLASSES],
+            }),
+        });
         let mut m = local_lots().lock().unwrap_or_else(|p| p.into_inner());
         m.retain(|_, w| w.strong_count() > 0);
         m.insert(key, Arc::downgrade(&lot));
@@ -84,7 +94,10 @@ impl Lot {
 
     /// The domain that owns this lot.
     pub fn domain_id(&self) -> DomainId {
-        DomainId { slot: self.id.slot, generation: self.id.generation }
+        DomainId {
+            slot: self.id.slot,
+            generation: self.id.generation,
+        }
     }
 
     pub fn base(&self) -> *mut u8 {
@@ -102,7 +115,6 @@ impl Lot {
     pub fn mapping(&self) -> &Mapping {
         &self.map
     }
-
 
     /// Takes a span of class `k` from the lot, or `None` if the lot is exhausted.
     pub fn take(&self, k: usize) -> Option<u64> {
@@ -149,7 +161,12 @@ impl PeerLot {
     pub fn map(group: &Group, id: LotId) -> Result<PeerLot> {
         use std::sync::atomic::Ordering;
         let s = group.slot(id.slot);
-        let unknown = || Error::BadDescriptor(BadDescriptor::UnknownLot { slot: id.slot, generation: id.generation });
+        let unknown = || {
+            Error::BadDescriptor(BadDescriptor::UnknownLot {
+                slot: id.slot,
+                generation: id.generation,
+            })
+        };
         let live = |s: &super::group::SlotRaw| {
             s.state.load(Ordering::Acquire) == super::group::SLOT_LIVE
                 && s.generation.load(Ordering::Acquire) == id.generation

@@ -31,7 +31,10 @@ pub struct PathConfig {
 
 impl Default for PathConfig {
     fn default() -> Self {
-        PathConfig { quota: 512 << 20, secure: false }
+        PathConfig {
+            quota: 512 << 20,
+            secure: false,
+        }
     }
 }
 
@@ -121,7 +124,10 @@ impl PathAllocator {
             let outstanding = p.outstanding.load(Ordering::Relaxed);
             if outstanding + size > p.quota {
                 p.refusals.fetch_add(1, Ordering::Relaxed);
-                return Err(Error::QuotaExceeded { outstanding, quota: p.quota });
+                return Err(Error::QuotaExceeded {
+                    outstanding,
+                    quota: p.quota,
+                });
             }
         }
         let off = match self.pop(k) {
@@ -137,13 +143,25 @@ impl PathAllocator {
                 p.cached.fetch_add(1, Ordering::Relaxed);
                 off
             }
-            None => p.lot.take(k).ok_or(Error::LotExhausted { requested: size })?,
+            None => p
+                .lot
+                .take(k)
+                .ok_or(Error::LotExhausted { requested: size })?,
         };
         p.allocs.fetch_add(1, Ordering::Relaxed);
         p.outstanding.fetch_add(size, Ordering::Relaxed);
-        let fbuf = Fbuf { path: self.inner.clone(), off, class: k, secured: AtomicBool::new(false) };
-        let ptr = NonNull::new(p.lot.base().wrapping_add(off as usize)).expect("lot base is non-null");
-        let span = LotSpan { lot: p.lot.id, offset: off };
+        let fbuf = Fbuf {
+            path: self.inner.clone(),
+            off,
+            class: k,
+            secured: AtomicBool::new(false),
+        };
+        let ptr =
+            NonNull::new(p.lot.base().wrapping_add(off as usize)).expect("lot base is non-null");
+        let span = LotSpan {
+            lot: p.lot.id,
+            offset: off,
+        };
         // SAFETY: `off..off+size` is a span of our lot that this path just took, so no
         // one else writes it until `fbuf` returns it; `fbuf` holds the lot (and so the
         // mapping) alive. `len <= size`.
@@ -194,7 +212,10 @@ impl Fbuf {
 impl Keep for Fbuf {
     fn secure(&self) -> Result<()> {
         if !self.secured.swap(true, Ordering::AcqRel) {
-            self.path.lot.mapping().protect(self.off as usize, self.size(), Access::Read)?;
+            self.path
+                .lot
+                .mapping()
+                .protect(self.off as usize, self.size(), Access::Read)?;
         }
         Ok(())
     }
@@ -212,11 +233,19 @@ impl Drop for Fbuf {
         if *self.secured.get_mut() {
             // Every receiver has released it: the originator may write again. If this
             // fails the span stays read-only, so keep it out of circulation.
-            if self.path.lot.mapping().protect(self.off as usize, self.size(), Access::ReadWrite).is_err() {
+            if self
+                .path
+                .lot
+                .mapping()
+                .protect(self.off as usize, self.size(), Access::ReadWrite)
+                .is_err()
+            {
                 return;
             }
         }
         self.path.free.lock().unwrap_or_else(|p| p.into_inner())[self.class].push(self.off);
-        self.path.outstanding.fetch_sub(self.size(), Ordering::Relaxed);
+        self.path
+            .outstanding
+            .fetch_sub(self.size(), Ordering::Relaxed);
     }
 }

@@ -64,8 +64,14 @@ pub fn exited(pidfd: BorrowedFd<'_>) -> bool {
 
 /// Waits until one of `fds` is readable (`poll(2)`); returns its index, or `None` on
 /// timeout. `None` as timeout waits forever.
-pub fn wait_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<Option<usize>> {
-    let mut pfds: Vec<PollFd<'_>> = fds.iter().map(|fd| PollFd::new(fd, PollFlags::IN)).collect();
+pub fn wait_readable(
+    fds: &[BorrowedFd<'_>],
+    timeout: Option<Duration>,
+) -> io::Result<Option<usize>> {
+    let mut pfds: Vec<PollFd<'_>> = fds
+        .iter()
+        .map(|fd| PollFd::new(fd, PollFlags::IN))
+        .collect();
     let ts = timeout.map(|t| rustix::time::Timespec {
         tv_sec: t.as_secs() as i64,
         tv_nsec: t.subsec_nanos() as _,
@@ -74,11 +80,7 @@ pub fn wait_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::R
         count();
         match poll(&mut pfds, ts.as_ref()) {
             Ok(0) => return Ok(None),
-            Ok(_) => {
-                return Ok(pfds
-                    .iter()
-                    .position(|p| !p.revents().is_empty()))
-            }
+            Ok(_) => return Ok(pfds.iter().position(|p| !p.revents().is_empty())),
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e.into()),
         }
@@ -93,7 +95,10 @@ impl EventFd {
     /// Creates one, counter zero, non-blocking and close-on-exec.
     pub fn new() -> io::Result<Self> {
         count();
-        Ok(EventFd(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?))
+        Ok(EventFd(eventfd(
+            0,
+            EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK,
+        )?))
     }
 
     /// Wraps a descriptor known to be an eventfd.

@@ -48,11 +48,28 @@ impl Mapping {
 
     /// Maps `len` bytes of `fd` from `offset` (a page multiple), `MAP_SHARED`, wherever
     /// the kernel chooses.
-    pub fn shared_at(fd: BorrowedFd<'_>, offset: u64, len: usize, access: Access) -> io::Result<Self> {
+    pub fn shared_at(
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        access: Access,
+    ) -> io::Result<Self> {
         count();
         // SAFETY: a null hint without MAP_FIXED cannot replace any existing mapping.
-        let p = unsafe { mmap(std::ptr::null_mut(), len, access.prot(), MapFlags::SHARED, fd, offset)? };
-        Ok(Mapping { ptr: NonNull::new(p.cast()).expect("mmap never returns null"), len })
+        let p = unsafe {
+            mmap(
+                std::ptr::null_mut(),
+                len,
+                access.prot(),
+                MapFlags::SHARED,
+                fd,
+                offset,
+            )?
+        };
+        Ok(Mapping {
+            ptr: NonNull::new(p.cast()).expect("mmap never returns null"),
+            len,
+        })
     }
 
     /// Maps `len` bytes of `fd` from `offset` at exactly `addr`, `MAP_SHARED` with
@@ -79,7 +96,10 @@ impl Mapping {
             )
         };
         match r {
-            Ok(p) if p as usize == addr => Ok(Mapping { ptr: NonNull::new(p.cast()).expect("non-null"), len }),
+            Ok(p) if p as usize == addr => Ok(Mapping {
+                ptr: NonNull::new(p.cast()).expect("non-null"),
+                len,
+            }),
             Ok(p) => {
                 // A kernel that ignores MAP_FIXED_NOREPLACE treats it as a hint.
                 // SAFETY: `p..p+len` is the mapping we just made and no one else knows it.

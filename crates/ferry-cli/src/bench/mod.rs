@@ -1,0 +1,161 @@
+//! `ferry bench`: benchmarks between real processes, with their baselines and
+//! the papers' numbers side by side.
+//!
+//! Adding a benchmark: write `bench/<name>.rs` with
+//! `pub const BENCH: BenchDef = BenchDef { name, about, run }`, where `run`
+//! measures through [`chain`] (or its own workers) and returns a
+//! [`BenchOutput`]; then list it in [`BENCHES`]. `ferry bench <name>`,
+//! `ferry bench all` and the report pick it up from there.
+
+mod budget;
+mod chain;
+mod crew;
+mod ctx;
+mod fbufs;
+mod latency;
+mod machine;
+mod memcpy;
+mod output;
+mod path;
+pub mod plot;
+mod points;
+mod progress;
+mod record;
+mod report;
+pub mod stats;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+pub use ctx::BenchCtx;
+pub use output::{BenchOutput, PlotSpec};
+
+/// One registered benchmark.
+pub struct BenchDef {
+    /// The name on the command line.
+    pub name: &'static str,
+    /// One line for `--help` and the report.
+    pub about: &'static str,
+    pub run: fn(&BenchCtx) -> Result<BenchOutput>,
+}
+
+/// Every benchmark, in the order `all` runs them.
+pub const BENCHES: &[BenchDef] = &[fbufs::BENCH, path::BENCH];
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// A benchmark (fbufs, fbufs-path) or `all`.
+    pub name: String,
+    /// Fewer sizes and messages: under 30 s for everything.
+    #[arg(long)]
+    pub quick: bool,
+    /// Write every measured point as JSON records to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write the first plot to FILE.svg and any others beside it (FILE-<plot>.svg).
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Write a report folder (report.md, results.json, SVG plots); `all` defaults to ferry-report/.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+/// What one benchmark produced.
+pub struct Finished {
+    pub def: &'static BenchDef,
+    pub output: BenchOutput,
+    pub seconds: f64,
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let selected: Vec<&'static BenchDef> = if args.name == "all" {
+        BENCHES.iter().collect()
+    } else {
+        match BENCHES.iter().find(|b| b.name == args.name) {
+            Some(b) => vec![b],
+            None => {
+                let names: Vec<_> = BENCHES.iter().map(|b| b.name).collect();
+                bail!(
+                    "unknown benchmark {:?}; try one of: {}, all",
+                    args.name,
+                    names.join(", ")
+                );
+            }
+        }
+    };
+    let ctx = BenchCtx::new(args.quick);
+    let mut done = Vec::new();
+    for def in selected {
+        let start = Instant::now();
+        let output = (def.run)(&ctx).with_context(|| format!("benchmark {}", def.name))?;
+        let seconds = start.elapsed().as_secs_f64();
+        ctx.progress
+            .phase(&format!("{}: done in {seconds:.1} s", def.name));
+        done.push(Finished {
+            def,
+            output,
+            seconds,
+        });
+    }
+    ctx.progress.finish();
+
+    for f in &done {
+        println!("{}", f.output.markdown);
+    }
+    let mut records: Vec<_> = ctx
+        .memcpy_if_measured()
+        .map(|m| m.record())
+        .into_iter()
+        .collect();
+    records.extend(done.iter().flat_map(|f| f.output.records.iter().cloned()));
+    if let Some(path) = &args.json {
+        write_json(path, &records)?;
+        eprintln!("wrote {} records to {}", records.len(), path.display());
+    }
+    if let Some(path) = &args.plot {
+        let plots: Vec<&PlotSpec> = done.iter().flat_map(|f| &f.output.plots).collect();
+        for (i, p) in plots.iter().enumerate() {
+            let file = if i == 0 {
+                path.clone()
+            } else {
+                beside(path, &p.stem)
+            };
+            draw(p, &file)?;
+            eprintln!("wrote {}", file.display());
+        }
+    }
+    let out = match (&args.out, args.name.as_str()) {
+        (Some(dir), _) => Some(dir.clone()),
+        (None, "all") => Some(PathBuf::from("ferry-report")),
+        _ => None,
+    };
+    if let Some(dir) = out {
+        let total = ctx.progress.elapsed().as_secs_f64();
+        report::write(&dir, &ctx, &done, &records, total)?;
+        eprintln!("wrote the report to {}", dir.join("report.md").display());
+    }
+    Ok(())
+}
+
+/// `dir/name-<stem>.svg` for `dir/name.svg`.
+fn beside(path: &Path, stem: &str) -> PathBuf {
+    let base = path
+        .file_stem()
+        .map_or("plot".into(), |s| s.to_string_lossy().into_owned());
+    path.with_file_name(format!("{base}-{stem}.svg"))
+}
+
+fn draw(p: &PlotSpec, file: &Path) -> Result<()> {
+    plot::line_plot(
+        file, &p.title, &p.x_label, &p.y_label, &p.series, p.log_x, p.log_y,
+    )
+    .with_context(|| format!("drawing {}", file.display()))
+}
+
+fn write_json(path: &Path, records: &[record::Record]) -> Result<()> {
+    let text = serde_json::to_string_pretty(records)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+}
