@@ -95,7 +95,8 @@ impl Counters {
 
 /// What both ends share: the mapping, the wake-up fds and the peer's pidfd.
 struct Link {
-    map: Mapping,
+    // Keeps `parts` valid.
+    _map: Mapping,
     parts: Parts,
     /// The receiver sleeps on this one.
     rx_efd: EventFd,
@@ -811,7 +812,7 @@ impl Drop for Receiver {
 }
 
 fn check_config(c: &ChannelConfig) -> Result<()> {
-    let ok = |n: u32| n.is_power_of_two() && n >= 2 && n <= layout::MAX_CAP;
+    let ok = |n: u32| n.is_power_of_two() && (2..=layout::MAX_CAP).contains(&n);
     if !ok(c.capacity) || !ok(c.release_capacity) {
         return Err(Error::InvalidArgument(
             "ring sizes must be powers of two in 2..=65536",
@@ -821,7 +822,7 @@ fn check_config(c: &ChannelConfig) -> Result<()> {
 }
 
 /// Opens a channel from `domain` to `peer`; see [`Domain::connect`](crate::Domain::connect).
-pub fn connect(
+pub(crate) fn connect(
     domain: &Arc<DomainInner>,
     peer: DomainId,
     config: ChannelConfig,
@@ -854,7 +855,7 @@ pub fn connect(
         (*h).magic.store(layout::MAGIC, Ordering::Release);
     }
     let link = Link {
-        map,
+        _map: map,
         parts,
         rx_efd: EventFd::new()?,
         tx_efd: EventFd::new()?,
@@ -982,7 +983,7 @@ pub fn connect(
 }
 
 /// Waits for a channel offered to `domain`; see [`Domain::accept`](crate::Domain::accept).
-pub fn accept(domain: &Arc<DomainInner>, timeout: Duration) -> Result<Receiver> {
+pub(crate) fn accept(domain: &Arc<DomainInner>, timeout: Duration) -> Result<Receiver> {
     let group = &domain.group;
     let me = domain.lot.id;
     let deadline = Instant::now() + timeout;
@@ -1072,7 +1073,7 @@ fn open_offer(
     // SAFETY: `len == channel_bytes(fwd_cap, rev_cap)`, checked above.
     let parts = unsafe { layout::parts(base, fwd_cap) };
     let link = Link {
-        map,
+        _map: map,
         parts,
         rx_efd,
         tx_efd,

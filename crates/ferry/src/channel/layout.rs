@@ -37,7 +37,6 @@ pub(crate) struct ChanHeader {
     pub rx_pid: AtomicU32,
 }
 
-pub(crate) const HEADER_BYTES: usize = 256;
 pub(crate) const FWD_CTL: usize = 256;
 pub(crate) const REV_CTL: usize = 512;
 pub(crate) const SLOTS: usize = 1024;
@@ -82,7 +81,7 @@ mod tests {
 
     #[test]
     fn header_fits() {
-        assert!(std::mem::size_of::<ChanHeader>() <= HEADER_BYTES);
+        assert!(std::mem::size_of::<ChanHeader>() <= FWD_CTL);
         assert_eq!(std::mem::offset_of!(ChanHeader, rx_ready), 32);
         assert!(std::mem::size_of::<RingCtl>() <= REV_CTL - FWD_CTL);
         assert!(REV_CTL + std::mem::size_of::<RingCtl>() <= SLOTS);

@@ -14,4 +14,5 @@ pub(crate) mod ring;
 
 mod endpoint;
 
-pub use endpoint::{accept, connect, ChannelConfig, ChannelStats, Receiver, Sender};
+pub(crate) use endpoint::{accept, connect};
+pub use endpoint::{ChannelConfig, ChannelStats, Receiver, Sender};

@@ -25,8 +25,10 @@ pub(crate) fn class_of(len: usize) -> (usize, usize) {
 /// Lots owned by domains of this process, by (group path, slot, generation): a second
 /// domain in the same process reads them through the owner's mapping, since the
 /// group-wide address is already taken by it here.
-fn local_lots() -> &'static Mutex<HashMap<(std::path::PathBuf, LotId), Weak<Lot>>> {
-    static LOTS: OnceLock<Mutex<HashMap<(std::path::PathBuf, LotId), Weak<Lot>>>> = OnceLock::new();
+type LocalLots = Mutex<HashMap<(std::path::PathBuf, LotId), Weak<Lot>>>;
+
+fn local_lots() -> &'static LocalLots {
+    static LOTS: OnceLock<LocalLots> = OnceLock::new();
     LOTS.get_or_init(Default::default)
 }
 
