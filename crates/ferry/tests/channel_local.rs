@@ -176,6 +176,7 @@ fn address_in_use_is_an_error() {
     let g = Group::open(&name).unwrap();
     // Occupy slot 0's address first, so the join must fail rather than map elsewhere.
     let addr = g.lot_addr(0);
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; we own the result.
     let p = unsafe {
         libc::mmap(
             addr as *mut _,
@@ -192,6 +193,7 @@ fn address_in_use_is_an_error() {
         matches!(e, Error::AddressInUse { addr: a, .. } if a == addr),
         "{e}"
     );
+    // SAFETY: `p` is the anonymous page mapped above, referenced by nothing else.
     unsafe { libc::munmap(p, 4096) };
     assert!(g.join().is_ok());
 }

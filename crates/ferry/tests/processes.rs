@@ -142,6 +142,7 @@ impl Peer {
     }
 
     fn kill9(&mut self) {
+        // SAFETY: kill(2) has no memory-safety preconditions.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
         self.child.wait().unwrap();
     }
@@ -232,6 +233,8 @@ fn child_main(role: &str) {
             // Deliberately write through the frozen, secured fbuf: the page is
             // write-protected, so this must fault (SIGSEGV) rather than change bytes
             // the receiver is reading.
+            // SAFETY: not sound on purpose: the page is write-protected, and the test
+            // expects this process to die of SIGSEGV right here.
             unsafe { p.add(100).write_volatile(0xAA) };
             println!("wrote");
         }
@@ -414,6 +417,7 @@ fn receivers_cannot_write_peer_lots() {
         "{line}"
     );
     // mprotect to writable must fail: the descriptor was opened read-only.
+    // SAFETY: asks for more rights on our own mapping; the kernel refuses (checked).
     let r = unsafe { libc::mprotect(addr as *mut _, 4096, libc::PROT_READ | libc::PROT_WRITE) };
     assert_eq!(r, -1);
     assert_eq!(

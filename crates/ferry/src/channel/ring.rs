@@ -180,11 +180,6 @@ impl<T: Copy> Producer<T> {
         self.ring.ctl().waiting.0.store(0, Ordering::Relaxed);
     }
 
-    /// Entries pushed and not yet consumed, as last seen.
-    pub fn len(&mut self) -> Result<u64, Corrupt> {
-        self.refresh_head()?;
-        Ok(self.tail.wrapping_sub(self.head_seen))
-    }
 }
 
 impl<T: Copy> Consumer<T> {
@@ -398,11 +393,7 @@ mod loom_tests {
 
     /// Runs `f` under loom, bounding preemptions to 3 unless `LOOM_MAX_PREEMPTIONS` says
     /// otherwise.
-    static LOG: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-    fn log(s: String) { LOG.lock().unwrap().push(s); }
     fn model(f: impl Fn() + Sync + Send + 'static) {
-        std::panic::set_hook(Box::new(|i| { eprintln!("PANIC {i}"); if let Ok(l) = LOG.try_lock() { for x in l.iter() { eprintln!("  {x}"); } } std::process::exit(3); }));
-        let f = move || { LOG.lock().unwrap().clear(); f() };
         let mut b = loom::model::Builder::new();
         if b.preemption_bound.is_none() {
             b.preemption_bound = Some(3);
@@ -414,9 +405,7 @@ mod loom_tests {
     /// (the producer's eventfd) with the `prepare_wait` handshake, then retries.
     fn push_blocking(p: &mut Producer<u64>, v: u64, data: &EventFd, room: Option<&EventFd>) {
         loop {
-            let r = p.try_push(v).unwrap();
-            log(format!("P push {v} -> {r:?}"));
-            match r {
+            match p.try_push(v).unwrap() {
                 Push::Done { wake } => {
                     if wake {
                         data.notify();
@@ -425,11 +414,8 @@ mod loom_tests {
                 }
                 Push::Full(_) => match room {
                     Some(room) => {
-                        let w = p.prepare_wait().unwrap();
-                        log(format!("P prepare_wait -> {w}"));
-                        if w {
+                        if p.prepare_wait().unwrap() {
                             room.wait();
-                            log(format!("P woke"));
                             p.cancel_wait();
                         }
                     }
@@ -443,9 +429,7 @@ mod loom_tests {
     /// the `prepare_sleep` handshake, then retries. Wakes the producer when told to.
     fn pop_blocking(c: &mut Consumer<u64>, data: &EventFd, room: Option<&EventFd>) -> u64 {
         loop {
-            let r = c.try_pop().unwrap();
-            log(format!("C pop -> {r:?}"));
-            match r {
+            match c.try_pop().unwrap() {
                 Some((v, wake)) => {
                     if wake {
                         room.expect("the producer never waits in this model").notify();
@@ -453,11 +437,8 @@ mod loom_tests {
                     return v;
                 }
                 None => {
-                    let w = c.prepare_sleep().unwrap();
-                    log(format!("C prepare_sleep -> {w}"));
-                    if w {
+                    if c.prepare_sleep().unwrap() {
                         data.wait();
-                        log(format!("C woke"));
                         c.cancel_sleep();
                     }
                 }
