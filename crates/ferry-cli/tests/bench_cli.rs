@@ -21,13 +21,17 @@ fn fbufs_quick_writes_records_and_a_plot() {
     let dir = scratch("fbufs");
     let json = dir.join("r.json");
     let svg = dir.join("p.svg");
-    let out = ferry()
+    let child = ferry()
         .args(["bench", "fbufs", "--quick", "--json"])
         .arg(&json)
         .arg("--plot")
         .arg(&svg)
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -47,8 +51,27 @@ fn fbufs_quick_writes_records_and_a_plot() {
         );
     }
     let slopes: Vec<_> = records.iter().filter(|r| r["unit"] == "µs/page").collect();
-    assert_eq!(slopes.len(), 2, "one per-page slope per transport");
+    assert_eq!(slopes.len(), 6, "one per-page slope per transport");
     assert!(slopes.iter().all(|r| r["value"].as_f64().unwrap() > 0.0));
+    for t in ["pipe", "unix", "ferry", "ferry-secured", "ferry-uncached"] {
+        assert!(
+            slopes.iter().any(|r| r["params"]["transport"] == t),
+            "no slope for {t}"
+        );
+    }
+    let ferry = slopes
+        .iter()
+        .find(|r| r["params"]["transport"] == "ferry")
+        .unwrap();
+    assert!(ferry["params"]["syscalls_per_call_sender"].is_number());
+    // Every group this run created is gone.
+    let prefix = format!("ferry.bench-{pid}-");
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
     std::fs::remove_dir_all(&dir).unwrap();
 }

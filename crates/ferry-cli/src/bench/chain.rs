@@ -32,10 +32,10 @@ pub fn run_chain(
     plan: &Plan,
 ) -> Result<ChainRun> {
     assert!(crossings >= 1);
-    let mut links = Vec::new();
-    for _ in 0..crossings {
-        links.push(kind.link()?);
-    }
+    let (links, leftovers) = kind.links(crossings)?;
+    // Declared before the crew, so dropped after it: the workers are gone
+    // (finished or killed) by the time their files are removed.
+    let _cleanup = Cleanup(leftovers);
     let capacity = links[0].capacity;
     let (mut ack_tx, mut ack_rx) = match plan.pattern {
         Pattern::PingPong => {
@@ -76,6 +76,17 @@ pub fn run_chain(
         sink,
         capacity,
     })
+}
+
+/// Files a chain may leave behind, removed when dropped.
+struct Cleanup(Vec<std::path::PathBuf>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for f in &self.0 {
+            let _ = std::fs::remove_file(f);
+        }
+    }
 }
 
 /// Runs `plan` as function calls in one pinned process (`plan.hops` stages).

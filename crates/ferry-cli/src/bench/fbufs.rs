@@ -19,10 +19,11 @@ use super::budget::Budget;
 use super::chain::run_chain;
 use super::ctx::BenchCtx;
 use super::output::{num, ratio, BenchOutput, PlotSpec, Table};
-use super::points::{pooled, Point};
+use super::points::{pooled, syscalls_per_msg, Point};
 use super::record::Record;
 use super::stats::{linear_fit, spread, Fit, Summary};
 use super::BenchDef;
+use crate::transport::ferry::Variant;
 use crate::transport::TransportKind;
 use crate::worker::plan::{Pattern, Plan, Touch, Wait};
 use crate::worker::touch::PAGE;
@@ -34,7 +35,14 @@ pub const BENCH: BenchDef = BenchDef {
 };
 
 /// The mechanisms measured, in table order.
-const TRANSPORTS: &[TransportKind] = &[TransportKind::Pipe, TransportKind::Unix];
+const TRANSPORTS: &[TransportKind] = &[
+    TransportKind::Pipe,
+    TransportKind::Unix,
+    TransportKind::Ferry(Variant::CACHED_VOLATILE),
+    TransportKind::Ferry(Variant::CACHED_SECURE),
+    TransportKind::Ferry(Variant::UNCACHED_VOLATILE),
+    TransportKind::Ferry(Variant::UNCACHED_SECURE),
+];
 
 /// Table 5.1 of the thesis: DECstation 5000/200 (25 MHz MIPS R3000), Mach 3.0.
 /// (mechanism, incremental µs per page, asymptotic Mbps).
@@ -61,6 +69,8 @@ struct Measured {
     fit: Fit,
     /// The per-page slope of each trial.
     trial_slopes: Vec<f64>,
+    /// ferry's system calls per call in the timed loop: (originator, receiver).
+    syscalls: (Option<f64>, Option<f64>),
 }
 
 fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
@@ -120,6 +130,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
             points,
             fit,
             trial_slopes,
+            syscalls: (syscalls_per_msg(&run.source), syscalls_per_msg(&run.sink)),
         });
     }
 
@@ -157,6 +168,8 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
             .param("transport", m.kind.name())
             .param("fit", "per-page slope of call cost")
             .param("intercept_us", m.fit.intercept)
+            .param("syscalls_per_call_sender", m.syscalls.0)
+            .param("syscalls_per_call_receiver", m.syscalls.1)
             .param("r2", m.fit.r2)
             .param("paper_copy_us_per_page", PAPER_COPY_US),
         );
@@ -195,9 +208,19 @@ fn markdown(ctx: &BenchCtx, measured: &[Measured], plan: &Plan) -> String {
         "Mbps (asymptotic)",
         "a / memcpy of a page",
         "paper's copy / a",
+        "pipe copy / a",
+        "ferry syscalls/call (sender, receiver)",
     ]);
+    let pipe = measured
+        .iter()
+        .find(|m| m.kind == TransportKind::Pipe)
+        .map_or(f64::NAN, |m| m.fit.slope);
     for m in measured {
         let s = Summary::of(&m.trial_slopes);
+        let sys = match m.syscalls {
+            (Some(a), Some(b)) => format!("{}, {}", num(a), num(b)),
+            _ => "—".into(),
+        };
         t.row(vec![
             m.kind.label().into(),
             num(m.fit.slope),
@@ -207,9 +230,19 @@ fn markdown(ctx: &BenchCtx, measured: &[Measured], plan: &Plan) -> String {
             num(mbps(m.fit.slope)),
             ratio(m.fit.slope / page_copy_us),
             ratio(PAPER_COPY_US / m.fit.slope),
+            ratio(pipe / m.fit.slope),
+            sys,
         ]);
     }
     md.push_str(&t.render());
+    let _ = writeln!(
+        md,
+        "\nferry's variants: cached = the receiver reads through its one mapping of the sender's lot; \
+         uncached = every received fbuf is mmapped afresh and unmapped on release; volatile = the \
+         originator's pages stay writable; secured = they are write-protected (mprotect) from send to \
+         release. Syscalls are those ferry itself makes (its own counter) per call in the timed loop; \
+         the return pipe is not ferry's and is not counted.\n"
+    );
     let _ = writeln!(
         md,
         "\nMbps is the paper's asymptotic rate, 32768 / a. A negative b means the per-page cost grows \

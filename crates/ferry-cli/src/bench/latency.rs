@@ -14,13 +14,17 @@ use super::budget::Budget;
 use super::chain::run_chain;
 use super::ctx::BenchCtx;
 use super::output::{bytes, num, ratio, BenchOutput, PlotSpec, Table};
-use super::points::{pooled, Point};
+use super::points::{pooled, syscalls_per_msg, Point};
 use super::record::Record;
+use crate::transport::ferry::Variant;
 use crate::transport::TransportKind;
 use crate::worker::plan::{Pattern, Plan, Touch, Wait};
 
-const TRANSPORTS: &[TransportKind] = &[TransportKind::Pipe];
+const FERRY: TransportKind = TransportKind::Ferry(Variant::CACHED_VOLATILE);
+const TRANSPORTS: &[TransportKind] = &[TransportKind::Pipe, FERRY];
 const WAITS: &[Wait] = &[Wait::Spin, Wait::Block];
+/// Sizes at which the copy/ferry ratio is stated explicitly.
+const RATIO_AT: &[usize] = &[1 << 20, 64 << 20];
 
 fn wait_label(w: Wait) -> &'static str {
     match w {
@@ -32,13 +36,24 @@ fn wait_label(w: Wait) -> &'static str {
 struct Curve {
     kind: TransportKind,
     wait: Wait,
+    touch: Touch,
     capacity: Option<usize>,
     points: Vec<Point>,
+    /// ferry's system calls per message in the timed loop: (sender, receiver).
+    syscalls: (Option<f64>, Option<f64>),
 }
 
 impl Curve {
     fn label(&self) -> String {
-        format!("{}, {}", self.kind.label(), wait_label(self.wait))
+        match self.touch {
+            Touch::Word => format!("{}, {}", self.kind.label(), wait_label(self.wait)),
+            Touch::All | Touch::Header => format!(
+                "{}, {}, reads {}",
+                self.kind.label(),
+                wait_label(self.wait),
+                self.touch.label()
+            ),
+        }
     }
 }
 
@@ -85,27 +100,42 @@ pub fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         trials: ctx.pick(3, 5),
         hops: 0,
     };
-    let mut curves = Vec::new();
+    let mut runs: Vec<(TransportKind, Wait, Touch)> = Vec::new();
     for &kind in TRANSPORTS {
         for &wait in WAITS {
-            ctx.progress.phase(&format!(
-                "fbufs-path: one-way latency, {}, {}",
-                kind.label(),
-                wait_label(wait)
-            ));
-            let plan = Plan {
-                wait,
-                ..base.clone()
-            };
-            let run = run_chain(ctx, kind, 1, &plan)?;
-            let points = pooled(&run.sink, |ns| ns / 1000.0);
-            curves.push(Curve {
-                kind,
-                wait,
-                capacity: run.capacity,
-                points,
-            });
+            runs.push((kind, wait, Touch::Word));
         }
+    }
+    // The receiver reads every byte: bound by memory bandwidth, not the hand-over.
+    for &kind in TRANSPORTS {
+        runs.push((kind, Wait::Spin, Touch::All));
+    }
+    // The hand-over alone: the receiver reads only the header.
+    runs.push((FERRY, Wait::Spin, Touch::Header));
+    runs.push((FERRY, Wait::Block, Touch::Header));
+    let mut curves = Vec::new();
+    for (kind, wait, touch) in runs {
+        ctx.progress.phase(&format!(
+            "fbufs-path: one-way latency, {}, {}, reads {}",
+            kind.label(),
+            wait_label(wait),
+            touch.label()
+        ));
+        let plan = Plan {
+            wait,
+            touch,
+            ..base.clone()
+        };
+        let run = run_chain(ctx, kind, 1, &plan)?;
+        let points = pooled(&run.sink, |ns| ns / 1000.0);
+        curves.push(Curve {
+            kind,
+            wait,
+            touch,
+            capacity: run.capacity,
+            points,
+            syscalls: (syscalls_per_msg(&run.source), syscalls_per_msg(&run.sink)),
+        });
     }
 
     let mut out = BenchOutput::default();
@@ -122,6 +152,9 @@ pub fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
                 )
                 .param("transport", c.kind.name())
                 .param("wait", wait_label(c.wait))
+                .param("touch", c.touch.label())
+                .param("syscalls_per_msg_sender", c.syscalls.0)
+                .param("syscalls_per_msg_receiver", c.syscalls.1)
                 .param("bytes", p.size)
                 .param("link_capacity", c.capacity)
                 .param(
@@ -136,7 +169,9 @@ pub fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
     Ok(out)
 }
 
-fn markdown(ctx: &BenchCtx, curves: &[Curve], sizes: &[usize], trials: u32) -> String {
+fn markdown(ctx: &BenchCtx, all: &[Curve], sizes: &[usize], trials: u32) -> String {
+    let curves: Vec<&Curve> = all.iter().filter(|c| c.touch == Touch::Word).collect();
+    let curves = &curves[..];
     let mut md = String::new();
     let _ = writeln!(md, "### One-way hand-over latency\n");
     let _ = writeln!(
@@ -186,6 +221,153 @@ fn markdown(ctx: &BenchCtx, curves: &[Curve], sizes: &[usize], trials: u32) -> S
             row.push(ratio(
                 block.points[i].summary.median / spin.points[i].summary.median,
             ));
+        }
+        t.row(row);
+    }
+    md.push_str(&t.render());
+    md.push('\n');
+    md.push_str(&ratios(curves, sizes));
+    md.push_str(&every_byte(ctx, all, sizes));
+    md.push_str(&header_only(all, sizes));
+    md
+}
+
+/// ferry's hand-over alone: the receiver reads only the header.
+fn header_only(all: &[Curve], sizes: &[usize]) -> String {
+    let curves: Vec<&Curve> = all.iter().filter(|c| c.touch == Touch::Header).collect();
+    if curves.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from(
+        "The hand-over alone: the receiver reads only the 24-byte header, not one word per page \
+         (µs, median and p99):\n\n",
+    );
+    let mut headers = vec!["size".to_string()];
+    for c in &curves {
+        headers.push(format!("{} median", c.label()));
+        headers.push("p99".into());
+    }
+    let mut t = Table::new(&headers.iter().map(String::as_str).collect::<Vec<_>>());
+    for (i, &size) in sizes.iter().enumerate() {
+        let mut row = vec![bytes(size)];
+        for c in &curves {
+            row.push(num(c.points[i].summary.median));
+            row.push(num(c.points[i].summary.p99));
+        }
+        t.row(row);
+    }
+    md.push_str(&t.render());
+    let mut t = Table::new(&[
+        "curve",
+        "largest / smallest median",
+        "syscalls/msg (sender, receiver)",
+    ]);
+    for c in &curves {
+        let meds: Vec<f64> = c.points.iter().map(|p| p.summary.median).collect();
+        let lo = meds.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = meds.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        t.row(vec![c.label(), ratio(hi / lo), sys_cell(c)]);
+    }
+    md.push('\n');
+    md.push_str(&t.render());
+    md.push('\n');
+    md
+}
+
+/// The median of `c` at `size`.
+fn median_at(c: &Curve, size: usize) -> Option<f64> {
+    c.points
+        .iter()
+        .find(|p| p.size == size)
+        .map(|p| p.summary.median)
+}
+
+fn sys_cell(c: &Curve) -> String {
+    match c.syscalls {
+        (Some(a), Some(b)) => format!("{}, {}", num(a), num(b)),
+        _ => "—".into(),
+    }
+}
+
+/// pipe median / ferry median at the sizes the issue names, and how flat ferry's curve is.
+fn ratios(curves: &[&Curve], sizes: &[usize]) -> String {
+    let mut md = String::new();
+    let find = |k: TransportKind, w: Wait| curves.iter().find(|c| c.kind == k && c.wait == w);
+    let mut headers = vec!["wait".to_string()];
+    for &s in RATIO_AT {
+        headers.push(format!("pipe / ferry median at {}", bytes(s)));
+    }
+    headers.extend([
+        "ferry median, smallest – largest over sizes (µs)".to_string(),
+        "ferry largest / smallest median".to_string(),
+        "ferry syscalls/msg (sender, receiver)".to_string(),
+    ]);
+    let mut t = Table::new(&headers.iter().map(String::as_str).collect::<Vec<_>>());
+    for &wait in WAITS {
+        let (Some(pipe), Some(f)) = (find(TransportKind::Pipe, wait), find(FERRY, wait)) else {
+            continue;
+        };
+        let mut row = vec![wait_label(wait).to_string()];
+        for &s in RATIO_AT {
+            row.push(match (median_at(pipe, s), median_at(f, s)) {
+                (Some(a), Some(b)) => ratio(a / b),
+                _ => "not measured".into(),
+            });
+        }
+        let meds: Vec<f64> = sizes.iter().filter_map(|&s| median_at(f, s)).collect();
+        let lo = meds.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = meds.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        row.push(format!("{} – {}", num(lo), num(hi)));
+        row.push(ratio(hi / lo));
+        row.push(sys_cell(f));
+        t.row(row);
+    }
+    let _ = writeln!(
+        md,
+        "Copy against hand-over (the receiver reads one word per page). ferry's syscalls are those \
+         its own layer made per message in the timed loop (its counter; the acknowledgement pipe is \
+         not ferry's and is not counted):\n"
+    );
+    md.push_str(&t.render());
+    md.push('\n');
+    md
+}
+
+/// The receiver reads every byte: the memcpy time of the same size is the physical limit.
+fn every_byte(ctx: &BenchCtx, all: &[Curve], sizes: &[usize]) -> String {
+    let curves: Vec<&Curve> = all.iter().filter(|c| c.touch == Touch::All).collect();
+    if curves.is_empty() {
+        return String::new();
+    }
+    let gbps = ctx.memcpy_if_measured().map_or(f64::NAN, |m| m.gbps.median);
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "One-way latency when the receiver reads every byte (busy-poll; µs, median). The memcpy \
+         column is the time to copy the same bytes at this run's memcpy bandwidth ({} GB/s), the \
+         physical reference for touching them all:\n",
+        num(gbps)
+    );
+    let mut headers = vec!["size".to_string()];
+    for c in &curves {
+        headers.push(format!("{} median", c.kind.label()));
+        headers.push("p99".into());
+    }
+    headers.push("memcpy of the size".into());
+    for c in &curves {
+        headers.push(format!("{} / memcpy", c.kind.label()));
+    }
+    let mut t = Table::new(&headers.iter().map(String::as_str).collect::<Vec<_>>());
+    for (i, &size) in sizes.iter().enumerate() {
+        let mut row = vec![bytes(size)];
+        for c in &curves {
+            row.push(num(c.points[i].summary.median));
+            row.push(num(c.points[i].summary.p99));
+        }
+        let limit = size as f64 / gbps / 1000.0;
+        row.push(num(limit));
+        for c in &curves {
+            row.push(ratio(c.points[i].summary.median / limit));
         }
         t.row(row);
     }

@@ -19,9 +19,10 @@ use super::chain::{run_chain, run_local};
 use super::ctx::BenchCtx;
 use super::latency;
 use super::output::{bytes, num, BenchOutput, PlotSpec, Table};
-use super::points::{stream_gbps, Point};
+use super::points::{stream_gbps, syscalls_per_msg, Point};
 use super::record::Record;
 use super::BenchDef;
+use crate::transport::ferry::Variant;
 use crate::transport::TransportKind;
 use crate::worker::plan::{Pattern, Plan, Touch, Wait};
 
@@ -32,7 +33,10 @@ pub const BENCH: BenchDef = BenchDef {
 };
 
 /// Cross-process transports, in table order.
-const TRANSPORTS: &[TransportKind] = &[TransportKind::Pipe];
+const TRANSPORTS: &[TransportKind] = &[
+    TransportKind::Pipe,
+    TransportKind::Ferry(Variant::CACHED_VOLATILE),
+];
 const CROSSINGS: &[usize] = &[1, 2];
 const TOUCHES: &[Touch] = &[Touch::Word, Touch::All];
 
@@ -55,6 +59,8 @@ struct Curve {
     /// Kernel buffering of one link, where known.
     capacity: Option<usize>,
     points: Vec<Point>,
+    /// ferry's system calls per message at the consumer, in the timed loop.
+    syscalls: Option<f64>,
 }
 
 impl Curve {
@@ -140,6 +146,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
                 touch,
                 capacity: None,
                 points,
+                syscalls: None,
             });
             for &kind in TRANSPORTS {
                 ctx.progress.phase(&format!(
@@ -155,6 +162,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
                     touch,
                     capacity: run.capacity,
                     points,
+                    syscalls: syscalls_per_msg(&run.sink),
                 });
             }
         }
@@ -178,6 +186,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
                 .param("touch", c.touch.label())
                 .param("bytes", p.size)
                 .param("wait", "block")
+                .param("syscalls_per_msg_consumer", c.syscalls)
                 .param("link_capacity", c.capacity),
             );
         }
@@ -190,7 +199,9 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
     let _ = writeln!(
         md,
         "Messages stream from a source through 0 or 1 stages to a consumer. Across processes the links \
-         are pipes (blocking; each hop copies into and out of the kernel); in one process the same \
+         are pipes (blocking; each hop copies into and out of the kernel) or ferry channels (blocking \
+         send and recv; the source allocates cached, volatile fbufs on its path, a stage forwards the \
+         same fbuf unchanged, the consumer reads the source's pages in place); in one process the same \
          steps are function calls on one reused buffer. The source writes one word per page, a stage \
          reads one word per page, the consumer reads one word per page or every byte. Throughput is \
          message bytes over the time from the first timed message's fill to the last one's receipt, \

@@ -1,7 +1,7 @@
 //! Turning workers' raw samples into one summarised point per message size.
 
 use super::stats::{median, spread, Summary};
-use crate::worker::plan::Sample;
+use crate::worker::plan::{Sample, SampleKind};
 
 /// One message size, summarised over all its trials.
 #[derive(Debug, Clone)]
@@ -71,4 +71,23 @@ pub fn stream_gbps(samples: &[Sample]) -> Vec<Point> {
             }
         })
         .collect()
+}
+
+/// System calls per timed message, over every sample that counted them
+/// (`None` if the transport does not count).
+pub fn syscalls_per_msg(samples: &[Sample]) -> Option<f64> {
+    let mut calls = 0u64;
+    let mut msgs = 0u64;
+    let mut any = false;
+    for s in samples {
+        if let Some(c) = s.syscalls {
+            any = true;
+            calls += c;
+            msgs += match s.kind {
+                SampleKind::Stream => s.bytes / (s.size as u64).max(1),
+                _ => s.ns.len() as u64,
+            };
+        }
+    }
+    any.then(|| calls as f64 / msgs.max(1) as f64)
 }

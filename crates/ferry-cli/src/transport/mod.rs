@@ -9,7 +9,7 @@
 //!   it, so every transport runs the very same loops.
 //!
 //! Adding a transport (for example ferry's channels):
-//! 1. add a variant to [`TransportKind`] and create its link in [`TransportKind::link`];
+//! 1. add a variant to [`TransportKind`] and create its links in [`TransportKind::links`];
 //! 2. add a variant to [`WorkerTransport`] and implement [`Transport`] for a new
 //!    type in its own file beside `stream.rs`;
 //! 3. dispatch the new variant in [`crate::worker::run`].
@@ -20,10 +20,12 @@
 //!    what it actually measured.
 
 pub mod ack;
+pub mod ferry;
 pub mod stream;
 
 use std::io;
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 
 use clap::ValueEnum;
 
@@ -36,8 +38,8 @@ pub enum TransportKind {
     Pipe,
     /// `socketpair(AF_UNIX, SOCK_STREAM)`: the same two copies through a socket.
     Unix,
-    // Extension point: `Ferry` (fbufs handed over a ferry channel) goes here
-    // once the library's Group/Domain/Path API has landed.
+    /// fbufs handed over a ferry channel: no copy, the receiver reads the sender's pages.
+    Ferry(ferry::Variant),
 }
 
 impl TransportKind {
@@ -46,6 +48,7 @@ impl TransportKind {
         match self {
             TransportKind::Pipe => "pipe",
             TransportKind::Unix => "unix",
+            TransportKind::Ferry(v) => v.name(),
         }
     }
 
@@ -54,6 +57,7 @@ impl TransportKind {
         match self {
             TransportKind::Pipe => "pipe copy",
             TransportKind::Unix => "Unix socket copy",
+            TransportKind::Ferry(v) => v.label(),
         }
     }
 
@@ -61,14 +65,31 @@ impl TransportKind {
     pub fn worker(self) -> WorkerTransport {
         match self {
             TransportKind::Pipe | TransportKind::Unix => WorkerTransport::FdStream,
+            TransportKind::Ferry(_) => WorkerTransport::Ferry,
         }
     }
 
-    /// Creates a fresh one-way link.
-    pub fn link(self) -> io::Result<Link> {
+    /// Creates `n` fresh one-way links for one chain, and the files to remove
+    /// once the chain's workers are gone (ferry's group control block, should
+    /// a worker die before leaving the group).
+    pub fn links(self, n: usize) -> io::Result<(Vec<Link>, Vec<PathBuf>)> {
         match self {
-            TransportKind::Pipe => stream::pipe_link(),
-            TransportKind::Unix => stream::unix_link(),
+            TransportKind::Pipe => Ok((
+                (0..n)
+                    .map(|_| stream::pipe_link())
+                    .collect::<io::Result<_>>()?,
+                Vec::new(),
+            )),
+            TransportKind::Unix => Ok((
+                (0..n)
+                    .map(|_| stream::unix_link())
+                    .collect::<io::Result<_>>()?,
+                Vec::new(),
+            )),
+            TransportKind::Ferry(v) => {
+                let (links, file) = ferry::links(n, v)?;
+                Ok((links, vec![file]))
+            }
         }
     }
 }
@@ -94,6 +115,8 @@ pub struct Endpoint {
 pub enum WorkerTransport {
     /// Any byte-stream descriptor: pipes and stream sockets.
     FdStream,
+    /// ferry channels carrying fbufs.
+    Ferry,
 }
 
 /// Worker-side transport: opens endpoints and moves messages.
@@ -126,6 +149,12 @@ pub trait TxEnd {
         fill: &mut dyn FnMut(usize, &mut [u8]),
         stamp: &mut dyn FnMut(&mut [u8]),
     ) -> io::Result<()>;
+
+    /// System calls the transport's library has made on this thread so far,
+    /// where it counts them (ferry does; the kernel-copy transports do not).
+    fn syscalls(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The receiving end of a link.
@@ -133,4 +162,9 @@ pub trait RxEnd {
     /// Waits for the next `len`-byte message and lets `touch` read each
     /// fragment in place, with its offset in the message.
     fn recv(&mut self, len: usize, touch: &mut dyn FnMut(usize, &[u8])) -> io::Result<()>;
+
+    /// As [`TxEnd::syscalls`].
+    fn syscalls(&self) -> Option<u64> {
+        None
+    }
 }

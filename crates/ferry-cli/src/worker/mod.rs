@@ -15,6 +15,7 @@ use clap::{Args, ValueEnum};
 
 use crate::sys;
 use crate::transport::ack::Ack;
+use crate::transport::ferry::{self as ferry_link, Ferry};
 use crate::transport::stream::FdStream;
 use crate::transport::{Transport, WorkerTransport};
 use plan::{Header, Plan, Sample};
@@ -69,6 +70,11 @@ pub fn run(args: WorkerArgs) -> Result<()> {
         Role::Memcpy => roles::memcpy(&plan),
         _ => match args.transport {
             WorkerTransport::FdStream => run_with::<FdStream>(&args, &plan)?,
+            WorkerTransport::Ferry => {
+                let samples = run_with::<Ferry>(&args, &plan);
+                ferry_link::leave();
+                samples?
+            }
         },
     };
     let mut out = io::BufWriter::new(io::stdout().lock());

@@ -35,6 +35,8 @@ pub enum Touch {
     Word,
     /// Every byte.
     All,
+    /// Only the header (the hand-over itself, without touching the pages).
+    Header,
 }
 
 impl Touch {
@@ -42,6 +44,7 @@ impl Touch {
         match self {
             Touch::Word => "word/page",
             Touch::All => "every byte",
+            Touch::Header => "the header only",
         }
     }
 }
@@ -138,6 +141,10 @@ pub struct Sample {
     pub bytes: u64,
     /// Nanoseconds: one value per message (ping-pong, memcpy) or one per trial (stream).
     pub ns: Vec<u64>,
+    /// System calls the transport's library made on this worker's thread
+    /// during the timed messages, where the transport counts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syscalls: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

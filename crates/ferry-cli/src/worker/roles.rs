@@ -29,7 +29,11 @@ pub fn source<T: Transport>(
     for step in plan.steps() {
         let size = step.size;
         let mut rtt = Vec::with_capacity(step.timed as usize);
+        let mut sys0 = None;
         for seq in 0..u64::from(step.total()) {
+            if seq == u64::from(step.warmup) {
+                sys0 = tx.syscalls();
+            }
             let t_fill = now_ns();
             tx.send_new(
                 size,
@@ -50,6 +54,7 @@ pub fn source<T: Transport>(
                 }
             }
         }
+        let syscalls = sys0.zip(tx.syscalls()).map(|(a, b)| b - a);
         if plan.pattern == Pattern::PingPong {
             out.push(Sample {
                 kind: SampleKind::RoundTrip,
@@ -57,6 +62,7 @@ pub fn source<T: Transport>(
                 trial: step.trial,
                 bytes: size as u64,
                 ns: rtt,
+                syscalls,
             });
         }
     }
@@ -87,7 +93,11 @@ pub fn sink<T: Transport>(
         let (size, trial, warmup) = (step.size, step.trial, u64::from(step.warmup));
         let mut t0 = 0;
         let mut one_way = Vec::with_capacity(step.timed as usize);
+        let mut sys0 = None;
         for seq in 0..u64::from(step.total()) {
+            if seq == warmup {
+                sys0 = rx.syscalls();
+            }
             let mut header = None;
             rx.recv(size, &mut |off, frag| {
                 if off == 0 {
@@ -111,6 +121,7 @@ pub fn sink<T: Transport>(
             }
         }
         let timed = u64::from(step.timed);
+        let syscalls = sys0.zip(rx.syscalls()).map(|(a, b)| b - a);
         out.push(match plan.pattern {
             Pattern::Stream => Sample {
                 kind: SampleKind::Stream,
@@ -118,6 +129,7 @@ pub fn sink<T: Transport>(
                 trial,
                 bytes: size as u64 * timed,
                 ns: vec![now_ns() - t0],
+                syscalls,
             },
             Pattern::PingPong => Sample {
                 kind: SampleKind::OneWay,
@@ -125,6 +137,7 @@ pub fn sink<T: Transport>(
                 trial,
                 bytes: size as u64,
                 ns: one_way,
+                syscalls,
             },
         });
     }
@@ -166,6 +179,7 @@ pub fn local(plan: &Plan) -> Vec<Sample> {
             trial: step.trial,
             bytes: size as u64 * u64::from(step.timed),
             ns: vec![now_ns() - t0],
+            syscalls: None,
         });
     }
     out
@@ -196,6 +210,7 @@ pub fn memcpy(plan: &Plan) -> Vec<Sample> {
             trial: step.trial,
             bytes: size as u64,
             ns,
+            syscalls: None,
         });
     }
     out
