@@ -103,26 +103,42 @@ pub(crate) enum Push<T> {
 /// zero-initialised or left by a previous pair) for as long as the returned sides live.
 /// At most one `Producer` and one `Consumer` may exist for a ring at a time, in any
 /// processes. `cap` must be a power of two.
-pub(crate) unsafe fn producer<T: Copy>(ctl: NonNull<RingCtl>, slots: NonNull<T>, cap: u64) -> Producer<T> {
+pub(crate) unsafe fn producer<T: Copy>(
+    ctl: NonNull<RingCtl>,
+    slots: NonNull<T>,
+    cap: u64,
+) -> Producer<T> {
     assert!(cap.is_power_of_two());
     let ring = Ring { ctl, slots, cap };
     // SYNC: pairs with the consumer's Release store of head.
     let head = ring.ctl().head.0.load(Ordering::Acquire);
     let tail = ring.ctl().tail.0.load(Ordering::Relaxed);
-    Producer { ring, tail, head_seen: head }
+    Producer {
+        ring,
+        tail,
+        head_seen: head,
+    }
 }
 
 /// The consumer side; see [`producer`].
 ///
 /// # Safety
 /// As for [`producer`].
-pub(crate) unsafe fn consumer<T: Copy>(ctl: NonNull<RingCtl>, slots: NonNull<T>, cap: u64) -> Consumer<T> {
+pub(crate) unsafe fn consumer<T: Copy>(
+    ctl: NonNull<RingCtl>,
+    slots: NonNull<T>,
+    cap: u64,
+) -> Consumer<T> {
     assert!(cap.is_power_of_two());
     let ring = Ring { ctl, slots, cap };
     let head = ring.ctl().head.0.load(Ordering::Relaxed);
     // SYNC: pairs with the producer's Release store of tail.
     let tail = ring.ctl().tail.0.load(Ordering::Acquire);
-    Consumer { ring, head, tail_seen: tail }
+    Consumer {
+        ring,
+        head,
+        tail_seen: tail,
+    }
 }
 
 impl<T: Copy> Producer<T> {
@@ -144,7 +160,8 @@ impl<T: Copy> Producer<T> {
         // `sleeping`, fences, loads tail).
         fence(Ordering::SeqCst);
         let c = self.ring.ctl();
-        let wake = c.sleeping.0.load(Ordering::Relaxed) != 0 && c.sleeping.0.swap(0, Ordering::AcqRel) != 0;
+        let wake = c.sleeping.0.load(Ordering::Relaxed) != 0
+            && c.sleeping.0.swap(0, Ordering::AcqRel) != 0;
         Ok(Push::Done { wake })
     }
 
@@ -179,7 +196,6 @@ impl<T: Copy> Producer<T> {
     pub fn cancel_wait(&self) {
         self.ring.ctl().waiting.0.store(0, Ordering::Relaxed);
     }
-
 }
 
 impl<T: Copy> Consumer<T> {
@@ -270,7 +286,10 @@ mod tests {
             // SAFETY: both came from `Box::into_raw` in `pair` and are freed once, here.
             unsafe {
                 drop(Box::from_raw(self.ctl.as_ptr()));
-                drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.slots.as_ptr(), self.cap)));
+                drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                    self.slots.as_ptr(),
+                    self.cap,
+                )));
             }
         }
     }
@@ -279,7 +298,11 @@ mod tests {
         let ctl = NonNull::new(Box::into_raw(Box::<RingCtl>::default())).unwrap();
         let slots = vec![0u64; cap as usize].into_boxed_slice();
         let slots = NonNull::new(Box::into_raw(slots).cast::<u64>()).unwrap();
-        let m = Mem { ctl, slots, cap: cap as usize };
+        let m = Mem {
+            ctl,
+            slots,
+            cap: cap as usize,
+        };
         // SAFETY: `m` outlives both sides in every test, one producer and one consumer.
         let (p, c) = unsafe { (producer(ctl, slots, cap), consumer(ctl, slots, cap)) };
         (m, p, c)
@@ -335,7 +358,10 @@ mod tests {
         assert_eq!(p.prepare_wait(), Ok(true));
         let wakes: Vec<bool> = (0..8).map(|_| c.try_pop().unwrap().unwrap().1).collect();
         // Woken exactly once, when 4 of 8 remain.
-        assert_eq!(wakes, vec![false, false, false, true, false, false, false, false]);
+        assert_eq!(
+            wakes,
+            vec![false, false, false, true, false, false, false, false]
+        );
     }
 
     #[test]
