@@ -82,7 +82,7 @@ mod tests {
     #[test]
     fn header_fits() {
         assert!(std::mem::size_of::<ChanHeader>() <= FWD_CTL);
-        assert_eq!(std::mem::offset_of!(ChanHeader, rx_ready), 32);
+        assert_eq!(std::mem::offset_of!(ChanHeader, rx_ready), 36);
         assert!(std::mem::size_of::<RingCtl>() <= REV_CTL - FWD_CTL);
         assert!(REV_CTL + std::mem::size_of::<RingCtl>() <= SLOTS);
         assert_eq!(channel_bytes(256, 1024) % 4096, 0);
