@@ -527,7 +527,8 @@ mod loom_tests {
     /// a lost wake-up as a deadlock.
     fn transfer(n: u64, consumer_blocks: bool, producer_blocks: bool) {
         model(move || {
-            let (mem, mut p, mut c) = pair();
+            // `_mem` is declared first, so it is dropped after both sides.
+            let (_mem, mut p, mut c) = pair();
             let data = Arc::new(EventFd::default());
             let room = Arc::new(EventFd::default());
             let (d, r) = (data.clone(), room.clone());
@@ -542,8 +543,6 @@ mod loom_tests {
             t.join().unwrap();
             assert_eq!(got, (0..n).collect::<Vec<_>>());
             assert_eq!(c.try_pop().unwrap(), None);
-            drop(c);
-            drop(mem);
         });
     }
 
