@@ -161,7 +161,10 @@ impl<T: Copy> Producer<T> {
         fence(Ordering::SeqCst);
         let c = self.ring.ctl();
         let wake = c.sleeping.0.load(Ordering::Relaxed) != 0
-            && c.sleeping.0.swap(0, Ordering::AcqRel) != 0;
+            && c.sleeping
+                .0
+                .compare_exchange(1, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok();
         Ok(Push::Done { wake })
     }
 
@@ -219,7 +222,10 @@ impl<T: Copy> Consumer<T> {
         let c = self.ring.ctl();
         let wake = c.waiting.0.load(Ordering::Relaxed) != 0
             && self.tail_seen.wrapping_sub(self.head) <= self.ring.cap / 2
-            && c.waiting.0.swap(0, Ordering::AcqRel) != 0;
+            && c.waiting
+                .0
+                .compare_exchange(1, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok();
         Ok(Some((v, wake)))
     }
 
@@ -382,13 +388,11 @@ mod tests {
 /// interleaving up to a preemption bound and the weak-memory outcomes loom models. Run
 /// with `RUSTFLAGS="--cfg loom" cargo test -p ferry --lib --release loom_tests`.
 ///
-/// Two models are `#[ignore]`d: loom 0.7 does not keep an RMW's place in the
-/// modification order against a later plain store by another thread
-/// (tokio-rs/loom#254), so after `try_push` read a stale `sleeping == 1` and its swap
-/// returned 0, loom lets a load after the next SeqCst fence return the swap's 0 instead
-/// of the consumer's newer 1, which C++20 [atomics.fences] forbids. The models then
-/// report a lost wake-up that cannot happen. They pass when the flags are cleared with
-/// `compare_exchange(1, 0)`, which fails without writing; run them with `--ignored`.
+/// The flags are cleared with `compare_exchange(1, 0)` rather than `swap(0)`: the two
+/// are equivalent here (only 0 and 1 are stored), the exchange skips a write when the
+/// flag is already clear, and loom 0.7 misorders a `swap` that returns 0 against a later
+/// store by the other thread (tokio-rs/loom#254), reporting a lost wake-up that C++20
+/// fence rules forbid.
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
@@ -562,7 +566,6 @@ mod loom_tests {
     /// (b) with three values, so the consumer sleeps again after a cancelled sleep. See
     /// the module docs for why loom 0.7 cannot check it against the current ring.
     #[test]
-    #[ignore = "loom 0.7 RMW modification-order false positive (tokio-rs/loom#254); see module docs"]
     fn consumer_sleep_has_no_lost_wakeup_3() {
         transfer(3, true, false);
     }
@@ -576,7 +579,6 @@ mod loom_tests {
 
     /// (b) and (c) at once, as a channel's two endpoints run.
     #[test]
-    #[ignore = "loom 0.7 RMW modification-order false positive (tokio-rs/loom#254); see module docs"]
     fn both_sides_block_without_lost_wakeups() {
         transfer(3, true, true);
     }
