@@ -216,6 +216,16 @@ fn child_main(role: &str) {
                 }
             }
         }
+        // Connect, send a few messages, and exit at once, dropping everything.
+        "send-and-exit" => {
+            let peer: DomainId = read_line(&mut stdin).parse().unwrap();
+            let tx = domain.connect(peer, T).unwrap();
+            let path = domain.path(PathConfig::default()).unwrap();
+            for seed in 0..3 {
+                tx.send(&message(&path, seed, 50_000, 2)).unwrap();
+            }
+            std::process::exit(0);
+        }
         // Send one secured message, wait for a go, then try to overwrite it.
         "secure-writer" => {
             let peer: DomainId = read_line(&mut stdin).parse().unwrap();
@@ -373,6 +383,30 @@ fn sender_killed_at_random_points() {
     assert_eq!(fd_count(), fds0, "file descriptors leaked");
 }
 
+/// A sender that exits right after sending: its messages still arrive intact.
+fn sender_exiting_after_send_loses_nothing() {
+    let (_g, d, name) = join("exit");
+    for _ in 0..5 {
+        let mut peer = Peer::spawn("send-and-exit", &name, "");
+        let accept = {
+            let d = d.clone();
+            std::thread::spawn(move || d.accept(T).unwrap())
+        };
+        peer.tell(&d.id().to_string());
+        let mut rx = accept.join().unwrap();
+        assert!(peer.child.wait().unwrap().success());
+        for seed in 0..3 {
+            let m = rx.recv().unwrap();
+            assert_eq!(verify(&m).unwrap(), seed);
+        }
+        let e = rx.recv().unwrap_err();
+        assert!(
+            matches!(e, Error::PeerGone { .. } | Error::Disconnected),
+            "{e}"
+        );
+    }
+}
+
 /// A secured fbuf cannot be changed by its originator while a receiver holds it.
 fn secured_fbufs_are_write_protected() {
     let (_g, d, name) = join("secure");
@@ -446,6 +480,10 @@ fn main() {
         (
             "sender_killed_at_random_points",
             sender_killed_at_random_points,
+        ),
+        (
+            "sender_exiting_after_send_loses_nothing",
+            sender_exiting_after_send_loses_nothing,
         ),
         (
             "secured_fbufs_are_write_protected",

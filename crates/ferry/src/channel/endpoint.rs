@@ -514,10 +514,14 @@ struct RecvCore {
     domain: Arc<DomainInner>,
     rel: Mutex<RelState>,
     stats: Counters,
+    /// The sender's lot, mapped when the channel is accepted: messages stay readable
+    /// even if the sender exits before we receive them.
+    sender_lot: Option<LotRef>,
 }
 
 impl Drop for RecvCore {
     fn drop(&mut self) {
+        drop(self.sender_lot.take());
         // Nothing received on this channel is alive any more: unmap lots of dead peers.
         self.domain.forget_dead_peers();
     }
@@ -1089,6 +1093,11 @@ fn open_offer(
             ring::producer(link.parts.rev_ctl, link.parts.rev_slots, rev_cap as u64),
         )
     };
+    // Map the sender's lot now, while the sender surely lives.
+    let sender_lot = domain.resolve(LotId {
+        slot: peer.slot,
+        generation: peer.generation,
+    })?;
     link.header()
         .rx_pid
         .store(std::process::id(), Ordering::Relaxed);
@@ -1103,6 +1112,7 @@ fn open_offer(
             pending: Vec::new(),
         }),
         stats: Counters::default(),
+        sender_lot: Some(sender_lot),
     });
     Ok(Receiver {
         core,
