@@ -300,3 +300,65 @@ fn steady_state_makes_no_system_calls() {
     assert_eq!(ferry::sys::thread_syscall_count() - before, 0);
     assert_eq!(path.stats().allocs, 10_010);
 }
+
+/// A forwarding stage that sleeps in `recv` still passes its downstream's releases
+/// upstream: otherwise a source with a small quota would wait forever for fbufs the
+/// stage holds (source -> stage -> sink, all blocking).
+#[test]
+fn blocking_stage_passes_releases_upstream() {
+    let g = group("chain");
+    let a = g.join().unwrap();
+    let b = g.join().unwrap();
+    let c = g.join().unwrap();
+    let (bid, cid) = (b.id(), c.id());
+    let a2 = a.clone();
+    let t = std::thread::spawn(move || a2.connect(bid, T).unwrap());
+    let mut ab = b.accept(T).unwrap();
+    let tx_a = t.join().unwrap();
+    let b2 = b.clone();
+    let t = std::thread::spawn(move || b2.connect(cid, T).unwrap());
+    let mut bc = c.accept(T).unwrap();
+    let tx_b = t.join().unwrap();
+    let n = 200u32;
+    let stage = std::thread::spawn(move || {
+        for _ in 0..n {
+            let d = ab.recv().unwrap();
+            tx_b.send(&d).unwrap();
+        }
+        (ab, tx_b)
+    });
+    let sink = std::thread::spawn(move || {
+        for i in 0..n {
+            let d = bc.recv().unwrap();
+            assert!(d.slice(0..4).eq_bytes(&i.to_le_bytes()));
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        bc
+    });
+    // Two fbufs at most: the source must get each back through the stage.
+    let path = a
+        .path(PathConfig {
+            quota: 2 * 4096,
+            secure: false,
+        })
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    for i in 0..n {
+        let mut m = loop {
+            match path.alloc(4096) {
+                Ok(m) => break m,
+                Err(Error::QuotaExceeded { .. }) => {
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(20),
+                        "source starved: releases stuck in the stage"
+                    );
+                    std::thread::yield_now();
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        m.write_at(0, &i.to_le_bytes());
+        tx_a.send(&m.freeze()).unwrap();
+    }
+    let _ = (stage.join().unwrap(), sink.join().unwrap());
+}

@@ -100,8 +100,10 @@ struct Link {
     parts: Parts,
     /// The receiver sleeps on this one.
     rx_efd: EventFd,
-    /// The sender sleeps on this one.
+    /// The sender sleeps on this one for room in the forward ring.
     tx_efd: EventFd,
+    /// The sender's domain sleeps on this one for releases (see `arm_sources`).
+    rel_efd: EventFd,
     peer_pid: u32,
     pidfd: OwnedFd,
     _chan_fd: OwnedFd,
@@ -230,6 +232,24 @@ impl SendCore {
 }
 
 impl ReleaseSource for SendCore {
+    fn arm(&self) -> Option<bool> {
+        let mut st = self.lock();
+        self.drain(&mut st).ok()?;
+        if self.gone.load(Ordering::Acquire) || !st.inflight.iter().any(|f| f.data.is_some()) {
+            return None;
+        }
+        st.rev.prepare_sleep().ok()
+    }
+
+    fn disarm(&self) {
+        self.lock().rev.cancel_sleep();
+        self.link.rel_efd.drain();
+    }
+
+    fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.link.rel_efd.as_fd()
+    }
+
     fn collect(&self) -> bool {
         // try_lock: allocation inside `send` may land here while we hold the lock.
         let Ok(mut st) = self.state.try_lock() else {
@@ -531,16 +551,20 @@ impl RecvCore {
     fn release(&self, token: u64) {
         let mut r = self.rel.lock().unwrap_or_else(|p| p.into_inner());
         r.pending.push(token);
-        Self::flush(&mut r, &self.stats);
+        Self::flush(&mut r, &self.stats, &self.link.rel_efd);
     }
 
-    fn flush(r: &mut RelState, stats: &Counters) {
+    fn flush(r: &mut RelState, stats: &Counters, rel_efd: &EventFd) {
         let mut sent = 0;
         while let Some(&t) = r.pending.first() {
             match r.rev.try_push(t) {
-                Ok(Push::Done { .. }) => {
+                Ok(Push::Done { wake }) => {
                     sent += 1;
                     r.pending.remove(0);
+                    if wake {
+                        Counters::add(&stats.wakeups, 1);
+                        rel_efd.notify();
+                    }
                 }
                 // Full: keep them for later. Corrupt: the sender broke its ring; it will
                 // learn nothing more from us.
@@ -698,6 +722,8 @@ impl Receiver {
 
     /// The ring was empty: check liveness now and then (or now if `force`).
     fn idle(&mut self, force: bool) -> Result<()> {
+        // Nothing to receive: pass on releases of what this domain forwarded.
+        self.core.domain.collect_releases();
         let h = self.core.link.header();
         if h.tx_closed.load(Ordering::Acquire) != 0 && !self.fwd.has_data().map_err(corrupt)? {
             return Err(Error::Disconnected);
@@ -742,13 +768,28 @@ impl Receiver {
                 },
                 None => None,
             };
+            // Pass on releases of what this domain forwarded, and be woken by new ones
+            // while asleep: upstream may be waiting for them.
+            let domain = self.core.domain.clone();
+            domain.collect_releases();
+            let Some(armed) = domain.arm_sources() else {
+                continue;
+            };
             if self.fwd.prepare_sleep().map_err(corrupt)? {
                 Counters::add(&self.core.stats.sleeps, 1);
-                let died = self.core.link.wait(&self.core.link.rx_efd, left);
+                let link = &self.core.link;
+                let mut fds = vec![link.rx_efd.as_fd(), link.pidfd.as_fd()];
+                fds.extend(armed.iter().map(|a| a.wake_fd()));
+                let woke = wait_readable(&fds, left);
                 self.fwd.cancel_sleep();
-                if died? {
-                    self.idle(true)?;
+                armed.iter().for_each(|a| a.disarm());
+                match woke? {
+                    Some(0) => link.rx_efd.drain(),
+                    Some(1) => self.idle(true)?,
+                    _ => {}
                 }
+            } else {
+                armed.iter().for_each(|a| a.disarm());
             }
         }
     }
@@ -863,6 +904,7 @@ pub(crate) fn connect(
         parts,
         rx_efd: EventFd::new()?,
         tx_efd: EventFd::new()?,
+        rel_efd: EventFd::new()?,
         peer_pid,
         pidfd,
         _chan_fd: chan_fd,
@@ -899,6 +941,9 @@ pub(crate) fn connect(
     offer
         .tx_efd
         .store(link.tx_efd.as_raw_fd() as u32, Ordering::Relaxed);
+    offer
+        .rel_efd
+        .store(link.rel_efd.as_raw_fd() as u32, Ordering::Relaxed);
     // SYNC: pairs with the acceptor's CAS (Acquire) on the offer state.
     offer.state.store(OFFER_OPEN, Ordering::Release);
     group.header().offer_seq.fetch_add(1, Ordering::AcqRel);
@@ -1047,6 +1092,7 @@ fn open_offer(
     let chan_fd = get(&offer.chan_fd)?;
     let rx_efd = EventFd::from_owned(get(&offer.rx_efd)?);
     let tx_efd = EventFd::from_owned(get(&offer.tx_efd)?);
+    let rel_efd = EventFd::from_owned(get(&offer.rel_efd)?);
     let len = crate::sys::fd::file_len(chan_fd.as_fd())? as usize;
     if len < layout::SLOTS || len > layout::channel_bytes(layout::MAX_CAP, layout::MAX_CAP) {
         return Err(Error::InvalidArgument("channel memory has a bad size"));
@@ -1081,6 +1127,7 @@ fn open_offer(
         parts,
         rx_efd,
         tx_efd,
+        rel_efd,
         peer_pid,
         pidfd,
         _chan_fd: chan_fd,

@@ -47,6 +47,14 @@ pub(crate) trait ReleaseSource: Send + Sync {
     /// Drains pending releases. Returns false once the source is finished with and can
     /// be forgotten.
     fn collect(&self) -> bool;
+    /// Prepares to sleep until a release arrives: `None` if nothing is outstanding,
+    /// `Some(false)` if releases are already waiting (collect instead of sleeping),
+    /// `Some(true)` once armed: [`wake_fd`](Self::wake_fd) turns readable on the next one.
+    fn arm(&self) -> Option<bool>;
+    /// Undoes [`arm`](Self::arm).
+    fn disarm(&self);
+    /// The eventfd that a release wakes while armed.
+    fn wake_fd(&self) -> std::os::fd::BorrowedFd<'_>;
 }
 
 #[derive(Debug)]
@@ -127,6 +135,42 @@ impl DomainInner {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(keep);
+    }
+
+    /// Arms every sender of this domain that waits for releases, so that a thread about
+    /// to sleep (in a receive) is woken when one arrives: a stage that forwards fbufs
+    /// holds its upstream's buffers until its downstream lets go, and must pass those
+    /// releases on even while it waits for input. Returns the armed senders, or `None`
+    /// if releases are already waiting (collect them instead of sleeping).
+    pub fn arm_sources(&self) -> Option<Vec<Arc<dyn ReleaseSource>>> {
+        let mut all: Vec<Arc<dyn ReleaseSource>> = self
+            .sources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        all.extend(
+            self.parked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .cloned(),
+        );
+        let mut armed = Vec::new();
+        for s in all {
+            match s.arm() {
+                None => {}
+                Some(true) => armed.push(s),
+                Some(false) => {
+                    armed
+                        .iter()
+                        .for_each(|a: &Arc<dyn ReleaseSource>| a.disarm());
+                    return None;
+                }
+            }
+        }
+        Some(armed)
     }
 
     /// Keeps a closed sender alive until its receiver has released everything.

@@ -32,7 +32,7 @@ pub const MAX_SLOTS: usize = 64;
 pub const MAX_OFFERS: usize = 8;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"FERRYGRP");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// Slot states.
 pub(crate) const SLOT_FREE: u32 = 0;
@@ -56,6 +56,7 @@ pub(crate) struct OfferRaw {
     pub chan_fd: AtomicU32,
     pub rx_efd: AtomicU32,
     pub tx_efd: AtomicU32,
+    pub rel_efd: AtomicU32,
 }
 
 /// One domain's entry.
@@ -442,8 +443,8 @@ mod tests {
 
     #[test]
     fn layout_is_stable() {
-        assert_eq!(std::mem::size_of::<OfferRaw>(), 24);
-        assert_eq!(std::mem::size_of::<SlotRaw>(), 24 + 24 * MAX_OFFERS);
+        assert_eq!(std::mem::size_of::<OfferRaw>(), 28);
+        assert_eq!(std::mem::size_of::<SlotRaw>(), 24 + 28 * MAX_OFFERS);
         assert_eq!(std::mem::offset_of!(GroupHeader, offer_seq), 40);
         assert_eq!(std::mem::offset_of!(GroupHeader, slots), 48);
         assert_eq!(std::mem::align_of::<GroupHeader>(), 8);
