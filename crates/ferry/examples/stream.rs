@@ -64,13 +64,36 @@ fn main() -> ferry::Result<()> {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
+    let f0 = minor_faults();
+    let sent = send_all(&d, &line, size, count, page);
+    child.wait().unwrap();
+    let (path, t0) = sent?;
+    let dt = t0.elapsed();
+    let _ = std::io::stdout().flush();
+    println!(
+        "{count} x {size} B in {:.3} s: {:.2} GB/s; sender {} minor faults; path {:?}",
+        dt.as_secs_f64(),
+        (size as u64 * count) as f64 / dt.as_secs_f64() / 1e9,
+        minor_faults() - f0,
+        path.stats()
+    );
+    Ok(())
+}
+
+/// Connects to the receiver whose id is `line` and sends `count` messages.
+fn send_all(
+    d: &ferry::Domain,
+    line: &str,
+    size: usize,
+    count: u64,
+    page: usize,
+) -> ferry::Result<(ferry::PathAllocator, Instant)> {
     let peer: DomainId = line.trim().parse()?;
     let tx = d.connect(peer, T)?;
     let path = d.path(PathConfig {
         quota: 1 << 30,
         secure: false,
     })?;
-    let f0 = minor_faults();
     let t0 = Instant::now();
     for i in 0..count {
         let mut m = loop {
@@ -87,16 +110,5 @@ fn main() -> ferry::Result<()> {
         }
         tx.send(&m.freeze())?;
     }
-    drop(tx);
-    child.wait().unwrap();
-    let dt = t0.elapsed();
-    let _ = std::io::stdout().flush();
-    println!(
-        "{count} x {size} B in {:.3} s: {:.2} GB/s; sender {} minor faults; path {:?}",
-        dt.as_secs_f64(),
-        (size as u64 * count) as f64 / dt.as_secs_f64() / 1e9,
-        minor_faults() - f0,
-        path.stats()
-    );
-    Ok(())
+    Ok((path, t0))
 }
