@@ -224,7 +224,8 @@ impl IoData {
     /// An `IoData` made of the given fragments in order. Empty fragments are dropped, and
     /// adjacent windows of the same segment are merged into one fragment.
     pub fn from_fragments(frags: impl IntoIterator<Item = Fragment>) -> IoData {
-        let mut list = VecDeque::new();
+        let frags = frags.into_iter();
+        let mut list = VecDeque::with_capacity(frags.size_hint().0);
         for f in frags {
             push_frag(&mut list, f);
         }
@@ -1690,7 +1691,7 @@ mod tests {
                 16,
                 Some(LotSpan { lot, offset: 4096 }),
                 false,
-                Box::new(v),
+                Arc::new(v),
             )
         };
         let d = IoData::from_segment(Arc::new(seg)).slice(5..9);

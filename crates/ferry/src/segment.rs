@@ -8,6 +8,7 @@
 
 use std::fmt;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 /// Identifies one lot: the group slot of the domain that owns it, and the generation of
 /// that slot (a slot reused after its domain died gets a new generation).
@@ -35,7 +36,7 @@ pub struct Segment {
     span: Option<LotSpan>,
     writable: bool,
     // Dropped after the segment is no longer reachable; keeps `ptr..ptr+len` mapped.
-    keep: Box<dyn Keep>,
+    keep: Arc<dyn Keep>,
 }
 
 /// What keeps a segment's memory valid, and what happens to it when the segment goes.
@@ -72,7 +73,7 @@ impl Segment {
             len,
             span: None,
             writable: true,
-            keep: Box::new(v),
+            keep: Arc::new(v),
         }
     }
 
@@ -88,7 +89,7 @@ impl Segment {
         len: usize,
         span: Option<LotSpan>,
         writable: bool,
-        keep: Box<dyn Keep>,
+        keep: Arc<dyn Keep>,
     ) -> Self {
         Segment {
             ptr,

@@ -32,6 +32,11 @@ pub fn run_chain(
     plan: &Plan,
 ) -> Result<ChainRun> {
     assert!(crossings >= 1);
+    let mut plan = plan.clone();
+    for w in &mut plan.warmup {
+        *w = (*w).max(kind.min_warmup());
+    }
+    let plan = &plan;
     let (links, leftovers) = kind.links(crossings)?;
     // Declared before the crew, so dropped after it: the workers are gone
     // (finished or killed) by the time their files are removed.

@@ -26,8 +26,11 @@ use crate::worker::plan::Wait;
 
 /// How long connect and accept wait for the peer worker.
 const RENDEZVOUS: Duration = Duration::from_secs(30);
-/// Bytes a sending path may hold unreleased.
-const QUOTA: usize = 1 << 30;
+/// Fbufs one message size's path may have out at once. A source that gets ahead spins
+/// on `QuotaExceeded` until the sink releases one: this bounds the working set, so the
+/// warm-up recycles every fbuf the timed messages will use (the thesis's cached fbufs)
+/// instead of timing first-touch page faults on fresh ones.
+pub const DEPTH: usize = 4;
 
 /// Which fbuf flavour a link uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,8 +185,10 @@ fn err(e: ferry::Error) -> io::Error {
 pub struct Ferry;
 
 pub struct FerryTx {
-    _domain: Domain,
-    path: PathAllocator,
+    domain: Domain,
+    /// One path per message size, each with a quota of [`DEPTH`] fbufs.
+    paths: std::collections::HashMap<usize, PathAllocator>,
+    secure: bool,
     tx: Sender,
     wait: Wait,
 }
@@ -192,6 +197,9 @@ pub struct FerryRx {
     _domain: Domain,
     rx: Receiver,
     wait: Wait,
+    /// The message last received, released when the next receive starts: the release
+    /// (a push on the reverse ring) is then outside the measured hand-over.
+    last: Option<IoData>,
 }
 
 impl FerryTx {
@@ -211,6 +219,7 @@ impl FerryTx {
 
 impl FerryRx {
     fn take(&mut self, len: usize) -> io::Result<IoData> {
+        self.last = None;
         let data = match self.wait {
             Wait::Block => self.rx.recv().map_err(err)?,
             Wait::Spin => loop {
@@ -252,16 +261,11 @@ impl Transport for Ferry {
             .trim()
             .parse()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{e} ({id:?})")))?;
-        let path = domain
-            .path(PathConfig {
-                quota: QUOTA,
-                secure: s.secure,
-            })
-            .map_err(err)?;
         let tx = domain.connect(peer, RENDEZVOUS).map_err(err)?;
         Ok(FerryTx {
-            _domain: domain,
-            path,
+            domain,
+            paths: Default::default(),
+            secure: s.secure,
             tx,
             wait,
         })
@@ -278,6 +282,7 @@ impl Transport for Ferry {
             _domain: domain,
             rx,
             wait,
+            last: None,
         })
     }
 
@@ -300,7 +305,31 @@ impl TxEnd for FerryTx {
         fill: &mut dyn FnMut(usize, &mut [u8]),
         stamp: &mut dyn FnMut(&mut [u8]),
     ) -> io::Result<()> {
-        let mut m = self.path.alloc(len).map_err(err)?;
+        let path = match self.paths.entry(len) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let fbuf = len.max(1).div_ceil(4096).next_power_of_two() * 4096;
+                e.insert(
+                    self.domain
+                        .path(PathConfig {
+                            quota: DEPTH * fbuf,
+                            secure: self.secure,
+                        })
+                        .map_err(err)?,
+                )
+            }
+        };
+        let mut m = loop {
+            match path.alloc(len) {
+                Ok(m) => break m,
+                // The sink still holds DEPTH of our fbufs: wait for a release.
+                Err(ferry::Error::QuotaExceeded { .. }) => match self.wait {
+                    Wait::Spin => spin_loop(),
+                    Wait::Block => std::thread::yield_now(),
+                },
+                Err(e) => return Err(err(e)),
+            }
+        };
         let mut off = 0;
         for frag in m.fragments_mut() {
             fill(off, frag);
@@ -322,6 +351,7 @@ impl RxEnd for FerryRx {
     fn recv(&mut self, len: usize, touch: &mut dyn FnMut(usize, &[u8])) -> io::Result<()> {
         let data = self.take(len)?;
         touch_all(&data, touch);
+        self.last = Some(data);
         Ok(())
     }
 

@@ -43,6 +43,16 @@ pub enum TransportKind {
 }
 
 impl TransportKind {
+    /// Untimed messages every trial needs first, whatever the byte budget says: ferry's
+    /// sender cycles through at most `ferry::DEPTH` fbufs per size, and the warm-up
+    /// must have faulted them all in (on both sides) before timing starts.
+    pub fn min_warmup(self) -> u32 {
+        match self {
+            TransportKind::Ferry(_) => 2 * ferry::DEPTH as u32 + 2,
+            _ => 0,
+        }
+    }
+
     /// Short name used in JSON records.
     pub fn name(self) -> &'static str {
         match self {

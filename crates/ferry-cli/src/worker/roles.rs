@@ -12,7 +12,7 @@
 use std::hint::black_box;
 use std::io;
 
-use super::plan::{Header, Pattern, Plan, Sample, SampleKind};
+use super::plan::{Header, Pattern, Plan, Sample, SampleKind, Touch};
 use super::touch::{read, read_words, write_words};
 use crate::sys::now_ns;
 use crate::transport::ack::Ack;
@@ -37,7 +37,13 @@ pub fn source<T: Transport>(
             let t_fill = now_ns();
             tx.send_new(
                 size,
-                &mut |off, frag| write_words(off, frag, seq),
+                // For the hand-over alone the source writes only the header, so that
+                // the payload writes do not evict the caches and TLB before the send.
+                &mut |off, frag| {
+                    if plan.touch != Touch::Header {
+                        write_words(off, frag, seq)
+                    }
+                },
                 &mut |first| {
                     Header {
                         seq,

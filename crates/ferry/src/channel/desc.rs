@@ -158,6 +158,19 @@ impl RawRef {
 /// fragment non-empty and inside a known lot; the total length not overflowing; every
 /// block inside a known lot, 8-byte aligned, visited at most once (no cycles).
 pub fn decode(d: &RawDesc, lots: &mut impl Lots) -> Result<Vec<RawFrag>, BadDescriptor> {
+    let mut out = Vec::new();
+    decode_into(d, lots, &mut out)?;
+    Ok(out)
+}
+
+/// Like [`decode`], writing the fragments into `out` (cleared first), so that a
+/// receiver can reuse one buffer for every message.
+pub fn decode_into(
+    d: &RawDesc,
+    lots: &mut impl Lots,
+    out: &mut Vec<RawFrag>,
+) -> Result<(), BadDescriptor> {
+    out.clear();
     let n = d.nfrags as u64;
     if n > MAX_FRAGS {
         return Err(BadDescriptor::TooManyFragments(n));
@@ -165,7 +178,7 @@ pub fn decode(d: &RawDesc, lots: &mut impl Lots) -> Result<Vec<RawFrag>, BadDesc
     if d.ninline as usize > INLINE_FRAGS || d.ninline as u64 > n {
         return Err(BadDescriptor::Malformed("inline count"));
     }
-    let mut out = Vec::with_capacity(n as usize);
+    out.reserve(n as usize);
     let mut total: u64 = 0;
     let mut push =
         |f: RawFrag,
@@ -180,13 +193,14 @@ pub fn decode(d: &RawDesc, lots: &mut impl Lots) -> Result<Vec<RawFrag>, BadDesc
             Ok(())
         };
     for f in &d.inline[..d.ninline as usize] {
-        push(*f, &mut out, &mut |f| {
+        push(*f, out, &mut |f| {
             lots.check(f.slot, f.generation, f.offset, f.len)
         })?;
     }
     let mut next = d.next;
     let mut seen = HashSet::new();
-    let mut block = vec![0u8; BLOCK_BYTES];
+    // Allocated on first use: most messages have no continuation block.
+    let mut block = Vec::new();
     while (out.len() as u64) < n {
         if next.slot == u16::MAX {
             return Err(BadDescriptor::CountMismatch {
@@ -196,6 +210,9 @@ pub fn decode(d: &RawDesc, lots: &mut impl Lots) -> Result<Vec<RawFrag>, BadDesc
         }
         if !seen.insert((next.slot, next.generation, next.offset)) {
             return Err(BadDescriptor::Cycle);
+        }
+        if block.is_empty() {
+            block = vec![0u8; BLOCK_BYTES];
         }
         if next.offset % 8 != 0 {
             return Err(BadDescriptor::Malformed("unaligned block"));
@@ -228,7 +245,7 @@ pub fn decode(d: &RawDesc, lots: &mut impl Lots) -> Result<Vec<RawFrag>, BadDesc
             }
             let at = BLOCK_HEADER + i * FRAG_BYTES;
             let f = RawFrag::parse(&block[at..at + FRAG_BYTES]);
-            push(f, &mut out, &mut |f| {
+            push(f, out, &mut |f| {
                 lots.check(f.slot, f.generation, f.offset, f.len)
             })?;
         }
@@ -240,7 +257,7 @@ pub fn decode(d: &RawDesc, lots: &mut impl Lots) -> Result<Vec<RawFrag>, BadDesc
             found: n + 1,
         });
     }
-    Ok(out)
+    Ok(())
 }
 
 /// How many continuation blocks a message of `n` fragments needs.

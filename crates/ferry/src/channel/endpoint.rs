@@ -1,6 +1,5 @@
 //! The two ends of a channel, and how they meet.
 
-use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -504,7 +503,9 @@ impl Drop for Sender {
 struct Hold {
     core: Arc<RecvCore>,
     token: u64,
-    _lots: Vec<LotRef>,
+    /// The lot of the first fragment, and any others the message spans.
+    _lot: LotRef,
+    _more_lots: Vec<LotRef>,
 }
 
 impl Drop for Hold {
@@ -513,8 +514,7 @@ impl Drop for Hold {
     }
 }
 
-struct RemoteKeep(#[allow(dead_code)] Arc<Hold>);
-impl Keep for RemoteKeep {}
+impl Keep for Hold {}
 
 /// A fragment mapped for this one transfer (the uncached baseline); unmapped on drop,
 /// before the hold releases the fbuf.
@@ -578,19 +578,28 @@ impl RecvCore {
 /// Resolves descriptor lots through the domain, remembering what it mapped.
 struct DomainLots<'a> {
     domain: &'a DomainInner,
-    seen: HashMap<(u16, u32), LotRef>,
+    /// The receiver's cache of lots it has resolved, kept across messages.
+    seen: &'a mut Vec<((u16, u32), LotRef)>,
 }
 
 impl DomainLots<'_> {
     fn get(&mut self, slot: u16, generation: u32) -> Result<&LotRef, BadDescriptor> {
-        if !self.seen.contains_key(&(slot, generation)) {
-            let l = self
-                .domain
-                .resolve(LotId { slot, generation })
-                .map_err(|_| BadDescriptor::UnknownLot { slot, generation })?;
-            self.seen.insert((slot, generation), l);
-        }
-        Ok(&self.seen[&(slot, generation)])
+        let key = (slot, generation);
+        let at = match self.seen.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                // A slot reused by a new domain: forget its old lot first, so the domain
+                // can unmap it and map the new one at the same address.
+                self.seen.retain(|(k, _)| k.0 != slot);
+                let l = self
+                    .domain
+                    .resolve(LotId { slot, generation })
+                    .map_err(|_| BadDescriptor::UnknownLot { slot, generation })?;
+                self.seen.push((key, l));
+                self.seen.len() - 1
+            }
+        };
+        Ok(&self.seen[at].1)
     }
 }
 
@@ -610,7 +619,13 @@ impl Lots for DomainLots<'_> {
     }
 
     fn read(&mut self, slot: u16, generation: u32, offset: u64, out: &mut [u8]) {
-        let base = self.seen[&(slot, generation)].base();
+        let base = self
+            .seen
+            .iter()
+            .find(|(k, _)| *k == (slot, generation))
+            .expect("read only after check")
+            .1
+            .base();
         for (i, b) in out.iter_mut().enumerate() {
             // SAFETY: `check` verified `offset..offset+out.len()` lies inside the lot's
             // mapping, which `seen` keeps alive. The owner may write concurrently, so
@@ -628,6 +643,11 @@ pub struct Receiver {
     fwd: Consumer<RawDesc>,
     last_check: Instant,
     map_per_transfer: bool,
+    /// Lots resolved so far, so the data path takes no lock to find them. Cleared when
+    /// the sender is found dead and on drop, so dead peers' lots can be unmapped.
+    lots: Vec<((u16, u32), LotRef)>,
+    /// Decoded fragments of the message being received (reused).
+    frags: Vec<RawFrag>,
 }
 
 impl std::fmt::Debug for Receiver {
@@ -660,25 +680,43 @@ impl Receiver {
         }
         let mut lots = DomainLots {
             domain: &c.domain,
-            seen: HashMap::new(),
+            seen: &mut self.lots,
         };
-        let frags = match desc::decode(&d, &mut lots) {
-            Ok(f) => f,
-            Err(e) => {
-                Counters::add(&c.stats.bad, 1);
-                c.release(d.token);
-                return Err(e.into());
+        if let Err(e) = desc::decode_into(&d, &mut lots, &mut self.frags) {
+            Counters::add(&c.stats.bad, 1);
+            c.release(d.token);
+            return Err(e.into());
+        }
+        if self.frags.is_empty() {
+            c.release(d.token);
+            Counters::add(&c.stats.messages, 1);
+            return Ok(Some(IoData::new()));
+        }
+        let lot_of = |f: &RawFrag| {
+            self.lots
+                .iter()
+                .find(|(k, _)| *k == (f.slot, f.generation))
+                .map(|(_, l)| l.clone())
+                .expect("decode resolved every lot")
+        };
+        let first = lot_of(&self.frags[0]);
+        let mut more: Vec<LotRef> = Vec::new();
+        for f in &self.frags[1..] {
+            let l = lot_of(f);
+            if l.base() != first.base() && !more.iter().any(|m| m.base() == l.base()) {
+                more.push(l);
             }
-        };
+        }
         let hold = Arc::new(Hold {
             core: c.clone(),
             token: d.token,
-            _lots: lots.seen.values().cloned().collect(),
+            _lot: first,
+            _more_lots: more,
         });
         let mut total = 0;
-        let mut fragments = Vec::with_capacity(frags.len());
-        for f in &frags {
-            let l = &lots.seen[&(f.slot, f.generation)];
+        let mut fragments = Vec::with_capacity(self.frags.len());
+        for f in &self.frags {
+            let base = lot_of(f);
             total += f.len;
             let span = LotSpan {
                 lot: LotId {
@@ -687,25 +725,22 @@ impl Receiver {
                 },
                 offset: f.offset,
             };
-            let (ptr, keep): (*mut u8, Box<dyn Keep>) = if self.map_per_transfer {
+            let (ptr, keep): (*mut u8, Arc<dyn Keep>) = if self.map_per_transfer {
                 let page = crate::sys::page_size() as u64;
                 let start = f.offset / page * page;
                 let len = crate::sys::round_up_pages((f.offset + f.len - start) as usize)
                     .expect("inside the lot");
-                let map = Mapping::shared_at(l.fd(), start, len, Access::Read)?;
+                let map = Mapping::shared_at(base.fd(), start, len, Access::Read)?;
                 let ptr = map.as_ptr().wrapping_add((f.offset - start) as usize);
                 (
                     ptr,
-                    Box::new(MappedKeep {
+                    Arc::new(MappedKeep {
                         _map: map,
                         _hold: hold.clone(),
                     }),
                 )
             } else {
-                (
-                    l.base().wrapping_add(f.offset as usize),
-                    Box::new(RemoteKeep(hold.clone())),
-                )
+                (base.base().wrapping_add(f.offset as usize), hold.clone())
             };
             let ptr = NonNull::new(ptr).expect("mappings are non-null");
             // SAFETY: decode checked the span lies inside the lot, which `keep` keeps
@@ -726,12 +761,15 @@ impl Receiver {
         self.core.domain.collect_releases();
         let h = self.core.link.header();
         if h.tx_closed.load(Ordering::Acquire) != 0 && !self.fwd.has_data().map_err(corrupt)? {
+            self.lots.clear();
             return Err(Error::Disconnected);
         }
         let now = Instant::now();
         if force || now.duration_since(self.last_check) >= LIVENESS_PERIOD {
             self.last_check = now;
             if self.core.link.peer_exited() && !self.fwd.has_data().map_err(corrupt)? {
+                self.lots.clear();
+                self.core.domain.forget_dead_peers();
                 return Err(Error::PeerGone {
                     pid: self.core.link.peer_pid,
                 });
@@ -847,6 +885,7 @@ impl AsFd for Receiver {
 
 impl Drop for Receiver {
     fn drop(&mut self) {
+        self.lots.clear();
         self.core
             .link
             .header()
@@ -1166,5 +1205,7 @@ fn open_offer(
         fwd,
         last_check: Instant::now(),
         map_per_transfer: false,
+        lots: Vec::new(),
+        frags: Vec::new(),
     })
 }

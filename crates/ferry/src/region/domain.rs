@@ -118,15 +118,25 @@ impl DomainInner {
 
     /// Drains releases from every sending channel of this domain.
     pub fn collect_releases(&self) {
-        let sources: Vec<_> = self
+        // Collected under the lock, with no allocation: dropping released fbufs takes
+        // only path and release-ring locks, never this one.
+        for s in self
             .sources
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        for s in sources {
+            .iter()
+        {
             if let Some(s) = s.upgrade() {
                 s.collect();
             }
+        }
+        if self
+            .parked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+        {
+            return;
         }
         let parked: Vec<_> =
             std::mem::take(&mut *self.parked.lock().unwrap_or_else(|p| p.into_inner()));

@@ -165,7 +165,7 @@ impl PathAllocator {
         // SAFETY: `off..off+size` is a span of our lot that this path just took, so no
         // one else writes it until `fbuf` returns it; `fbuf` holds the lot (and so the
         // mapping) alive. `len <= size`.
-        Ok(unsafe { Segment::from_raw(ptr, len, Some(span), true, Box::new(fbuf)) })
+        Ok(unsafe { Segment::from_raw(ptr, len, Some(span), true, Arc::new(fbuf)) })
     }
 
     fn pop(&self, k: usize) -> Option<u64> {
