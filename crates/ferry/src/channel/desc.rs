@@ -2,14 +2,14 @@
 //! payload.
 //!
 //! ```text
-//! ring entry (128 bytes)                      continuation block, in some lot (page)
+//! ring entry (120 bytes, + 8-byte mark)        continuation block, in some lot (page)
 //! +-------------------------------+           +----------------------------------+
 //! | token u64 | nfrags u32 | ninl |           | count u32 | pad | next: RawRef   |
-//! | inline: RawFrag x 4 (24 each) |   next -> | RawFrag x count                  |
+//! | inline: RawFrag x 3 (24 each) |   next -> | RawFrag x count                  |
 //! | next: RawRef (slot,gen,off)   |           +----------------------------------+
 //! +-------------------------------+
 //! ```
-//! A message with up to four fragments fits in its ring entry; longer ones continue in a
+//! A message with up to three fragments fits in its ring entry; longer ones continue in a
 //! chain of blocks the sender writes into its own lot. The receiver trusts none of it:
 //! [`decode`] checks every lot, bound, count and link, and refuses cycles.
 
@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use crate::error::BadDescriptor;
 
 /// Fragments stored inline in a ring entry.
-pub const INLINE_FRAGS: usize = 4;
+pub const INLINE_FRAGS: usize = 3;
 /// Largest fragment count of one message.
 pub const MAX_FRAGS: u64 = 4096;
 /// Size of one continuation block; blocks hold at most [`BLOCK_FRAGS`] fragments.
@@ -88,6 +88,34 @@ pub struct RawDesc {
     pub inline: [RawFrag; INLINE_FRAGS],
     /// First continuation block.
     pub next: RawRef,
+    /// Unused, zero: pads the entry to 120 bytes, so that with the ring's 8-byte
+    /// publication mark a slot is exactly two cache lines, and a message of one fragment
+    /// is read from the first line alone.
+    pub reserved: [u64; 2],
+}
+
+impl crate::channel::ring::Entry for RawDesc {
+    unsafe fn read_shared(p: *const RawDesc) -> RawDesc {
+        // Fields past the first cache line are read only when the entry uses them.
+        // SAFETY: the caller guarantees `*p` is readable; each field is read on its own,
+        // volatile, and any bit pattern is a valid value of it.
+        unsafe {
+            let mut d = RawDesc {
+                token: std::ptr::addr_of!((*p).token).read_volatile(),
+                nfrags: std::ptr::addr_of!((*p).nfrags).read_volatile(),
+                ninline: std::ptr::addr_of!((*p).ninline).read_volatile(),
+                ..RawDesc::default()
+            };
+            let used = (d.ninline as usize).min(INLINE_FRAGS);
+            for i in 0..used {
+                d.inline[i] = std::ptr::addr_of!((*p).inline[i]).read_volatile();
+            }
+            if d.nfrags > d.ninline {
+                d.next = std::ptr::addr_of!((*p).next).read_volatile();
+            }
+            d
+        }
+    }
 }
 
 /// Reads the lots a descriptor points into. Implemented over real mappings by the
@@ -333,6 +361,20 @@ impl Lots for VecLots {
 }
 
 impl RawDesc {
+    /// The entry's 128-byte little-endian form, the inverse of [`from_bytes`](Self::from_bytes)
+    /// (the reserved words are not kept).
+    pub fn to_bytes(&self) -> [u8; 128] {
+        let mut b = [0u8; 128];
+        b[0..8].copy_from_slice(&self.token.to_le_bytes());
+        b[8..12].copy_from_slice(&self.nfrags.to_le_bytes());
+        b[12..16].copy_from_slice(&self.ninline.to_le_bytes());
+        for (i, f) in self.inline.iter().enumerate() {
+            f.write(&mut b[16 + i * FRAG_BYTES..16 + (i + 1) * FRAG_BYTES]);
+        }
+        self.next.write(&mut b[88..104]);
+        b
+    }
+
     /// Parses an entry from its 128-byte little-endian form (used by the fuzz target).
     pub fn from_bytes(b: &[u8; 128]) -> RawDesc {
         let mut d = RawDesc {
@@ -344,7 +386,7 @@ impl RawDesc {
         for i in 0..INLINE_FRAGS {
             d.inline[i] = RawFrag::parse(&b[16 + i * FRAG_BYTES..]);
         }
-        d.next = RawRef::parse(&b[112..]);
+        d.next = RawRef::parse(&b[88..]);
         d
     }
 }
@@ -374,8 +416,11 @@ mod tests {
     fn layout() {
         assert_eq!(std::mem::size_of::<RawFrag>(), FRAG_BYTES);
         assert_eq!(std::mem::size_of::<RawRef>(), 16);
-        assert_eq!(std::mem::size_of::<RawDesc>(), 128);
-        assert_eq!(std::mem::offset_of!(RawDesc, next), 112);
+        assert_eq!(std::mem::size_of::<RawDesc>(), 120);
+        assert_eq!(std::mem::offset_of!(RawDesc, next), 88);
+        // In a ring slot (after the 8-byte mark) the first fragment ends inside the first
+        // cache line.
+        assert!(8 + std::mem::offset_of!(RawDesc, inline) + FRAG_BYTES <= 64);
         const { assert!(BLOCK_FRAGS == 169) };
     }
 

@@ -5,14 +5,14 @@
 //!              rx_ready (futex word), closed flags
 //! offset 256   RingCtl of the forward ring (descriptors, sender -> receiver)
 //! offset 512   RingCtl of the reverse ring (release tokens, receiver -> sender)
-//! offset 1024  [RawDesc; fwd_cap]
-//! then         [u64; rev_cap]
+//! offset 1024  [Slot<RawDesc>; fwd_cap]   (128 bytes each: mark + descriptor)
+//! then         [Slot<u64>; rev_cap]       (16 bytes each)
 //! ```
 
 use std::ptr::NonNull;
 
 use super::desc::RawDesc;
-use super::ring::RingCtl;
+use super::ring::{RingCtl, Slot};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"FERRYCHN");
@@ -43,7 +43,9 @@ pub(crate) const SLOTS: usize = 1024;
 
 /// Total size of a channel with these ring sizes, rounded to pages.
 pub(crate) fn channel_bytes(fwd_cap: u32, rev_cap: u32) -> usize {
-    let raw = SLOTS + fwd_cap as usize * std::mem::size_of::<RawDesc>() + rev_cap as usize * 8;
+    let raw = SLOTS
+        + fwd_cap as usize * std::mem::size_of::<Slot<RawDesc>>()
+        + rev_cap as usize * std::mem::size_of::<Slot<u64>>();
     crate::sys::round_up_pages(raw).expect("bounded sizes")
 }
 
@@ -52,8 +54,8 @@ pub(crate) struct Parts {
     pub header: NonNull<ChanHeader>,
     pub fwd_ctl: NonNull<RingCtl>,
     pub rev_ctl: NonNull<RingCtl>,
-    pub fwd_slots: NonNull<RawDesc>,
-    pub rev_slots: NonNull<u64>,
+    pub fwd_slots: NonNull<Slot<RawDesc>>,
+    pub rev_slots: NonNull<Slot<u64>>,
 }
 
 /// Splits a channel mapping.
@@ -71,7 +73,7 @@ pub(crate) unsafe fn parts(base: NonNull<u8>, fwd_cap: u32) -> Parts {
         fwd_ctl: at(FWD_CTL).cast(),
         rev_ctl: at(REV_CTL).cast(),
         fwd_slots: at(SLOTS).cast(),
-        rev_slots: at(SLOTS + fwd_cap as usize * std::mem::size_of::<RawDesc>()).cast(),
+        rev_slots: at(SLOTS + fwd_cap as usize * std::mem::size_of::<Slot<RawDesc>>()).cast(),
     }
 }
 
