@@ -91,7 +91,10 @@ fn send_all(
     let peer: DomainId = line.trim().parse()?;
     let tx = d.connect(peer, T)?;
     let path = d.path(PathConfig {
-        quota: 1 << 30,
+        quota: std::env::var("DEPTH")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .map_or(1 << 30, |n| n * size.next_power_of_two().max(4096)),
         secure: false,
     })?;
     let t0 = Instant::now();

@@ -362,3 +362,27 @@ fn blocking_stage_passes_releases_upstream() {
     }
     let _ = (stage.join().unwrap(), sink.join().unwrap());
 }
+
+/// A sender closed while its receiver still holds data is parked in its domain; that
+/// must not keep the domain (and so the group's control block) alive for ever.
+#[test]
+fn parked_sender_does_not_leak_the_group() {
+    let name = format!("test-park-{}", std::process::id());
+    let file = std::path::PathBuf::from(format!("/dev/shm/ferry.{name}"));
+    {
+        let g = Group::open(&name).unwrap();
+        let (a, b, tx, mut rx) = pair(&g);
+        let path = a.path(PathConfig::default()).unwrap();
+        let mut m = path.alloc(4096).unwrap();
+        m.write_at(0, b"held");
+        tx.send(&m.freeze()).unwrap();
+        let held = rx.recv().unwrap();
+        drop(tx);
+        assert_eq!(a.parked_senders(), 1);
+        drop((a, path));
+        // The receiver still reads the sender's bytes.
+        assert!(held.slice(0..4).eq_bytes(b"held"));
+        drop((held, rx, b, g));
+    }
+    assert!(!file.exists(), "{} left behind", file.display());
+}

@@ -271,7 +271,51 @@ fn header_only(all: &[Curve], sizes: &[usize]) -> String {
     md.push('\n');
     md.push_str(&t.render());
     md.push('\n');
+    md.push_str(&bars(all, &curves));
     md
+}
+
+/// The foundation issue's bars, judged on the hand-over alone: moving a buffer through a
+/// pipe (write plus read) against handing it over, and a busy-poll median of at most
+/// 1 µs at every size.
+fn bars(all: &[Curve], header: &[&Curve]) -> String {
+    let pipe = all
+        .iter()
+        .find(|c| c.kind == TransportKind::Pipe && c.wait == Wait::Spin && c.touch == Touch::Word);
+    let Some(spin) = header.iter().find(|c| c.wait == Wait::Spin) else {
+        return String::new();
+    };
+    let verdict = |ok: bool| if ok { "met" } else { "not met" };
+    let mut t = Table::new(&["bar", "measured", "verdict"]);
+    if let Some(pipe) = pipe {
+        for (s, want) in [(1usize << 20, 100.0), (64 << 20, 1000.0)] {
+            if let (Some(a), Some(b)) = (median_at(pipe, s), median_at(spin, s)) {
+                t.row(vec![
+                    format!(
+                        "pipe (busy-poll) / ferry hand-over at {} ≥ {want}x",
+                        bytes(s)
+                    ),
+                    ratio(a / b),
+                    verdict(a / b >= want).into(),
+                ]);
+            }
+        }
+    }
+    let worst = spin
+        .points
+        .iter()
+        .map(|p| p.summary.median)
+        .fold(f64::NEG_INFINITY, f64::max);
+    t.row(vec![
+        "ferry busy-poll hand-over median ≤ 1 µs at every size".into(),
+        format!("{} µs (largest median)", num(worst)),
+        verdict(worst <= 1.0).into(),
+    ]);
+    format!(
+        "The issue's bars on the hand-over (one run; medians move by tens of percent between \
+         runs on this shared VM):\n\n{}\n",
+        t.render()
+    )
 }
 
 /// The median of `c` at `size`.

@@ -159,7 +159,8 @@ struct SendState {
 
 struct SendCore {
     link: Link,
-    domain: Arc<DomainInner>,
+    /// Weak: a closed sender parked in its domain must not keep the domain alive.
+    domain: std::sync::Weak<DomainInner>,
     peer: DomainId,
     meta: PathAllocator,
     state: Mutex<SendState>,
@@ -199,7 +200,9 @@ impl SendCore {
         let all: Vec<_> = st.inflight.iter_mut().map(|f| f.data.take()).collect();
         st.free_tokens = (0..st.inflight.len() as u32).collect();
         drop(all);
-        self.domain.forget_dead_peers();
+        if let Some(d) = self.domain.upgrade() {
+            d.forget_dead_peers();
+        }
     }
 
     fn check_peer(&self, st: &mut SendState, force: bool) -> Result<()> {
@@ -494,7 +497,9 @@ impl Drop for Sender {
         c.link.rx_efd.notify();
         if c.collect() {
             // The receiver still holds some of our fbufs: keep the channel until it lets go.
-            c.domain.park(self.core.clone());
+            if let Some(d) = c.domain.upgrade() {
+                d.park(self.core.clone());
+            }
         }
     }
 }
@@ -1052,7 +1057,7 @@ pub(crate) fn connect(
     );
     let core = Arc::new(SendCore {
         link,
-        domain: domain.clone(),
+        domain: Arc::downgrade(domain),
         peer,
         meta,
         state: Mutex::new(SendState {
