@@ -33,8 +33,8 @@ pub fn run_chain(
 ) -> Result<ChainRun> {
     assert!(crossings >= 1);
     let mut plan = plan.clone();
-    for w in &mut plan.warmup {
-        *w = (*w).max(kind.min_warmup());
+    for (w, &size) in plan.warmup.iter_mut().zip(&plan.sizes) {
+        *w = (*w).max(kind.min_warmup(size));
     }
     let plan = &plan;
     let (links, leftovers) = kind.links(crossings)?;

@@ -26,11 +26,14 @@ use crate::worker::plan::Wait;
 
 /// How long connect and accept wait for the peer worker.
 const RENDEZVOUS: Duration = Duration::from_secs(30);
-/// Fbufs one message size's path may have out at once. A source that gets ahead spins
-/// on `QuotaExceeded` until the sink releases one: this bounds the working set, so the
-/// warm-up recycles every fbuf the timed messages will use (the thesis's cached fbufs)
-/// instead of timing first-touch page faults on fresh ones.
-pub const DEPTH: usize = 4;
+/// Fbufs one message size's path may have out at once: enough for 8 MiB in flight, at
+/// least 4 and at most 256. A source that gets ahead spins on `QuotaExceeded` until the
+/// sink releases one. This bounds the working set, so that the warm-up recycles every
+/// fbuf the timed messages will use (the thesis's cached fbufs) instead of timing
+/// first-touch page faults on fresh ones, while small messages still get a deep pipeline.
+pub fn depth(size: usize) -> usize {
+    ((8 << 20) / size.max(1)).clamp(4, 256)
+}
 
 /// Which fbuf flavour a link uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -312,7 +315,7 @@ impl TxEnd for FerryTx {
                 e.insert(
                     self.domain
                         .path(PathConfig {
-                            quota: DEPTH * fbuf,
+                            quota: depth(len) * fbuf,
                             secure: self.secure,
                         })
                         .map_err(err)?,
@@ -322,7 +325,7 @@ impl TxEnd for FerryTx {
         let mut m = loop {
             match path.alloc(len) {
                 Ok(m) => break m,
-                // The sink still holds DEPTH of our fbufs: wait for a release.
+                // The sink still holds `depth` of our fbufs: wait for a release.
                 Err(ferry::Error::QuotaExceeded { .. }) => match self.wait {
                     Wait::Spin => spin_loop(),
                     Wait::Block => std::thread::yield_now(),

@@ -43,12 +43,12 @@ pub enum TransportKind {
 }
 
 impl TransportKind {
-    /// Untimed messages every trial needs first, whatever the byte budget says: ferry's
-    /// sender cycles through at most `ferry::DEPTH` fbufs per size, and the warm-up
-    /// must have faulted them all in (on both sides) before timing starts.
-    pub fn min_warmup(self) -> u32 {
+    /// Untimed messages every trial at `size` needs first, whatever the byte budget
+    /// says: ferry's sender cycles through at most `ferry::depth(size)` fbufs, and the
+    /// warm-up must have faulted them all in (on both sides) before timing starts.
+    pub fn min_warmup(self, size: usize) -> u32 {
         match self {
-            TransportKind::Ferry(_) => 2 * ferry::DEPTH as u32 + 2,
+            TransportKind::Ferry(_) => 2 * ferry::depth(size) as u32 + 2,
             _ => 0,
         }
     }
