@@ -386,3 +386,37 @@ fn parked_sender_does_not_leak_the_group() {
     }
     assert!(!file.exists(), "{} left behind", file.display());
 }
+
+/// The receiver's fd works with poll(2) (and so epoll and async runtimes): after `arm`,
+/// it turns readable when a message arrives, and `arm` refuses to arm over a waiting one.
+#[test]
+fn receiver_fd_is_pollable() {
+    use std::os::fd::AsRawFd;
+    let g = group("poll");
+    let (a, _b, tx, mut rx) = pair(&g);
+    let path = a.path(PathConfig::default()).unwrap();
+    let poll = |fd: i32, ms: i32| {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, for the duration of the call.
+        unsafe { libc::poll(&mut p, 1, ms) }
+    };
+    assert!(rx.arm().unwrap(), "empty ring: armed");
+    assert_eq!(poll(rx.as_raw_fd(), 0), 0, "nothing yet");
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        let mut m = path.alloc(10).unwrap();
+        m.write_at(0, b"0123456789");
+        tx.send(&m.freeze()).unwrap();
+        tx
+    });
+    assert_eq!(poll(rx.as_raw_fd(), 5000), 1, "woken by the send");
+    assert!(rx.try_recv().unwrap().unwrap().eq_bytes(b"0123456789"));
+    let tx = t.join().unwrap();
+    tx.send(&IoData::from_vec(vec![1])).unwrap();
+    assert!(!rx.arm().unwrap(), "a message is waiting: do not sleep");
+    assert!(rx.try_recv().unwrap().is_some());
+}

@@ -888,6 +888,13 @@ impl AsFd for Receiver {
     }
 }
 
+/// For event loops that take raw descriptors (such as tokio's `AsyncFd`).
+impl AsRawFd for Receiver {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.core.link.rx_efd.as_raw_fd()
+    }
+}
+
 impl Drop for Receiver {
     fn drop(&mut self) {
         self.lots.clear();
