@@ -55,7 +55,7 @@ pub struct BenchArgs {
     /// Write every measured point as JSON records to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Write the first plot to FILE.svg and any others beside it (FILE-<plot>.svg).
+    /// Write the first plot to FILE.svg and any others beside it (`FILE-<plot>.svg`).
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
     /// Write a report folder (report.md, results.json, SVG plots); `all` defaults to ferry-report/.

@@ -189,7 +189,7 @@ pub struct Ferry;
 
 pub struct FerryTx {
     domain: Domain,
-    /// One path per message size, each with a quota of [`DEPTH`] fbufs.
+    /// One path per message size, each with a quota of [`depth`] fbufs.
     paths: std::collections::HashMap<usize, PathAllocator>,
     secure: bool,
     tx: Sender,
