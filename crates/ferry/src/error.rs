@@ -114,6 +114,23 @@ pub enum Error {
     Timeout,
     /// An argument was out of range.
     InvalidArgument(&'static str),
+    /// A container operation needs a pallet that is unloaded (mapped) right now.
+    PalletUnloaded {
+        /// Index of the pallet.
+        pallet: usize,
+    },
+    /// The pallet is sealed against writing, so it cannot be filled or unloaded for write.
+    Sealed {
+        /// Index of the pallet.
+        pallet: usize,
+    },
+    /// A pallet index past the end of the container.
+    NoSuchPallet {
+        /// Index asked for.
+        index: usize,
+        /// Number of pallets in the container.
+        count: usize,
+    },
 }
 
 impl fmt::Display for Error {
@@ -140,6 +157,13 @@ impl fmt::Display for Error {
             Self::Full => write!(f, "channel ring is full"),
             Self::Timeout => write!(f, "timed out"),
             Self::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Self::PalletUnloaded { pallet } => {
+                write!(f, "pallet {pallet} is unloaded (mapped); reload it first")
+            }
+            Self::Sealed { pallet } => write!(f, "pallet {pallet} is sealed against writing"),
+            Self::NoSuchPallet { index, count } => {
+                write!(f, "no pallet {index}: the container has {count}")
+            }
         }
     }
 }

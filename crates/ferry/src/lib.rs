@@ -47,6 +47,7 @@
 #![warn(missing_docs)]
 
 pub mod channel;
+pub mod container;
 pub mod error;
 pub mod iodata;
 pub mod region;
@@ -55,6 +56,7 @@ pub(crate) mod sync;
 pub mod sys;
 
 pub use channel::{ChannelConfig, ChannelStats, Receiver, Sender};
+pub use container::{Container, Pallet};
 pub use error::{BadDescriptor, Error, Result};
 pub use iodata::{Fragment, IoData, IoDataMut};
 pub use region::{Domain, DomainId, Group, GroupConfig, PathAllocator, PathConfig, PathStats};

@@ -7,6 +7,9 @@
 pub mod fd;
 pub mod futex;
 pub mod mem;
+pub mod scm;
+pub mod seal;
+pub mod splice;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
