@@ -226,6 +226,22 @@ fn child_main(role: &str) {
             }
             std::process::exit(0);
         }
+        // Receive a container over the Unix socket at FERRY_TEST_ARG, XOR every valid
+        // byte with 0x5a through a mapping, and ship it back.
+        "container-xor" => {
+            let sock = std::os::unix::net::UnixStream::connect(&arg).unwrap();
+            let mut c = ferry::container::Container::receive(&sock).unwrap();
+            for i in 0..c.len() {
+                let mut p = c.unload(i).unwrap();
+                let valid = p.valid();
+                for b in &mut p.as_mut_slice()[valid.clone()] {
+                    *b ^= 0x5a;
+                }
+                p.reload(valid).unwrap();
+            }
+            c.ship(&sock).unwrap();
+            println!("shipped back");
+        }
         // Send one secured message, wait for a go, then try to overwrite it.
         "secure-writer" => {
             let peer: DomainId = read_line(&mut stdin).parse().unwrap();
@@ -407,6 +423,63 @@ fn sender_exiting_after_send_loses_nothing() {
     }
 }
 
+/// A container goes to another process and comes back: the sender holds nothing while it
+/// is away, the bytes are transformed where they were mapped, and when it returns it maps
+/// at the same addresses as before.
+fn containers_ship_between_processes() {
+    use ferry::container::Container;
+    use std::os::unix::net::UnixListener;
+    let dir = std::env::temp_dir().join(format!("ferry-ct-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock_path = dir.join("sock");
+    let listener = UnixListener::bind(&sock_path).unwrap();
+    let (_g, _d, name) = join("ship");
+    let mut peer = Peer::spawn("container-xor", &name, sock_path.to_str().unwrap());
+    let (sock, _) = listener.accept().unwrap();
+    // Three pallets filled from a file, never mapped here until we look.
+    let src = dir.join("src");
+    let data: Vec<u8> = (0..3 * 2 * 4096 + 100)
+        .map(|i| (i * 31 % 251) as u8)
+        .collect();
+    std::fs::write(&src, &data).unwrap();
+    let mut c = Container::alloc(&[2 * 4096, 2 * 4096, 2 * 4096 + 4096]).unwrap();
+    let f = std::fs::File::open(&src).unwrap();
+    let mut filled = 0;
+    for i in 0..3 {
+        filled += c.fill(i, &f, data.len() - filled).unwrap();
+    }
+    assert_eq!(filled, data.len());
+    // Map each pallet once, so the process remembers where.
+    let addrs: Vec<usize> = (0..3)
+        .map(|i| c.view(i).unwrap().as_slice().as_ptr() as usize)
+        .collect();
+    let fds_before_ship = fd_count();
+    c.ship(&sock).unwrap();
+    assert_eq!(
+        fd_count(),
+        fds_before_ship - 3,
+        "the sender keeps no pallet descriptor"
+    );
+    let mut back = Container::receive(&sock).unwrap();
+    assert_eq!(peer.line(), "shipped back");
+    assert!(peer.child.wait().unwrap().success());
+    let mut got = Vec::new();
+    for i in 0..3 {
+        let v = back.view(i).unwrap();
+        assert_eq!(
+            v.as_slice().as_ptr() as usize,
+            addrs[i],
+            "pallet {i} maps where it did"
+        );
+        got.extend_from_slice(&v.as_slice()[v.valid()]);
+    }
+    let want: Vec<u8> = data.iter().map(|b| b ^ 0x5a).collect();
+    assert!(got == want, "transformed bytes differ");
+    assert!(back.map_stats().hits >= 3);
+    drop(back);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A secured fbuf cannot be changed by its originator while a receiver holds it.
 fn secured_fbufs_are_write_protected() {
     let (_g, d, name) = join("secure");
@@ -480,6 +553,10 @@ fn main() {
         (
             "sender_killed_at_random_points",
             sender_killed_at_random_points,
+        ),
+        (
+            "containers_ship_between_processes",
+            containers_ship_between_processes,
         ),
         (
             "sender_exiting_after_send_loses_nothing",
