@@ -464,11 +464,11 @@ fn containers_ship_between_processes() {
     assert_eq!(peer.line(), "shipped back");
     assert!(peer.child.wait().unwrap().success());
     let mut got = Vec::new();
-    for i in 0..3 {
+    for (i, &addr) in addrs.iter().enumerate() {
         let v = back.view(i).unwrap();
         assert_eq!(
             v.as_slice().as_ptr() as usize,
-            addrs[i],
+            addr,
             "pallet {i} maps where it did"
         );
         got.extend_from_slice(&v.as_slice()[v.valid()]);
