@@ -2,6 +2,7 @@
 #![deny(unsafe_code)]
 
 mod bench;
+mod pipeline;
 mod sys;
 mod transport;
 mod worker;
@@ -27,11 +28,19 @@ enum Command {
     /// One process of a benchmark; spawned by `ferry bench`, not for direct use.
     #[command(name = "__worker", hide = true)]
     Worker(worker::WorkerArgs),
+    /// Move a file, stdin or TCP stream through N stages to a file, stdout or TCP stream,
+    /// shipping containers of memfd pallets between the stages.
+    Pipeline(pipeline::PipelineArgs),
+    /// One stage of a pipeline; spawned by `ferry pipeline`, not for direct use.
+    #[command(name = "__stage", hide = true)]
+    Stage(pipeline::StageArgs),
 }
 
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Bench(args) => bench::run(args),
         Command::Worker(args) => worker::run(args),
+        Command::Pipeline(args) => pipeline::run(args),
+        Command::Stage(args) => pipeline::run_stage_process(args),
     }
 }

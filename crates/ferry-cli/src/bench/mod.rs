@@ -9,6 +9,7 @@
 
 mod budget;
 mod chain;
+mod container;
 mod crew;
 mod ctx;
 mod fbufs;
@@ -43,11 +44,11 @@ pub struct BenchDef {
 }
 
 /// Every benchmark, in the order `all` runs them.
-pub const BENCHES: &[BenchDef] = &[fbufs::BENCH, path::BENCH];
+pub const BENCHES: &[BenchDef] = &[fbufs::BENCH, path::BENCH, container::BENCH];
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// A benchmark (fbufs, fbufs-path) or `all`.
+    /// A benchmark (fbufs, fbufs-path, container) or `all`.
     pub name: String,
     /// Fewer sizes and messages: under 30 s for everything.
     #[arg(long)]

@@ -4,6 +4,7 @@
 //! hands it descriptors, and reads its [`plan::Sample`]s, one JSON line each,
 //! from its stdout once it exits.
 
+pub mod domain;
 pub mod plan;
 pub mod roles;
 pub mod touch;
@@ -28,6 +29,8 @@ pub enum Role {
     Sink,
     Local,
     Memcpy,
+    /// One domain of `ferry bench container` ([`domain`]).
+    Domain,
 }
 
 #[derive(Debug, Args)]
@@ -68,6 +71,7 @@ pub fn run(args: WorkerArgs) -> Result<()> {
     let samples = match args.role {
         Role::Local => roles::local(&plan),
         Role::Memcpy => roles::memcpy(&plan),
+        Role::Domain => domain::run(&args, &plan)?,
         _ => match args.transport {
             WorkerTransport::FdStream => run_with::<FdStream>(&args, &plan)?,
             WorkerTransport::Ferry => {
@@ -109,6 +113,6 @@ fn run_with<T: Transport>(args: &WorkerArgs, plan: &Plan) -> Result<Vec<Sample>>
             roles::stage::<T>(plan, &mut rx()?, &mut tx()?)?;
             Vec::new()
         }
-        Role::Local | Role::Memcpy => bail!("{:?} takes no transport", args.role),
+        Role::Local | Role::Memcpy | Role::Domain => bail!("{:?} takes no transport", args.role),
     })
 }
