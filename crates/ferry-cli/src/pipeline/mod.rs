@@ -103,6 +103,9 @@ pub struct StageArgs {
     /// See `ferry pipeline --xor`.
     #[arg(long, value_parser = parse_byte)]
     xor: Option<u8>,
+    /// See `ferry pipeline --verbose`.
+    #[arg(long)]
+    verbose: bool,
 }
 
 /// `ferry __stage`: runs one stage on the inherited sockets and exits: 0 after the end of
@@ -119,6 +122,7 @@ pub fn run_stage_process(args: StageArgs) -> Result<()> {
         touch: args.touch,
         xor: args.xor,
         crash_after: crash.then_some(1),
+        verbose: args.verbose,
     };
     match stage::run(&cfg, &up, &down) {
         Ok(_) => Ok(()),
@@ -169,6 +173,7 @@ pub fn run(args: PipelineArgs) -> Result<()> {
             touch: args.touch,
             xor: if index == 1 { args.xor } else { None },
             crash_after: None,
+            verbose: args.verbose,
         };
         let s = if args.in_process {
             let handle = std::thread::Builder::new()
@@ -252,6 +257,9 @@ fn spawn_stage(cfg: &StageConfig, up: &UnixStream, down: &UnixStream) -> Result<
         .stdout(Stdio::null());
     if let Some(k) = cfg.xor {
         cmd.args(["--xor", &k.to_string()]);
+    }
+    if cfg.verbose {
+        cmd.arg("--verbose");
     }
     cmd.spawn()
         .with_context(|| format!("spawn stage {}", cfg.index))

@@ -21,6 +21,8 @@ pub struct StageConfig {
     pub xor: Option<u8>,
     /// Test hook: abort the process after forwarding this many containers.
     pub crash_after: Option<u64>,
+    /// Print the stage's mapping statistics to stderr when it ends.
+    pub verbose: bool,
 }
 
 /// How a stage ended, when not by forwarding the end-of-data marker.
@@ -48,6 +50,9 @@ pub struct StageReport {
     pub containers: u64,
     /// Valid bytes in them.
     pub bytes: u64,
+    /// How its unloads were mapped: at the pallet's previous address (hits), elsewhere
+    /// because that address was taken (misses), or for the first time (cold).
+    pub maps: ferry::container::MapStats,
 }
 
 /// Runs a stage until the end-of-data marker (a container with no pallets) has been
@@ -78,6 +83,10 @@ pub fn run(
         if !end {
             touch(cfg, &mut c)
                 .map_err(|e| StageError::Failed(format!("stage {}: unload: {e}", cfg.index)))?;
+            let m = c.map_stats();
+            report.maps.hits += m.hits;
+            report.maps.misses += m.misses;
+            report.maps.cold += m.cold;
             report.containers += 1;
             report.bytes += c
                 .pallets()
@@ -102,6 +111,18 @@ pub fn run(
             });
         }
         if end {
+            if cfg.verbose {
+                let m = &report.maps;
+                eprintln!(
+                    "ferry stage {}: {} containers; unloads at the same address as last time {}, moved {}, first mapping {} (hit rate {:.0}%)",
+                    cfg.index,
+                    report.containers,
+                    m.hits,
+                    m.misses,
+                    m.cold,
+                    100.0 * m.hit_rate()
+                );
+            }
             return Ok(report);
         }
         if cfg.crash_after == Some(report.containers) {
