@@ -5,7 +5,9 @@
 //! cargo run --release --example stream -- SIZE_BYTES COUNT
 //! ```
 //! The sender writes one word per page of every message; the receiver reads one word
-//! per page and drops the message, which releases its fbuf back to the sender.
+//! per page (every byte with `READ_ALL=1`) and drops the message, which releases its fbuf
+//! back to the sender. `DEPTH=N` bounds the sender's path to N fbufs in flight (it spins
+//! on `QuotaExceeded`); without it the quota is 1 GiB and fresh fbufs are first-touched.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
