@@ -9,42 +9,8 @@
 
 use std::collections::HashMap;
 
-use ferry::channel::desc::{decode, Lots, RawDesc, VecLots};
-use ferry::BadDescriptor;
+use ferry::channel::desc::{decode, RawDesc, StrictLots, VecLots};
 use libfuzzer_sys::fuzz_target;
-
-/// [`VecLots`], checking that every read lies inside a span a check accepted.
-struct Strict {
-    lots: VecLots,
-    checked: Vec<(u16, u32, u64, u64)>,
-}
-
-impl Lots for Strict {
-    fn check(
-        &mut self,
-        slot: u16,
-        generation: u32,
-        offset: u64,
-        len: u64,
-    ) -> Result<(), BadDescriptor> {
-        self.lots.check(slot, generation, offset, len)?;
-        self.checked.push((slot, generation, offset, len));
-        Ok(())
-    }
-
-    fn read(&mut self, slot: u16, generation: u32, offset: u64, out: &mut [u8]) {
-        let len = out.len() as u64;
-        assert!(
-            self.checked
-                .iter()
-                .any(|&(s, g, o, l)| (s, g) == (slot, generation)
-                    && o <= offset
-                    && offset + len <= o + l),
-            "read of {len} bytes at {offset} in lot {slot}.{generation} that no check accepted"
-        );
-        self.lots.read(slot, generation, offset, out);
-    }
-}
 
 fuzz_target!(|data: &[u8]| {
     let Some((entry, rest)) = data.split_first_chunk::<128>() else {
@@ -59,29 +25,8 @@ fuzz_target!(|data: &[u8]| {
     lots.0.insert((0, 1), a.to_vec());
     lots.0.insert((1, 1), b.to_vec());
     let d = RawDesc::from_bytes(entry);
-    let mut strict = Strict {
-        lots,
-        checked: Vec::new(),
-    };
+    let mut strict = StrictLots::new(lots);
     if let Ok(frags) = decode(&d, &mut strict) {
-        assert_eq!(frags.len() as u64, d.nfrags as u64);
-        let mut total = 0u64;
-        for f in &frags {
-            assert!(f.len > 0, "empty fragment {f:?}");
-            let lot = strict
-                .lots
-                .0
-                .get(&(f.slot, f.generation))
-                .expect("fragment in a known lot");
-            let end = f.offset.checked_add(f.len).expect("span does not overflow");
-            assert!(
-                end <= lot.len() as u64,
-                "fragment {f:?} beyond its lot of {}",
-                lot.len()
-            );
-            total = total
-                .checked_add(f.len)
-                .expect("total length does not overflow");
-        }
+        strict.assert_sound(&d, &frags);
     }
 });

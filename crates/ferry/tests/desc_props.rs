@@ -5,10 +5,9 @@
 use std::collections::HashMap;
 
 use ferry::channel::desc::{
-    blocks_needed, decode, encode, Lots, RawDesc, RawFrag, RawRef, VecLots, BLOCK_BYTES,
+    blocks_needed, decode, encode, RawDesc, RawFrag, RawRef, StrictLots, VecLots, BLOCK_BYTES,
     BLOCK_FRAGS, INLINE_FRAGS, MAX_FRAGS,
 };
-use ferry::BadDescriptor;
 use proptest::prelude::*;
 
 /// The lots fragments may point into: `(slot, generation)` keys that a receiver knows.
@@ -16,75 +15,9 @@ const KEYS: [(u16, u32); 3] = [(0, 1), (3, 2), (7, 9)];
 /// Where the sender writes continuation blocks: a lot of its own.
 const META: (u16, u32) = (1, 1);
 
-/// Wraps [`VecLots`] and checks the contract `decode` promises its `Lots`: every `read`
-/// covers a span that a `check` just accepted, so a bad descriptor cannot make the
-/// receiver touch memory outside a lot.
-struct Strict {
-    lots: VecLots,
-    checked: Vec<(u16, u32, u64, u64)>,
-}
-
-impl Strict {
-    fn new(lots: VecLots) -> Self {
-        Strict {
-            lots,
-            checked: Vec::new(),
-        }
-    }
-}
-
-impl Lots for Strict {
-    fn check(
-        &mut self,
-        slot: u16,
-        generation: u32,
-        offset: u64,
-        len: u64,
-    ) -> Result<(), BadDescriptor> {
-        self.lots.check(slot, generation, offset, len)?;
-        self.checked.push((slot, generation, offset, len));
-        Ok(())
-    }
-
-    fn read(&mut self, slot: u16, generation: u32, offset: u64, out: &mut [u8]) {
-        let len = out.len() as u64;
-        assert!(
-            self.checked
-                .iter()
-                .any(|&(s, g, o, l)| (s, g) == (slot, generation)
-                    && o <= offset
-                    && offset + len <= o + l),
-            "read of {len} bytes at {offset} in lot {slot}.{generation} that no check accepted"
-        );
-        self.lots.read(slot, generation, offset, out);
-    }
-}
-
 /// Serialises a ring entry in the little-endian layout `RawDesc::from_bytes` parses.
 fn desc_bytes(d: &RawDesc) -> [u8; 128] {
     d.to_bytes()
-}
-
-/// The invariants of a successful decode: `nfrags` fragments, each non-empty and inside
-/// a lot `lots` knows, with a total length that does not overflow.
-fn assert_sound(d: &RawDesc, frags: &[RawFrag], lots: &VecLots) {
-    assert_eq!(frags.len() as u64, d.nfrags as u64);
-    assert!(frags.len() as u64 <= MAX_FRAGS);
-    let mut total = 0u64;
-    for f in frags {
-        assert!(f.len > 0, "empty fragment {f:?}");
-        let lot = lots
-            .0
-            .get(&(f.slot, f.generation))
-            .unwrap_or_else(|| panic!("fragment in unknown lot: {f:?}"));
-        let end = f.offset.checked_add(f.len).expect("span overflows");
-        assert!(
-            end <= lot.len() as u64,
-            "fragment {f:?} beyond lot of {}",
-            lot.len()
-        );
-        total = total.checked_add(f.len).expect("total length overflows");
-    }
 }
 
 /// Lot sizes for the three keys.
@@ -303,9 +236,9 @@ proptest! {
         prop_assert_eq!(d.ninline as usize, frags.len().min(INLINE_FRAGS));
         // The entry survives the trip through its byte form.
         prop_assert_eq!(RawDesc::from_bytes(&desc_bytes(&d)), d);
-        let mut strict = Strict::new(lots);
+        let mut strict = StrictLots::new(lots);
         let got = decode(&d, &mut strict).expect("a valid descriptor decodes");
-        assert_sound(&d, &got, &strict.lots);
+        strict.assert_sound(&d, &got);
         prop_assert_eq!(got, frags);
     }
 
@@ -329,9 +262,9 @@ proptest! {
             lots.0.get_mut(&META).unwrap()[blocks.start + i - bytes.len()] ^= xor;
         }
         let d = RawDesc::from_bytes(&bytes);
-        let mut strict = Strict::new(lots);
+        let mut strict = StrictLots::new(lots);
         if let Ok(got) = decode(&d, &mut strict) {
-            assert_sound(&d, &got, &strict.lots);
+            strict.assert_sound(&d, &got);
         }
     }
 }
@@ -345,9 +278,9 @@ proptest! {
     #[test]
     fn decode_of_arbitrary_bytes_is_safe(bytes in random_desc(), lots in random_lots()) {
         let d = RawDesc::from_bytes(&bytes);
-        let mut strict = Strict::new(lots);
+        let mut strict = StrictLots::new(lots);
         if let Ok(frags) = decode(&d, &mut strict) {
-            assert_sound(&d, &frags, &strict.lots);
+            strict.assert_sound(&d, &frags);
         }
     }
 }

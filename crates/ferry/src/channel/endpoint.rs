@@ -617,10 +617,7 @@ impl Lots for DomainLots<'_> {
         len: u64,
     ) -> Result<(), BadDescriptor> {
         let l = self.get(slot, generation)?;
-        match offset.checked_add(len) {
-            Some(end) if end <= l.len() as u64 => Ok(()),
-            _ => Err(BadDescriptor::OutOfBounds { slot, offset, len }),
-        }
+        desc::check_span(l.len() as u64, slot, offset, len)
     }
 
     fn read(&mut self, slot: u16, generation: u32, offset: u64, out: &mut [u8]) {
