@@ -148,6 +148,17 @@ impl Peer {
     }
 }
 
+/// Tells `peer` (a child that connects to the domain id it reads on stdin) our id, and
+/// accepts its channel.
+fn accept_from(d: &Domain, peer: &mut Peer) -> ferry::Receiver {
+    let accept = {
+        let d = d.clone();
+        std::thread::spawn(move || d.accept(T).unwrap())
+    };
+    peer.tell(&d.id().to_string());
+    accept.join().unwrap()
+}
+
 fn read_line(r: &mut impl BufRead) -> String {
     let mut s = String::new();
     r.read_line(&mut s).unwrap();
@@ -358,13 +369,7 @@ fn sender_killed_at_random_points() {
     for _ in 0..6 {
         let mut peer = Peer::spawn("stream", &name, "");
         let peer_lot = g.lot_addr(peer.id.slot);
-        let me = d.id().to_string();
-        let accept = {
-            let d = d.clone();
-            std::thread::spawn(move || d.accept(T).unwrap())
-        };
-        peer.tell(&me);
-        let mut rx = accept.join().unwrap();
+        let mut rx = accept_from(&d, &mut peer);
         let mut held = Vec::new();
         let k = 1 + rng.below(500);
         for _ in 0..k {
@@ -404,12 +409,7 @@ fn sender_exiting_after_send_loses_nothing() {
     let (_g, d, name) = join("exit");
     for _ in 0..5 {
         let mut peer = Peer::spawn("send-and-exit", &name, "");
-        let accept = {
-            let d = d.clone();
-            std::thread::spawn(move || d.accept(T).unwrap())
-        };
-        peer.tell(&d.id().to_string());
-        let mut rx = accept.join().unwrap();
+        let mut rx = accept_from(&d, &mut peer);
         assert!(peer.child.wait().unwrap().success());
         for seed in 0..3 {
             let m = rx.recv().unwrap();
@@ -484,12 +484,7 @@ fn containers_ship_between_processes() {
 fn secured_fbufs_are_write_protected() {
     let (_g, d, name) = join("secure");
     let mut peer = Peer::spawn("secure-writer", &name, "");
-    let accept = {
-        let d = d.clone();
-        std::thread::spawn(move || d.accept(T).unwrap())
-    };
-    peer.tell(&d.id().to_string());
-    let mut rx = accept.join().unwrap();
+    let mut rx = accept_from(&d, &mut peer);
     let m = rx.recv().unwrap();
     assert_eq!(verify(&m).unwrap(), 42);
     peer.tell("go");
@@ -506,12 +501,7 @@ fn secured_fbufs_are_write_protected() {
 fn receivers_cannot_write_peer_lots() {
     let (g, d, name) = join("rolot");
     let mut peer = Peer::spawn("stream", &name, "");
-    let accept = {
-        let d = d.clone();
-        std::thread::spawn(move || d.accept(T).unwrap())
-    };
-    peer.tell(&d.id().to_string());
-    let mut rx = accept.join().unwrap();
+    let mut rx = accept_from(&d, &mut peer);
     let m = rx.recv().unwrap();
     let addr = g.lot_addr(peer.id.slot);
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
