@@ -70,14 +70,7 @@ impl Container {
     /// # Ok(()) }
     /// ```
     pub fn unload(&mut self, index: usize) -> Result<Unloaded<'_>> {
-        let count = self.pallets.len();
-        let p = self
-            .pallets
-            .get_mut(index)
-            .ok_or(Error::NoSuchPallet { index, count })?;
-        if p.unloaded {
-            return Err(Error::PalletUnloaded { pallet: index });
-        }
+        let p = mappable(&mut self.pallets, index)?;
         if p.sealed {
             return Err(Error::Sealed { pallet: index });
         }
@@ -126,14 +119,7 @@ impl Container {
     /// # Ok(()) }
     /// ```
     pub fn view(&mut self, index: usize) -> Result<View<'_>> {
-        let count = self.pallets.len();
-        let p = self
-            .pallets
-            .get_mut(index)
-            .ok_or(Error::NoSuchPallet { index, count })?;
-        if p.unloaded {
-            return Err(Error::PalletUnloaded { pallet: index });
-        }
+        let p = mappable(&mut self.pallets, index)?;
         let map = map_pallet(p, &mut self.stats, Access::Read)?;
         Ok(View {
             pallet: p,
@@ -256,4 +242,16 @@ impl Drop for View<'_> {
             unmap_pallet(self.pallet, m);
         }
     }
+}
+
+/// Pallet `index`, if it exists and is not mapped already.
+fn mappable(pallets: &mut [Pallet], index: usize) -> Result<&mut Pallet> {
+    let count = pallets.len();
+    let p = pallets
+        .get_mut(index)
+        .ok_or(Error::NoSuchPallet { index, count })?;
+    if p.unloaded {
+        return Err(Error::PalletUnloaded { pallet: index });
+    }
+    Ok(p)
 }
