@@ -75,6 +75,20 @@ struct SizeRun {
     trials: u32,
     warmup: u32,
     msgs: u32,
+    /// All five domains on one CPU, like the paper's uniprocessor, instead of alternating
+    /// between the two.
+    one_cpu: bool,
+}
+
+impl SizeRun {
+    /// The run's name in headings and bar lines: its size, and the placement if unusual.
+    fn label(&self) -> String {
+        if self.one_cpu {
+            format!("{} on one CPU", bytes(self.size))
+        } else {
+            bytes(self.size)
+        }
+    }
 }
 
 /// One method at one access amount at one size.
@@ -198,7 +212,8 @@ fn measure(ctx: &BenchCtx, run: SizeRun) -> Result<Measured> {
         for i in 0..DOMAINS {
             let (r, w) = pipe_with(PipeFlags::CLOEXEC)?;
             lifelines.push(w);
-            let mut spec = WorkerSpec::new(Role::Domain, ctx.cpu(i));
+            let cpu = if run.one_cpu { ctx.cpu(0) } else { ctx.cpu(i) };
+            let mut spec = WorkerSpec::new(Role::Domain, cpu);
             spec.rx = into[i].take();
             spec.tx = out_of[i].take();
             let ack = endpoint(vec![("lifeline", r)]);
@@ -265,19 +280,28 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
             trials: ctx.pick(3, 5),
             warmup: 1,
             msgs: ctx.pick(5, 20),
+            one_cpu: false,
         },
         SizeRun {
             size: 1 << 30,
             trials: ctx.pick(1, 3),
             warmup: 0,
             msgs: ctx.pick(1, 3),
+            one_cpu: false,
+        },
+        SizeRun {
+            size: 10 << 20,
+            trials: ctx.pick(3, 5),
+            warmup: 1,
+            msgs: ctx.pick(5, 20),
+            one_cpu: true,
         },
     ];
     let mut measured = Vec::new();
     for run in runs {
         ctx.progress.phase(&format!(
             "container: {} in {PALLETS} pallets through {DOMAINS} domains ({} trials x {} messages per method and access amount)",
-            bytes(run.size),
+            run.label(),
             run.trials,
             run.msgs
         ));
@@ -298,6 +322,14 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
                     .param("accessor", ACCESSOR)
                     .param("access_bytes", c.access)
                     .param("messages_per_trial", m.run.msgs)
+                    .param(
+                        "placement",
+                        if m.run.one_cpu {
+                            "one-cpu"
+                        } else {
+                            "alternate"
+                        },
+                    )
             };
             out.records.push(base(Record::new(
                 "container",
@@ -329,6 +361,14 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
                         0.0,
                     )
                     .param("bytes", size)
+                    .param(
+                        "placement",
+                        if m.run.one_cpu {
+                            "one-cpu"
+                        } else {
+                            "alternate"
+                        },
+                    )
                     .param("access_bytes", resolve(a, size)),
                 );
             }
@@ -345,7 +385,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
 fn verdicts(measured: &[Measured]) -> Vec<(String, String, bool)> {
     let mut v = Vec::new();
     for m in measured {
-        let s = bytes(m.run.size);
+        let s = m.run.label();
         let rc = m.ratio(Method::Copy, 0);
         let rv = m.ratio(Method::VirtualMove, 0);
         v.push((
@@ -364,13 +404,18 @@ fn verdicts(measured: &[Measured]) -> Vec<(String, String, bool)> {
         v.push((
             format!(
                 "{}, 100 KiB accessed: container >= 3x virtual move",
-                bytes(m.run.size)
+                m.run.label()
             ),
             ratio(r),
             r >= 3.0,
         ));
     }
-    if let [small, big] = measured {
+    let spread = |size: usize| {
+        measured
+            .iter()
+            .find(|m| m.run.size == size && !m.run.one_cpu)
+    };
+    if let (Some(small), Some(big)) = (spread(10 << 20), spread(1 << 30)) {
         let t = |m: &Measured| {
             m.cell(Method::Container, 0)
                 .map_or(f64::NAN, |c| c.median_us())
@@ -398,7 +443,9 @@ fn markdown(ctx: &BenchCtx, measured: &[Measured], memcpy_gbps: f64) -> String {
     let cpus: Vec<String> = (0..DOMAINS).map(|i| ctx.cpu(i).to_string()).collect();
     let _ = writeln!(
         md,
-        "Five domains are five processes in a chain, pinned alternately to CPUs {} (domain 0 to 4). \
+        "Five domains are five processes in a chain, pinned alternately to CPUs {} (domain 0 to 4); \
+         the run marked \"on one CPU\" pins all five to CPU 0, as on the paper's uniprocessor, so each hop \
+         is a switch on one CPU rather than a wake-up of the other. \
          The first domain owns the message; domain {ACCESSOR} (the middle) reads and writes the first N bytes \
          of it (each 8-byte word read and written back plus one). Time = transfer + access, from the first \
          domain starting a message to the last domain holding it; one message travels at a time (the last \
@@ -428,7 +475,7 @@ fn markdown(ctx: &BenchCtx, measured: &[Measured], memcpy_gbps: f64) -> String {
         let _ = writeln!(
             md,
             "### {} in {PALLETS} pallets of {} ({} trial{} x {} timed message{} per method and access amount, {} warm-up{}{})\n",
-            bytes(size),
+            m.run.label(),
             if per % (1 << 20) == 0 { bytes(per) } else { format!("{} pages", per / 4096) },
             m.run.trials,
             if m.run.trials == 1 { "" } else { "s" },
@@ -552,10 +599,10 @@ fn plot(m: &Measured) -> PlotSpec {
         })
         .collect();
     PlotSpec {
-        stem: format!("container-{}", bytes(size).replace(' ', "")),
+        stem: format!("container-{}", m.run.label().replace(' ', "-")),
         title: format!(
             "{DOMAINS}-domain pipeline, {} in {PALLETS} pallets (cf. container shipping Fig. 6)",
-            bytes(size)
+            m.run.label()
         ),
         x_label: "KiB accessed by the middle domain (0 drawn at 1)".into(),
         y_label: "MB/s = bytes / (transfer + access)".into(),
