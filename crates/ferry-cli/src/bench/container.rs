@@ -89,6 +89,15 @@ impl SizeRun {
             bytes(self.size)
         }
     }
+
+    /// The placement, as recorded in JSON.
+    fn placement(&self) -> &'static str {
+        if self.one_cpu {
+            "one-cpu"
+        } else {
+            "alternate"
+        }
+    }
 }
 
 /// One method at one access amount at one size.
@@ -322,14 +331,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
                     .param("accessor", ACCESSOR)
                     .param("access_bytes", c.access)
                     .param("messages_per_trial", m.run.msgs)
-                    .param(
-                        "placement",
-                        if m.run.one_cpu {
-                            "one-cpu"
-                        } else {
-                            "alternate"
-                        },
-                    )
+                    .param("placement", m.run.placement())
             };
             out.records.push(base(Record::new(
                 "container",
@@ -361,14 +363,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
                         0.0,
                     )
                     .param("bytes", size)
-                    .param(
-                        "placement",
-                        if m.run.one_cpu {
-                            "one-cpu"
-                        } else {
-                            "alternate"
-                        },
-                    )
+                    .param("placement", m.run.placement())
                     .param("access_bytes", resolve(a, size)),
                 );
             }

@@ -960,11 +960,10 @@ pub(crate) fn connect(
 
     // Offer it in our slot.
     let slot = group.slot(me.slot);
-    let (oi, offer) = slot
+    let offer = slot
         .offers
         .iter()
-        .enumerate()
-        .find(|(_, o)| {
+        .find(|o| {
             o.state
                 .compare_exchange(
                     OFFER_FREE,
@@ -975,7 +974,6 @@ pub(crate) fn connect(
                 .is_ok()
         })
         .ok_or(Error::InvalidArgument("too many channels offered at once"))?;
-    let _ = oi;
     offer.to_slot.store(peer.slot as u32, Ordering::Relaxed);
     offer
         .to_generation
