@@ -124,6 +124,16 @@ pub enum Error {
         /// Index of the pallet.
         pallet: usize,
     },
+    /// The running kernel lacks an io_uring (or userfaultfd) feature the operation needs.
+    ///
+    /// Found by probing (see `uring::Features`); where a fallback exists, ferry uses it
+    /// and counts it in stats instead of returning this.
+    Unsupported {
+        /// The missing feature, e.g. `"SEND_ZC"` or `"SQPOLL"`.
+        feature: &'static str,
+        /// What the probe saw.
+        why: String,
+    },
     /// A pallet index past the end of the container.
     NoSuchPallet {
         /// Index asked for.
@@ -161,6 +171,9 @@ impl fmt::Display for Error {
                 write!(f, "pallet {pallet} is unloaded (mapped); reload it first")
             }
             Self::Sealed { pallet } => write!(f, "pallet {pallet} is sealed against writing"),
+            Self::Unsupported { feature, why } => {
+                write!(f, "kernel feature {feature} is not available: {why}")
+            }
             Self::NoSuchPallet { index, count } => {
                 write!(f, "no pallet {index}: the container has {count}")
             }

@@ -54,6 +54,8 @@ pub mod region;
 pub mod segment;
 pub(crate) mod sync;
 pub mod sys;
+pub mod uring;
+pub mod vcm;
 
 pub use channel::{ChannelConfig, ChannelStats, Receiver, Sender};
 pub use container::{Container, Pallet};

@@ -1,0 +1,1 @@
+//! Owned-buffer io_uring driver (being written).

@@ -1,0 +1,1 @@
+//! xlate: the registration cache (being written).

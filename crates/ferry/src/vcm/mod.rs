@@ -1,0 +1,1 @@
+//! VCM command vectors and datagram sockets (being written).
