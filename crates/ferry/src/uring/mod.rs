@@ -16,4 +16,5 @@ pub mod driver;
 pub mod probe;
 pub mod xlate;
 
+pub use driver::{Completion, FixedBuf, FixedPool, Target, Ticket, Uring, UringStats};
 pub use probe::{Features, RingOptions};

@@ -1,1 +1,0 @@
-//! Owned-buffer io_uring driver (being written).

@@ -1,0 +1,470 @@
+//! The operations a [`Uring`] runs: file reads and writes, stream sends and receives
+//! (plain and zero-copy), and datagram `send_to` / `recv_from` through `sendmsg` /
+//! `recvmsg` with a `msghdr` the ring owns until completion.
+
+use std::io;
+use std::mem;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+
+use io_uring::{opcode, squeue, types};
+
+use super::{
+    InFlight, IoBuf, IoBufMut, Kind, Refused, Target, Ticket, Uring, SEND_ZC_REPORT_USAGE,
+};
+use crate::error::{Error, Result};
+
+/// A `msghdr` with its one `iovec` and its address, boxed so the kernel's pointers into it
+/// stay valid while the operation runs.
+pub(super) struct MsgState {
+    hdr: libc::msghdr,
+    iov: libc::iovec,
+    addr: libc::sockaddr_storage,
+}
+
+// SAFETY: the raw pointers in `hdr` and `iov` point into this same box and into the
+// operation's buffer, both owned by the operation; nothing else shares them.
+unsafe impl Send for MsgState {}
+
+impl MsgState {
+    /// A boxed header for one buffer, with `addr` as destination (or room for the source).
+    fn boxed(ptr: *mut u8, len: usize, addr: Option<SocketAddr>) -> Box<MsgState> {
+        // SAFETY: msghdr, iovec and sockaddr_storage are plain C structs; all-zero is valid.
+        let mut m: Box<MsgState> = Box::new(unsafe { mem::zeroed() });
+        m.iov = libc::iovec {
+            iov_base: ptr.cast(),
+            iov_len: len,
+        };
+        let addr_len = match addr {
+            Some(a) => write_sockaddr(&mut m.addr, a),
+            None => mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t,
+        };
+        m.hdr.msg_name = (&mut m.addr as *mut libc::sockaddr_storage).cast();
+        m.hdr.msg_namelen = addr_len;
+        m.hdr.msg_iov = &mut m.iov;
+        m.hdr.msg_iovlen = 1;
+        m
+    }
+
+    /// The source address the kernel wrote, if it is IPv4 or IPv6.
+    pub(super) fn peer(&self) -> Option<SocketAddr> {
+        read_sockaddr(&self.addr, self.hdr.msg_namelen)
+    }
+
+    /// Whether the datagram did not fit (`MSG_TRUNC` in the returned flags).
+    pub(super) fn truncated(&self) -> bool {
+        self.hdr.msg_flags & libc::MSG_TRUNC != 0
+    }
+}
+
+fn write_sockaddr(st: &mut libc::sockaddr_storage, a: SocketAddr) -> libc::socklen_t {
+    match a {
+        SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*v4.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe {
+                (st as *mut libc::sockaddr_storage)
+                    .cast::<libc::sockaddr_in>()
+                    .write(sin)
+            };
+            mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(v6) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: v6.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe {
+                (st as *mut libc::sockaddr_storage)
+                    .cast::<libc::sockaddr_in6>()
+                    .write(sin6)
+            };
+            mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+fn read_sockaddr(st: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = len as usize;
+    match st.ss_family as libc::c_int {
+        libc::AF_INET if len >= mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in, and it is big enough.
+            let sin =
+                unsafe { &*(st as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 if len >= mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in6, and it is big enough.
+            let s6 =
+                unsafe { &*(st as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(s6.sin6_addr.s6_addr),
+                u16::from_be(s6.sin6_port),
+                s6.sin6_flowinfo,
+                s6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+fn fd_of(t: Target) -> FdArg {
+    match t {
+        Target::Fd(fd) => FdArg::Fd(types::Fd(fd)),
+        Target::Fixed(i) => FdArg::Fixed(types::Fixed(i)),
+    }
+}
+
+enum FdArg {
+    Fd(types::Fd),
+    Fixed(types::Fixed),
+}
+
+/// Builds an opcode whose first argument is a descriptor of either kind.
+macro_rules! with_fd {
+    ($t:expr, |$fd:ident| $build:expr) => {
+        match fd_of($t) {
+            FdArg::Fd($fd) => $build,
+            FdArg::Fixed($fd) => $build,
+        }
+    };
+}
+
+fn len32(n: usize) -> Result<u32> {
+    u32::try_from(n).map_err(|_| Error::InvalidArgument("an operation moves at most 4 GiB - 1"))
+}
+
+fn to_io(e: Error) -> io::Error {
+    match e {
+        Error::Io(e) => e,
+        other => io::Error::other(other),
+    }
+}
+
+impl Uring {
+    /// Parks `buf` (and an optional msghdr), builds the entry from the parked state and
+    /// queues it. On refusal the buffer comes back untouched.
+    fn submit_op<B: Send + 'static>(
+        &mut self,
+        target: Option<Target>,
+        buf: B,
+        msg: Option<Box<MsgState>>,
+        kind: Kind,
+        fixed: bool,
+        build: impl FnOnce(Option<&MsgState>) -> Result<squeue::Entry>,
+    ) -> std::result::Result<Ticket<B>, Refused<B>> {
+        if let Some(t) = target {
+            if let Err(error) = self.check_target(t) {
+                return Err(Refused { error, buf });
+            }
+        }
+        let entry = match build(msg.as_deref()) {
+            Ok(e) => e,
+            Err(error) => return Err(Refused { error, buf }),
+        };
+        let (slot, gen) = self.park(InFlight {
+            buf: Box::new(buf),
+            msg,
+            kind,
+            result: None,
+            notif_pending: false,
+            zc_copied: false,
+        });
+        match self.push_parked(slot, gen, entry) {
+            Ok(t) => {
+                if fixed {
+                    self.stats.fixed_ops += 1;
+                }
+                Ok(t)
+            }
+            Err(error) => {
+                let op = self.unpark(slot).expect("parked above");
+                let buf = *op.buf.downcast::<B>().expect("parked as B");
+                Err(Refused { error, buf })
+            }
+        }
+    }
+
+    /// Queues a no-op (`IORING_OP_NOP`): a round trip through the rings.
+    pub fn submit_nop(&mut self) -> Result<Ticket<()>> {
+        Ok(self.submit_op(None, (), None, Kind::Plain, false, |_| {
+            Ok(opcode::Nop::new().build())
+        })?)
+    }
+
+    /// Queues a read of up to `buf.bytes_total()` bytes at `offset` (`IORING_OP_READ`, or
+    /// `READ_FIXED` for a [`FixedBuf`](super::FixedBuf) of this ring).
+    pub fn submit_read_at<B: IoBufMut>(
+        &mut self,
+        fd: impl Into<Target>,
+        mut buf: B,
+        offset: u64,
+    ) -> std::result::Result<Ticket<B>, Refused<B>> {
+        let t = fd.into();
+        let fixed = match self.fixed_index(&buf) {
+            Ok(f) => f,
+            Err(error) => return Err(Refused { error, buf }),
+        };
+        let (ptr, len) = (buf.stable_mut_ptr(), buf.bytes_total());
+        self.submit_op(Some(t), buf, None, Kind::Plain, fixed.is_some(), |_| {
+            let len = len32(len)?;
+            Ok(match fixed {
+                Some(idx) => with_fd!(t, |fd| opcode::ReadFixed::new(fd, ptr, len, idx)
+                    .offset(offset)
+                    .build()),
+                None => with_fd!(t, |fd| opcode::Read::new(fd, ptr, len)
+                    .offset(offset)
+                    .build()),
+            })
+        })
+    }
+
+    /// Queues a write of `buf.bytes_init()` bytes at `offset` (`IORING_OP_WRITE`, or
+    /// `WRITE_FIXED` for a [`FixedBuf`](super::FixedBuf) of this ring).
+    pub fn submit_write_at<B: IoBuf>(
+        &mut self,
+        fd: impl Into<Target>,
+        buf: B,
+        offset: u64,
+    ) -> std::result::Result<Ticket<B>, Refused<B>> {
+        let t = fd.into();
+        let fixed = match self.fixed_index(&buf) {
+            Ok(f) => f,
+            Err(error) => return Err(Refused { error, buf }),
+        };
+        let (ptr, len) = (buf.stable_ptr(), buf.bytes_init());
+        self.submit_op(Some(t), buf, None, Kind::Plain, fixed.is_some(), |_| {
+            let len = len32(len)?;
+            Ok(match fixed {
+                Some(idx) => with_fd!(t, |fd| opcode::WriteFixed::new(fd, ptr, len, idx)
+                    .offset(offset)
+                    .build()),
+                None => with_fd!(t, |fd| opcode::Write::new(fd, ptr, len)
+                    .offset(offset)
+                    .build()),
+            })
+        })
+    }
+
+    /// Queues a send of `buf.bytes_init()` bytes on a connected socket (`IORING_OP_SEND`).
+    pub fn submit_send<B: IoBuf>(
+        &mut self,
+        fd: impl Into<Target>,
+        buf: B,
+    ) -> std::result::Result<Ticket<B>, Refused<B>> {
+        let t = fd.into();
+        let (ptr, len) = (buf.stable_ptr(), buf.bytes_init());
+        self.submit_op(Some(t), buf, None, Kind::Plain, false, |_| {
+            let len = len32(len)?;
+            Ok(with_fd!(t, |fd| opcode::Send::new(fd, ptr, len)
+                .flags(libc::MSG_NOSIGNAL)
+                .build()))
+        })
+    }
+
+    /// Queues a zero-copy send (`IORING_OP_SEND_ZC` with `IORING_SEND_ZC_REPORT_USAGE`).
+    ///
+    /// The buffer comes back only after the kernel's notification says the pages are no
+    /// longer in use; [`Completion::zc_copied`] tells whether the kernel copied anyway (it
+    /// does on loopback). Without SEND_ZC in the kernel this is a plain send, counted in
+    /// [`UringStats::zc_fallbacks`](super::UringStats::zc_fallbacks).
+    pub fn submit_send_zc<B: IoBuf>(
+        &mut self,
+        fd: impl Into<Target>,
+        buf: B,
+    ) -> std::result::Result<Ticket<B>, Refused<B>> {
+        if !self.features.send_zc {
+            self.stats.zc_fallbacks += 1;
+            return self.submit_send(fd, buf);
+        }
+        let t = fd.into();
+        let fixed = match self.fixed_index(&buf) {
+            Ok(f) => f,
+            Err(error) => return Err(Refused { error, buf }),
+        };
+        let (ptr, len) = (buf.stable_ptr(), buf.bytes_init());
+        self.submit_op(Some(t), buf, None, Kind::SendZc, fixed.is_some(), |_| {
+            let len = len32(len)?;
+            Ok(with_fd!(t, |fd| opcode::SendZc::new(fd, ptr, len)
+                .buf_index(fixed)
+                .flags(libc::MSG_NOSIGNAL)
+                .zc_flags(SEND_ZC_REPORT_USAGE)
+                .build()))
+        })
+    }
+
+    /// Queues a receive of up to `buf.bytes_total()` bytes (`IORING_OP_RECV`).
+    pub fn submit_recv<B: IoBufMut>(
+        &mut self,
+        fd: impl Into<Target>,
+        mut buf: B,
+    ) -> std::result::Result<Ticket<B>, Refused<B>> {
+        let t = fd.into();
+        let (ptr, len) = (buf.stable_mut_ptr(), buf.bytes_total());
+        self.submit_op(Some(t), buf, None, Kind::Plain, false, |_| {
+            let len = len32(len)?;
+            Ok(with_fd!(t, |fd| opcode::Recv::new(fd, ptr, len).build()))
+        })
+    }
+
+    /// Queues a datagram to `addr` (`IORING_OP_SENDMSG` with an owned `msghdr`).
+    pub fn submit_send_to<B: IoBuf>(
+        &mut self,
+        fd: impl Into<Target>,
+        buf: B,
+        addr: SocketAddr,
+    ) -> std::result::Result<Ticket<B>, Refused<B>> {
+        let t = fd.into();
+        let msg = MsgState::boxed(buf.stable_ptr().cast_mut(), buf.bytes_init(), Some(addr));
+        self.submit_op(Some(t), buf, Some(msg), Kind::Plain, false, |m| {
+            let hdr: *const libc::msghdr = &m.expect("msg given").hdr;
+            Ok(with_fd!(t, |fd| opcode::SendMsg::new(fd, hdr)
+                .flags(libc::MSG_NOSIGNAL as u32)
+                .build()))
+        })
+    }
+
+    /// Queues a datagram receive (`IORING_OP_RECVMSG`); the completion carries the sender
+    /// in [`Completion::peer`] and sets [`Completion::truncated`] if it did not fit.
+    pub fn submit_recv_from<B: IoBufMut>(
+        &mut self,
+        fd: impl Into<Target>,
+        mut buf: B,
+    ) -> std::result::Result<Ticket<B>, Refused<B>> {
+        let t = fd.into();
+        let msg = MsgState::boxed(buf.stable_mut_ptr(), buf.bytes_total(), None);
+        self.submit_op(Some(t), buf, Some(msg), Kind::RecvFrom, false, |m| {
+            let hdr = (&m.expect("msg given").hdr as *const libc::msghdr).cast_mut();
+            Ok(with_fd!(t, |fd| opcode::RecvMsg::new(fd, hdr).build()))
+        })
+    }
+
+    fn run<B: 'static>(
+        &mut self,
+        submitted: std::result::Result<Ticket<B>, Refused<B>>,
+    ) -> (io::Result<usize>, B) {
+        match submitted {
+            Err(r) => (Err(to_io(r.error)), r.buf),
+            Ok(t) => match self.wait(t) {
+                Ok(c) => (c.result, c.buf),
+                // wait() fails only for a foreign or stale ticket, impossible here.
+                Err(e) => panic!("waiting for a ticket this ring just issued: {e}"),
+            },
+        }
+    }
+
+    /// Reads at `offset` into `buf` and waits: `(bytes read, buf)`.
+    pub fn read_at<B: IoBufMut>(
+        &mut self,
+        fd: impl Into<Target>,
+        buf: B,
+        offset: u64,
+    ) -> (io::Result<usize>, B) {
+        let s = self.submit_read_at(fd, buf, offset);
+        self.run(s)
+    }
+
+    /// Writes `buf` at `offset` and waits: `(bytes written, buf)`.
+    pub fn write_at<B: IoBuf>(
+        &mut self,
+        fd: impl Into<Target>,
+        buf: B,
+        offset: u64,
+    ) -> (io::Result<usize>, B) {
+        let s = self.submit_write_at(fd, buf, offset);
+        self.run(s)
+    }
+
+    /// Sends `buf` and waits: `(bytes sent, buf)`.
+    pub fn send<B: IoBuf>(&mut self, fd: impl Into<Target>, buf: B) -> (io::Result<usize>, B) {
+        let s = self.submit_send(fd, buf);
+        self.run(s)
+    }
+
+    /// Sends `buf` with zero copy, waits for the notification too: `(bytes sent, buf)`.
+    pub fn send_zc<B: IoBuf>(&mut self, fd: impl Into<Target>, buf: B) -> (io::Result<usize>, B) {
+        let s = self.submit_send_zc(fd, buf);
+        self.run(s)
+    }
+
+    /// Receives into `buf` and waits: `(bytes received, buf)`; 0 means the peer closed.
+    pub fn recv<B: IoBufMut>(&mut self, fd: impl Into<Target>, buf: B) -> (io::Result<usize>, B) {
+        let s = self.submit_recv(fd, buf);
+        self.run(s)
+    }
+
+    /// Sends one datagram to `addr` and waits: `(bytes sent, buf)`.
+    pub fn send_to<B: IoBuf>(
+        &mut self,
+        fd: impl Into<Target>,
+        buf: B,
+        addr: SocketAddr,
+    ) -> (io::Result<usize>, B) {
+        let s = self.submit_send_to(fd, buf, addr);
+        self.run(s)
+    }
+
+    /// Receives one datagram and waits: `((bytes, sender), buf)`. A datagram longer than
+    /// `buf` is an error of kind `InvalidData` (the excess is lost), never a silent cut.
+    pub fn recv_from<B: IoBufMut>(
+        &mut self,
+        fd: impl Into<Target>,
+        buf: B,
+    ) -> (io::Result<(usize, SocketAddr)>, B) {
+        let t = match self.submit_recv_from(fd, buf) {
+            Ok(t) => t,
+            Err(r) => return (Err(to_io(r.error)), r.buf),
+        };
+        let c = match self.wait(t) {
+            Ok(c) => c,
+            Err(e) => panic!("waiting for a ticket this ring just issued: {e}"),
+        };
+        let r = match c.result {
+            Err(e) => Err(e),
+            Ok(_) if c.truncated => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "datagram longer than the buffer (truncated)",
+            )),
+            Ok(n) => c
+                .peer
+                .map(|p| (n, p))
+                .ok_or_else(|| io::Error::other("datagram from a non-IP address")),
+        };
+        (r, c.buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sockaddr_round_trips() {
+        for a in [
+            "127.0.0.1:4242".parse::<SocketAddr>().unwrap(),
+            "[::1]:9".parse().unwrap(),
+            "[fe80::1%2]:65535".parse().unwrap(),
+        ] {
+            // SAFETY: all-zero is a valid sockaddr_storage.
+            let mut st: libc::sockaddr_storage = unsafe { mem::zeroed() };
+            let len = write_sockaddr(&mut st, a);
+            assert_eq!(read_sockaddr(&st, len), Some(a));
+            assert_eq!(read_sockaddr(&st, 2), None, "short lengths are refused");
+        }
+    }
+}
