@@ -186,7 +186,10 @@ fn o_direct_file_io_with_aligned_and_fixed_buffers() {
     let file = match temp_file("direct", true) {
         Ok(f) => f,
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-            eprintln!("skipped: {} does not support O_DIRECT", std::env::temp_dir().display());
+            eprintln!(
+                "skipped: {} does not support O_DIRECT",
+                std::env::temp_dir().display()
+            );
             return;
         }
         Err(e) => panic!("open O_DIRECT: {e}"),
@@ -239,7 +242,11 @@ fn peer_process_tcp() {
     let fd = s.as_raw_fd();
     let mut ring = Uring::new(&RingOptions::new(16)).unwrap();
     let got = recv_exact(&mut ring, fd, TO_PEER);
-    assert_eq!(fnv(&got), fnv(&random_bytes(1, TO_PEER)), "peer saw corrupted data");
+    assert_eq!(
+        fnv(&got),
+        fnv(&random_bytes(1, TO_PEER)),
+        "peer saw corrupted data"
+    );
     let (r, _) = ring.send(fd, fnv(&got).to_le_bytes().to_vec());
     assert_eq!(r.unwrap(), 8);
     send_all(&mut ring, fd, &random_bytes(2, FROM_PEER), 256 * 1024, true);
@@ -255,7 +262,13 @@ fn tcp_stream_both_ways_with_a_peer_process() {
     require!(features().ring, "no io_uring");
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "peer_process_tcp", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "peer_process_tcp",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(PEER_ENV, listener.local_addr().unwrap().to_string())
         .spawn()
         .unwrap();
@@ -278,7 +291,10 @@ fn tcp_stream_both_ways_with_a_peer_process() {
     if features().send_zc {
         assert!(st.zc_sent > 0, "{st:?}");
         // Measured fact: loopback copies zero-copy payloads; the kernel reports it.
-        assert!(st.zc_copied > 0, "loopback SEND_ZC should report ZC_COPIED: {st:?}");
+        assert!(
+            st.zc_copied > 0,
+            "loopback SEND_ZC should report ZC_COPIED: {st:?}"
+        );
         assert_eq!(copied as u64, st.zc_copied);
         assert_eq!(st.zc_fallbacks, 0);
     } else {
@@ -373,7 +389,10 @@ fn udp_send_to_and_recv_from_carry_addresses_and_report_truncation() {
 #[test]
 fn sqpoll_thread_sleeps_when_idle_and_is_woken_by_a_submission() {
     require!(features().ring, "no io_uring");
-    require!(features().sqpoll, format!("no SQPOLL: {:?}", features().why_not));
+    require!(
+        features().sqpoll,
+        format!("no SQPOLL: {:?}", features().why_not)
+    );
     let mut ring = Uring::new(&RingOptions::new(8).sqpoll(10)).unwrap();
     assert!(ring.is_sqpoll());
     let t = ring.submit_nop().unwrap();
@@ -393,7 +412,10 @@ fn sqpoll_thread_sleeps_when_idle_and_is_woken_by_a_submission() {
     assert_eq!(ring.wait(t).unwrap().result.unwrap(), 0);
     let after = ring.stats();
     assert!(after.sqpoll_wakeups > before.sqpoll_wakeups, "{after:?}");
-    assert!(after.enters > before.enters, "waking the thread costs an enter");
+    assert!(
+        after.enters > before.enters,
+        "waking the thread costs an enter"
+    );
     // Data flows through the woken ring too.
     let file = temp_file("sqpoll", false).unwrap();
     let (r, _) = ring.write_at(&file, b"sqpoll data".to_vec(), 0);
@@ -430,7 +452,11 @@ fn drop_child() {
     a.read_exact(&mut got).unwrap();
     assert_eq!(&got, b"late");
     drop((a, b));
-    assert_eq!(open_fds(), before, "the ring and its registered files are closed");
+    assert_eq!(
+        open_fds(),
+        before,
+        "the ring and its registered files are closed"
+    );
     println!("drop child ok");
 }
 
@@ -439,7 +465,13 @@ fn drop_with_ops_in_flight_leaks_no_fds() {
     require!(features().ring, "no io_uring");
     // In a child process, so no other test opens fds while this one counts them.
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "drop_child", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "drop_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(PEER_ENV, "drop")
         .output()
         .unwrap();
@@ -475,7 +507,9 @@ fn bad_descriptors_are_rejected() {
     ring.set_file(0, file.as_raw_fd()).unwrap();
     let before = ring.stats().submitted;
     for (idx, what) in [(4, "out of range"), (1000, "out of range"), (2, "empty")] {
-        let e = ring.submit_read_at(Target::Fixed(idx), vec![0u8; 4], 0).unwrap_err();
+        let e = ring
+            .submit_read_at(Target::Fixed(idx), vec![0u8; 4], 0)
+            .unwrap_err();
         assert!(
             matches!(e.error, Error::InvalidArgument(m) if m.contains(what)),
             "slot {idx}: {:?}",
@@ -492,7 +526,9 @@ fn bad_descriptors_are_rejected() {
     if features().fixed_rw {
         let mut other = Uring::new(&RingOptions::new(8)).unwrap();
         let pool = other.register_pool(4096, 1).unwrap();
-        let e = ring.submit_read_at(&file, pool.get().unwrap(), 0).unwrap_err();
+        let e = ring
+            .submit_read_at(&file, pool.get().unwrap(), 0)
+            .unwrap_err();
         assert!(matches!(e.error, Error::InvalidArgument(_)));
         drop(e);
         assert_eq!(pool.free(), 1);
@@ -518,7 +554,10 @@ fn missing_features_give_clear_errors() {
     }
     assert!(matches!(
         ring.register_pool(4096, 1),
-        Err(Error::Unsupported { feature: "registered buffers", .. })
+        Err(Error::Unsupported {
+            feature: "registered buffers",
+            ..
+        })
     ));
     if !features().sqpoll {
         assert!(matches!(
@@ -545,4 +584,29 @@ fn cancel_and_wait_timeout() {
     assert_eq!(c.buf.len(), 64);
     assert_eq!(ring.stats().cancelled, 1);
     assert_eq!(ring.in_flight(), 0);
+}
+
+#[test]
+fn sqpoll_steady_state_makes_no_syscalls() {
+    require!(features().ring, "no io_uring");
+    require!(
+        features().sqpoll,
+        format!("no SQPOLL: {:?}", features().why_not)
+    );
+    // A long idle time keeps the kernel thread awake for the whole batch, and a long spin
+    // makes wait() poll the completion queue instead of blocking in the kernel.
+    let mut ring = Uring::new(&RingOptions::new(8).sqpoll(2000)).unwrap();
+    ring.set_spin(Duration::from_secs(1));
+    let t = ring.submit_nop().unwrap();
+    ring.wait(t).unwrap().result.unwrap();
+    let before = ring.stats();
+    let sys_before = ferry::sys::thread_syscall_count();
+    for _ in 0..200 {
+        let t = ring.submit_nop().unwrap();
+        assert_eq!(ring.wait(t).unwrap().result.unwrap(), 0);
+    }
+    let after = ring.stats();
+    assert_eq!(after.completed - before.completed, 200);
+    assert_eq!(after.enters, before.enters, "{after:?}");
+    assert_eq!(ferry::sys::thread_syscall_count(), sys_before);
 }

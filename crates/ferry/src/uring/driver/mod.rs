@@ -166,6 +166,18 @@ pub struct Refused<B> {
     pub buf: B,
 }
 
+impl<B> std::fmt::Display for Refused<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "operation refused: {}", self.error)
+    }
+}
+
+impl<B: std::fmt::Debug> std::error::Error for Refused<B> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
 impl<B> From<Refused<B>> for Error {
     fn from(r: Refused<B>) -> Error {
         r.error
@@ -426,9 +438,7 @@ impl Uring {
     /// ticket. On failure the parked state is removed and handed back.
     fn push_parked<B>(&mut self, slot: u32, gen: u32, entry: squeue::Entry) -> Result<Ticket<B>> {
         let entry = entry.user_data((u64::from(gen) << 32) | u64::from(slot));
-        if let Err(e) = self.push(&entry) {
-            return Err(e);
-        }
+        self.push(&entry)?;
         self.stats.submitted += 1;
         Ok(Ticket {
             ring: self.id,

@@ -280,7 +280,7 @@ impl Uring {
     /// Queues a zero-copy send (`IORING_OP_SEND_ZC` with `IORING_SEND_ZC_REPORT_USAGE`).
     ///
     /// The buffer comes back only after the kernel's notification says the pages are no
-    /// longer in use; [`Completion::zc_copied`] tells whether the kernel copied anyway (it
+    /// longer in use; [`Completion::zc_copied`](super::Completion::zc_copied) tells whether the kernel copied anyway (it
     /// does on loopback). Without SEND_ZC in the kernel this is a plain send, counted in
     /// [`UringStats::zc_fallbacks`](super::UringStats::zc_fallbacks).
     pub fn submit_send_zc<B: IoBuf>(
@@ -340,7 +340,7 @@ impl Uring {
     }
 
     /// Queues a datagram receive (`IORING_OP_RECVMSG`); the completion carries the sender
-    /// in [`Completion::peer`] and sets [`Completion::truncated`] if it did not fit.
+    /// in [`Completion::peer`](super::Completion::peer) and sets [`Completion::truncated`](super::Completion::truncated) if it did not fit.
     pub fn submit_recv_from<B: IoBufMut>(
         &mut self,
         fd: impl Into<Target>,
