@@ -424,6 +424,65 @@ fn sqpoll_thread_sleeps_when_idle_and_is_woken_by_a_submission() {
     assert_eq!(&back[..r.unwrap()], b"sqpoll data");
 }
 
+/// A receive buffer posted on socket `rx` that, when freed, checks that no receive is
+/// still armed on `rx`: it writes a probe byte from `tx` and peeks for it on `rx`. Had the
+/// kernel still held a receive, the byte would have gone into that (freed) buffer.
+struct Tracked {
+    bytes: Vec<u8>,
+    rx: i32,
+    tx: i32,
+    freed: std::sync::Arc<std::sync::atomic::AtomicU8>,
+}
+
+const FREED_SAFELY: u8 = 1;
+const FREED_EARLY: u8 = 2;
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        let mut b = [0u8; 1];
+        // SAFETY: plain send/recv on descriptors the test keeps open, with local buffers.
+        let peeked = unsafe {
+            libc::send(self.tx, b"p".as_ptr().cast(), 1, 0);
+            let n = libc::recv(
+                self.rx,
+                b.as_mut_ptr().cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            );
+            if n == 1 {
+                libc::recv(self.rx, b.as_mut_ptr().cast(), 1, 0); // consume the probe
+            }
+            n
+        };
+        let state = if peeked == 1 {
+            FREED_SAFELY
+        } else {
+            FREED_EARLY
+        };
+        self.freed.store(state, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+// SAFETY: the bytes live in the Vec's heap block, which does not move with the value.
+unsafe impl ferry::uring::driver::IoBuf for Tracked {
+    fn stable_ptr(&self) -> *const u8 {
+        self.bytes.as_ptr()
+    }
+    fn bytes_init(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+// SAFETY: the Vec is owned exclusively by this value.
+unsafe impl ferry::uring::driver::IoBufMut for Tracked {
+    fn stable_mut_ptr(&mut self) -> *mut u8 {
+        self.bytes.as_mut_ptr()
+    }
+    fn bytes_total(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
 #[test]
 #[ignore = "child role of drop_with_ops_in_flight_leaks_no_fds; run by that test"]
 fn drop_child() {
@@ -432,8 +491,16 @@ fn drop_child() {
     }
     let before = open_fds();
     let (mut a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let freed = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(0));
     {
         let mut ring = Uring::new(&RingOptions::new(8)).unwrap();
+        let tracked = Tracked {
+            bytes: vec![0u8; 512],
+            rx: a.as_raw_fd(),
+            tx: b.as_raw_fd(),
+            freed: freed.clone(),
+        };
+        let _t0 = ring.submit_recv(&a, tracked).unwrap();
         // Two receives that will never get data, one of them on a registered file.
         let _t1 = ring.submit_recv(&a, vec![0u8; 4096]).unwrap();
         if features().fixed_files {
@@ -443,8 +510,27 @@ fn drop_child() {
         }
         ring.flush().unwrap();
         assert!(ring.in_flight() >= 1);
+        assert_eq!(freed.load(std::sync::atomic::Ordering::SeqCst), 0);
         // Dropped here with the receives in flight (and their tickets dropped too).
     }
+    {
+        // close() is the same cancel-and-wait, with the final counters as evidence.
+        let mut ring = Uring::new(&RingOptions::new(8)).unwrap();
+        let _t = ring.submit_recv(&a, vec![0u8; 64]).unwrap();
+        let _u = ring.submit_recv(&a, vec![0u8; 64]).unwrap();
+        let st = ring.close();
+        assert_eq!(
+            (st.submitted, st.completed, st.cancelled),
+            (2, 2, 2),
+            "{st:?}"
+        );
+    }
+    // The kernel answered the cancel, so the drop freed the buffer (did not leak it), and
+    // only once no receive was armed on the socket any more.
+    assert_eq!(
+        freed.load(std::sync::atomic::Ordering::SeqCst),
+        FREED_SAFELY
+    );
     // The receives were cancelled: data written now stays in the socket for us.
     b.write_all(b"late").unwrap();
     let mut got = [0u8; 4];

@@ -158,12 +158,19 @@ pub struct Completion<B> {
 }
 
 /// An operation refused before submission, with its buffer handed back.
-#[derive(Debug)]
 pub struct Refused<B> {
     /// Why it was refused.
     pub error: Error,
     /// The caller's buffer, untouched.
     pub buf: B,
+}
+
+impl<B> std::fmt::Debug for Refused<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Refused")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<B> std::fmt::Display for Refused<B> {
@@ -172,7 +179,7 @@ impl<B> std::fmt::Display for Refused<B> {
     }
 }
 
-impl<B: std::fmt::Debug> std::error::Error for Refused<B> {
+impl<B> std::error::Error for Refused<B> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&self.error)
     }
@@ -676,36 +683,52 @@ fn finish<B: 'static>(op: InFlight) -> Completion<B> {
     }
 }
 
-impl Drop for Uring {
-    fn drop(&mut self) {
-        if self.in_flight == 0 {
-            return;
+impl Uring {
+    /// Operations the kernel has not finished with (their buffers cannot be freed yet).
+    fn running(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.op.as_ref().is_some_and(|op| !op.done()))
+            .count()
+    }
+
+    /// Cancels everything still running (`IORING_OP_ASYNC_CANCEL` matching any request)
+    /// and waits for every completion and every SEND_ZC notification, for at most
+    /// `patience`. True when the kernel has answered for all of them.
+    fn quiesce(&mut self, patience: Duration) -> bool {
+        if self.running() == 0 {
+            return true;
         }
-        // Cancel everything still running, then wait for every completion (and every
-        // SEND_ZC notification) before the buffers may be freed.
         let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::any())
             .build()
             .user_data(CANCEL_UD);
         let _ = self.push(&cancel);
-        let deadline = Instant::now() + DROP_PATIENCE;
+        let deadline = Instant::now() + patience;
         loop {
             self.reap();
-            let running = self
-                .slots
-                .iter()
-                .filter(|s| s.op.as_ref().is_some_and(|op| !op.done()))
-                .count();
-            if running == 0 {
-                return; // the slots (and buffers) drop normally now
+            if self.running() == 0 {
+                return true;
             }
             let now = Instant::now();
-            if now >= deadline
-                || self
-                    .enter(1, Some((deadline - now).min(Duration::from_millis(100))))
-                    .is_err()
-            {
-                break;
+            let step = (deadline.saturating_duration_since(now)).min(Duration::from_millis(100));
+            if now >= deadline || self.enter(1, Some(step)).is_err() {
+                return false;
             }
+        }
+    }
+
+    /// Cancels what is still running, waits for the kernel to let go of every buffer
+    /// (as `Drop` does), and returns the final counters.
+    pub fn close(mut self) -> UringStats {
+        self.quiesce(DROP_PATIENCE);
+        self.stats
+    }
+}
+
+impl Drop for Uring {
+    fn drop(&mut self) {
+        if self.quiesce(DROP_PATIENCE) {
+            return; // the slots (and buffers) drop normally after the ring is closed
         }
         // The kernel did not answer: it may still write into these buffers after the ring
         // fd is closed, so they must never be freed.
