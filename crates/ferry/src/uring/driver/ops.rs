@@ -8,9 +8,8 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use io_uring::{opcode, squeue, types};
 
-use super::{
-    InFlight, IoBuf, IoBufMut, Kind, Refused, Target, Ticket, Uring, SEND_ZC_REPORT_USAGE,
-};
+use super::values::{InFlight, Kind};
+use super::{IoBuf, IoBufMut, Refused, Target, Ticket, Uring, SEND_ZC_REPORT_USAGE};
 use crate::error::{Error, Result};
 
 /// A `msghdr` with its one `iovec` and its address, boxed so the kernel's pointers into it
