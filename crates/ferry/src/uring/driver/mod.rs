@@ -304,6 +304,26 @@ mod tests {
     }
 
     #[test]
+    fn more_ops_than_ring_entries_all_complete() {
+        if !Features::probe().ring {
+            eprintln!("skipped: no io_uring here");
+            return;
+        }
+        // 4 SQ entries (8 CQ entries) and 100 operations in flight: pushing flushes a full
+        // submission queue, and completions beyond the CQ size wait in the kernel's
+        // overflow list until reaped.
+        let mut r = Uring::new(&RingOptions::new(4)).unwrap();
+        let tickets: Vec<_> = (0..100).map(|_| r.submit_nop().unwrap()).collect();
+        assert_eq!(r.in_flight(), 100);
+        for t in tickets.into_iter().rev() {
+            assert_eq!(r.wait(t).unwrap().result.unwrap(), 0);
+        }
+        let s = r.stats();
+        assert_eq!((s.submitted, s.completed), (100, 100));
+        assert_eq!(r.in_flight(), 0);
+    }
+
+    #[test]
     fn tickets_are_checked() {
         let Some(mut a) = ring() else { return };
         let mut b = Uring::new(&RingOptions::new(8)).unwrap();
