@@ -82,9 +82,12 @@ pub enum Command {
         /// Where the message lands.
         buf: BufRange,
     },
-    /// Receive into `buf`, keeping only the most recent message: when the kernel reports
-    /// that more datagrams are queued behind the one just received, that one is dropped
-    /// and the receive is posted again into the same buffer. Always a loop command.
+    /// Receive into `buf`, keeping only the most recent message: after each datagram the
+    /// endpoint posts a non-waiting receive (`MSG_DONTWAIT`) into the same buffer, so a
+    /// newer queued datagram overwrites the older one; when none is left (`EAGAIN`) the
+    /// status word reports the newest. Older ones are counted in
+    /// [`EndpointStats::discarded`](super::EndpointStats::discarded). Always a loop
+    /// command: dormant after each delivery until re-activated.
     AcceptMultiple {
         /// The socket.
         sock: SockHandle,

@@ -35,7 +35,7 @@ use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use io_uring::types::{CancelBuilder, Fixed, SubmitArgs, Timespec};
-use io_uring::{cqueue, opcode, squeue, IoUring};
+use io_uring::{opcode, squeue, IoUring};
 
 use super::command::{BufRange, Command, CommandId, Placed, SockHandle, Vector};
 use super::status::{Status, StatusWord};
@@ -162,6 +162,11 @@ struct Slot {
     cur: BufRange,
     /// Source of the last message received.
     source: Option<SocketAddr>,
+    /// Accept-multiple: a message is in the buffer and a non-waiting receive is looking
+    /// for a newer one.
+    probing: bool,
+    /// Accept-multiple: the result of the message in the buffer.
+    last: Status,
     msg: Box<MsgSpace>,
 }
 
@@ -308,6 +313,7 @@ impl Endpoint {
     /// flight.
     pub fn remove_socket(&mut self, h: SockHandle) -> Result<OwnedFd> {
         self.check_socket(h)?;
+        self.poll()?;
         if self
             .slots
             .iter()
@@ -420,6 +426,8 @@ impl Endpoint {
                 send_err: 0,
                 cur,
                 source: None,
+                probing: false,
+                last: Status::Idle,
                 msg: MsgSpace::new(),
             };
             if (slot as usize) < self.slots.len() {
@@ -508,6 +516,7 @@ impl Endpoint {
     /// Frees a command's slot and status word. Refused while it is in flight (stop a loop
     /// command first).
     pub fn release(&mut self, id: CommandId) -> Result<()> {
+        self.poll()?;
         if self.slot_of(id)?.inflight > 0 {
             return Err(refuse("command is still in flight"));
         }
@@ -718,7 +727,9 @@ impl Endpoint {
                 entries[0] = Some(send_entry(&mut s.msg, base, s.cur, sock, to).user_data(main));
             }
             Command::Accept { sock, .. } | Command::AcceptMultiple { sock, .. } => {
-                entries[0] = Some(recv_entry(&mut s.msg, base, s.cur, sock).user_data(main));
+                let nowait = s.probing;
+                entries[0] =
+                    Some(recv_entry(&mut s.msg, base, s.cur, sock, nowait).user_data(main));
             }
             Command::Request {
                 sock, to, reply, ..
@@ -730,7 +741,7 @@ impl Endpoint {
                         .flags(squeue::Flags::IO_LINK),
                 );
                 entries[1] = Some(
-                    recv_entry(&mut s.msg, base, reply, sock).user_data(user_data(
+                    recv_entry(&mut s.msg, base, reply, sock, false).user_data(user_data(
                         slot,
                         s.generation,
                         PART_REPLY,
@@ -803,6 +814,36 @@ impl Endpoint {
                     Status::Done(res as u32)
                 }
             }
+            (Command::AcceptMultiple { .. }, _) if !s.stopping => {
+                if res >= 0 {
+                    // Something arrived. Remember it and probe, without waiting, for a
+                    // newer datagram: one that arrives overwrites this one in the buffer.
+                    if s.probing {
+                        self.stats.discarded += 1;
+                    }
+                    let _ = flags;
+                    s.source = sockaddr_to_std(&s.msg.from, s.msg.hdr.msg_namelen);
+                    s.last = if s.msg.hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                        Status::Truncated(res as u32)
+                    } else {
+                        Status::Done(res as u32)
+                    };
+                    s.probing = true;
+                    if self.reserve(1).is_ok() {
+                        self.arm(slot, false);
+                        return true;
+                    }
+                    self.slots[slot as usize].probing = false;
+                    self.slots[slot as usize].last
+                } else if s.probing && res == -libc::EAGAIN {
+                    // Nothing newer is queued: the buffer holds the newest message.
+                    s.probing = false;
+                    s.last
+                } else {
+                    s.probing = false;
+                    Status::Failed(-res)
+                }
+            }
             (_, _) => {
                 if res < 0 {
                     if s.send_err != 0 {
@@ -812,20 +853,7 @@ impl Endpoint {
                     }
                 } else {
                     s.source = sockaddr_to_std(&s.msg.from, s.msg.hdr.msg_namelen);
-                    let truncated = s.msg.hdr.msg_flags & libc::MSG_TRUNC != 0;
-                    if matches!(cmd, Command::AcceptMultiple { .. })
-                        && !s.stopping
-                        && cqueue::sock_nonempty(flags)
-                    {
-                        // A newer datagram is already queued: drop this one, receive again
-                        // into the same buffer.
-                        self.stats.discarded += 1;
-                        if self.reserve(1).is_ok() {
-                            self.arm(slot, false);
-                            return true;
-                        }
-                    }
-                    if truncated {
+                    if s.msg.hdr.msg_flags & libc::MSG_TRUNC != 0 {
                         Status::Truncated(res as u32)
                     } else {
                         Status::Done(res as u32)
@@ -871,7 +899,13 @@ fn send_entry(
     op.build()
 }
 
-fn recv_entry(m: &mut MsgSpace, base: *mut u8, r: BufRange, sock: SockHandle) -> squeue::Entry {
+fn recv_entry(
+    m: &mut MsgSpace,
+    base: *mut u8,
+    r: BufRange,
+    sock: SockHandle,
+    nowait: bool,
+) -> squeue::Entry {
     m.iov = libc::iovec {
         iov_base: base.wrapping_add(r.offset as usize).cast(),
         iov_len: r.len as usize,
@@ -885,7 +919,7 @@ fn recv_entry(m: &mut MsgSpace, base: *mut u8, r: BufRange, sock: SockHandle) ->
     m.hdr.msg_flags = 0;
     // MSG_TRUNC: the result is the datagram's full length even when it did not fit.
     opcode::RecvMsg::new(Fixed(sock.slot), std::ptr::addr_of_mut!(m.hdr))
-        .flags(libc::MSG_TRUNC as u32)
+        .flags((libc::MSG_TRUNC | if nowait { libc::MSG_DONTWAIT } else { 0 }) as u32)
         .build()
 }
 

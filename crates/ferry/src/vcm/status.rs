@@ -28,8 +28,8 @@ pub enum Status {
     Pending,
     /// Completed; the value is the number of bytes sent or received (0 for accept-stop).
     Done(u32),
-    /// A datagram arrived that was larger than the buffer; the value is the number of
-    /// bytes stored (the buffer's length). The rest of the datagram is lost.
+    /// A datagram arrived that was larger than the buffer; the value is the datagram's
+    /// full length (`MSG_TRUNC`). The buffer holds its first bytes; the rest is lost.
     Truncated(u32),
     /// The kernel (or the endpoint) refused or failed the command; the value is an errno
     /// (`ECANCELED` for a command whose linked predecessor failed).
