@@ -7,7 +7,11 @@
 //! first CPU. On the VCM path it places one loop REQUEST command (a send linked to the
 //! receive of the reply) and, per round trip, re-activates it with the message's length
 //! and spins on its status word; the SQPOLL kernel thread is pinned to the peer's CPU,
-//! since a machine of two CPUs has no third one for it. On the syscall path it calls
+//! since a machine of two CPUs has no third one for it. (Measured alternative: with the
+//! SQPOLL thread on the measuring thread's CPU, or unpinned and so inheriting that CPU,
+//! the spinning client and the kernel thread time-slice and the median one-way latency was
+//! about 4 ms at every size; the peer's CPU is the only workable place here.) On the
+//! syscall path it calls
 //! `send` then `recv` on a blocking socket. Syscalls per message are counted: the
 //! endpoint's own count of `io_uring_enter` calls (and ferry's per-thread syscall counter)
 //! on the VCM path; two calls per round trip, by construction, on the other.
@@ -372,7 +376,9 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
          the same for both paths) and the SQPOLL kernel thread are pinned to CPU {p}. \
          VCM path: one loop REQUEST command (send linked to the receive of the reply) re-activated \
          with each message's length, completion seen by spinning on the status word. \
-         Syscall path: blocking send + recv on a connected socket. One-way latency = round trip / 2.\n",
+         Syscall path: blocking send + recv on a connected socket. One-way latency = round trip / 2. \
+         (With the SQPOLL thread on the measuring thread's CPU instead, the two time-slice and the \
+         median was about 4 ms at every size, measured once on this machine.)\n",
         c = ctx.cpu(0),
         p = ctx.cpu(1)
     );
