@@ -2,9 +2,9 @@
 //! trip) from 4 B to 64 KiB and sender bandwidth over UDP on loopback, with VCM command
 //! vectors on an SQPOLL ring against one system call per send and per receive.
 //!
-//! Both paths talk to the same echo peer: a thread pinned to the second CPU that answers
-//! each datagram with blocking `recv_from`/`send_to`. The measuring thread is pinned to the
-//! first CPU. On the VCM path it places one loop REQUEST command (a send linked to the
+//! Both paths talk to the same echo peer: a process pinned to the second CPU that answers
+//! each datagram with blocking `recv_from`/`send_to` ([`crate::worker::vcm_echo`]). The
+//! measuring thread is pinned to the first CPU. On the VCM path it places one loop REQUEST command (a send linked to the
 //! receive of the reply) and, per round trip, re-activates it with the message's length
 //! and spins on its status word; the SQPOLL kernel thread is pinned to the peer's CPU,
 //! since a machine of two CPUs has no third one for it. (Measured alternative: with the
@@ -18,21 +18,25 @@
 
 use std::fmt::Write as _;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use ferry::uring::Features;
-use ferry::vcm::{BufRange, Command, Endpoint, EndpointOptions, Status, Vector};
+use ferry::vcm::{BufRange, Command, Endpoint as VcmEndpoint, EndpointOptions, Status, Vector};
 
+use super::crew::{Crew, WorkerSpec};
 use super::ctx::BenchCtx;
 use super::output::{bytes, num, ratio, BenchOutput, PlotSpec, Table};
 use super::record::Record;
 use super::stats::{spread, Summary};
 use super::BenchDef;
 use crate::sys;
+use crate::transport::Endpoint;
+use crate::worker::plan::{Pattern, Plan, Touch, Wait};
+use crate::worker::vcm_echo::STOP;
+use crate::worker::Role;
 
 pub const BENCH: BenchDef = BenchDef {
     name: "vcm",
@@ -82,59 +86,66 @@ struct Lat {
     messages: u64,
 }
 
+/// The echo peer: a `ferry __worker vcm-echo` process pinned to the peer CPU, answering
+/// on a socket the harness bound and handed over; and a sink socket that nobody reads (the
+/// bandwidth test measures the sender, and once the sink's buffer is full the kernel drops
+/// what arrives, after the sender's copy into an skb).
 struct Peer {
     addr: SocketAddr,
     sink: SocketAddr,
     _sink: UdpSocket,
-    stop: Arc<AtomicBool>,
-    threads: Vec<thread::JoinHandle<()>>,
+    crew: Option<Crew>,
 }
 
 impl Peer {
-    /// An echo thread pinned to `cpu`, and a sink socket that nobody reads: the bandwidth
-    /// test measures the sender, and once the sink's buffer is full the kernel drops what
-    /// arrives (after the sender's copy into an skb), keeping the peer's CPU free.
     fn start(cpu: usize) -> Result<Peer> {
         let echo = UdpSocket::bind("127.0.0.1:0")?;
         let sink = UdpSocket::bind("127.0.0.1:0")?;
-        echo.set_read_timeout(Some(Duration::from_millis(100)))?;
-        let stop = Arc::new(AtomicBool::new(false));
         let (addr, sink_addr) = (echo.local_addr()?, sink.local_addr()?);
-        let stop2 = stop.clone();
-        let echo_thread = thread::spawn(move || {
-            let _ = sys::pin_to(cpu);
-            let mut buf = vec![0u8; 65536];
-            while !stop2.load(Ordering::Relaxed) {
-                if let Ok((n, from)) = echo.recv_from(&mut buf) {
-                    let _ = echo.send_to(&buf[..n], from);
-                }
-            }
+        let fd: OwnedFd = echo.into();
+        let mut spec = WorkerSpec::new(Role::VcmEcho, cpu);
+        spec.rx = Some(Endpoint {
+            spec: fd.as_raw_fd().to_string(),
+            fds: vec![fd],
         });
+        // The worker ignores its plan, but every worker is started with one.
+        let plan = Plan {
+            pattern: Pattern::PingPong,
+            wait: Wait::Block,
+            touch: Touch::Header,
+            sizes: vec![4096],
+            msgs: vec![1],
+            warmup: vec![0],
+            trials: 1,
+            hops: 0,
+        };
+        let mut crew = Crew::default();
+        crew.spawn(spec, &plan)?;
         Ok(Peer {
             addr,
             sink: sink_addr,
             _sink: sink,
-            stop,
-            threads: vec![echo_thread],
+            crew: Some(crew),
         })
     }
-}
 
-impl Drop for Peer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
+    /// Stops the echo process and checks that it exited cleanly.
+    fn stop(mut self) -> Result<()> {
+        let s = UdpSocket::bind("127.0.0.1:0")?;
+        s.send_to(STOP, self.addr)?;
+        if let Some(crew) = self.crew.take() {
+            crew.finish(Duration::from_secs(10))?;
         }
+        Ok(())
     }
 }
 
-fn vcm_endpoint(sqpoll_cpu: usize) -> Result<Endpoint> {
+fn vcm_endpoint(sqpoll_cpu: usize) -> Result<VcmEndpoint> {
     let mut o = EndpointOptions::new(2 * 65536).sqpoll(100);
     o.ring.sqpoll_cpu = Some(sqpoll_cpu as u32);
     // Spin on the status word; never block in the kernel.
     o.spin = Duration::from_secs(3600);
-    Ok(Endpoint::new(o)?)
+    Ok(VcmEndpoint::new(o)?)
 }
 
 const REPLY: BufRange = BufRange::new(65536, 65536);
@@ -340,7 +351,7 @@ fn measure(ctx: &BenchCtx) -> Result<Measured> {
         .join()
         .map_err(|_| anyhow::anyhow!("vcm measuring thread panicked"))?
     })?;
-    drop(peer);
+    peer.stop()?;
     Ok(m)
 }
 
@@ -372,7 +383,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
     let _ = writeln!(
         md,
         "UDP over loopback (the 64 KiB point is {MAX_UDP} B, the largest UDP payload). The measuring thread \
-         is pinned to CPU {c}; the echo peer (a thread of the same process, blocking recv_from/send_to, \
+         is pinned to CPU {c}; the echo peer (a separate process, blocking recv_from/send_to, \
          the same for both paths) and the SQPOLL kernel thread are pinned to CPU {p}. \
          VCM path: one loop REQUEST command (send linked to the receive of the reply) re-activated \
          with each message's length, completion seen by spinning on the status word. \
