@@ -58,6 +58,13 @@ pub struct EndpointOptions {
     /// How long [`Endpoint::wait`] spins on the completion ring before it blocks in
     /// `io_uring_enter`.
     pub spin: Duration,
+    /// Send with `IORING_OP_SEND_ZC` from the registered region (`buf_index` 0, so the
+    /// kernel checks the range against the registration). A command's status is written
+    /// only when the kernel's notification says it no longer uses the buffer; copies the
+    /// kernel made anyway are counted in [`EndpointStats::zc_copied`]. Without SEND_ZC or a
+    /// registered region, sends fall back to plain `SEND` and [`EndpointStats::zc_fallback`]
+    /// says so.
+    pub zero_copy_send: bool,
 }
 
 impl EndpointOptions {
@@ -70,6 +77,7 @@ impl EndpointOptions {
             max_commands: 256,
             max_sockets: 16,
             spin: Duration::from_micros(20),
+            zero_copy_send: false,
         }
     }
 
@@ -107,7 +115,20 @@ pub struct EndpointStats {
     pub refused: u64,
     /// Whether the region is registered with the kernel (`IORING_REGISTER_BUFFERS`).
     pub region_registered: bool,
+    /// Zero-copy sends asked for but unavailable (no SEND_ZC or no registered region), so
+    /// plain sends are used.
+    pub zc_fallback: bool,
+    /// Zero-copy sends whose notification arrived.
+    pub zc_sends: u64,
+    /// Of those, sends the kernel reported it copied anyway
+    /// (`IORING_NOTIF_USAGE_ZC_COPIED`; always the case on loopback).
+    pub zc_copied: u64,
 }
+
+/// `IORING_SEND_ZC_REPORT_USAGE`: the notification says whether the kernel copied.
+const IORING_SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
+/// `IORING_NOTIF_USAGE_ZC_COPIED`, in a notification's result.
+const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
 
 const PART_MAIN: u64 = 0;
 const PART_REPLY: u64 = 1;
@@ -167,6 +188,9 @@ struct Slot {
     probing: bool,
     /// Accept-multiple: the result of the message in the buffer.
     last: Status,
+    /// The result to publish once the last outstanding completion (a zero-copy send's
+    /// notification) arrives.
+    stash: Option<Status>,
     msg: Box<MsgSpace>,
 }
 
@@ -183,6 +207,7 @@ pub struct Endpoint {
     ring: IoUring,
     id: u32,
     sqpoll: bool,
+    zero_copy: bool,
     spin: Duration,
     sockets: Vec<SockSlot>,
     slots: Vec<Slot>,
@@ -235,7 +260,10 @@ impl Endpoint {
         // `Drop` drains the ring first), so the registered pages outlive the registration.
         let registered = unsafe { ring.submitter().register_buffers(&[iov]) }.is_ok();
         let n = opts.max_commands as usize;
+        let zero_copy =
+            opts.zero_copy_send && registered && crate::uring::Features::probe().send_zc;
         Ok(Endpoint {
+            zero_copy,
             sqpoll: opts.ring.sqpoll_idle_ms.is_some(),
             ring,
             id: NEXT_ENDPOINT.fetch_add(1, Ordering::Relaxed),
@@ -252,6 +280,7 @@ impl Endpoint {
             inflight: 0,
             stats: EndpointStats {
                 region_registered: registered,
+                zc_fallback: opts.zero_copy_send && !zero_copy,
                 ..EndpointStats::default()
             },
             region: ManuallyDrop::new(region),
@@ -428,6 +457,7 @@ impl Endpoint {
                 source: None,
                 probing: false,
                 last: Status::Idle,
+                stash: None,
                 msg: MsgSpace::new(),
             };
             if (slot as usize) < self.slots.len() {
@@ -731,11 +761,14 @@ impl Endpoint {
             }
         }
         let base = self.region.as_ptr();
+        let zc = self.zero_copy;
         let s = &mut self.slots[slot as usize];
+        s.stash = None;
         let main = user_data(slot, s.generation, PART_MAIN);
         match cmd {
             Command::Send { sock, to, .. } => {
-                entries[0] = Some(send_entry(&mut s.msg, base, s.cur, sock, to).user_data(main));
+                entries[0] =
+                    Some(send_entry(&mut s.msg, base, s.cur, sock, to, zc).user_data(main));
             }
             Command::Accept { sock, .. } | Command::AcceptMultiple { sock, .. } => {
                 let nowait = s.probing;
@@ -747,7 +780,7 @@ impl Endpoint {
             } => {
                 // Send takes its buffer directly, so the receive may use the slot's msghdr.
                 entries[0] = Some(
-                    send_entry(&mut s.msg, base, s.cur, sock, to)
+                    send_entry(&mut s.msg, base, s.cur, sock, to, zc)
                         .user_data(main)
                         .flags(squeue::Flags::IO_LINK),
                 );
@@ -789,8 +822,13 @@ impl Endpoint {
 
     /// Applies one completion; returns true when it re-posted a receive.
     fn complete(&mut self, ud: u64, res: i32, flags: u32) -> bool {
-        self.inflight = self.inflight.saturating_sub(1);
         self.stats.completions += 1;
+        // The result of a zero-copy send: its notification follows, and until then the
+        // kernel may still read the buffer, so the submission stays outstanding.
+        let more = io_uring::cqueue::more(flags);
+        if !more {
+            self.inflight = self.inflight.saturating_sub(1);
+        }
         let (slot, generation, part) = split_user_data(ud);
         let Some(s) = self.slots.get_mut(slot as usize) else {
             return false;
@@ -798,8 +836,41 @@ impl Endpoint {
         if s.generation & 0x00ff_ffff != generation || s.cmd.is_none() {
             return false;
         }
-        s.inflight = s.inflight.saturating_sub(1);
         let cmd = s.cmd.unwrap();
+        if more {
+            if res < 0 {
+                s.send_err = -res;
+            }
+            if matches!(cmd, Command::Send { .. }) {
+                s.stash = Some(if res < 0 {
+                    Status::Failed(-res)
+                } else {
+                    Status::Done(res as u32)
+                });
+            }
+            return false;
+        }
+        s.inflight = s.inflight.saturating_sub(1);
+        if io_uring::cqueue::notif(flags) {
+            self.stats.zc_sends += 1;
+            if res as u32 & IORING_NOTIF_USAGE_ZC_COPIED != 0 {
+                self.stats.zc_copied += 1;
+            }
+            if s.inflight > 0 {
+                return false;
+            }
+            let Some(outcome) = s.stash.take() else {
+                return false;
+            };
+            match outcome {
+                Status::Failed(_) => self.stats.failed += 1,
+                Status::Truncated(_) => self.stats.truncated += 1,
+                _ => {}
+            }
+            s.seq += 1;
+            self.status[slot as usize].store(outcome, s.seq);
+            return false;
+        }
         let outcome = match (cmd, part) {
             (Command::AcceptStop { .. }, _) => {
                 if s.inflight > 0 {
@@ -879,6 +950,11 @@ impl Endpoint {
             }
             return false;
         }
+        if s.inflight > 0 {
+            // A zero-copy send's notification is still to come.
+            s.stash = Some(outcome);
+            return false;
+        }
         match outcome {
             Status::Truncated(_) => self.stats.truncated += 1,
             Status::Failed(_) => self.stats.failed += 1,
@@ -897,9 +973,23 @@ fn send_entry(
     r: BufRange,
     sock: SockHandle,
     to: Option<SocketAddr>,
+    zero_copy: bool,
 ) -> squeue::Entry {
     // `base + offset` stays inside the region: callers checked the range.
     let ptr = base.wrapping_add(r.offset as usize);
+    if zero_copy {
+        let mut op = opcode::SendZc::new(Fixed(sock.slot), ptr, r.len)
+            .buf_index(Some(0))
+            .zc_flags(IORING_SEND_ZC_REPORT_USAGE)
+            .flags(libc::MSG_NOSIGNAL);
+        if let Some(to) = to {
+            m.to_len = std_to_sockaddr(to, &mut m.to);
+            op = op
+                .dest_addr(std::ptr::addr_of!(m.to).cast())
+                .dest_addr_len(m.to_len);
+        }
+        return op.build();
+    }
     let mut op = opcode::Send::new(Fixed(sock.slot), ptr, r.len).flags(libc::MSG_NOSIGNAL);
     if let Some(to) = to {
         m.to_len = std_to_sockaddr(to, &mut m.to);
