@@ -10,6 +10,28 @@
 //! [`DatagramSocket`] mirrors `std::net::UdpSocket` on top, keeping armed loop commands
 //! cached the way the paper's socket library did.
 //!
+//! Where the kernel differs from the paper's adapter:
+//!
+//! - Activation. The VCM's processor watched status words; the kernel watches only its
+//!   submission ring. So activating a vector or re-activating a loop command
+//!   ([`Endpoint::activate`], a new offset and length) is a store of submission entries into
+//!   that shared ring: no system call under SQPOLL while the kernel thread is awake, one
+//!   `io_uring_enter` to wake it after it idled, one per activation without SQPOLL. Every
+//!   enter is counted in [`EndpointStats`] and by [`crate::sys::thread_syscall_count`].
+//! - Status words are written by [`Endpoint::poll`], which moves completions from the
+//!   completion ring (shared memory) into them; neither polling nor reading them makes a
+//!   system call.
+//! - Order: commands are issued in vector order; runs of sends are linked
+//!   (`IOSQE_IO_LINK`) so they leave in order; a request's receive is linked after its send.
+//! - Accept-multiple: UDP receives do not report whether more data is queued
+//!   (`IORING_CQE_F_SOCK_NONEMPTY` stays clear), so after each datagram the endpoint posts a
+//!   non-waiting receive into the same buffer until the socket is empty, and reports the
+//!   newest.
+//! - Protection: buffers are ranges of the endpoint's own region and sockets are
+//!   endpoint-issued handles; both are checked before submission. The region is also
+//!   registered (`IORING_REGISTER_BUFFERS`), and zero-copy sends name it by index, so the
+//!   kernel checks those ranges too.
+//!
 //! ```
 //! use ferry::vcm::DatagramSocket;
 //! # fn main() -> ferry::Result<()> {
