@@ -8,6 +8,7 @@ pub mod domain;
 pub mod plan;
 pub mod roles;
 pub mod touch;
+pub mod vcm_echo;
 
 use std::io::{self, Write};
 
@@ -31,6 +32,8 @@ pub enum Role {
     Memcpy,
     /// One domain of `ferry bench container` ([`domain`]).
     Domain,
+    /// The echo peer of `ferry bench vcm` ([`vcm_echo`]).
+    VcmEcho,
 }
 
 #[derive(Debug, Args)]
@@ -72,6 +75,7 @@ pub fn run(args: WorkerArgs) -> Result<()> {
         Role::Local => roles::local(&plan),
         Role::Memcpy => roles::memcpy(&plan),
         Role::Domain => domain::run(&args, &plan)?,
+        Role::VcmEcho => vcm_echo::run(&args)?,
         _ => match args.transport {
             WorkerTransport::FdStream => run_with::<FdStream>(&args, &plan)?,
             WorkerTransport::Ferry => {
@@ -113,6 +117,8 @@ fn run_with<T: Transport>(args: &WorkerArgs, plan: &Plan) -> Result<Vec<Sample>>
             roles::stage::<T>(plan, &mut rx()?, &mut tx()?)?;
             Vec::new()
         }
-        Role::Local | Role::Memcpy | Role::Domain => bail!("{:?} takes no transport", args.role),
+        Role::Local | Role::Memcpy | Role::Domain | Role::VcmEcho => {
+            bail!("{:?} takes no transport", args.role)
+        }
     })
 }

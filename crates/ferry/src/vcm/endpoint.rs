@@ -1,0 +1,1145 @@
+//! The endpoint: one io_uring, a buffer region, a table of owned sockets, and the status
+//! words of the commands placed on it (the VCM's per-application channel).
+//!
+//! ```
+//! use std::net::UdpSocket;
+//! use ferry::vcm::{BufRange, Command, Endpoint, EndpointOptions, Status, Vector};
+//! # fn main() -> ferry::Result<()> {
+//! # if !ferry::uring::Features::probe().ring { return Ok(()); }
+//! let a = UdpSocket::bind("127.0.0.1:0")?;
+//! let b = UdpSocket::bind("127.0.0.1:0")?;
+//! let to = b.local_addr()?;
+//! let mut ep = Endpoint::new(EndpointOptions::new(64 * 1024))?;
+//! let sa = ep.add_socket(a.into())?;
+//! let sb = ep.add_socket(b.into())?;
+//! ep.buf_mut(BufRange::new(0, 5))?.copy_from_slice(b"hello");
+//! let mut v = Vector::new();
+//! v.push(Command::Accept { sock: sb, buf: BufRange::new(4096, 2048) });
+//! v.push(Command::Send { sock: sa, buf: BufRange::new(0, 5), to: Some(to) });
+//! let ids = ep.submit(&v)?;                 // one io_uring_enter (none under SQPOLL)
+//! assert_eq!(ep.wait(ids[0], None)?, Status::Done(5));
+//! assert_eq!(ep.buf(BufRange::new(4096, 5))?, b"hello");
+//! # Ok(()) }
+//! ```
+//!
+//! Safety story: the region and the `msghdr`s the kernel reads or writes belong to the
+//! endpoint. The application reaches the region only through [`Endpoint::buf`] and
+//! [`Endpoint::buf_mut`], which refuse ranges that an in-flight command may write (or, for
+//! `buf_mut`, touch at all). Dropping the endpoint cancels everything in flight and waits
+//! for the cancellations before the region is unmapped.
+
+use std::mem::ManuallyDrop;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use io_uring::types::{CancelBuilder, Fixed, SubmitArgs, Timespec};
+use io_uring::{opcode, squeue, IoUring};
+
+use super::command::{BufRange, Command, CommandId, Placed, SockHandle, Vector};
+use super::status::{Status, StatusWord};
+use crate::error::{Error, Result};
+use crate::sys::mem::{Access, Mapping};
+use crate::uring::RingOptions;
+
+/// How to build an [`Endpoint`].
+#[derive(Debug, Clone)]
+pub struct EndpointOptions {
+    /// The ring (set `sqpoll_idle_ms` for a kernel thread that polls the submission queue,
+    /// so that activating commands needs no system call).
+    pub ring: RingOptions,
+    /// Bytes of buffer region (rounded up to pages).
+    pub region_len: usize,
+    /// Most commands (status words) alive at once.
+    pub max_commands: u32,
+    /// Most sockets registered at once.
+    pub max_sockets: u32,
+    /// How long [`Endpoint::wait`] spins on the completion ring before it blocks in
+    /// `io_uring_enter`.
+    pub spin: Duration,
+    /// Send with `IORING_OP_SEND_ZC` from the registered region (`buf_index` 0, so the
+    /// kernel checks the range against the registration). A command's status is written
+    /// only when the kernel's notification says it no longer uses the buffer; copies the
+    /// kernel made anyway are counted in [`EndpointStats::zc_copied`]. Without SEND_ZC or a
+    /// registered region, sends fall back to plain `SEND` and [`EndpointStats::zc_fallback`]
+    /// says so.
+    pub zero_copy_send: bool,
+}
+
+impl EndpointOptions {
+    /// A plain ring of 256 entries, `region_len` bytes of region, 256 commands, 16 sockets,
+    /// 20 µs of spinning before blocking.
+    pub fn new(region_len: usize) -> EndpointOptions {
+        EndpointOptions {
+            ring: RingOptions::new(256),
+            region_len,
+            max_commands: 256,
+            max_sockets: 16,
+            spin: Duration::from_micros(20),
+            zero_copy_send: false,
+        }
+    }
+
+    /// Uses an SQPOLL ring whose kernel thread sleeps after `idle_ms` without work.
+    pub fn sqpoll(mut self, idle_ms: u32) -> EndpointOptions {
+        self.ring = self.ring.sqpoll(idle_ms);
+        self
+    }
+}
+
+/// What an endpoint has done, counted by the endpoint itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// Vectors activated with [`Endpoint::submit`].
+    pub vectors: u64,
+    /// Commands placed.
+    pub commands: u64,
+    /// Loop-command activations ([`Endpoint::activate`]).
+    pub activations: u64,
+    /// Every `io_uring_enter(2)` made, whatever the reason.
+    pub enters: u64,
+    /// Enters made only to wake a sleeping SQPOLL thread (`IORING_SQ_NEED_WAKEUP`).
+    pub wakeups: u64,
+    /// Enters made to block for a completion ([`Endpoint::wait`] after spinning).
+    pub waits: u64,
+    /// Completions reaped from the completion ring.
+    pub completions: u64,
+    /// Datagrams that did not fit their buffer.
+    pub truncated: u64,
+    /// Commands that completed with an error.
+    pub failed: u64,
+    /// Older messages dropped by accept-multiple in favour of a newer one.
+    pub discarded: u64,
+    /// Commands refused before submission (bad buffer, socket or target).
+    pub refused: u64,
+    /// Whether the region is registered with the kernel (`IORING_REGISTER_BUFFERS`).
+    pub region_registered: bool,
+    /// Zero-copy sends asked for but unavailable (no SEND_ZC or no registered region), so
+    /// plain sends are used.
+    pub zc_fallback: bool,
+    /// Zero-copy sends whose notification arrived.
+    pub zc_sends: u64,
+    /// Of those, sends the kernel reported it copied anyway
+    /// (`IORING_NOTIF_USAGE_ZC_COPIED`; always the case on loopback).
+    pub zc_copied: u64,
+}
+
+/// `IORING_SEND_ZC_REPORT_USAGE`: the notification says whether the kernel copied.
+const IORING_SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
+/// `IORING_NOTIF_USAGE_ZC_COPIED`, in a notification's result.
+const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
+
+const PART_MAIN: u64 = 0;
+const PART_REPLY: u64 = 1;
+const PART_CANCEL: u64 = 2;
+
+fn user_data(slot: u32, generation: u32, part: u64) -> u64 {
+    (u64::from(slot) << 32) | (u64::from(generation & 0x00ff_ffff) << 8) | part
+}
+
+fn split_user_data(ud: u64) -> (u32, u32, u64) {
+    (
+        (ud >> 32) as u32,
+        ((ud >> 8) & 0x00ff_ffff) as u32,
+        ud & 0xff,
+    )
+}
+
+/// The `msghdr`, `iovec` and addresses one command hands the kernel. Boxed, so their
+/// addresses stay put while the slot vector grows.
+struct MsgSpace {
+    hdr: libc::msghdr,
+    iov: libc::iovec,
+    from: libc::sockaddr_storage,
+    to: libc::sockaddr_storage,
+    to_len: libc::socklen_t,
+}
+
+// SAFETY: the raw pointers inside point into this same box or into the endpoint's region;
+// both move with the endpoint and are only used by the thread that owns it.
+unsafe impl Send for MsgSpace {}
+
+impl MsgSpace {
+    fn new() -> Box<MsgSpace> {
+        // SAFETY: msghdr, iovec and sockaddr_storage are plain C structs for which all-zero
+        // bytes are a valid (empty) value.
+        Box::new(unsafe { std::mem::zeroed() })
+    }
+}
+
+struct Slot {
+    generation: u32,
+    cmd: Option<Command>,
+    looped: bool,
+    /// Submissions whose completions have not been reaped.
+    inflight: u8,
+    seq: u32,
+    stopping: bool,
+    /// Errno of a request's failed send (its linked receive then reports ECANCELED).
+    send_err: i32,
+    /// The range the current activation uses (send range for Send and Request, receive
+    /// range for the accepts).
+    cur: BufRange,
+    /// Source of the last message received.
+    source: Option<SocketAddr>,
+    /// Accept-multiple: a message is in the buffer and a non-waiting receive is looking
+    /// for a newer one.
+    probing: bool,
+    /// Accept-multiple: the result of the message in the buffer.
+    last: Status,
+    /// The result to publish once the last outstanding completion (a zero-copy send's
+    /// notification) arrives.
+    stash: Option<Status>,
+    msg: Box<MsgSpace>,
+}
+
+struct SockSlot {
+    fd: Option<OwnedFd>,
+    generation: u32,
+}
+
+static NEXT_ENDPOINT: AtomicU32 = AtomicU32::new(1);
+
+/// One application's channel to the kernel: a ring, a registered buffer region, owned
+/// sockets, and command status words. See the [module docs](self).
+pub struct Endpoint {
+    ring: IoUring,
+    id: u32,
+    sqpoll: bool,
+    zero_copy: bool,
+    spin: Duration,
+    sockets: Vec<SockSlot>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    status: Box<[StatusWord]>,
+    inflight: u32,
+    stats: EndpointStats,
+    /// Unmapped in `Drop` only once the kernel holds no request into it.
+    region: ManuallyDrop<Mapping>,
+    _region_fd: OwnedFd,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("id", &self.id)
+            .field("sqpoll", &self.sqpoll)
+            .field("region_len", &self.region.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+fn refuse(what: &'static str) -> Error {
+    Error::InvalidArgument(what)
+}
+
+impl Endpoint {
+    /// Builds the ring, maps and registers the region, and makes sparse tables for
+    /// `max_sockets` registered files. Missing kernel features are [`Error::Unsupported`].
+    pub fn new(opts: EndpointOptions) -> Result<Endpoint> {
+        if opts.max_commands == 0 || opts.max_commands > 1 << 24 {
+            return Err(refuse("max_commands must be 1 ..= 2^24"));
+        }
+        let len = crate::sys::round_up_pages(opts.region_len.max(1))
+            .filter(|&l| l <= u32::MAX as usize)
+            .ok_or(refuse("region_len must fit in 32 bits"))?;
+        let ring = opts.ring.build()?;
+        let fd = crate::sys::fd::memfd("ferry-vcm", len as u64)?;
+        let region = Mapping::shared(fd.as_fd(), len, Access::ReadWrite)?;
+        crate::sys::count();
+        ring.submitter()
+            .register_files_sparse(opts.max_sockets.max(1))?;
+        let iov = libc::iovec {
+            iov_base: region.as_ptr().cast(),
+            iov_len: len,
+        };
+        crate::sys::count();
+        // SAFETY: the region stays mapped until after the ring is dropped (field order, and
+        // `Drop` drains the ring first), so the registered pages outlive the registration.
+        let registered = unsafe { ring.submitter().register_buffers(&[iov]) }.is_ok();
+        let n = opts.max_commands as usize;
+        let zero_copy =
+            opts.zero_copy_send && registered && crate::uring::Features::probe().send_zc;
+        Ok(Endpoint {
+            zero_copy,
+            sqpoll: opts.ring.sqpoll_idle_ms.is_some(),
+            ring,
+            id: NEXT_ENDPOINT.fetch_add(1, Ordering::Relaxed),
+            spin: opts.spin,
+            sockets: (0..opts.max_sockets.max(1))
+                .map(|_| SockSlot {
+                    fd: None,
+                    generation: 0,
+                })
+                .collect(),
+            slots: Vec::new(),
+            free: (0..n as u32).rev().collect(),
+            status: (0..n).map(|_| StatusWord::default()).collect(),
+            inflight: 0,
+            stats: EndpointStats {
+                region_registered: registered,
+                zc_fallback: opts.zero_copy_send && !zero_copy,
+                ..EndpointStats::default()
+            },
+            region: ManuallyDrop::new(region),
+            _region_fd: fd,
+        })
+    }
+
+    /// Length of the buffer region in bytes.
+    pub fn region_len(&self) -> usize {
+        self.region.len()
+    }
+
+    /// True when this endpoint's ring has an SQPOLL kernel thread.
+    pub fn is_sqpoll(&self) -> bool {
+        self.sqpoll
+    }
+
+    /// True when the SQPOLL thread has gone to sleep (the next activation must wake it
+    /// with one `io_uring_enter`). Always false without SQPOLL.
+    pub fn sqpoll_asleep(&mut self) -> bool {
+        fence(Ordering::SeqCst);
+        self.sqpoll && self.ring.submission().need_wakeup()
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> EndpointStats {
+        self.stats
+    }
+
+    /// Takes ownership of a socket and registers it in the ring's file table
+    /// (`IORING_REGISTER_FILES_UPDATE`). Commands name it by the returned handle.
+    pub fn add_socket(&mut self, fd: OwnedFd) -> Result<SockHandle> {
+        let slot = self
+            .sockets
+            .iter()
+            .position(|s| s.fd.is_none())
+            .ok_or(Error::Full)?;
+        crate::sys::count();
+        self.ring
+            .submitter()
+            .register_files_update(slot as u32, &[fd.as_raw_fd()])?;
+        let s = &mut self.sockets[slot];
+        s.generation = s.generation.wrapping_add(1);
+        s.fd = Some(fd);
+        Ok(SockHandle {
+            endpoint: self.id,
+            slot: slot as u32,
+            generation: s.generation,
+        })
+    }
+
+    /// The socket behind a handle, for socket options.
+    pub fn socket(&self, h: SockHandle) -> Result<BorrowedFd<'_>> {
+        self.check_socket(h)?;
+        Ok(self.sockets[h.slot as usize].fd.as_ref().unwrap().as_fd())
+    }
+
+    /// Unregisters a socket and gives it back. Refused while a command using it is in
+    /// flight.
+    pub fn remove_socket(&mut self, h: SockHandle) -> Result<OwnedFd> {
+        self.check_socket(h)?;
+        self.poll()?;
+        if self
+            .slots
+            .iter()
+            .any(|s| s.inflight > 0 && s.cmd.and_then(|c| c.socket()) == Some(h))
+        {
+            return Err(refuse("socket has commands in flight"));
+        }
+        crate::sys::count();
+        self.ring.submitter().register_files_update(h.slot, &[-1])?;
+        Ok(self.sockets[h.slot as usize].fd.take().unwrap())
+    }
+
+    fn check_socket(&self, h: SockHandle) -> Result<()> {
+        match self.sockets.get(h.slot as usize) {
+            Some(s) if h.endpoint == self.id && s.fd.is_some() && s.generation == h.generation => {
+                Ok(())
+            }
+            _ => Err(refuse("socket handle is not owned by this endpoint")),
+        }
+    }
+
+    fn check_range(&self, r: BufRange, receive: bool) -> Result<()> {
+        if r.end() > self.region.len() as u64 {
+            return Err(refuse("buffer range lies outside the endpoint's region"));
+        }
+        if receive && r.len == 0 {
+            return Err(refuse("a receive buffer must not be empty"));
+        }
+        Ok(())
+    }
+
+    fn slot_of(&self, id: CommandId) -> Result<&Slot> {
+        match self.slots.get(id.slot as usize) {
+            Some(s)
+                if id.endpoint == self.id && s.generation == id.generation && s.cmd.is_some() =>
+            {
+                Ok(s)
+            }
+            _ => Err(refuse("command is not a live command of this endpoint")),
+        }
+    }
+
+    fn validate(&self, p: &Placed) -> Result<()> {
+        if let Some(h) = p.cmd.socket() {
+            self.check_socket(h)?;
+        }
+        match p.cmd {
+            Command::Send { buf, .. } => self.check_range(buf, false)?,
+            Command::Accept { buf, .. } | Command::AcceptMultiple { buf, .. } => {
+                self.check_range(buf, true)?
+            }
+            Command::Request { send, reply, .. } => {
+                self.check_range(send, false)?;
+                self.check_range(reply, true)?;
+            }
+            Command::AcceptStop { target } => {
+                if !self.slot_of(target).is_ok_and(|s| s.looped) {
+                    return Err(refuse("accept-stop names no loop command of this endpoint"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn sqes_needed(&self, p: &Placed) -> usize {
+        match p.cmd {
+            _ if !p.arm => 0,
+            Command::Request { .. } | Command::AcceptStop { .. } => 2,
+            _ => 1,
+        }
+    }
+
+    /// Validates every command of `v`, then places them all: one status word each, their
+    /// submissions pushed in order, and the vector activated with one `io_uring_enter`
+    /// (none under SQPOLL while its thread is awake). If any command is refused, nothing is
+    /// placed. Returns the command ids in vector order.
+    pub fn submit(&mut self, v: &Vector) -> Result<Vec<CommandId>> {
+        for p in &v.commands {
+            if let Err(e) = self.validate(p) {
+                self.stats.refused += 1;
+                return Err(e);
+            }
+        }
+        if v.commands.len() > self.free.len() {
+            return Err(Error::Full);
+        }
+        let need: usize = v.commands.iter().map(|p| self.sqes_needed(p)).sum();
+        self.reserve(need)?;
+        let mut ids = Vec::with_capacity(v.commands.len());
+        for (i, p) in v.commands.iter().enumerate() {
+            let slot = self.free.pop().expect("checked above");
+            let generation = self
+                .slots
+                .get(slot as usize)
+                .map_or(1, |s| s.generation.wrapping_add(1));
+            let cur = match p.cmd {
+                Command::Send { buf, .. }
+                | Command::Accept { buf, .. }
+                | Command::AcceptMultiple { buf, .. } => buf,
+                Command::Request { send, .. } => send,
+                Command::AcceptStop { .. } => BufRange::new(0, 0),
+            };
+            let s = Slot {
+                generation,
+                cmd: Some(p.cmd),
+                looped: p.looped,
+                inflight: 0,
+                seq: 0,
+                stopping: false,
+                send_err: 0,
+                cur,
+                source: None,
+                probing: false,
+                last: Status::Idle,
+                stash: None,
+                msg: MsgSpace::new(),
+            };
+            if (slot as usize) < self.slots.len() {
+                self.slots[slot as usize] = s;
+            } else {
+                self.slots.push(s);
+            }
+            let id = CommandId {
+                endpoint: self.id,
+                slot,
+                generation,
+            };
+            self.status[slot as usize].store(Status::Idle, 0);
+            if p.arm {
+                // Link a send to the next command when that one is a send too.
+                let link = matches!(p.cmd, Command::Send { .. })
+                    && matches!(
+                        v.commands.get(i + 1),
+                        Some(Placed {
+                            cmd: Command::Send { .. },
+                            arm: true,
+                            ..
+                        })
+                    );
+                self.arm(slot, link);
+            }
+            ids.push(id);
+        }
+        self.stats.vectors += 1;
+        self.stats.commands += v.commands.len() as u64;
+        self.flush()?;
+        Ok(ids)
+    }
+
+    /// Re-activates a dormant loop command with a new offset and length (the send range of
+    /// a send or request, the receive range of an accept). Under SQPOLL this writes the
+    /// submission ring only; otherwise it makes one `io_uring_enter`.
+    pub fn activate(&mut self, id: CommandId, range: BufRange) -> Result<()> {
+        let s = self.slot_of(id)?;
+        if !s.looped {
+            return Err(refuse("only loop commands are re-activated"));
+        }
+        if s.inflight > 0 {
+            return Err(refuse("command is still active"));
+        }
+        if s.stopping || self.status[id.slot as usize].load().0 == Status::Stopped {
+            return Err(refuse("command was stopped"));
+        }
+        let cmd = s.cmd.unwrap();
+        if let Some(h) = cmd.socket() {
+            self.check_socket(h)?;
+        }
+        self.check_range(
+            range,
+            matches!(cmd, Command::Accept { .. } | Command::AcceptMultiple { .. }),
+        )?;
+        self.reserve(if matches!(cmd, Command::Request { .. }) {
+            2
+        } else {
+            1
+        })?;
+        self.slots[id.slot as usize].cur = range;
+        self.arm(id.slot, false);
+        self.stats.activations += 1;
+        self.flush()
+    }
+
+    /// The status of a command: a load from its status word, no system call. Call
+    /// [`Endpoint::poll`] to move finished completions into the status words.
+    pub fn status(&self, id: CommandId) -> Result<Status> {
+        self.slot_of(id)?;
+        Ok(self.status[id.slot as usize].load().0)
+    }
+
+    /// The status word itself, for applications that poll it directly.
+    pub fn status_word(&self, id: CommandId) -> Result<&StatusWord> {
+        self.slot_of(id)?;
+        Ok(&self.status[id.slot as usize])
+    }
+
+    /// Where the last message an accept (or request) received came from.
+    pub fn source(&self, id: CommandId) -> Result<Option<SocketAddr>> {
+        Ok(self.slot_of(id)?.source)
+    }
+
+    /// Frees a command's slot and status word. Refused while it is in flight (stop a loop
+    /// command first).
+    pub fn release(&mut self, id: CommandId) -> Result<()> {
+        self.poll()?;
+        if self.slot_of(id)?.inflight > 0 {
+            return Err(refuse("command is still in flight"));
+        }
+        let s = &mut self.slots[id.slot as usize];
+        s.cmd = None;
+        self.status[id.slot as usize].store(Status::Idle, 0);
+        self.free.push(id.slot);
+        Ok(())
+    }
+
+    /// Moves completions from the completion ring (shared memory) into status words and
+    /// returns how many it moved. It makes no system call, except that on a ring without
+    /// SQPOLL a receive re-posted by accept-multiple is submitted with one `io_uring_enter`,
+    /// and that completions which overflowed a full completion ring are flushed with one.
+    pub fn poll(&mut self) -> Result<usize> {
+        let mut total = 0;
+        let mut reposted = false;
+        let mut flushes = 0;
+        loop {
+            let mut batch = [(0u64, 0i32, 0u32); 32];
+            let mut n = 0;
+            for c in self.ring.completion().take(batch.len()) {
+                batch[n] = (c.user_data(), c.result(), c.flags());
+                n += 1;
+            }
+            for &(ud, res, flags) in &batch[..n] {
+                reposted |= self.complete(ud, res, flags);
+            }
+            total += n;
+            if n == batch.len() {
+                continue;
+            }
+            // Completions the ring had no room for wait in the kernel (IORING_FEAT_NODROP)
+            // until an enter flushes them: a rare syscall, counted like the others.
+            if flushes == 4 || !self.ring.submission().cq_overflow() {
+                break;
+            }
+            flushes += 1;
+            crate::sys::count();
+            self.stats.enters += 1;
+            self.ring.submitter().submit()?;
+        }
+        if reposted {
+            self.flush()?;
+        }
+        Ok(total)
+    }
+
+    /// Waits until `id` has a result: spins on [`Endpoint::poll`] for the configured
+    /// spin time, then blocks in `io_uring_enter` for completions (counted in
+    /// [`EndpointStats::waits`]). `None` waits for ever; past `timeout` it returns
+    /// [`Error::Timeout`] and the command stays active.
+    pub fn wait(&mut self, id: CommandId, timeout: Option<Duration>) -> Result<Status> {
+        let start = Instant::now();
+        loop {
+            self.poll()?;
+            let st = self.status(id)?;
+            if st.is_final() || (st == Status::Idle && self.slot_of(id)?.inflight == 0) {
+                return Ok(st);
+            }
+            let waited = start.elapsed();
+            if waited < self.spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            let slice = Duration::from_millis(10);
+            let step = match timeout {
+                Some(t) if waited >= t => return Err(Error::Timeout),
+                Some(t) => (t - waited).min(slice),
+                None => slice,
+            };
+            let ts = Timespec::from(step);
+            let args = SubmitArgs::new().timespec(&ts);
+            crate::sys::count();
+            self.stats.enters += 1;
+            self.stats.waits += 1;
+            match self.ring.submitter().submit_with_args(1, &args) {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                    ) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The bytes of `r`. Refused while a command may still write into them.
+    pub fn buf(&self, r: BufRange) -> Result<&[u8]> {
+        self.check_range(r, false)?;
+        if self.busy(r, true) {
+            return Err(refuse("a receive in flight may still write this range"));
+        }
+        // SAFETY: the range lies inside the mapping (checked), no in-flight command writes
+        // it (checked), and no new one can start while `&self` is borrowed (`activate` and
+        // `submit` take `&mut self`).
+        Ok(unsafe {
+            std::slice::from_raw_parts(self.region.as_ptr().add(r.offset as usize), r.len as usize)
+        })
+    }
+
+    /// The bytes of `r`, writable. Refused while any command in flight uses them.
+    pub fn buf_mut(&mut self, r: BufRange) -> Result<&mut [u8]> {
+        self.check_range(r, false)?;
+        if self.busy(r, false) {
+            return Err(refuse("a command in flight uses this range"));
+        }
+        // SAFETY: inside the mapping, no in-flight command reads or writes it (checked),
+        // and `&mut self` keeps new commands and other slices out while this one lives.
+        Ok(unsafe {
+            std::slice::from_raw_parts_mut(
+                self.region.as_ptr().add(r.offset as usize),
+                r.len as usize,
+            )
+        })
+    }
+
+    /// True when an in-flight command touches `r` (only receives when `writes_only`).
+    fn busy(&self, r: BufRange, writes_only: bool) -> bool {
+        self.slots.iter().any(|s| {
+            if s.inflight == 0 {
+                return false;
+            }
+            match s.cmd {
+                Some(Command::Send { .. }) => !writes_only && s.cur.overlaps(r),
+                Some(Command::Accept { .. }) | Some(Command::AcceptMultiple { .. }) => {
+                    s.cur.overlaps(r)
+                }
+                Some(Command::Request { reply, .. }) => {
+                    reply.overlaps(r) || (!writes_only && s.cur.overlaps(r))
+                }
+                _ => false,
+            }
+        })
+    }
+
+    /// Makes room for `n` submissions: flushes (or, under SQPOLL, lets the kernel thread
+    /// drain) the submission ring, and fails with [`Error::Full`] if it stays full.
+    fn reserve(&mut self, n: usize) -> Result<()> {
+        let cap = self.ring.submission().capacity();
+        if n > cap {
+            return Err(Error::Full);
+        }
+        let start = Instant::now();
+        loop {
+            let mut sq = self.ring.submission();
+            sq.sync();
+            if cap - sq.len() >= n {
+                return Ok(());
+            }
+            drop(sq);
+            if !self.sqpoll {
+                self.flush()?;
+            } else if start.elapsed() > Duration::from_secs(1) {
+                return Err(Error::Full);
+            } else {
+                self.flush()?;
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Hands pushed submissions to the kernel: `io_uring_enter` without SQPOLL, nothing
+    /// under SQPOLL unless its thread sleeps (or the kernel asks for a completion flush).
+    fn flush(&mut self) -> Result<()> {
+        let enter = if self.sqpoll {
+            fence(Ordering::SeqCst);
+            let sq = self.ring.submission();
+            if sq.need_wakeup() {
+                self.stats.wakeups += 1;
+                true
+            } else {
+                sq.cq_overflow() || sq.taskrun()
+            }
+        } else {
+            !self.ring.submission().is_empty()
+        };
+        if enter {
+            crate::sys::count();
+            self.stats.enters += 1;
+            self.ring.submitter().submit()?;
+        }
+        Ok(())
+    }
+
+    /// Pushes the submissions of slot `slot`'s current activation. Space was reserved.
+    fn arm(&mut self, slot: u32, link_next: bool) {
+        let cmd = self.slots[slot as usize]
+            .cmd
+            .expect("armed slot holds a command");
+        let mut entries: [Option<squeue::Entry>; 2] = [None, None];
+        if let Command::AcceptStop { target } = cmd {
+            let t = &mut self.slots[target.slot as usize];
+            if t.inflight == 0 {
+                self.finish_stop(target.slot);
+                let s = &mut self.slots[slot as usize];
+                s.seq += 1;
+                self.status[slot as usize].store(Status::Done(0), s.seq);
+                return;
+            }
+            t.stopping = true;
+            let t_gen = t.generation;
+            let cancel = user_data(slot, self.slots[slot as usize].generation, PART_CANCEL);
+            for part in [PART_MAIN, PART_REPLY] {
+                let ud = user_data(target.slot, t_gen, part);
+                entries[part as usize] = Some(
+                    opcode::AsyncCancel2::new(CancelBuilder::user_data(ud).all())
+                        .build()
+                        .user_data(cancel),
+                );
+            }
+        }
+        let base = self.region.as_ptr();
+        let zc = self.zero_copy;
+        let s = &mut self.slots[slot as usize];
+        s.stash = None;
+        let main = user_data(slot, s.generation, PART_MAIN);
+        match cmd {
+            Command::Send { sock, to, .. } => {
+                entries[0] =
+                    Some(send_entry(&mut s.msg, base, s.cur, sock, to, zc).user_data(main));
+            }
+            Command::Accept { sock, .. } | Command::AcceptMultiple { sock, .. } => {
+                let nowait = s.probing;
+                entries[0] =
+                    Some(recv_entry(&mut s.msg, base, s.cur, sock, nowait).user_data(main));
+            }
+            Command::Request {
+                sock, to, reply, ..
+            } => {
+                // Send takes its buffer directly, so the receive may use the slot's msghdr.
+                entries[0] = Some(
+                    send_entry(&mut s.msg, base, s.cur, sock, to, zc)
+                        .user_data(main)
+                        .flags(squeue::Flags::IO_LINK),
+                );
+                entries[1] = Some(
+                    recv_entry(&mut s.msg, base, reply, sock, false).user_data(user_data(
+                        slot,
+                        s.generation,
+                        PART_REPLY,
+                    )),
+                );
+                s.send_err = 0;
+            }
+            Command::AcceptStop { .. } => {}
+        }
+        let mut sq = self.ring.submission();
+        for e in entries.into_iter().flatten() {
+            let e = if link_next {
+                e.flags(squeue::Flags::IO_LINK)
+            } else {
+                e
+            };
+            // SAFETY: every pointer in the entry points into the endpoint's region (range
+            // checked) or into this slot's boxed MsgSpace; both stay valid and untouched by
+            // safe code until the completion is reaped (`busy` guards the region, a slot is
+            // not reused while `inflight > 0`, and `Drop` drains the ring before unmapping).
+            unsafe { sq.push(&e) }.expect("space was reserved");
+            s.inflight += 1;
+            self.inflight += 1;
+        }
+        self.status[slot as usize].store(Status::Pending, s.seq);
+    }
+
+    fn finish_stop(&mut self, slot: u32) {
+        let t = &mut self.slots[slot as usize];
+        t.stopping = true;
+        t.seq += 1;
+        self.status[slot as usize].store(Status::Stopped, t.seq);
+    }
+
+    /// Applies one completion; returns true when it re-posted a receive.
+    fn complete(&mut self, ud: u64, res: i32, flags: u32) -> bool {
+        self.stats.completions += 1;
+        // The result of a zero-copy send: its notification follows, and until then the
+        // kernel may still read the buffer, so the submission stays outstanding.
+        let more = io_uring::cqueue::more(flags);
+        if !more {
+            self.inflight = self.inflight.saturating_sub(1);
+        }
+        let (slot, generation, part) = split_user_data(ud);
+        let Some(s) = self.slots.get_mut(slot as usize) else {
+            return false;
+        };
+        if s.generation & 0x00ff_ffff != generation || s.cmd.is_none() {
+            return false;
+        }
+        let cmd = s.cmd.unwrap();
+        if more {
+            if res < 0 {
+                s.send_err = -res;
+            }
+            if matches!(cmd, Command::Send { .. }) {
+                s.stash = Some(if res < 0 {
+                    Status::Failed(-res)
+                } else {
+                    Status::Done(res as u32)
+                });
+            }
+            return false;
+        }
+        s.inflight = s.inflight.saturating_sub(1);
+        if io_uring::cqueue::notif(flags) {
+            self.stats.zc_sends += 1;
+            if res as u32 & IORING_NOTIF_USAGE_ZC_COPIED != 0 {
+                self.stats.zc_copied += 1;
+            }
+            if s.inflight > 0 {
+                return false;
+            }
+            let Some(outcome) = s.stash.take() else {
+                return false;
+            };
+            match outcome {
+                Status::Failed(_) => self.stats.failed += 1,
+                Status::Truncated(_) => self.stats.truncated += 1,
+                _ => {}
+            }
+            s.seq += 1;
+            self.status[slot as usize].store(outcome, s.seq);
+            return false;
+        }
+        let outcome = match (cmd, part) {
+            (Command::AcceptStop { .. }, _) => {
+                if s.inflight > 0 {
+                    return false;
+                }
+                if let Command::AcceptStop { target } = cmd {
+                    if self.slots[target.slot as usize].inflight == 0 {
+                        self.finish_stop(target.slot);
+                    }
+                }
+                Status::Done(0)
+            }
+            (Command::Request { .. }, PART_MAIN) => {
+                if res < 0 {
+                    s.send_err = -res;
+                }
+                return false;
+            }
+            (Command::Send { .. }, _) => {
+                if res < 0 {
+                    Status::Failed(-res)
+                } else {
+                    Status::Done(res as u32)
+                }
+            }
+            (Command::AcceptMultiple { .. }, _) if !s.stopping => {
+                if res >= 0 {
+                    // Something arrived. Remember it and probe, without waiting, for a
+                    // newer datagram: one that arrives overwrites this one in the buffer.
+                    if s.probing {
+                        self.stats.discarded += 1;
+                    }
+                    let _ = flags;
+                    s.source = sockaddr_to_std(&s.msg.from, s.msg.hdr.msg_namelen);
+                    s.last = if s.msg.hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                        Status::Truncated(res as u32)
+                    } else {
+                        Status::Done(res as u32)
+                    };
+                    s.probing = true;
+                    if self.reserve(1).is_ok() {
+                        self.arm(slot, false);
+                        return true;
+                    }
+                    self.slots[slot as usize].probing = false;
+                    self.slots[slot as usize].last
+                } else if s.probing && res == -libc::EAGAIN {
+                    // Nothing newer is queued: the buffer holds the newest message.
+                    s.probing = false;
+                    s.last
+                } else {
+                    s.probing = false;
+                    Status::Failed(-res)
+                }
+            }
+            (_, _) => {
+                if res < 0 {
+                    if s.send_err != 0 {
+                        Status::Failed(s.send_err)
+                    } else {
+                        Status::Failed(-res)
+                    }
+                } else {
+                    s.source = sockaddr_to_std(&s.msg.from, s.msg.hdr.msg_namelen);
+                    if s.msg.hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                        Status::Truncated(res as u32)
+                    } else {
+                        Status::Done(res as u32)
+                    }
+                }
+            }
+        };
+        let s = &mut self.slots[slot as usize];
+        if s.stopping && !matches!(cmd, Command::AcceptStop { .. }) {
+            if s.inflight == 0 {
+                self.finish_stop(slot);
+            }
+            return false;
+        }
+        if s.inflight > 0 {
+            // A zero-copy send's notification is still to come.
+            s.stash = Some(outcome);
+            return false;
+        }
+        match outcome {
+            Status::Truncated(_) => self.stats.truncated += 1,
+            Status::Failed(_) => self.stats.failed += 1,
+            _ => {}
+        }
+        let s = &mut self.slots[slot as usize];
+        s.seq += 1;
+        self.status[slot as usize].store(outcome, s.seq);
+        false
+    }
+}
+
+fn send_entry(
+    m: &mut MsgSpace,
+    base: *mut u8,
+    r: BufRange,
+    sock: SockHandle,
+    to: Option<SocketAddr>,
+    zero_copy: bool,
+) -> squeue::Entry {
+    // `base + offset` stays inside the region: callers checked the range.
+    let ptr = base.wrapping_add(r.offset as usize);
+    if zero_copy {
+        let mut op = opcode::SendZc::new(Fixed(sock.slot), ptr, r.len)
+            .buf_index(Some(0))
+            .zc_flags(IORING_SEND_ZC_REPORT_USAGE)
+            .flags(libc::MSG_NOSIGNAL);
+        if let Some(to) = to {
+            m.to_len = std_to_sockaddr(to, &mut m.to);
+            op = op
+                .dest_addr(std::ptr::addr_of!(m.to).cast())
+                .dest_addr_len(m.to_len);
+        }
+        return op.build();
+    }
+    let mut op = opcode::Send::new(Fixed(sock.slot), ptr, r.len).flags(libc::MSG_NOSIGNAL);
+    if let Some(to) = to {
+        m.to_len = std_to_sockaddr(to, &mut m.to);
+        op = op
+            .dest_addr(std::ptr::addr_of!(m.to).cast())
+            .dest_addr_len(m.to_len);
+    }
+    op.build()
+}
+
+fn recv_entry(
+    m: &mut MsgSpace,
+    base: *mut u8,
+    r: BufRange,
+    sock: SockHandle,
+    nowait: bool,
+) -> squeue::Entry {
+    m.iov = libc::iovec {
+        iov_base: base.wrapping_add(r.offset as usize).cast(),
+        iov_len: r.len as usize,
+    };
+    m.hdr.msg_name = std::ptr::addr_of_mut!(m.from).cast();
+    m.hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    m.hdr.msg_iov = std::ptr::addr_of_mut!(m.iov);
+    m.hdr.msg_iovlen = 1;
+    m.hdr.msg_control = std::ptr::null_mut();
+    m.hdr.msg_controllen = 0;
+    m.hdr.msg_flags = 0;
+    // MSG_TRUNC: the result is the datagram's full length even when it did not fit.
+    opcode::RecvMsg::new(Fixed(sock.slot), std::ptr::addr_of_mut!(m.hdr))
+        .flags((libc::MSG_TRUNC | if nowait { libc::MSG_DONTWAIT } else { 0 }) as u32)
+        .build()
+}
+
+fn std_to_sockaddr(a: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
+    // SAFETY: sockaddr_storage is large and aligned enough for either address family, and
+    // all-zero bytes are valid for both.
+    unsafe {
+        *out = std::mem::zeroed();
+        match a {
+            SocketAddr::V4(a) => {
+                let p = &mut *(out as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>();
+                p.sin_family = libc::AF_INET as libc::sa_family_t;
+                p.sin_port = a.port().to_be();
+                p.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
+            }
+            SocketAddr::V6(a) => {
+                let p = &mut *(out as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
+                p.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                p.sin6_port = a.port().to_be();
+                p.sin6_addr.s6_addr = a.ip().octets();
+                p.sin6_flowinfo = a.flowinfo();
+                p.sin6_scope_id = a.scope_id();
+                std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
+            }
+        }
+    }
+}
+
+fn sockaddr_to_std(s: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = len as usize;
+    match i32::from(s.ss_family) {
+        libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in, and it is large and
+            // aligned enough for one.
+            let p = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(p.sin_addr.s_addr)),
+                u16::from_be(p.sin_port),
+            )))
+        }
+        libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for sockaddr_in6.
+            let p = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(p.sin6_addr.s6_addr),
+                u16::from_be(p.sin6_port),
+                p.sin6_flowinfo,
+                p.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        if self.inflight > 0 {
+            let cancel = opcode::AsyncCancel2::new(CancelBuilder::any())
+                .build()
+                .user_data(u64::MAX);
+            let mut sq = self.ring.submission();
+            // SAFETY: a cancel entry carries no pointer.
+            let pushed = unsafe { sq.push(&cancel) }.is_ok();
+            drop(sq);
+            if pushed {
+                self.inflight += 1;
+            }
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while self.inflight > 0 && Instant::now() < deadline {
+                crate::sys::count();
+                let ts = Timespec::from(Duration::from_millis(10));
+                let args = SubmitArgs::new().timespec(&ts);
+                let _ = self.ring.submitter().submit_with_args(1, &args);
+                let _ = self.poll();
+            }
+        }
+        if self.inflight == 0 {
+            // SAFETY: no request into the region is left in the kernel, and the region is
+            // not used after this point. With requests left (a kernel that would not cancel
+            // within 2 s), the mapping is leaked instead of unmapped under the kernel.
+            unsafe { ManuallyDrop::drop(&mut self.region) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_moves_between_threads() {
+        fn send<T: Send>() {}
+        send::<Endpoint>();
+        send::<crate::vcm::DatagramSocket>();
+    }
+
+    #[test]
+    fn user_data_round_trips() {
+        for (slot, generation, part) in [
+            (0, 1, PART_MAIN),
+            (77, 0xff_ffff, PART_CANCEL),
+            (u32::MAX, 5, PART_REPLY),
+        ] {
+            assert_eq!(
+                split_user_data(user_data(slot, generation, part)),
+                (slot, generation, part)
+            );
+        }
+    }
+
+    #[test]
+    fn socket_addresses_round_trip() {
+        let mut st = MsgSpace::new();
+        for a in ["127.0.0.1:9", "[::1]:65535", "239.1.2.3:4000"] {
+            let a: SocketAddr = a.parse().unwrap();
+            let len = std_to_sockaddr(a, &mut st.to);
+            assert_eq!(sockaddr_to_std(&st.to, len), Some(a));
+        }
+        assert_eq!(sockaddr_to_std(&st.to, 2), None);
+    }
+}
