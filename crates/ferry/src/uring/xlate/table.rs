@@ -1,0 +1,325 @@
+//! The user-level table of registered ranges: which page-aligned address ranges sit in
+//! which buffer slot, in LRU order, with a count of I/O in flight per slot.
+//!
+//! Pure bookkeeping, no system calls: the caller ([`super::Xlate`]) installs and clears
+//! the kernel's slots. This is the paper's "user-maintained page table" looked up on the
+//! host CPU before each transfer; a `BTreeMap` by start address stands in for its
+//! three-level table.
+
+use std::collections::BTreeMap;
+
+/// One cache slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Slot {
+    /// Never used, or its entry was dropped and the kernel slot may be reused.
+    Free,
+    /// Maps `[start, end)`.
+    Live(Entry),
+    /// Invalidated while I/O was in flight on it: reusable once `inflight` drops to zero.
+    Stale { inflight: u32 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    start: usize,
+    end: usize,
+    stamp: u64,
+    inflight: u32,
+}
+
+/// The result of a successful [`Table::lookup`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hit {
+    /// Cache slot index (0-based within the cache's part of the kernel table).
+    pub slot: u32,
+    /// Start of the registered range (the address the kernel slot begins at).
+    pub start: usize,
+}
+
+/// Where a new range may go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Victim {
+    /// The slot to install into.
+    pub slot: u32,
+    /// Whether a live entry had to be evicted for it.
+    pub evicted: bool,
+}
+
+/// LRU table of registered ranges.
+#[derive(Debug)]
+pub struct Table {
+    slots: Vec<Slot>,
+    /// Live entries by (start, slot).
+    by_addr: BTreeMap<(usize, u32), ()>,
+    /// Live entries by (last use, slot): the first is the least recently used.
+    lru: BTreeMap<(u64, u32), ()>,
+    clock: u64,
+    /// Longest live range ever inserted, to bound the backward scan of a lookup.
+    max_len: usize,
+}
+
+impl Table {
+    /// A table of `slots` empty slots.
+    pub fn new(slots: u32) -> Table {
+        Table {
+            slots: vec![Slot::Free; slots as usize],
+            by_addr: BTreeMap::new(),
+            lru: BTreeMap::new(),
+            clock: 0,
+            max_len: 0,
+        }
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    /// Number of live (valid) entries.
+    pub fn live(&self) -> usize {
+        self.by_addr.len()
+    }
+
+    /// Finds a live entry that covers `[addr, addr + len)`; on a hit, marks it most
+    /// recently used and counts one more I/O in flight on it (undo with [`Table::done`]).
+    pub fn lookup(&mut self, addr: usize, len: usize) -> Option<Hit> {
+        let end = addr.checked_add(len)?;
+        let floor = end.saturating_sub(self.max_len);
+        let mut found = None;
+        for (&(start, slot), _) in self.by_addr.range(..=(addr, u32::MAX)).rev() {
+            if start < floor {
+                break;
+            }
+            if let Slot::Live(e) = &self.slots[slot as usize] {
+                if e.end >= end {
+                    found = Some((start, slot));
+                    break;
+                }
+            }
+        }
+        let (start, slot) = found?;
+        self.clock += 1;
+        let stamp = self.clock;
+        let Slot::Live(e) = &mut self.slots[slot as usize] else {
+            unreachable!("by_addr names only live slots")
+        };
+        self.lru.remove(&(e.stamp, slot));
+        e.stamp = stamp;
+        e.inflight += 1;
+        self.lru.insert((stamp, slot), ());
+        Some(Hit { slot, start })
+    }
+
+    /// One I/O on `slot` (from a [`Table::lookup`] hit or an [`Table::insert`]) completed.
+    pub fn done(&mut self, slot: u32) {
+        match &mut self.slots[slot as usize] {
+            Slot::Live(e) => e.inflight = e.inflight.saturating_sub(1),
+            Slot::Stale { inflight } => {
+                *inflight = inflight.saturating_sub(1);
+                if *inflight == 0 {
+                    self.slots[slot as usize] = Slot::Free;
+                }
+            }
+            Slot::Free => {}
+        }
+    }
+
+    /// Picks a slot for a new range: a free one if any, else the least recently used live
+    /// entry with no I/O in flight. `None` when every slot has I/O in flight.
+    ///
+    /// The caller installs the range in the kernel slot and then calls [`Table::insert`];
+    /// an evicted entry is dropped here, before the kernel slot is overwritten.
+    pub fn victim(&mut self) -> Option<Victim> {
+        if let Some(i) = self.slots.iter().position(|s| *s == Slot::Free) {
+            return Some(Victim {
+                slot: i as u32,
+                evicted: false,
+            });
+        }
+        let pick = self
+            .lru
+            .keys()
+            .find_map(|&(_, slot)| match &self.slots[slot as usize] {
+                Slot::Live(e) if e.inflight == 0 => Some(slot),
+                _ => None,
+            })?;
+        self.remove(pick);
+        self.slots[pick as usize] = Slot::Free;
+        Some(Victim {
+            slot: pick,
+            evicted: true,
+        })
+    }
+
+    /// Records that `slot` (from [`Table::victim`]) now maps `[start, end)`; the entry is
+    /// most recently used, with `inflight` I/Os already counted on it.
+    pub fn insert(&mut self, slot: u32, start: usize, end: usize, inflight: u32) {
+        debug_assert!(matches!(self.slots[slot as usize], Slot::Free));
+        self.clock += 1;
+        let stamp = self.clock;
+        self.slots[slot as usize] = Slot::Live(Entry {
+            start,
+            end,
+            stamp,
+            inflight,
+        });
+        self.by_addr.insert((start, slot), ());
+        self.lru.insert((stamp, slot), ());
+        self.max_len = self.max_len.max(end - start);
+    }
+
+    /// Drops every live entry that overlaps `[start, end)`; returns how many.
+    ///
+    /// A dropped slot with no I/O in flight becomes free at once; one with I/O in flight
+    /// becomes stale and free when the last of that I/O is [`Table::done`].
+    pub fn invalidate(&mut self, start: usize, end: usize) -> usize {
+        let floor = start.saturating_sub(self.max_len);
+        let hit: Vec<u32> = self
+            .by_addr
+            .range((floor, 0)..(end, 0))
+            .filter_map(|(&(_, slot), _)| match &self.slots[slot as usize] {
+                Slot::Live(e) if e.start < end && e.end > start => Some(slot),
+                _ => None,
+            })
+            .collect();
+        for &slot in &hit {
+            let inflight = self.remove(slot);
+            self.slots[slot as usize] = if inflight == 0 {
+                Slot::Free
+            } else {
+                Slot::Stale { inflight }
+            };
+        }
+        hit.len()
+    }
+
+    /// Drops every live entry (for example when the watcher stops); returns how many.
+    pub fn invalidate_all(&mut self) -> usize {
+        self.invalidate(0, usize::MAX)
+    }
+
+    /// Unlinks a live slot from the indexes; returns its in-flight count.
+    fn remove(&mut self, slot: u32) -> u32 {
+        let Slot::Live(e) = &self.slots[slot as usize] else {
+            return 0;
+        };
+        self.by_addr.remove(&(e.start, slot));
+        self.lru.remove(&(e.stamp, slot));
+        e.inflight
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: usize = 4096;
+
+    fn fill(t: &mut Table, n: usize) {
+        for i in 0..n {
+            let v = t.victim().unwrap();
+            t.insert(v.slot, i * P, (i + 1) * P, 0);
+        }
+    }
+
+    #[test]
+    fn lookup_finds_covering_ranges_only() {
+        let mut t = Table::new(4);
+        t.insert(0, 2 * P, 4 * P, 0);
+        assert_eq!(t.lookup(2 * P + 10, 100).map(|h| h.slot), Some(0));
+        t.done(0);
+        assert_eq!(t.lookup(4 * P - 1, 1).map(|h| h.start), Some(2 * P));
+        t.done(0);
+        assert!(t.lookup(4 * P - 1, 2).is_none(), "runs past the end");
+        assert!(t.lookup(2 * P - 1, 2).is_none(), "starts before");
+        assert!(t.lookup(0, 1).is_none());
+    }
+
+    #[test]
+    fn eviction_is_lru() {
+        let mut t = Table::new(3);
+        fill(&mut t, 3);
+        // Use 0 and 2; slot 1 becomes least recently used.
+        t.lookup(0, 1).unwrap();
+        t.done(0);
+        t.lookup(2 * P, 1).unwrap();
+        t.done(2);
+        let v = t.victim().unwrap();
+        assert_eq!(
+            v,
+            Victim {
+                slot: 1,
+                evicted: true
+            }
+        );
+        assert!(t.lookup(P, 1).is_none(), "the evicted range no longer hits");
+    }
+
+    #[test]
+    fn eviction_never_takes_a_slot_with_io_in_flight() {
+        let mut t = Table::new(3);
+        fill(&mut t, 3);
+        // Slot 0 is least recently used but has I/O in flight.
+        let h = t.lookup(0, 1).unwrap();
+        assert_eq!(h.slot, 0);
+        for (slot, addr) in [(1, P), (2, 2 * P)] {
+            t.lookup(addr, 1).unwrap();
+            t.done(slot);
+        }
+        // Slot 0 is now the least recently used, and busy.
+        let v = t.victim().unwrap();
+        assert_ne!(v.slot, 0, "slot 0 has I/O in flight");
+        t.insert(v.slot, 10 * P, 11 * P, 1);
+        // Fill the last idle slot with another busy entry: now nothing may be evicted.
+        let v2 = t.victim().unwrap();
+        assert_ne!(v2.slot, 0);
+        assert_ne!(v2.slot, v.slot);
+        t.insert(v2.slot, 20 * P, 21 * P, 1);
+        assert_eq!(t.victim(), None, "every slot has I/O in flight");
+        t.done(0);
+        assert_eq!(t.victim().map(|v| v.slot), Some(0));
+    }
+
+    #[test]
+    fn invalidation_drops_overlapping_entries_and_defers_busy_slots() {
+        let mut t = Table::new(4);
+        fill(&mut t, 4);
+        let h = t.lookup(2 * P, 8).unwrap(); // in flight on slot 2
+        assert_eq!(t.invalidate(P + 100, 2 * P + 1), 2); // slots 1 and 2
+        assert!(t.lookup(P, 1).is_none());
+        assert!(t.lookup(2 * P, 1).is_none());
+        assert_eq!(t.live(), 2);
+        // Slot 1 is free now; slot 2 only after its I/O completes.
+        assert_eq!(t.victim().map(|v| v.slot), Some(1));
+        t.insert(1, 50 * P, 51 * P, 0);
+        assert!(
+            t.victim().unwrap().evicted,
+            "slot 2 is still stale and busy"
+        );
+        let mut t2 = Table::new(4);
+        fill(&mut t2, 4);
+        let h2 = t2.lookup(3 * P, 1).unwrap();
+        t2.invalidate(3 * P, 4 * P);
+        t2.done(h2.slot);
+        assert_eq!(
+            t2.victim(),
+            Some(Victim {
+                slot: 3,
+                evicted: false
+            })
+        );
+        let _ = h;
+    }
+
+    #[test]
+    fn overlapping_entries_are_all_invalidated() {
+        let mut t = Table::new(4);
+        t.insert(0, 0, 2 * P, 0);
+        t.insert(1, P, 3 * P, 0);
+        t.insert(2, 5 * P, 6 * P, 0);
+        assert_eq!(t.invalidate(P, P + 1), 2);
+        assert_eq!(t.live(), 1);
+        assert_eq!(t.invalidate_all(), 1);
+        assert_eq!(t.live(), 0);
+    }
+}
