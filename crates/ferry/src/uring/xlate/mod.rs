@@ -94,6 +94,8 @@ use table::Table;
 
 /// `IORING_NOTIF_USAGE_ZC_COPIED`: the kernel copied a zero-copy send after all.
 const ZC_COPIED: u32 = 1 << 31;
+/// `IORING_SEND_ZC_REPORT_USAGE`: ask the notification to say whether the kernel copied.
+const SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
 /// Largest range one registered buffer may cover.
 const MAX_REGISTER: usize = 1 << 30;
 /// Most kernel buffer slots a ring may have.
@@ -807,6 +809,7 @@ fn build(fd: RawFd, kind: Kind, ptr: *mut u8, len: usize, index: u16) -> squeue:
             .build(),
         Kind::Send => opcode::SendZc::new(fd, ptr.cast_const(), len as u32)
             .buf_index(Some(index))
+            .zc_flags(SEND_ZC_REPORT_USAGE)
             .build(),
     }
 }
