@@ -24,6 +24,7 @@ mod progress;
 mod record;
 mod report;
 pub mod stats;
+mod xlate;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -44,7 +45,7 @@ pub struct BenchDef {
 }
 
 /// Every benchmark, in the order `all` runs them.
-pub const BENCHES: &[BenchDef] = &[fbufs::BENCH, path::BENCH, container::BENCH];
+pub const BENCHES: &[BenchDef] = &[fbufs::BENCH, path::BENCH, container::BENCH, xlate::BENCH];
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
