@@ -299,6 +299,50 @@ fn unmap_and_remap_never_send_stale_bytes() {
     }
 }
 
+/// Two caches in one process hold the same buffer: both cache it (they share the
+/// process's one userfaultfd), and an unmap invalidates it in both.
+#[test]
+fn two_caches_share_the_watcher() {
+    let _g = serial();
+    if !have_xlate() {
+        return;
+    }
+    let cfg = XlateConfig {
+        mode: Mode::Cache(Miss::RegisterFirst),
+        ..XlateConfig::default()
+    };
+    let mut a = Xlate::new(cfg.clone()).unwrap();
+    let mut b = Xlate::new(cfg).unwrap();
+    if !watching(&a) {
+        return;
+    }
+    let len = ferry::sys::page_size();
+    let f = temp_file("two");
+    let p = anon(len);
+    for (v, off) in [(b'x', 0u64), (b'y', 4096)] {
+        // SAFETY: `p` is mapped read-write for `len` bytes here.
+        let s = unsafe { std::slice::from_raw_parts_mut(p, len) };
+        s.fill(v);
+        a.write_at(&f, s, off).unwrap();
+        b.write_at(&f, s, off + 8192).unwrap();
+    }
+    assert_eq!((a.stats().hits, b.stats().hits), (1, 1));
+    assert_eq!(
+        (a.stats().register_failures, b.stats().register_failures),
+        (0, 0)
+    );
+    anon_at(p, len);
+    assert_eq!((a.cached(), b.cached()), (0, 0), "both invalidated");
+    // SAFETY: as above, fresh memory at the same address.
+    let s = unsafe { std::slice::from_raw_parts_mut(p, len) };
+    s.fill(b'z');
+    a.write_at(&f, s, 16384).unwrap();
+    b.write_at(&f, s, 20480).unwrap();
+    assert!(read_back(&f, 16384, 2 * len).iter().all(|&c| c == b'z'));
+    // SAFETY: ours.
+    unsafe { libc::munmap(p.cast(), len) };
+}
+
 #[test]
 fn without_a_watcher_nothing_is_cached_and_every_io_bounces() {
     let _g = serial();
@@ -430,6 +474,8 @@ fn no_descriptors_leak() {
         return;
     }
     let count = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    // The process-wide userfaultfd is opened once, by the first cache; open it first.
+    drop(Xlate::new(XlateConfig::default()).unwrap());
     let before = count();
     for _ in 0..3 {
         let mut x = Xlate::new(XlateConfig::default()).unwrap();
