@@ -253,72 +253,103 @@ fn one_io(x: &mut Xlate, sink: &Sink, buf: &[u8], k: u64) -> Result<()> {
     Ok(())
 }
 
-fn measure(
+/// Measures the five series on one sink, interleaved: each timed round gives every series
+/// a slice of the time, starting with a different one each round, so a burst of noise
+/// from the shared machine lands on all of them alike.
+fn measure_all(
     ctx: &BenchCtx,
     target: Target,
     sink: &Sink,
     size: usize,
     bufs: &Buffers,
     count: usize,
-    series: Series,
-) -> Result<Point> {
-    let mut x = Xlate::new(XlateConfig {
-        table_slots: SLOTS,
-        bounce_buffers: 2,
-        bounce_size: size.max(4096),
-        mode: series.mode(size),
-        watch_unmaps: true,
-    })?;
+) -> Result<Vec<Point>> {
+    let mut xs = SERIES
+        .iter()
+        .map(|s| {
+            Xlate::new(XlateConfig {
+                table_slots: SLOTS,
+                bounce_buffers: 2,
+                bounce_size: size.max(4096),
+                mode: s.mode(size),
+                watch_unmaps: true,
+            })
+        })
+        .collect::<ferry::Result<Vec<Xlate>>>()?;
     let budget = Duration::from_millis(ctx.pick(50, 200));
     let warm = Duration::from_millis(ctx.pick(15, 60));
+    let rounds = ctx.pick(5u32, 10);
     let max_ops: u64 = ctx.pick(20_000, 100_000);
-    // Warm-up: at least one pass over every buffer, so the fitting case is registered.
-    let t0 = Instant::now();
     let mut k = 0u64;
-    while (k as usize) < count || t0.elapsed() < warm {
-        one_io(&mut x, sink, bufs.get(k as usize % count), k)?;
-        k += 1;
+    // Warm-up: at least one pass over every buffer, so the fitting case is registered.
+    for x in xs.iter_mut() {
+        let t0 = Instant::now();
+        let mut n = 0usize;
+        while n < count || t0.elapsed() < warm {
+            one_io(x, sink, bufs.get(n % count), k)?;
+            n += 1;
+            k += 1;
+        }
     }
-    let before = x.stats();
-    let sc0 = ferry::sys::thread_syscall_count();
-    let mut lat = Vec::new();
-    let start = Instant::now();
-    let mut ops = 0u64;
-    while (ops < count as u64 || start.elapsed() < budget) && ops < max_ops {
-        let b = bufs.get(k as usize % count);
-        let t = Instant::now();
-        one_io(&mut x, sink, b, k)?;
-        lat.push(t.elapsed().as_secs_f64() * 1e6);
-        k += 1;
-        ops += 1;
+    let before: Vec<XlateStats> = xs.iter().map(|x| x.stats()).collect();
+    let n = xs.len();
+    let mut lat: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut secs = vec![0f64; n];
+    let mut ops = vec![0u64; n];
+    let mut syscalls = vec![0u64; n];
+    let mut next = vec![0usize; n];
+    let slice = budget / rounds;
+    for r in 0..rounds as usize {
+        for j in 0..n {
+            let i = (r + j) % n;
+            let x = &mut xs[i];
+            let sc0 = ferry::sys::thread_syscall_count();
+            let start = Instant::now();
+            let mut done = 0usize;
+            while (done < count.min(64) || start.elapsed() < slice) && ops[i] < max_ops {
+                let b = bufs.get(next[i] % count);
+                let t = Instant::now();
+                one_io(x, sink, b, k)?;
+                lat[i].push(t.elapsed().as_secs_f64() * 1e6);
+                next[i] += 1;
+                k += 1;
+                ops[i] += 1;
+                done += 1;
+            }
+            secs[i] += start.elapsed().as_secs_f64();
+            syscalls[i] += ferry::sys::thread_syscall_count() - sc0;
+        }
     }
-    let secs = start.elapsed().as_secs_f64();
-    let sc = ferry::sys::thread_syscall_count() - sc0;
-    let after = x.stats();
-    let stats = XlateStats {
-        ios: after.ios - before.ios,
-        hits: after.hits - before.hits,
-        misses: after.misses - before.misses,
-        fallbacks: after.fallbacks - before.fallbacks,
-        evictions: after.evictions - before.evictions,
-        registrations: after.registrations - before.registrations,
-        register_failures: after.register_failures - before.register_failures,
-        zc_copied: after.zc_copied - before.zc_copied,
-        bytes: after.bytes - before.bytes,
-        ..after
-    };
-    Ok(Point {
-        target,
-        size,
-        buffers: count,
-        series,
-        mbps: size as f64 / Summary::of(&lat).median,
-        lat: Summary::of(&lat),
-        mean_mbps: (ops as f64 * size as f64) / secs / 1e6,
-        ops,
-        syscalls_per_io: sc as f64 / ops.max(1) as f64,
-        stats,
-    })
+    let mut points = Vec::with_capacity(n);
+    for (i, &series) in SERIES.iter().enumerate() {
+        let (b, a) = (before[i], xs[i].stats());
+        let stats = XlateStats {
+            ios: a.ios - b.ios,
+            hits: a.hits - b.hits,
+            misses: a.misses - b.misses,
+            fallbacks: a.fallbacks - b.fallbacks,
+            evictions: a.evictions - b.evictions,
+            registrations: a.registrations - b.registrations,
+            register_failures: a.register_failures - b.register_failures,
+            zc_copied: a.zc_copied - b.zc_copied,
+            bytes: a.bytes - b.bytes,
+            ..a
+        };
+        let summary = Summary::of(&lat[i]);
+        points.push(Point {
+            target,
+            size,
+            buffers: count,
+            series,
+            mbps: size as f64 / summary.median,
+            lat: summary,
+            mean_mbps: (ops[i] as f64 * size as f64) / secs[i] / 1e6,
+            ops: ops[i],
+            syscalls_per_io: syscalls[i] as f64 / ops[i].max(1) as f64,
+            stats,
+        });
+    }
+    Ok(points)
 }
 
 fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
@@ -363,9 +394,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
                     bytes(size)
                 ));
                 let bufs = Buffers::new(count, size);
-                for series in SERIES {
-                    points.push(measure(ctx, target, &sink, size, &bufs, count, series)?);
-                }
+                points.extend(measure_all(ctx, target, &sink, size, &bufs, count)?);
             }
         }
         if let Sink::Socket { stream, drain } = sink {
@@ -553,7 +582,8 @@ fn markdown(
     );
     let _ = writeln!(
         md,
-        "One thread pinned to CPU {} issues one I/O at a time through an `Xlate` ring, cycling through N \
+        "One thread pinned to CPU {} issues one I/O at a time through an `Xlate` ring (one ring per \
+         series; the series take turns in short slices, so noise from the shared machine hits all alike), cycling through N \
          distinct page-aligned buffers (each on its own pages); the cache has {SLOTS} slots (the paper's \
          simulated table), LRU. Throughput is the message size over the median latency (one I/O in flight \
          at a time; the JSON records also hold the mean over the loop). Cycling through more buffers than slots makes every lookup miss. Targets: \
