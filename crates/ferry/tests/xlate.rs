@@ -262,10 +262,8 @@ fn unmap_and_remap_never_send_stale_bytes() {
 
     // 3. madvise(MADV_DONTNEED): the pages are replaced by zero pages on next touch.
     // SAFETY: the range is ours.
-    assert_eq!(
-        unsafe { libc::madvise(p.cast(), len, libc::MADV_DONTNEED) },
-        0
-    );
+    let rc = unsafe { libc::madvise(p.cast(), len, libc::MADV_DONTNEED) };
+    assert_eq!(rc, 0);
     check(&mut x, b'g', "after MADV_DONTNEED");
     check(&mut x, b'h', "re-registered after MADV_DONTNEED");
 

@@ -404,11 +404,11 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
                 .fold((0, 0), |(c, s), p| (c + p.stats.zc_copied, s + p.stats.ios));
             drop(stream);
             let drained = drain.map_or(0, |h| h.join().unwrap_or(0));
-            let _ = write!(
+            let _ = writeln!(
                 zc_note,
-                "Measured fact, not a failure: on TCP loopback every `SEND_ZC` is copied by the kernel \
-                 anyway: {copied} notifications reported `IORING_NOTIF_USAGE_ZC_COPIED` for {sends} timed \
-                 sends (bounced sends of large messages count once per chunk). The drain thread read {} in all.\n",
+                "Measured fact, not a failure: on TCP loopback the kernel copies `SEND_ZC` payloads anyway: \
+                 {copied} of {sends} timed sends' notifications reported `IORING_NOTIF_USAGE_ZC_COPIED` \
+                 (a bounced send larger than one bounce buffer counts once per chunk). The drain thread read {} in all.",
                 bytes_f(drained)
             );
         }
