@@ -217,6 +217,20 @@ impl Watcher {
         Ok(())
     }
 
+    /// Sleeps until events are queued (`poll(2)`); allocates nothing.
+    pub fn wait(&self) -> io::Result<()> {
+        use rustix::event::{poll, PollFd, PollFlags};
+        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+        loop {
+            count();
+            match poll(&mut fds, None) {
+                Ok(_) => return Ok(()),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
     /// Reads the queued events without blocking, at most `max`, appending them to `out`.
     /// Reading an event is what lets the thread that caused it continue.
     pub fn read_events(&self, out: &mut Vec<Event>, max: usize) -> io::Result<usize> {

@@ -90,12 +90,12 @@ pub mod table;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use crate::error::{Error, Result};
-use crate::sys::fd::{memfd, wait_readable};
+use crate::sys::fd::memfd;
 use crate::sys::mem::{Access, Mapping};
 use crate::sys::uffd::Watcher;
 use crate::sys::{count, page_size};
@@ -109,6 +109,8 @@ const ZC_COPIED: u32 = 1 << 31;
 const SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
 /// Largest range one registered buffer may cover.
 const MAX_REGISTER: usize = 1 << 30;
+/// Most caching [`Xlate`]s one process may have at once (more are built, but bounce).
+const MAX_CACHES: usize = 64;
 /// Most kernel buffer slots a ring may have.
 const MAX_SLOTS: u32 = 16384;
 
@@ -251,8 +253,10 @@ struct Hub {
     /// The process that opened the userfaultfd (a forked child must open its own).
     pid: u32,
     watcher: Watcher,
-    /// The tables to invalidate.
-    tables: Mutex<Vec<Weak<Shared>>>,
+    /// The tables to invalidate: a fixed array, so that neither the monitor nor a cache
+    /// joining or leaving allocates or frees memory while holding the lock (see
+    /// [`table`] on why).
+    tables: Mutex<[Option<Arc<Shared>>; MAX_CACHES]>,
     /// The monitor stopped (its userfaultfd failed): make a new hub.
     dead: AtomicBool,
 }
@@ -271,7 +275,7 @@ fn hub() -> std::result::Result<Arc<Hub>, String> {
     let h = Arc::new(Hub {
         pid,
         watcher,
-        tables: Mutex::new(Vec::new()),
+        tables: Mutex::new([const { None }; MAX_CACHES]),
         dead: AtomicBool::new(false),
     });
     let m = Arc::clone(&h);
@@ -296,6 +300,8 @@ pub struct Xlate {
     cfg: XlateConfig,
     bounce_size: usize,
     shared: Arc<Shared>,
+    /// Our place in the hub's table list, if we cache.
+    hub_slot: Option<usize>,
     invalidation: Invalidation,
     /// Bytes moved since the last registration (starts full, so the first miss is served).
     credit: usize,
@@ -386,10 +392,21 @@ impl Xlate {
             }),
             hub,
         });
+        let mut invalidation = invalidation;
+        let mut hub_slot = None;
         if let Some(h) = &shared.hub {
             let mut tables = h.tables.lock().unwrap_or_else(|e| e.into_inner());
-            tables.retain(|w| w.strong_count() > 0);
-            tables.push(Arc::downgrade(&shared));
+            match tables.iter().position(Option::is_none) {
+                Some(i) => {
+                    tables[i] = Some(Arc::clone(&shared));
+                    hub_slot = Some(i);
+                }
+                None => {
+                    invalidation = Invalidation::Off(format!(
+                        "more than {MAX_CACHES} caching Xlates in this process"
+                    ))
+                }
+            }
         }
         let credit = match cfg.mode {
             Mode::Cache(Miss::Fallback {
@@ -403,6 +420,7 @@ impl Xlate {
             bounce_size,
             cfg,
             shared,
+            hub_slot,
             invalidation,
             credit,
             stats: XlateStats::default(),
@@ -542,7 +560,7 @@ impl Xlate {
         let base = self.cfg.bounce_buffers + 1;
         let hit = {
             let mut inner = self.shared.lock();
-            if self.shared.hub.is_none() || inner.broken {
+            if self.hub_slot.is_none() || inner.broken {
                 None
             } else {
                 Some(inner.table.lookup(ptr as usize, len))
@@ -815,6 +833,17 @@ impl Xlate {
     }
 }
 
+impl Drop for Xlate {
+    fn drop(&mut self) {
+        if let (Some(h), Some(i)) = (&self.shared.hub, self.hub_slot) {
+            // Take our entry out under the lock, drop it after: not the last reference
+            // (`self.shared` is), and nothing is freed under the lock anyway.
+            let mine = h.tables.lock().unwrap_or_else(|e| e.into_inner())[i].take();
+            drop(mine);
+        }
+    }
+}
+
 fn retryable(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
@@ -850,27 +879,29 @@ fn build(fd: RawFd, kind: Kind, ptr: *mut u8, len: usize, index: u16) -> squeue:
 /// The monitor thread: sleeps in `poll` without any lock; on events, takes the lock of
 /// every registered table, reads the events (which lets the unmapping thread go on) and
 /// drops the entries they touch, then releases the locks. It runs for the life of the
-/// process, or until its userfaultfd fails.
+/// process, or until its userfaultfd fails. Its loop allocates and frees nothing (see
+/// [`table`] on why).
 fn monitor(hub: &Hub) {
     let w = &hub.watcher;
-    let mut events = Vec::new();
+    let mut events = Vec::with_capacity(16);
     loop {
-        let ok = wait_readable(&[w.as_fd()], None).is_ok();
+        let ok = w.wait().is_ok();
         // The registry stays locked until the events are read, so a cache that registers
         // meanwhile cannot have watched a range whose event this pass reads.
-        let mut tables = hub.tables.lock().unwrap_or_else(|e| e.into_inner());
-        tables.retain(|t| t.strong_count() > 0);
-        let live: Vec<Arc<Shared>> = tables.iter().filter_map(Weak::upgrade).collect();
-        // Lock order: registry, then tables in registration order; nothing else takes a
-        // table lock while holding another lock of these.
-        let mut guards: Vec<MutexGuard<'_, Inner>> = live.iter().map(|s| s.lock()).collect();
+        let tables = hub.tables.lock().unwrap_or_else(|e| e.into_inner());
+        // Lock order: registry, then tables in index order; nothing else takes a table
+        // lock while holding another of these locks.
+        let mut guards: [Option<MutexGuard<'_, Inner>>; MAX_CACHES] = [const { None }; MAX_CACHES];
+        for (g, t) in guards.iter_mut().zip(tables.iter()) {
+            *g = t.as_ref().map(|s| s.lock());
+        }
         let mut failed = !ok;
         while !failed {
             events.clear();
             match w.read_events(&mut events, 16) {
                 Ok(0) => break,
                 Ok(_) => {
-                    for g in guards.iter_mut() {
+                    for g in guards.iter_mut().flatten() {
                         for ev in &events {
                             g.events += 1;
                             if let Some((s, e)) = ev.gone() {
@@ -886,7 +917,7 @@ fn monitor(hub: &Hub) {
         if failed {
             // Without events nothing cached can be trusted.
             hub.dead.store(true, Ordering::Release);
-            for g in guards.iter_mut() {
+            for g in guards.iter_mut().flatten() {
                 g.broken = true;
                 g.table.invalidate_all();
             }

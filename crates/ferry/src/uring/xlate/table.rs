@@ -3,29 +3,47 @@
 //!
 //! Pure bookkeeping, no system calls: the caller ([`super::Xlate`]) installs and clears
 //! the kernel's slots. This is the paper's "user-maintained page table" looked up on the
-//! host CPU before each transfer; a `BTreeMap` by start address stands in for its
-//! three-level table.
+//! host CPU before each transfer; a sorted array by start address stands in for its
+//! three-level table, and an intrusive doubly-linked list over slot indices keeps the LRU
+//! order.
+//!
+//! After [`Table::new`] nothing here allocates or frees memory. That matters: the table
+//! is used under a lock that the unmap monitor also needs, and `free` may trim the heap
+//! (`brk`, `madvise`), which on a watched range makes the freeing thread wait for the
+//! monitor. Freeing under the lock could therefore deadlock.
 
-use std::collections::BTreeMap;
+/// No slot (end of an LRU list).
+const NIL: u32 = u32::MAX;
 
-/// One cache slot.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Slot {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
     /// Never used, or its entry was dropped and the kernel slot may be reused.
     Free,
     /// Maps `[start, end)`.
-    Live(Entry),
+    Live,
     /// Invalidated while I/O was in flight on it: reusable once `inflight` drops to zero.
-    Stale { inflight: u32 },
+    Stale,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Entry {
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    state: State,
     start: usize,
     end: usize,
-    stamp: u64,
     inflight: u32,
+    /// LRU neighbours (towards least / most recently used); live slots only.
+    prev: u32,
+    next: u32,
 }
+
+const FREE: Slot = Slot {
+    state: State::Free,
+    start: 0,
+    end: 0,
+    inflight: 0,
+    prev: NIL,
+    next: NIL,
+};
 
 /// The result of a successful [`Table::lookup`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,12 +67,13 @@ pub struct Victim {
 #[derive(Debug)]
 pub struct Table {
     slots: Vec<Slot>,
-    /// Live entries by (start, slot).
-    by_addr: BTreeMap<(usize, u32), ()>,
-    /// Live entries by (last use, slot): the first is the least recently used.
-    lru: BTreeMap<(u64, u32), ()>,
-    clock: u64,
-    /// Longest live range ever inserted, to bound the backward scan of a lookup.
+    /// Live entries as (start, slot), sorted; capacity reserved for every slot.
+    by_addr: Vec<(usize, u32)>,
+    /// Least recently used live slot.
+    head: u32,
+    /// Most recently used live slot.
+    tail: u32,
+    /// Longest live range ever inserted, to bound the backward scans.
     max_len: usize,
 }
 
@@ -62,10 +81,10 @@ impl Table {
     /// A table of `slots` empty slots.
     pub fn new(slots: u32) -> Table {
         Table {
-            slots: vec![Slot::Free; slots as usize],
-            by_addr: BTreeMap::new(),
-            lru: BTreeMap::new(),
-            clock: 0,
+            slots: vec![FREE; slots as usize],
+            by_addr: Vec::with_capacity(slots as usize),
+            head: NIL,
+            tail: NIL,
             max_len: 0,
         }
     }
@@ -85,42 +104,25 @@ impl Table {
     pub fn lookup(&mut self, addr: usize, len: usize) -> Option<Hit> {
         let end = addr.checked_add(len)?;
         let floor = end.saturating_sub(self.max_len);
-        let mut found = None;
-        for (&(start, slot), _) in self.by_addr.range(..=(addr, u32::MAX)).rev() {
-            if start < floor {
-                break;
-            }
-            if let Slot::Live(e) = &self.slots[slot as usize] {
-                if e.end >= end {
-                    found = Some((start, slot));
-                    break;
-                }
-            }
-        }
-        let (start, slot) = found?;
-        self.clock += 1;
-        let stamp = self.clock;
-        let Slot::Live(e) = &mut self.slots[slot as usize] else {
-            unreachable!("by_addr names only live slots")
-        };
-        self.lru.remove(&(e.stamp, slot));
-        e.stamp = stamp;
-        e.inflight += 1;
-        self.lru.insert((stamp, slot), ());
+        let upto = self.by_addr.partition_point(|&(s, _)| s <= addr);
+        let (start, slot) = self.by_addr[..upto]
+            .iter()
+            .rev()
+            .take_while(|&&(s, _)| s >= floor)
+            .find(|&&(_, slot)| self.slots[slot as usize].end >= end)
+            .copied()?;
+        self.unlink(slot);
+        self.push_tail(slot);
+        self.slots[slot as usize].inflight += 1;
         Some(Hit { slot, start })
     }
 
     /// One I/O on `slot` (from a [`Table::lookup`] hit or an [`Table::insert`]) completed.
     pub fn done(&mut self, slot: u32) {
-        match &mut self.slots[slot as usize] {
-            Slot::Live(e) => e.inflight = e.inflight.saturating_sub(1),
-            Slot::Stale { inflight } => {
-                *inflight = inflight.saturating_sub(1);
-                if *inflight == 0 {
-                    self.slots[slot as usize] = Slot::Free;
-                }
-            }
-            Slot::Free => {}
+        let s = &mut self.slots[slot as usize];
+        s.inflight = s.inflight.saturating_sub(1);
+        if s.state == State::Stale && s.inflight == 0 {
+            *s = FREE;
         }
     }
 
@@ -130,23 +132,23 @@ impl Table {
     /// The caller installs the range in the kernel slot and then calls [`Table::insert`];
     /// an evicted entry is dropped here, before the kernel slot is overwritten.
     pub fn victim(&mut self) -> Option<Victim> {
-        if let Some(i) = self.slots.iter().position(|s| *s == Slot::Free) {
+        if let Some(i) = self.slots.iter().position(|s| s.state == State::Free) {
             return Some(Victim {
                 slot: i as u32,
                 evicted: false,
             });
         }
-        let pick = self
-            .lru
-            .keys()
-            .find_map(|&(_, slot)| match &self.slots[slot as usize] {
-                Slot::Live(e) if e.inflight == 0 => Some(slot),
-                _ => None,
-            })?;
-        self.remove(pick);
-        self.slots[pick as usize] = Slot::Free;
+        let mut at = self.head;
+        while at != NIL && self.slots[at as usize].inflight != 0 {
+            at = self.slots[at as usize].next;
+        }
+        if at == NIL {
+            return None;
+        }
+        self.remove(at);
+        self.slots[at as usize] = FREE;
         Some(Victim {
-            slot: pick,
+            slot: at,
             evicted: true,
         })
     }
@@ -154,17 +156,19 @@ impl Table {
     /// Records that `slot` (from [`Table::victim`]) now maps `[start, end)`; the entry is
     /// most recently used, with `inflight` I/Os already counted on it.
     pub fn insert(&mut self, slot: u32, start: usize, end: usize, inflight: u32) {
-        debug_assert!(matches!(self.slots[slot as usize], Slot::Free));
-        self.clock += 1;
-        let stamp = self.clock;
-        self.slots[slot as usize] = Slot::Live(Entry {
+        debug_assert_eq!(self.slots[slot as usize].state, State::Free);
+        self.slots[slot as usize] = Slot {
+            state: State::Live,
             start,
             end,
-            stamp,
             inflight,
-        });
-        self.by_addr.insert((start, slot), ());
-        self.lru.insert((stamp, slot), ());
+            prev: NIL,
+            next: NIL,
+        };
+        let at = self.by_addr.partition_point(|&e| e < (start, slot));
+        // No reallocation: the capacity covers every slot.
+        self.by_addr.insert(at, (start, slot));
+        self.push_tail(slot);
         self.max_len = self.max_len.max(end - start);
     }
 
@@ -174,23 +178,27 @@ impl Table {
     /// becomes stale and free when the last of that I/O is [`Table::done`].
     pub fn invalidate(&mut self, start: usize, end: usize) -> usize {
         let floor = start.saturating_sub(self.max_len);
-        let hit: Vec<u32> = self
-            .by_addr
-            .range((floor, 0)..(end, 0))
-            .filter_map(|(&(_, slot), _)| match &self.slots[slot as usize] {
-                Slot::Live(e) if e.start < end && e.end > start => Some(slot),
-                _ => None,
-            })
-            .collect();
-        for &slot in &hit {
-            let inflight = self.remove(slot);
-            self.slots[slot as usize] = if inflight == 0 {
-                Slot::Free
-            } else {
-                Slot::Stale { inflight }
-            };
+        let mut i = self.by_addr.partition_point(|&(s, _)| s < end);
+        let mut n = 0;
+        while i > 0 {
+            i -= 1;
+            let (s, slot) = self.by_addr[i];
+            if s < floor {
+                break;
+            }
+            if self.slots[slot as usize].end > start {
+                self.by_addr.remove(i);
+                self.unlink(slot);
+                let e = &mut self.slots[slot as usize];
+                if e.inflight == 0 {
+                    *e = FREE;
+                } else {
+                    e.state = State::Stale;
+                }
+                n += 1;
+            }
         }
-        hit.len()
+        n
     }
 
     /// Drops every live entry (for example when the watcher stops); returns how many.
@@ -198,14 +206,45 @@ impl Table {
         self.invalidate(0, usize::MAX)
     }
 
-    /// Unlinks a live slot from the indexes; returns its in-flight count.
-    fn remove(&mut self, slot: u32) -> u32 {
-        let Slot::Live(e) = &self.slots[slot as usize] else {
-            return 0;
-        };
-        self.by_addr.remove(&(e.start, slot));
-        self.lru.remove(&(e.stamp, slot));
-        e.inflight
+    /// Unlinks a live slot from both indexes.
+    fn remove(&mut self, slot: u32) {
+        let key = (self.slots[slot as usize].start, slot);
+        if let Ok(i) = self.by_addr.binary_search(&key) {
+            self.by_addr.remove(i);
+        }
+        self.unlink(slot);
+    }
+
+    fn unlink(&mut self, slot: u32) {
+        let Slot { prev, next, .. } = self.slots[slot as usize];
+        match prev {
+            NIL if self.head == slot => self.head = next,
+            NIL => {}
+            p => self.slots[p as usize].next = next,
+        }
+        match next {
+            NIL if self.tail == slot => self.tail = prev,
+            NIL => {}
+            n => self.slots[n as usize].prev = prev,
+        }
+        let s = &mut self.slots[slot as usize];
+        s.prev = NIL;
+        s.next = NIL;
+    }
+
+    fn push_tail(&mut self, slot: u32) {
+        let old = self.tail;
+        {
+            let s = &mut self.slots[slot as usize];
+            s.prev = old;
+            s.next = NIL;
+        }
+        if old == NIL {
+            self.head = slot;
+        } else {
+            self.slots[old as usize].next = slot;
+        }
+        self.tail = slot;
     }
 }
 
