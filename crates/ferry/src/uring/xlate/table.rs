@@ -361,4 +361,145 @@ mod tests {
         assert_eq!(t.invalidate_all(), 1);
         assert_eq!(t.live(), 0);
     }
+
+    /// Random operations against a naive model: lookups, LRU victims, in-flight counts
+    /// and invalidations must agree.
+    #[test]
+    fn agrees_with_a_naive_model() {
+        #[derive(Clone, Copy)]
+        struct M {
+            start: usize,
+            end: usize,
+            stamp: u64,
+            inflight: u32,
+            live: bool,
+            /// Invalidated with I/O in flight: not free until done.
+            stale: bool,
+        }
+        let mut rng = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let n = 8u32;
+        let mut t = Table::new(n);
+        let mut m = vec![
+            M {
+                start: 0,
+                end: 0,
+                stamp: 0,
+                inflight: 0,
+                live: false,
+                stale: false
+            };
+            n as usize
+        ];
+        let mut clock = 0u64;
+        let mut pending: Vec<u32> = Vec::new();
+        let (mut hits, mut evictions, mut stale, mut full) = (0, 0, 0, 0);
+        for _ in 0..20_000 {
+            match next(4) {
+                0 => {
+                    let addr = next(64) as usize * 512;
+                    let len = 1 + next(3 * 4096) as usize;
+                    let covers = m
+                        .iter()
+                        .any(|e| e.live && e.start <= addr && e.end >= addr + len);
+                    let got = t.lookup(addr, len);
+                    assert_eq!(got.is_some(), covers, "lookup {addr:#x}+{len}");
+                    if let Some(h) = got {
+                        hits += 1;
+                        let e = &mut m[h.slot as usize];
+                        assert!(e.live && e.start <= addr && e.end >= addr + len);
+                        assert_eq!(h.start, e.start);
+                        clock += 1;
+                        e.stamp = clock;
+                        e.inflight += 1;
+                        pending.push(h.slot);
+                    }
+                }
+                1 => {
+                    let free = m.iter().position(|e| !e.live && !e.stale);
+                    let lru = m
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, e)| e.live && e.inflight == 0)
+                        .min_by_key(|(_, e)| e.stamp)
+                        .map(|(i, _)| i);
+                    let v = t.victim();
+                    match (free, lru) {
+                        (Some(f), _) => assert_eq!(
+                            v,
+                            Some(Victim {
+                                slot: f as u32,
+                                evicted: false
+                            })
+                        ),
+                        (None, Some(l)) => {
+                            evictions += 1;
+                            assert_eq!(
+                                v,
+                                Some(Victim {
+                                    slot: l as u32,
+                                    evicted: true
+                                })
+                            )
+                        }
+                        (None, None) => {
+                            full += 1;
+                            assert_eq!(v, None)
+                        }
+                    }
+                    if let Some(v) = v {
+                        let start = next(64) as usize * 4096;
+                        let end = start + 4096 * (1 + next(3) as usize);
+                        let busy = next(2) as u32;
+                        t.insert(v.slot, start, end, busy);
+                        clock += 1;
+                        m[v.slot as usize] = M {
+                            start,
+                            end,
+                            stamp: clock,
+                            inflight: busy,
+                            live: true,
+                            stale: false,
+                        };
+                        if busy == 1 {
+                            pending.push(v.slot);
+                        }
+                    }
+                }
+                2 => {
+                    let start = next(70) as usize * 4096 + next(4096) as usize;
+                    let end = start + 1 + next(2 * 4096) as usize;
+                    let mut want = 0;
+                    for e in m.iter_mut() {
+                        if e.live && e.start < end && e.end > start {
+                            want += 1;
+                            e.live = false;
+                            e.stale = e.inflight > 0;
+                            stale += e.stale as u32;
+                        }
+                    }
+                    assert_eq!(t.invalidate(start, end), want);
+                }
+                _ => {
+                    if !pending.is_empty() {
+                        let slot = pending.swap_remove(next(pending.len() as u64) as usize);
+                        t.done(slot);
+                        let e = &mut m[slot as usize];
+                        e.inflight -= 1;
+                        if e.stale && e.inflight == 0 {
+                            e.stale = false;
+                        }
+                    }
+                }
+            }
+            assert_eq!(t.live(), m.iter().filter(|e| e.live).count());
+        }
+        assert!(hits > 100 && evictions > 100 && stale > 10 && full > 0,
+            "the run covered too little: {hits} hits, {evictions} evictions, {stale} stale, {full} full");
+    }
 }
