@@ -341,6 +341,62 @@ fn two_caches_share_the_watcher() {
     unsafe { libc::munmap(p.cast(), len) };
 }
 
+/// The allocator's own reuse: buffers are allocated, cached, freed and allocated again
+/// (often at the same address, after glibc has trimmed or unmapped the memory in
+/// between), on heap and mmap-backed sizes. Every write must carry the current bytes, and
+/// nothing may deadlock (a watchdog aborts the test after 60 s).
+#[test]
+fn allocator_reuse_never_goes_stale_or_deadlocks() {
+    let _g = serial();
+    if !have_xlate() {
+        return;
+    }
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d = std::sync::Arc::clone(&done);
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        if !d.load(std::sync::atomic::Ordering::Acquire) {
+            eprintln!("allocator_reuse: deadlocked");
+            std::process::abort();
+        }
+    });
+    let mut x = Xlate::new(XlateConfig {
+        table_slots: 16,
+        mode: Mode::Cache(Miss::Fallback { rate_limit: None }),
+        ..XlateConfig::default()
+    })
+    .unwrap();
+    let f = temp_file("reuse");
+    let sizes = [4096usize, 20_000, 150_000, 300_000, 1 << 20];
+    let mut seen = std::collections::HashSet::new();
+    let mut reused = 0;
+    for i in 0..300u64 {
+        let len = sizes[i as usize % sizes.len()];
+        let mut v = vec![0u8; len];
+        fill(&mut v, i);
+        if !seen.insert(v.as_ptr() as usize) {
+            reused += 1;
+        }
+        assert_eq!(x.write_at(&f, &v, 0).unwrap(), len);
+        assert_eq!(fnv(&read_back(&f, 0, len)), fnv(&v), "iteration {i}");
+        // Twice, so the second write is a hit when the first registered.
+        fill(&mut v, i + 1000);
+        assert_eq!(x.write_at(&f, &v, 0).unwrap(), len);
+        assert_eq!(fnv(&read_back(&f, 0, len)), fnv(&v), "iteration {i}, again");
+        drop(v);
+    }
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let s = x.stats();
+    eprintln!("allocator reuse: {reused} of 300 allocations reused an address; {s:?}");
+    if watching(&x) {
+        assert!(s.hits > 0, "{s:?}");
+    }
+    assert!(
+        reused > 0,
+        "the allocator never reused an address: the test proves nothing"
+    );
+}
+
 #[test]
 fn without_a_watcher_nothing_is_cached_and_every_io_bounces() {
     let _g = serial();
