@@ -656,3 +656,10 @@ unsafe fn child_sink(port: u16, total: usize) -> ! {
         libc::_exit(0);
     }
 }
+
+/// An `Xlate` can move to another thread (it owns its ring and shares only locked state).
+#[test]
+fn xlate_is_send() {
+    fn send<T: Send>() {}
+    send::<Xlate>();
+}
