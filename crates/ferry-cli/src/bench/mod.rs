@@ -25,6 +25,7 @@ mod record;
 mod report;
 pub mod stats;
 mod vcm;
+mod xlate;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -45,11 +46,17 @@ pub struct BenchDef {
 }
 
 /// Every benchmark, in the order `all` runs them.
-pub const BENCHES: &[BenchDef] = &[fbufs::BENCH, path::BENCH, container::BENCH, vcm::BENCH];
+pub const BENCHES: &[BenchDef] = &[
+    fbufs::BENCH,
+    path::BENCH,
+    container::BENCH,
+    xlate::BENCH,
+    vcm::BENCH,
+];
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// A benchmark (fbufs, fbufs-path, container) or `all`.
+    /// A benchmark (fbufs, fbufs-path, container, xlate, vcm) or `all`.
     pub name: String,
     /// Fewer sizes and messages: under 30 s for everything.
     #[arg(long)]

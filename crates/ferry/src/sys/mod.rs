@@ -10,6 +10,7 @@ pub mod mem;
 pub mod scm;
 pub mod seal;
 pub mod splice;
+pub mod uffd;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

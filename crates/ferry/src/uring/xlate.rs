@@ -1,1 +1,0 @@
-//! xlate: the registration cache (being written).
