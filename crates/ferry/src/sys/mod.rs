@@ -9,6 +9,7 @@ pub mod futex;
 pub mod mem;
 pub mod scm;
 pub mod seal;
+pub mod sockaddr;
 pub mod splice;
 pub mod uffd;
 

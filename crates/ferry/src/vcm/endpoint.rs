@@ -29,7 +29,7 @@
 //! for the cancellations before the region is unmapped.
 
 use std::mem::ManuallyDrop;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -41,6 +41,7 @@ use super::command::{BufRange, Command, CommandId, Placed, SockHandle, Vector};
 use super::status::{Status, StatusWord};
 use crate::error::{Error, Result};
 use crate::sys::mem::{Access, Mapping};
+use crate::sys::sockaddr::{read_sockaddr, write_sockaddr};
 use crate::uring::RingOptions;
 
 /// How to build an [`Endpoint`].
@@ -904,7 +905,7 @@ impl Endpoint {
                         self.stats.discarded += 1;
                     }
                     let _ = flags;
-                    s.source = sockaddr_to_std(&s.msg.from, s.msg.hdr.msg_namelen);
+                    s.source = read_sockaddr(&s.msg.from, s.msg.hdr.msg_namelen);
                     s.last = if s.msg.hdr.msg_flags & libc::MSG_TRUNC != 0 {
                         Status::Truncated(res as u32)
                     } else {
@@ -934,7 +935,7 @@ impl Endpoint {
                         Status::Failed(-res)
                     }
                 } else {
-                    s.source = sockaddr_to_std(&s.msg.from, s.msg.hdr.msg_namelen);
+                    s.source = read_sockaddr(&s.msg.from, s.msg.hdr.msg_namelen);
                     if s.msg.hdr.msg_flags & libc::MSG_TRUNC != 0 {
                         Status::Truncated(res as u32)
                     } else {
@@ -983,7 +984,7 @@ fn send_entry(
             .zc_flags(IORING_SEND_ZC_REPORT_USAGE)
             .flags(libc::MSG_NOSIGNAL);
         if let Some(to) = to {
-            m.to_len = std_to_sockaddr(to, &mut m.to);
+            m.to_len = write_sockaddr(&mut m.to, to);
             op = op
                 .dest_addr(std::ptr::addr_of!(m.to).cast())
                 .dest_addr_len(m.to_len);
@@ -992,7 +993,7 @@ fn send_entry(
     }
     let mut op = opcode::Send::new(Fixed(sock.slot), ptr, r.len).flags(libc::MSG_NOSIGNAL);
     if let Some(to) = to {
-        m.to_len = std_to_sockaddr(to, &mut m.to);
+        m.to_len = write_sockaddr(&mut m.to, to);
         op = op
             .dest_addr(std::ptr::addr_of!(m.to).cast())
             .dest_addr_len(m.to_len);
@@ -1022,58 +1023,6 @@ fn recv_entry(
     opcode::RecvMsg::new(Fixed(sock.slot), std::ptr::addr_of_mut!(m.hdr))
         .flags((libc::MSG_TRUNC | if nowait { libc::MSG_DONTWAIT } else { 0 }) as u32)
         .build()
-}
-
-fn std_to_sockaddr(a: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
-    // SAFETY: sockaddr_storage is large and aligned enough for either address family, and
-    // all-zero bytes are valid for both.
-    unsafe {
-        *out = std::mem::zeroed();
-        match a {
-            SocketAddr::V4(a) => {
-                let p = &mut *(out as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>();
-                p.sin_family = libc::AF_INET as libc::sa_family_t;
-                p.sin_port = a.port().to_be();
-                p.sin_addr.s_addr = u32::from(*a.ip()).to_be();
-                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
-            }
-            SocketAddr::V6(a) => {
-                let p = &mut *(out as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
-                p.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-                p.sin6_port = a.port().to_be();
-                p.sin6_addr.s6_addr = a.ip().octets();
-                p.sin6_flowinfo = a.flowinfo();
-                p.sin6_scope_id = a.scope_id();
-                std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
-            }
-        }
-    }
-}
-
-fn sockaddr_to_std(s: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
-    let len = len as usize;
-    match i32::from(s.ss_family) {
-        libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
-            // SAFETY: the family says the storage holds a sockaddr_in, and it is large and
-            // aligned enough for one.
-            let p = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                Ipv4Addr::from(u32::from_be(p.sin_addr.s_addr)),
-                u16::from_be(p.sin_port),
-            )))
-        }
-        libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
-            // SAFETY: as above, for sockaddr_in6.
-            let p = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                Ipv6Addr::from(p.sin6_addr.s6_addr),
-                u16::from_be(p.sin6_port),
-                p.sin6_flowinfo,
-                p.sin6_scope_id,
-            )))
-        }
-        _ => None,
-    }
 }
 
 impl Drop for Endpoint {
@@ -1130,16 +1079,5 @@ mod tests {
                 (slot, generation, part)
             );
         }
-    }
-
-    #[test]
-    fn socket_addresses_round_trip() {
-        let mut st = MsgSpace::new();
-        for a in ["127.0.0.1:9", "[::1]:65535", "239.1.2.3:4000"] {
-            let a: SocketAddr = a.parse().unwrap();
-            let len = std_to_sockaddr(a, &mut st.to);
-            assert_eq!(sockaddr_to_std(&st.to, len), Some(a));
-        }
-        assert_eq!(sockaddr_to_std(&st.to, 2), None);
     }
 }
