@@ -490,7 +490,11 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         if let Sink::Socket { stream, drain } = sink {
             drop(stream);
             let drained = drain.map_or(0, |h| h.join().unwrap_or(0));
-            let _ = writeln!(zc_note, "\nThe drain thread read {} in all.", bytes_f(drained));
+            let _ = writeln!(
+                zc_note,
+                "\nThe drain thread read {} in all.",
+                bytes_f(drained)
+            );
         }
     }
     drop(file);

@@ -151,10 +151,7 @@ fn socket_write_fixed() -> bool {
     if ring.submit_and_wait(1).is_err() {
         return false;
     }
-    let cqes: Vec<(i32, u32)> = ring
-        .completion()
-        .map(|c| (c.result(), c.flags()))
-        .collect();
+    let cqes: Vec<(i32, u32)> = ring.completion().map(|c| (c.result(), c.flags())).collect();
     if cqes != [(64, 0)] {
         return false;
     }
