@@ -721,6 +721,57 @@ unsafe fn child_sink(port: u16, total: usize) -> ! {
     }
 }
 
+/// The socket send path (`WRITE_FIXED` from the registered pages by default) also never
+/// sends the pinned old pages after the range is unmapped and mapped anew.
+#[test]
+fn socket_send_after_remap_carries_the_new_bytes() {
+    let _g = serial();
+    if !have_xlate() {
+        return;
+    }
+    let mut x = Xlate::new(XlateConfig {
+        table_slots: 8,
+        mode: Mode::Cache(Miss::Fallback { rate_limit: None }),
+        ..XlateConfig::default()
+    })
+    .unwrap();
+    if !watching(&x) {
+        return;
+    }
+    let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let len = 2 * ferry::sys::page_size();
+    let p = anon(len);
+    let mut send_and_check = |x: &mut Xlate, v: u8, what: &str| {
+        // SAFETY: `p..p+len` is mapped read-write by this test whenever a slice is made,
+        // and no slice outlives the next remapping.
+        let s = unsafe { std::slice::from_raw_parts_mut(p, len) };
+        s.fill(v);
+        let mut sent = 0;
+        while sent < len {
+            sent += x.send(&a, &s[sent..]).unwrap();
+        }
+        let mut got = vec![0u8; len];
+        b.read_exact(&mut got).unwrap();
+        assert!(
+            got.iter().all(|&c| c == v),
+            "{what}: stale bytes {:?}",
+            &got[..4]
+        );
+    };
+    send_and_check(&mut x, 1, "first send (miss)");
+    send_and_check(&mut x, 2, "second send (hit)");
+    assert_eq!(x.stats().hits, 1, "{:?}", x.stats());
+    // SAFETY: the test's own mapping; nothing refers to it across this call.
+    assert_eq!(unsafe { libc::munmap(p.cast(), len) }, 0);
+    anon_at(p, len);
+    send_and_check(&mut x, 3, "after munmap + mmap");
+    let s = x.stats();
+    assert!(s.invalidations >= 1, "{s:?}");
+    assert_eq!(s.hits, 1, "the remapped range must not hit: {s:?}");
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::munmap(p.cast(), len) }, 0);
+}
+
 /// An `Xlate` can move to another thread (it owns its ring and shares only locked state).
 #[test]
 fn xlate_is_send() {
