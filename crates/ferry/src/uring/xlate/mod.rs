@@ -58,9 +58,9 @@
 //! Limits: [`Xlate::recv`] reads straight into the caller's buffer with
 //! `IORING_OP_RECV` ([`XlateStats::direct`]); `READ_FIXED` on a socket would be the
 //! fixed-buffer receive, but the cache does not use it yet. Page-cache changes that
-//! bypass the mapping raise no event: punching a hole in (or truncating) a memfd or tmpfs file whose shared mapping is
-//! cached leaves the cache holding the old pages; drop the [`Xlate`] (or do not cache such
-//! memory) around those calls. A thread that maps new memory at the address *while*
+//! bypass the mapping raise no event: punching a hole in (or truncating) a memfd or tmpfs
+//! file whose shared mapping is cached leaves the cache holding the old pages; drop the
+//! [`Xlate`] (or do not cache such memory) around those calls. A thread that maps new memory at the address *while*
 //! another thread's `munmap` of it is still waiting for the monitor is not covered; such
 //! code is already racing on its own memory. An `Xlate` must not be used across `fork`.
 //! Operations are synchronous: each call returns only once its completions (and a
