@@ -8,7 +8,7 @@ use std::net::TcpListener;
 use std::os::fd::AsRawFd;
 use std::sync::{Mutex, MutexGuard};
 
-use ferry::uring::xlate::{Invalidation, Miss, Mode, Xlate, XlateConfig};
+use ferry::uring::xlate::{Invalidation, Miss, Mode, SendOp, Xlate, XlateConfig};
 use ferry::uring::Features;
 
 /// Tests run one at a time, so descriptor counts and stats are not disturbed.
@@ -143,6 +143,7 @@ fn file_data_survives_hits_misses_bounces_and_evictions() {
             bounce_size: 16 << 10,
             mode,
             watch_unmaps: true,
+            ..XlateConfig::default()
         })
         .unwrap();
         let f = temp_file("integrity");
@@ -541,18 +542,10 @@ fn no_descriptors_leak() {
 }
 
 /// A socket peer in a forked child: the parent sends many buffers (hits, misses,
-/// evictions) and the child answers with the checksum of everything it read, which the
-/// parent receives through xlate too.
-#[test]
-fn socket_to_a_child_process_keeps_every_byte() {
-    let _g = serial();
-    if !have_xlate() {
-        return;
-    }
-    if !Features::probe().send_zc {
-        eprintln!("skipped: no SEND_ZC here");
-        return;
-    }
+/// evictions) through an `Xlate` built from `cfg`, and the child answers with the
+/// checksum of everything it read, which the parent receives through xlate too. Returns
+/// the cache and the number of `send` calls made.
+fn socket_to_a_child(cfg: XlateConfig) -> (Xlate, u64) {
     let sizes = [512usize, 2048, 65536, 100_000];
     let mut bufs: Vec<Vec<u8>> = (0..10).map(|i| vec![0u8; sizes[i % 4]]).collect();
     let rounds = 3;
@@ -569,12 +562,8 @@ fn socket_to_a_child_process_keeps_every_byte() {
         unsafe { child_sink(port, total) };
     }
     let (mut conn, _) = listener.accept().unwrap();
-    let mut x = Xlate::new(XlateConfig {
-        table_slots: 4,
-        mode: Mode::Cache(Miss::Fallback { rate_limit: None }),
-        ..XlateConfig::default()
-    })
-    .unwrap();
+    let mut x = Xlate::new(cfg).unwrap();
+    let mut calls = 0u64;
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for round in 0..rounds {
         for (i, b) in bufs.iter_mut().enumerate() {
@@ -586,6 +575,7 @@ fn socket_to_a_child_process_keeps_every_byte() {
             let mut sent = 0;
             while sent < b.len() {
                 sent += x.send(&conn, &b[sent..]).unwrap();
+                calls += 1;
             }
         }
     }
@@ -607,14 +597,88 @@ fn socket_to_a_child_process_keeps_every_byte() {
     );
     assert_eq!(u64::from_le_bytes(answer), h, "checksum of {total} bytes");
     let s = x.stats();
-    eprintln!(
-        "socket: {s:?} (loopback copies even zero-copy sends: {} of the sends reported ZC_COPIED)",
-        s.zc_copied
-    );
     assert_eq!(s.direct, 1);
     if watching(&x) {
         assert!(s.hits > 0 && s.evictions > 0, "{s:?}");
     }
+    (x, calls)
+}
+
+fn socket_cfg() -> XlateConfig {
+    XlateConfig {
+        table_slots: 4,
+        mode: Mode::Cache(Miss::Fallback { rate_limit: None }),
+        ..XlateConfig::default()
+    }
+}
+
+/// The default send path: `WRITE_FIXED` on the socket from the registered buffer (hits)
+/// and the bounce buffers (misses) carries every byte, with one completion per write and
+/// no zero-copy notification.
+#[test]
+fn fixed_write_send_to_a_child_process_keeps_every_byte() {
+    let _g = serial();
+    if !have_xlate() {
+        return;
+    }
+    let f = Features::probe();
+    if !f.socket_write_fixed {
+        eprintln!("skipped: WRITE_FIXED on a socket refused here");
+        return;
+    }
+    let (x, _) = socket_to_a_child(socket_cfg());
+    let s = x.stats();
+    eprintln!("socket, WRITE_FIXED: {s:?}");
+    assert_eq!(x.send_op(), SendOp::WriteFixed);
+    assert_eq!((s.send_fallbacks, s.zc_copied), (0, 0), "{s:?}");
+}
+
+/// `zero_copy_send`: `SEND_ZC` from the fixed buffer, waiting for notifications.
+#[test]
+fn zero_copy_send_to_a_child_process_keeps_every_byte() {
+    let _g = serial();
+    if !have_xlate() {
+        return;
+    }
+    if !Features::probe().send_zc {
+        eprintln!("skipped: no SEND_ZC here");
+        return;
+    }
+    let (x, _) = socket_to_a_child(XlateConfig {
+        zero_copy_send: true,
+        ..socket_cfg()
+    });
+    let s = x.stats();
+    eprintln!(
+        "socket, SEND_ZC: {s:?} (loopback copies even zero-copy sends: {} reported ZC_COPIED)",
+        s.zc_copied
+    );
+    assert_eq!(x.send_op(), SendOp::SendZc);
+    assert_eq!(s.send_fallbacks, 0, "{s:?}");
+}
+
+/// With `WRITE_FIXED` forced off, sends take the fallback a kernel without it would
+/// (`SEND_ZC`, else a plain `SEND`), still carry every byte, and every call is counted.
+#[test]
+fn send_fallback_is_taken_and_counted_when_fixed_write_is_off() {
+    let _g = serial();
+    if !have_xlate() {
+        return;
+    }
+    let (x, calls) = socket_to_a_child(XlateConfig {
+        socket_write_fixed: false,
+        ..socket_cfg()
+    });
+    let s = x.stats();
+    eprintln!("socket, fallback: {s:?}");
+    let want = if Features::probe().send_zc {
+        SendOp::SendZc
+    } else {
+        SendOp::Plain
+    };
+    assert_eq!(x.send_op(), want);
+    assert_eq!(s.send_fallbacks, calls, "{s:?}");
+    assert!(calls >= 30, "{calls}");
 }
 
 /// Runs in the forked child: connects, reads `total` bytes, sends back their FNV-1a hash.
@@ -655,6 +719,57 @@ unsafe fn child_sink(port: u16, total: usize) -> ! {
         libc::close(fd);
         libc::_exit(0);
     }
+}
+
+/// The socket send path (`WRITE_FIXED` from the registered pages by default) also never
+/// sends the pinned old pages after the range is unmapped and mapped anew.
+#[test]
+fn socket_send_after_remap_carries_the_new_bytes() {
+    let _g = serial();
+    if !have_xlate() {
+        return;
+    }
+    let mut x = Xlate::new(XlateConfig {
+        table_slots: 8,
+        mode: Mode::Cache(Miss::Fallback { rate_limit: None }),
+        ..XlateConfig::default()
+    })
+    .unwrap();
+    if !watching(&x) {
+        return;
+    }
+    let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let len = 2 * ferry::sys::page_size();
+    let p = anon(len);
+    let mut send_and_check = |x: &mut Xlate, v: u8, what: &str| {
+        // SAFETY: `p..p+len` is mapped read-write by this test whenever a slice is made,
+        // and no slice outlives the next remapping.
+        let s = unsafe { std::slice::from_raw_parts_mut(p, len) };
+        s.fill(v);
+        let mut sent = 0;
+        while sent < len {
+            sent += x.send(&a, &s[sent..]).unwrap();
+        }
+        let mut got = vec![0u8; len];
+        b.read_exact(&mut got).unwrap();
+        assert!(
+            got.iter().all(|&c| c == v),
+            "{what}: stale bytes {:?}",
+            &got[..4]
+        );
+    };
+    send_and_check(&mut x, 1, "first send (miss)");
+    send_and_check(&mut x, 2, "second send (hit)");
+    assert_eq!(x.stats().hits, 1, "{:?}", x.stats());
+    // SAFETY: the test's own mapping; nothing refers to it across this call.
+    assert_eq!(unsafe { libc::munmap(p.cast(), len) }, 0);
+    anon_at(p, len);
+    send_and_check(&mut x, 3, "after munmap + mmap");
+    let s = x.stats();
+    assert!(s.invalidations >= 1, "{s:?}");
+    assert_eq!(s.hits, 1, "the remapped range must not hit: {s:?}");
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::munmap(p.cast(), len) }, 0);
 }
 
 /// An `Xlate` can move to another thread (it owns its ring and shares only locked state).

@@ -12,8 +12,9 @@
 //! ```
 //!
 //! Each I/O looks its buffer up in a user-level table of registered ranges
-//! ([`table::Table`]). A hit runs `WRITE_FIXED` / `READ_FIXED` / `SEND_ZC` with the fixed
-//! buffer straight from the caller's pages. A miss goes through a bounce buffer at once
+//! ([`table::Table`]). A hit runs `WRITE_FIXED` / `READ_FIXED` with the fixed buffer
+//! straight from the caller's pages; so does a send, as `WRITE_FIXED` on the socket
+//! ([`SendOp`]; `SEND_ZC` on request). A miss goes through a bounce buffer at once
 //! (one copy) and the miss is *served later*: once the I/O is submitted, and only if at
 //! least `rate_limit` bytes have moved since the last registration (the paper's
 //! hysteresis), the range is registered so the next I/O on it hits. Replacement is LRU,
@@ -46,12 +47,20 @@
 //! [`XlateConfig::watch_unmaps`] is off), the cache does not cache at all: every I/O
 //! bounces and counts in [`XlateStats::uncached`], rather than risk stale data.
 //!
-//! Limits: sockets cannot *receive* into a fixed buffer on this kernel (only sends take
-//! `IORING_RECVSEND_FIXED_BUF`), so [`Xlate::recv`] reads straight into the caller's
-//! buffer ([`XlateStats::direct`]). Page-cache changes that bypass the mapping raise no
-//! event: punching a hole in (or truncating) a memfd or tmpfs file whose shared mapping is
-//! cached leaves the cache holding the old pages; drop the [`Xlate`] (or do not cache such
-//! memory) around those calls. A thread that maps new memory at the address *while*
+//! Sends: `IORING_OP_SEND` refuses `IORING_RECVSEND_FIXED_BUF` (`EINVAL` on 6.18; only
+//! `SEND_ZC` takes it), and `SEND_ZC` completes only when its notification arrives, which
+//! on loopback means once the peer has read the data. `WRITE_FIXED` on a socket goes
+//! through the socket's `write_iter` with the registered pages, completes once the data
+//! is queued, and needs no notification; it is probed ([`Features::socket_write_fixed`])
+//! and used by default. Like `send(2)` without `MSG_NOSIGNAL`, a write to a closed
+//! connection raises `SIGPIPE` (Rust programs ignore it by default).
+//!
+//! Limits: [`Xlate::recv`] reads straight into the caller's buffer with
+//! `IORING_OP_RECV` ([`XlateStats::direct`]); `READ_FIXED` on a socket would be the
+//! fixed-buffer receive, but the cache does not use it yet. Page-cache changes that
+//! bypass the mapping raise no event: punching a hole in (or truncating) a memfd or tmpfs
+//! file whose shared mapping is cached leaves the cache holding the old pages; drop the
+//! [`Xlate`] (or do not cache such memory) around those calls. A thread that maps new memory at the address *while*
 //! another thread's `munmap` of it is still waiting for the monitor is not covered; such
 //! code is already racing on its own memory. An `Xlate` must not be used across `fork`.
 //! Operations are synchronous: each call returns only once its completions (and a
@@ -138,6 +147,19 @@ pub enum Miss {
     },
 }
 
+/// Which operation [`Xlate::send`] uses (see [`Xlate::send_op`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOp {
+    /// `IORING_OP_WRITE_FIXED` on the socket, from the registered buffer: one completion,
+    /// no notification (the kernel copies into the socket buffer, as a plain send does).
+    WriteFixed,
+    /// `IORING_OP_SEND_ZC` from the registered buffer, waiting for its notification (on
+    /// loopback that comes only once the peer has read the data).
+    SendZc,
+    /// `IORING_OP_SEND` from the memory itself: the registered buffer is not used.
+    Plain,
+}
+
 /// Configuration of an [`Xlate`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct XlateConfig {
@@ -153,6 +175,14 @@ pub struct XlateConfig {
     /// Watch cached ranges for unmap/remap with userfaultfd (default true). Off, or when
     /// userfaultfd is missing, [`Mode::Cache`] caches nothing and every I/O bounces.
     pub watch_unmaps: bool,
+    /// Send with `SEND_ZC` from the fixed buffer and wait for each notification (default
+    /// false), counting [`XlateStats::zc_copied`]. Off, sends use `WRITE_FIXED` on the
+    /// socket when the kernel allows it ([`Features::socket_write_fixed`]).
+    pub zero_copy_send: bool,
+    /// Use `WRITE_FIXED` for sends when the kernel allows it (default true). Off forces
+    /// the fallback that a kernel without it gets: `SEND_ZC` if present, else a plain
+    /// `SEND`, counted in [`XlateStats::send_fallbacks`].
+    pub socket_write_fixed: bool,
 }
 
 impl Default for XlateConfig {
@@ -165,6 +195,8 @@ impl Default for XlateConfig {
                 rate_limit: Some(64 * 1024),
             }),
             watch_unmaps: true,
+            zero_copy_send: false,
+            socket_write_fixed: true,
         }
     }
 }
@@ -197,6 +229,10 @@ pub struct XlateStats {
     pub direct: u64,
     /// Zero-copy sends the kernel reported as copied (`IORING_NOTIF_USAGE_ZC_COPIED`).
     pub zc_copied: u64,
+    /// Sends that could not use `WRITE_FIXED` (the kernel lacks it, or
+    /// [`XlateConfig::socket_write_fixed`] is off) and went by `SEND_ZC` or a plain `SEND`
+    /// instead ([`Xlate::send_op`]). Sends asked to be zero-copy do not count.
+    pub send_fallbacks: u64,
     /// Bytes transferred.
     pub bytes: u64,
 }
@@ -214,19 +250,19 @@ pub enum Invalidation {
 enum Kind {
     Write(u64),
     Read(u64),
-    Send,
+    Send(SendOp),
 }
 
 impl Kind {
     fn is_socket(self) -> bool {
-        matches!(self, Kind::Send)
+        matches!(self, Kind::Send(_))
     }
     /// The same kind, `at` bytes further into the file.
     fn at(self, at: usize) -> Kind {
         match self {
             Kind::Write(o) => Kind::Write(o + at as u64),
             Kind::Read(o) => Kind::Read(o + at as u64),
-            Kind::Send => Kind::Send,
+            Kind::Send(op) => Kind::Send(op),
         }
     }
 }
@@ -308,6 +344,8 @@ pub struct Xlate {
     stats: XlateStats,
     /// A ring call failed with SQEs left unsubmitted: never enter the ring again.
     poisoned: bool,
+    /// How sends go out.
+    send_op: SendOp,
 }
 
 impl std::fmt::Debug for Xlate {
@@ -372,6 +410,16 @@ impl Xlate {
         // is unmapped only after the ring (and with it the registration) is gone.
         unsafe { ring.submitter().register_buffers_update(0, &iovecs, None)? };
 
+        let send_op = if cfg.zero_copy_send {
+            SendOp::SendZc
+        } else if cfg.socket_write_fixed && f.socket_write_fixed {
+            SendOp::WriteFixed
+        } else if f.send_zc {
+            SendOp::SendZc
+        } else {
+            SendOp::Plain
+        };
+
         let wants_watch = matches!(cfg.mode, Mode::Cache(_));
         let (hub, invalidation) = if !wants_watch {
             (None, Invalidation::Off("this mode caches nothing".into()))
@@ -425,6 +473,7 @@ impl Xlate {
             credit,
             stats: XlateStats::default(),
             poisoned: false,
+            send_op,
         })
     }
 
@@ -467,20 +516,36 @@ impl Xlate {
         self.run(fd.as_fd(), Kind::Read(off), buf.as_mut_ptr(), buf.len())
     }
 
+    /// Which operation [`Xlate::send`] uses: `WRITE_FIXED` on the socket where the kernel
+    /// allows it, else (or with [`XlateConfig::zero_copy_send`]) `SEND_ZC`, else a plain
+    /// `SEND`.
+    pub fn send_op(&self) -> SendOp {
+        self.send_op
+    }
+
     /// Sends `buf` on the connected socket `fd`; returns the bytes sent.
     ///
-    /// Uses `SEND_ZC` with a fixed buffer, and waits for its notification; on loopback and
-    /// veth the kernel copies anyway ([`XlateStats::zc_copied`]).
+    /// A hit, and every bounced chunk, goes out from its registered buffer by
+    /// [`Xlate::send_op`]: by default `WRITE_FIXED` on the socket, which completes once
+    /// the kernel has copied the data into the socket (plain `SEND` refuses fixed buffers).
+    /// With [`XlateConfig::zero_copy_send`], `SEND_ZC`, waiting for its notification; on
+    /// loopback and veth the kernel copies anyway ([`XlateStats::zc_copied`]). A stream
+    /// socket gets all of `buf` unless an error stops it part way.
     pub fn send(&mut self, fd: impl AsFd, buf: &[u8]) -> Result<usize> {
-        let f = Features::probe();
-        f.require(f.send_zc, "SEND_ZC")?;
-        self.run(fd.as_fd(), Kind::Send, buf.as_ptr().cast_mut(), buf.len())
+        if self.cfg.zero_copy_send {
+            let f = Features::probe();
+            f.require(f.send_zc, "SEND_ZC")?;
+        } else if self.send_op != SendOp::WriteFixed {
+            self.stats.send_fallbacks += 1;
+        }
+        let kind = Kind::Send(self.send_op);
+        self.run(fd.as_fd(), kind, buf.as_ptr().cast_mut(), buf.len())
     }
 
     /// Receives into `buf` from the socket `fd`; returns the bytes received.
     ///
-    /// Straight into `buf` with `IORING_OP_RECV`: the kernel has no fixed-buffer receive,
-    /// so the cache plays no part ([`XlateStats::direct`]).
+    /// Straight into `buf` with `IORING_OP_RECV`: the cache plays no part
+    /// ([`XlateStats::direct`]).
     pub fn recv(&mut self, fd: impl AsFd, buf: &mut [u8]) -> Result<usize> {
         self.check(buf.len())?;
         self.stats.ios += 1;
@@ -660,12 +725,27 @@ impl Xlate {
         len: usize,
         index: u32,
     ) -> Result<usize> {
-        let e = build(fd, kind, ptr, len, index as u16);
-        let mut res = [0i32; 1];
-        // SAFETY: the buffer is the caller's borrow, held until `submit` returns, which is
-        // after every completion (and notification) of this I/O.
-        unsafe { self.submit(&[e], None, &mut res)? };
-        cqe_result(res[0])
+        let mut done = 0usize;
+        loop {
+            // SAFETY: `done < len`, so the pointer stays inside the caller's buffer.
+            let at = unsafe { ptr.add(done) };
+            let e = build(fd, kind, at, len - done, index as u16);
+            let mut res = [0i32; 1];
+            // SAFETY: the buffer is the caller's borrow, held until `submit` returns, which
+            // is after every completion (and notification) of this I/O.
+            unsafe { self.submit(&[e], None, &mut res)? };
+            let n = match cqe_result(res[0]) {
+                Ok(n) => n,
+                Err(e) if done == 0 => return Err(e),
+                Err(_) => return Ok(done),
+            };
+            done += n;
+            // `WRITE_FIXED` on a socket may stop short where `SEND` would carry on (a full
+            // send buffer under the ring's non-blocking attempt): send the rest.
+            if !kind.is_socket() || n == 0 || done >= len {
+                return Ok(done);
+            }
+        }
     }
 
     /// Copies through the bounce buffers, in chunks of `bounce_size`, `bounce_buffers` in
@@ -681,7 +761,14 @@ impl Xlate {
     ) -> Result<usize> {
         self.stats.fallbacks += 1;
         let bs = self.bounce_size;
-        let nb = self.cfg.bounce_buffers as usize;
+        // `WRITE_FIXED` on a stream socket may complete short; whether that cancels the
+        // chunks linked after it is not something to rely on, so such sends keep one chunk
+        // in flight and carry on from where the last one stopped.
+        let nb = if kind == Kind::Send(SendOp::WriteFixed) {
+            1
+        } else {
+            self.cfg.bounce_buffers as usize
+        };
         let mut done = 0usize;
         loop {
             let mut chunks: Vec<(usize, usize, usize)> = Vec::with_capacity(nb);
@@ -739,7 +826,8 @@ impl Xlate {
                 }
                 done += r;
                 if r < clen {
-                    short = true;
+                    // A lone stream chunk that moved some bytes: send the rest next pass.
+                    short = !(kind.is_socket() && r > 0 && chunks.len() == 1);
                     break;
                 }
             }
@@ -869,10 +957,17 @@ fn build(fd: RawFd, kind: Kind, ptr: *mut u8, len: usize, index: u16) -> squeue:
         Kind::Read(off) => opcode::ReadFixed::new(fd, ptr, len as u32, index)
             .offset(off)
             .build(),
-        Kind::Send => opcode::SendZc::new(fd, ptr.cast_const(), len as u32)
+        // Offset 0: a socket has no file position, and 0 leaves `f_pos` alone.
+        Kind::Send(SendOp::WriteFixed) => {
+            opcode::WriteFixed::new(fd, ptr.cast_const(), len as u32, index)
+                .offset(0)
+                .build()
+        }
+        Kind::Send(SendOp::SendZc) => opcode::SendZc::new(fd, ptr.cast_const(), len as u32)
             .buf_index(Some(index))
             .zc_flags(SEND_ZC_REPORT_USAGE)
             .build(),
+        Kind::Send(SendOp::Plain) => opcode::Send::new(fd, ptr.cast_const(), len as u32).build(),
     }
 }
 
