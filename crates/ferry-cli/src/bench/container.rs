@@ -317,7 +317,23 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         measured.push(measure(ctx, run)?);
     }
 
+    ctx.progress
+        .phase("container: one hop's calls in one process (the floor of a hop)");
+    let floor = hop_floor(ctx.pick(2_000, 10_000))?;
     let mut out = BenchOutput::default();
+    out.records.push(
+        Record::new(
+            "container",
+            "hop floor (ship + receive in one process)",
+            "µs",
+            floor.us,
+            floor.trials,
+            floor.spread,
+        )
+        .param("pallets", PALLETS)
+        .param("bytes", 10usize << 20)
+        .param("syscalls_per_hop", floor.syscalls),
+    );
     for m in &measured {
         let size = m.run.size;
         let (per, _) = pallet_layout(size);
@@ -369,7 +385,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
             }
         }
     }
-    out.markdown = markdown(ctx, &measured, memcpy.gbps.median);
+    out.markdown = markdown(ctx, &measured, memcpy.gbps.median, &floor);
     for m in &measured {
         out.plots.push(plot(m));
     }
@@ -429,7 +445,60 @@ fn verdicts(measured: &[Measured]) -> Vec<(String, String, bool)> {
     v
 }
 
-fn markdown(ctx: &BenchCtx, measured: &[Measured], memcpy_gbps: f64) -> String {
+/// The cost of one hop's unavoidable calls, with no process switch or wake-up.
+struct Floor {
+    /// Per hop, over all rounds; `median` is the headline.
+    us: Summary,
+    /// ferry's own syscalls per hop.
+    syscalls: f64,
+    trials: u32,
+    /// Spread of the medians of the trials.
+    spread: f64,
+}
+
+/// Ships a 10 MiB container of five pallets to itself over a socket pair and receives it,
+/// `rounds` times in each of 3 trials, in this process: the calls every hop makes
+/// (`sendmsg` and `recvmsg` with five descriptors, `fstat` and `F_GET_SEALS` per received
+/// memfd, the sender's five `close`s) without the switch to another process.
+fn hop_floor(rounds: u32) -> Result<Floor> {
+    use std::os::unix::net::UnixStream;
+    use std::time::Instant;
+
+    use ferry::container::Container;
+
+    let (a, b) = UnixStream::pair()?;
+    let (per, _) = pallet_layout(10 << 20);
+    let mut c = Container::alloc(&[per; PALLETS])?;
+    let hop = |c: Container| -> Result<Container> {
+        c.ship(&a).map_err(|e| e.error)?;
+        Ok(Container::receive(&b)?)
+    };
+    for _ in 0..200 {
+        c = hop(c)?;
+    }
+    let trials = 3;
+    let (mut all, mut medians) = (Vec::new(), Vec::new());
+    let calls0 = ferry::sys::syscall_count();
+    for _ in 0..trials {
+        let mut us = Vec::with_capacity(rounds as usize);
+        for _ in 0..rounds {
+            let t = Instant::now();
+            c = hop(c)?;
+            us.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        medians.push(median(&us));
+        all.extend(us);
+    }
+    let syscalls = (ferry::sys::syscall_count() - calls0) as f64 / f64::from(trials * rounds);
+    Ok(Floor {
+        us: Summary::of(&all),
+        syscalls,
+        trials,
+        spread: spread(&medians),
+    })
+}
+
+fn markdown(ctx: &BenchCtx, measured: &[Measured], memcpy_gbps: f64, floor: &Floor) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -574,6 +643,31 @@ fn markdown(ctx: &BenchCtx, measured: &[Measured], memcpy_gbps: f64) -> String {
     let _ = writeln!(md, "\nBars (issue 3):\n");
     for (what, got, ok) in verdicts(measured) {
         let _ = writeln!(md, "- {} {what}: {got}", if ok { "MET" } else { "NOT MET" });
+    }
+    let hops = DOMAINS - 1;
+    let _ = writeln!(
+        md,
+        "\nThe floor of a hop, measured in this run: shipping a 10 MiB container of {PALLETS} pallets \
+         and receiving it in one process, with no switch or wake-up, takes {} µs (median; p99 {} µs) \
+         and {:.0} system calls through ferry's sys layer (`sendmsg`, `recvmsg` for the header and again for \
+         the pallet entries, `fstat` and `F_GET_SEALS` per received memfd) plus the sender's {PALLETS} `close`s: \
+         the move model and the receiver's checks need each one. \
+         {hops} hops cost at least {} µs, so even with free scheduling container shipping could reach at most:\n",
+        num(floor.us.median),
+        num(floor.us.p99),
+        floor.syscalls,
+        num(hops as f64 * floor.us.median)
+    );
+    for m in measured.iter().filter(|m| m.run.size == 10 << 20) {
+        let copy = m.cell(Method::Copy, 0).map_or(f64::NAN, |c| c.median_us());
+        let _ = writeln!(
+            md,
+            "- {}: this run's copy ({} µs) / {} µs = {} over copy",
+            m.run.label(),
+            num(copy),
+            num(hops as f64 * floor.us.median),
+            ratio(copy / (hops as f64 * floor.us.median))
+        );
     }
     md.push('\n');
     md
