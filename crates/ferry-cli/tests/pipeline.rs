@@ -1,6 +1,6 @@
 //! `ferry pipeline` end to end: real stage processes (and the in-process mode), byte-exact
-//! output for awkward sizes up to 1 GiB, the XOR transform, stdin to stdout, and a stage
-//! that dies mid-run.
+//! output for awkward sizes up to 1 GiB, the XOR transform, stdin to stdout, a stage
+//! that dies mid-run, and one that is stopped.
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -249,4 +249,118 @@ fn bad_input_is_a_clear_error() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("open input"));
+}
+
+/// Waits up to `secs` for the child to exit; kills it and fails if it does not.
+fn wait_bounded(child: &mut std::process::Child, secs: u64) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the pipeline did not stop within {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn stopped_stage_is_named_after_the_stall_timeout() {
+    let mut child = ferry()
+        .args([
+            "pipeline",
+            "-",
+            "-",
+            "--stages",
+            "3",
+            "--pallet-size",
+            "64K",
+            "-v",
+        ])
+        .args(["--stall-timeout", "1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read stderr on a thread, handing over each line, so the stage pids arrive while the
+    // pipeline runs.
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut err = String::new();
+    let mut pids = Vec::new();
+    while pids.len() < 3 {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("no stage pids: {err}"));
+        err.push_str(&line);
+        err.push('\n');
+        pids = stage_pids(&err);
+    }
+    // Stop stage 2, then feed data (and keep stdin open): nothing can reach the output.
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pids[1] as i32).unwrap(),
+        rustix::process::Signal::STOP,
+    )
+    .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&pattern(5, 0, MIB)).unwrap();
+    let status = wait_bounded(&mut child, 60);
+    drop(stdin);
+    reader.join().unwrap();
+    err.extend(rx.try_iter().map(|l| l + "\n"));
+    assert!(!status.success(), "should fail: {err}");
+    let culprit = format!("stage 2 (pid {}) stopped", pids[1]);
+    assert!(err.contains(&culprit), "no {culprit:?} in: {err}");
+    assert!(err.contains("--stall-timeout"), "{err}");
+    for pid in pids {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(
+            !stat.contains("(ferry)"),
+            "stage pid {pid} still exists: {stat}"
+        );
+    }
+}
+
+#[test]
+fn idle_input_without_a_stopped_stage_says_so() {
+    let mut child = ferry()
+        .args([
+            "pipeline",
+            "-",
+            "-",
+            "--stages",
+            "2",
+            "--stall-timeout",
+            "0.5",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap(); // open, and silent
+    let status = wait_bounded(&mut child, 60);
+    drop(stdin);
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(!status.success(), "should fail: {err}");
+    assert!(err.contains("every stage was still running"), "{err}");
 }

@@ -83,6 +83,11 @@ pub struct PipelineArgs {
     /// Print the stage pids and the pipeline's descriptor counts before and after the run.
     #[arg(short, long)]
     verbose: bool,
+    /// Give up when no byte has reached the output for this many seconds, naming any stage
+    /// that is stopped (SIGSTOP, a debugger); 0 waits for ever (an idle TCP input may be
+    /// legitimate).
+    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
+    stall_timeout: f64,
 }
 
 /// Arguments of `ferry __stage`, one stage process spawned by `ferry pipeline`.
@@ -217,7 +222,8 @@ pub fn run(args: PipelineArgs) -> Result<()> {
 
     let bar = progress_bar(input_len);
     let start = Instant::now();
-    let result = supervise(source, sink, &mut stages, &bar, &moved);
+    let stall = (args.stall_timeout > 0.0).then(|| Duration::from_secs_f64(args.stall_timeout));
+    let result = supervise(source, sink, &mut stages, &bar, &moved, stall);
     let secs = start.elapsed().as_secs_f64();
     bar.finish_and_clear();
     if args.verbose {
@@ -363,12 +369,20 @@ fn supervise(
     stages: &mut Vec<Stage>,
     bar: &ProgressBar,
     moved: &AtomicU64,
+    stall: Option<Duration>,
 ) -> Result<u64> {
     let mut source = Some(source);
     let mut sink = Some(sink);
     let mut read = None;
+    let (mut last, mut since) = (0, Instant::now());
     let failure = loop {
-        bar.set_position(moved.load(Ordering::Relaxed));
+        let now = moved.load(Ordering::Relaxed);
+        bar.set_position(now);
+        if now != last {
+            (last, since) = (now, Instant::now());
+        } else if let Some(limit) = stall.filter(|&l| since.elapsed() >= l) {
+            break stalled(stages, limit);
+        }
         if source.as_ref().is_some_and(|s| s.is_finished()) {
             match join(source.take().expect("checked"), "source") {
                 Ok(n) => read = Some(n),
@@ -409,6 +423,38 @@ fn supervise(
         }
     }
     Err(anyhow!("pipeline stopped: {:#}", cause.unwrap_or(failure)))
+}
+
+/// The error for a pipeline that moved nothing for `limit`: names the stages that are
+/// stopped (state `T` or `t` in `/proc/PID/stat`), if any.
+fn stalled(stages: &[Stage], limit: Duration) -> anyhow::Error {
+    let stopped: Vec<String> = stages
+        .iter()
+        .filter_map(|s| match s {
+            Stage::Process { index, child } if is_stopped(child.id()) => {
+                Some(format!("stage {index} (pid {})", child.id()))
+            }
+            _ => None,
+        })
+        .collect();
+    let secs = limit.as_secs_f64();
+    if stopped.is_empty() {
+        anyhow!("no data reached the output for {secs} s (--stall-timeout); every stage was still running")
+    } else {
+        anyhow!(
+            "no data reached the output for {secs} s (--stall-timeout): {} stopped (SIGSTOP or a debugger)",
+            stopped.join(", ")
+        )
+    }
+}
+
+/// Whether process `pid` is stopped by a signal or a tracer.
+fn is_stopped(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the command name, which is in parentheses and may hold spaces.
+    stat.rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next())
+        .is_some_and(|c| c == 'T' || c == 't')
 }
 
 fn join(h: JoinHandle<Result<u64>>, what: &str) -> Result<u64> {
@@ -470,7 +516,11 @@ fn reap(stages: &mut Vec<Stage>, failing: bool) -> Option<anyhow::Error> {
                 }
             }
             Stage::Thread { index, handle } => {
-                // Threads end by themselves once their sockets close.
+                // Threads end by themselves once their sockets close. After a failure one
+                // may be stuck (a stall): leave it to the process's exit rather than hang.
+                if failing && !handle.is_finished() {
+                    continue;
+                }
                 match handle.join() {
                     Ok(Ok(_)) | Ok(Err(StageError::NeighbourGone(_))) => {}
                     Ok(Err(StageError::Failed(m))) => {
