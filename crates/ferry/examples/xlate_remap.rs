@@ -39,17 +39,19 @@ fn main() -> ferry::Result<()> {
     let addr = map(None, len);
     // SAFETY: `addr` is a fresh private mapping of `len` bytes, unmapped only below.
     unsafe { std::ptr::write_bytes(addr, b'A', len) };
-    // SAFETY: as above; the slice is dropped before the unmap.
-    x.write_at(&file, unsafe { std::slice::from_raw_parts(addr, len) }, 0)?;
-    x.write_at(&file, unsafe { std::slice::from_raw_parts(addr, len) }, 0)?;
-    // SAFETY: nothing refers to the mapping any more.
+    // SAFETY: as above; the slice is not used after the unmap.
+    let old = unsafe { std::slice::from_raw_parts(addr, len) };
+    x.write_at(&file, old, 0)?; // a miss
+    x.write_at(&file, old, 0)?; // a hit
+                                // SAFETY: nothing refers to the mapping any more.
     unsafe { libc::munmap(addr.cast(), len) };
     let again = map(Some(addr), len);
     assert_eq!(again, addr, "the kernel gave the same address back");
     // SAFETY: the new mapping at the same address, `len` bytes.
     unsafe { std::ptr::write_bytes(again, b'B', len) };
     // SAFETY: as above.
-    x.write_at(&file, unsafe { std::slice::from_raw_parts(again, len) }, 0)?;
+    let new = unsafe { std::slice::from_raw_parts(again, len) };
+    x.write_at(&file, new, 0)?; // the unmap dropped the cache entry: the new bytes go out
 
     let mut head = [0u8; 4];
     file.seek(SeekFrom::Start(0))?;
