@@ -660,3 +660,49 @@ fn zero_copy_sends_deliver_intact_data_and_report_kernel_copies() {
         st.zc_copied, st.zc_sends
     );
 }
+
+/// A dormant (loop) accept-stop is re-checked when it is activated: once its target was
+/// released and the slot went to a new command, activating the stop is refused and leaves
+/// the new command armed, rather than cancelling a command it never named.
+#[test]
+fn reactivated_accept_stop_never_stops_the_new_owner_of_a_released_slot() {
+    let _g = serial();
+    if !have_ring() {
+        return;
+    }
+    let mut ep = Endpoint::new(EndpointOptions::new(16 * 1024)).unwrap();
+    let rx = loopback();
+    let to = rx.local_addr().unwrap();
+    let s = ep.add_socket(rx.into()).unwrap();
+    let mut v = Vector::new();
+    v.push_dormant(Command::Accept {
+        sock: s,
+        buf: BufRange::new(0, 100),
+    });
+    let old = ep.submit(&v).unwrap()[0];
+    let mut v = Vector::new();
+    v.push_dormant(Command::AcceptStop { target: old });
+    let stop = ep.submit(&v).unwrap()[0];
+    ep.release(old).unwrap();
+    let mut v = Vector::new();
+    v.push_loop(Command::Accept {
+        sock: s,
+        buf: BufRange::new(4096, 100),
+    });
+    let new = ep.submit(&v).unwrap()[0];
+    assert_eq!(ep.status(new).unwrap(), Status::Pending);
+    assert!(
+        ep.activate(stop, BufRange::new(0, 0)).is_err(),
+        "the stop's target is gone"
+    );
+    ep.poll().unwrap();
+    assert_eq!(
+        ep.status(new).unwrap(),
+        Status::Pending,
+        "new command untouched"
+    );
+    // And it still receives.
+    loopback().send_to(b"still armed", to).unwrap();
+    assert_eq!(ep.wait(new, Some(T)).unwrap(), Status::Done(11));
+    assert_eq!(ep.buf(BufRange::new(4096, 11)).unwrap(), b"still armed");
+}

@@ -511,15 +511,22 @@ impl Endpoint {
         if let Some(h) = cmd.socket() {
             self.check_socket(h)?;
         }
+        if let Command::AcceptStop { target } = cmd {
+            // The target may have been released (and its slot reused) since the stop was
+            // placed: check it again, as `submit` does.
+            if !self.slot_of(target).is_ok_and(|t| t.looped) {
+                return Err(refuse("accept-stop names no loop command of this endpoint"));
+            }
+        }
         self.check_range(
             range,
             matches!(cmd, Command::Accept { .. } | Command::AcceptMultiple { .. }),
         )?;
-        self.reserve(if matches!(cmd, Command::Request { .. }) {
-            2
-        } else {
-            1
-        })?;
+        self.reserve(self.sqes_needed(&Placed {
+            cmd,
+            looped: true,
+            arm: true,
+        }))?;
         self.slots[id.slot as usize].cur = range;
         self.arm(id.slot, false);
         self.stats.activations += 1;
@@ -878,7 +885,10 @@ impl Endpoint {
                     return false;
                 }
                 if let Command::AcceptStop { target } = cmd {
-                    if self.slots[target.slot as usize].inflight == 0 {
+                    // Only if the target still holds its slot: once it finished it may
+                    // have been released and the slot given to another command.
+                    let t = &self.slots[target.slot as usize];
+                    if t.generation == target.generation && t.cmd.is_some() && t.inflight == 0 {
                         self.finish_stop(target.slot);
                     }
                 }
@@ -1065,6 +1075,47 @@ mod tests {
         fn send<T: Send>() {}
         send::<Endpoint>();
         send::<crate::vcm::DatagramSocket>();
+    }
+
+    /// An accept-stop's second cancel completion can arrive after its target finished,
+    /// was released, and its slot went to a new command: that late completion must not
+    /// mark the new command stopped.
+    #[test]
+    fn late_cancel_completion_leaves_the_slots_new_owner_alone() {
+        if !crate::uring::Features::probe().ring {
+            eprintln!("skipped: no io_uring here");
+            return;
+        }
+        let mut ep = Endpoint::new(EndpointOptions::new(16 * 1024)).unwrap();
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let s = ep.add_socket(sock.into()).unwrap();
+        let mut v = Vector::new();
+        v.push_loop(Command::Accept {
+            sock: s,
+            buf: BufRange::new(0, 100),
+        });
+        let target = ep.submit(&v).unwrap()[0];
+        let mut v = Vector::new();
+        v.push(Command::AcceptStop { target });
+        let stop = ep.submit(&v).unwrap()[0];
+        let t = Some(Duration::from_secs(10));
+        assert_eq!(ep.wait(stop, t).unwrap(), Status::Done(0));
+        assert_eq!(ep.wait(target, t).unwrap(), Status::Stopped);
+        // Model one of the stop's two cancel completions as still outstanding.
+        ep.slots[stop.slot as usize].inflight = 1;
+        ep.inflight += 1;
+        ep.release(target).unwrap();
+        let mut v = Vector::new();
+        v.push_dormant(Command::Accept {
+            sock: s,
+            buf: BufRange::new(4096, 100),
+        });
+        let new = ep.submit(&v).unwrap()[0];
+        assert_eq!(new.slot, target.slot, "the slot was reused");
+        let ud = user_data(stop.slot, stop.generation, PART_CANCEL);
+        ep.complete(ud, -libc::ENOENT, 0);
+        assert_eq!(ep.status(new).unwrap(), Status::Idle);
+        ep.activate(new, BufRange::new(4096, 100)).unwrap();
     }
 
     #[test]
