@@ -867,6 +867,12 @@ impl Endpoint {
             if s.inflight > 0 {
                 return false;
             }
+            if s.stopping && !matches!(cmd, Command::AcceptStop { .. }) {
+                // Stopped while the notification was outstanding: end as any stopped loop.
+                s.stash = None;
+                self.finish_stop(slot);
+                return false;
+            }
             let Some(outcome) = s.stash.take() else {
                 return false;
             };
@@ -1062,6 +1068,10 @@ impl Drop for Endpoint {
             // not used after this point. With requests left (a kernel that would not cancel
             // within 2 s), the mapping is leaked instead of unmapped under the kernel.
             unsafe { ManuallyDrop::drop(&mut self.region) };
+        } else {
+            // The kernel may still write a receive's source address and flags into the
+            // slots' boxed msghdrs: leak them with the region rather than free them.
+            std::mem::forget(std::mem::take(&mut self.slots));
         }
     }
 }
@@ -1116,6 +1126,44 @@ mod tests {
         ep.complete(ud, -libc::ENOENT, 0);
         assert_eq!(ep.status(new).unwrap(), Status::Idle);
         ep.activate(new, BufRange::new(4096, 100)).unwrap();
+    }
+
+    /// A zero-copy loop send stopped between its result and its notification ends as
+    /// `Stopped` (as any stopped loop command), not with the stashed send result.
+    #[test]
+    fn loop_send_stopped_before_its_notification_reports_stopped() {
+        if !crate::uring::Features::probe().ring {
+            eprintln!("skipped: no io_uring here");
+            return;
+        }
+        let mut ep = Endpoint::new(EndpointOptions::new(16 * 1024)).unwrap();
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = sock.local_addr().unwrap();
+        let s = ep.add_socket(sock.into()).unwrap();
+        let mut v = Vector::new();
+        v.push_dormant(Command::Send {
+            sock: s,
+            buf: BufRange::new(0, 5),
+            to: Some(to),
+        });
+        let send = ep.submit(&v).unwrap()[0];
+        // Model a zero-copy send whose result (with F_MORE) was reaped and whose
+        // notification is still to come.
+        {
+            let sl = &mut ep.slots[send.slot as usize];
+            sl.inflight = 1;
+            sl.stash = Some(Status::Done(5));
+        }
+        ep.inflight += 1;
+        let mut v = Vector::new();
+        v.push(Command::AcceptStop { target: send });
+        let stop = ep.submit(&v).unwrap()[0];
+        let t = Some(Duration::from_secs(10));
+        assert_eq!(ep.wait(stop, t).unwrap(), Status::Done(0));
+        let notif = 1 << 3; // IORING_CQE_F_NOTIF
+        ep.complete(user_data(send.slot, send.generation, PART_MAIN), 0, notif);
+        assert_eq!(ep.status(send).unwrap(), Status::Stopped);
+        assert_eq!(ep.slots[send.slot as usize].inflight, 0);
     }
 
     #[test]

@@ -55,7 +55,10 @@
 //! and used by default. Like `send(2)` without `MSG_NOSIGNAL`, a write to a closed
 //! connection raises `SIGPIPE` (Rust programs ignore it by default).
 //!
-//! Limits: [`Xlate::recv`] reads straight into the caller's buffer with
+//! Limits: an invalidated entry leaves its kernel slot registered until the slot is
+//! reused or the [`Xlate`] is dropped, so the old pages stay pinned (and counted against
+//! `RLIMIT_MEMLOCK` for unprivileged users) after the application freed them: up to
+//! `table_slots` ranges of at most 1 GiB each. [`Xlate::recv`] reads straight into the caller's buffer with
 //! `IORING_OP_RECV` ([`XlateStats::direct`]); `READ_FIXED` on a socket would be the
 //! fixed-buffer receive, but the cache does not use it yet. Page-cache changes that
 //! bypass the mapping raise no event: punching a hole in (or truncating) a memfd or tmpfs
