@@ -706,3 +706,29 @@ fn reactivated_accept_stop_never_stops_the_new_owner_of_a_released_slot() {
     assert_eq!(ep.wait(new, Some(T)).unwrap(), Status::Done(11));
     assert_eq!(ep.buf(BufRange::new(4096, 11)).unwrap(), b"still armed");
 }
+
+/// An accept on a stream socket delivers the bytes into its buffer. (`MSG_TRUNC`, which
+/// makes a datagram receive report the full length, makes a TCP receive *discard* the
+/// data, so it must be used on datagram sockets only.)
+#[test]
+fn accept_on_a_stream_socket_receives_the_bytes() {
+    let _g = serial();
+    if !have_ring() {
+        return;
+    }
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (conn, _) = l.accept().unwrap();
+    let mut ep = Endpoint::new(EndpointOptions::new(16 * 1024)).unwrap();
+    let s = ep.add_socket(conn.into()).unwrap();
+    ep.buf_mut(BufRange::new(0, 100)).unwrap().fill(0xee);
+    let mut v = Vector::new();
+    v.push(Command::Accept {
+        sock: s,
+        buf: BufRange::new(0, 100),
+    });
+    let id = ep.submit(&v).unwrap()[0];
+    std::io::Write::write_all(&mut peer, b"stream bytes").unwrap();
+    assert_eq!(ep.wait(id, Some(T)).unwrap(), Status::Done(12));
+    assert_eq!(ep.buf(BufRange::new(0, 12)).unwrap(), b"stream bytes");
+}

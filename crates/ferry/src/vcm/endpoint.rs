@@ -198,6 +198,8 @@ struct Slot {
 struct SockSlot {
     fd: Option<OwnedFd>,
     generation: u32,
+    /// A datagram socket: receives ask for `MSG_TRUNC` (on a stream it discards the data).
+    dgram: bool,
 }
 
 static NEXT_ENDPOINT: AtomicU32 = AtomicU32::new(1);
@@ -273,6 +275,7 @@ impl Endpoint {
                 .map(|_| SockSlot {
                     fd: None,
                     generation: 0,
+                    dgram: false,
                 })
                 .collect(),
             slots: Vec::new(),
@@ -320,12 +323,15 @@ impl Endpoint {
             .position(|s| s.fd.is_none())
             .ok_or(Error::Full)?;
         crate::sys::count();
+        let dgram = rustix::net::sockopt::socket_type(&fd)? == rustix::net::SocketType::DGRAM;
+        crate::sys::count();
         self.ring
             .submitter()
             .register_files_update(slot as u32, &[fd.as_raw_fd()])?;
         let s = &mut self.sockets[slot];
         s.generation = s.generation.wrapping_add(1);
         s.fd = Some(fd);
+        s.dgram = dgram;
         Ok(SockHandle {
             endpoint: self.id,
             slot: slot as u32,
@@ -770,6 +776,9 @@ impl Endpoint {
         }
         let base = self.region.as_ptr();
         let zc = self.zero_copy;
+        let dgram = cmd
+            .socket()
+            .is_some_and(|h| self.sockets[h.slot as usize].dgram);
         let s = &mut self.slots[slot as usize];
         s.stash = None;
         let main = user_data(slot, s.generation, PART_MAIN);
@@ -781,7 +790,7 @@ impl Endpoint {
             Command::Accept { sock, .. } | Command::AcceptMultiple { sock, .. } => {
                 let nowait = s.probing;
                 entries[0] =
-                    Some(recv_entry(&mut s.msg, base, s.cur, sock, nowait).user_data(main));
+                    Some(recv_entry(&mut s.msg, base, s.cur, sock, nowait, dgram).user_data(main));
             }
             Command::Request {
                 sock, to, reply, ..
@@ -792,13 +801,11 @@ impl Endpoint {
                         .user_data(main)
                         .flags(squeue::Flags::IO_LINK),
                 );
-                entries[1] = Some(
-                    recv_entry(&mut s.msg, base, reply, sock, false).user_data(user_data(
-                        slot,
-                        s.generation,
-                        PART_REPLY,
-                    )),
-                );
+                entries[1] =
+                    Some(
+                        recv_entry(&mut s.msg, base, reply, sock, false, dgram)
+                            .user_data(user_data(slot, s.generation, PART_REPLY)),
+                    );
                 s.send_err = 0;
             }
             Command::AcceptStop { .. } => {}
@@ -1023,6 +1030,7 @@ fn recv_entry(
     r: BufRange,
     sock: SockHandle,
     nowait: bool,
+    dgram: bool,
 ) -> squeue::Entry {
     m.iov = libc::iovec {
         iov_base: base.wrapping_add(r.offset as usize).cast(),
@@ -1035,9 +1043,11 @@ fn recv_entry(
     m.hdr.msg_control = std::ptr::null_mut();
     m.hdr.msg_controllen = 0;
     m.hdr.msg_flags = 0;
-    // MSG_TRUNC: the result is the datagram's full length even when it did not fit.
+    // MSG_TRUNC: the result is the datagram's full length even when it did not fit. On a
+    // stream socket it would discard the bytes instead, so only datagrams get it.
+    let trunc = if dgram { libc::MSG_TRUNC } else { 0 };
     opcode::RecvMsg::new(Fixed(sock.slot), std::ptr::addr_of_mut!(m.hdr))
-        .flags((libc::MSG_TRUNC | if nowait { libc::MSG_DONTWAIT } else { 0 }) as u32)
+        .flags((trunc | if nowait { libc::MSG_DONTWAIT } else { 0 }) as u32)
         .build()
 }
 
