@@ -732,3 +732,17 @@ fn accept_on_a_stream_socket_receives_the_bytes() {
     assert_eq!(ep.wait(id, Some(T)).unwrap(), Status::Done(12));
     assert_eq!(ep.buf(BufRange::new(0, 12)).unwrap(), b"stream bytes");
 }
+
+/// A receive capacity whose page-rounded size does not fit in 32 bits is refused with an
+/// error (it overflowed: a panic in debug builds, a send area at offset 0 in release).
+#[test]
+fn huge_receive_capacity_is_an_error_not_an_overflow() {
+    let _g = serial();
+    if !have_ring() {
+        return;
+    }
+    for cap in [u32::MAX, u32::MAX - 4095] {
+        let r = DatagramSocket::bind_with("127.0.0.1:0", EndpointOptions::new(0), cap);
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{cap}: {r:?}");
+    }
+}
