@@ -315,7 +315,9 @@ impl Endpoint {
     }
 
     /// Takes ownership of a socket and registers it in the ring's file table
-    /// (`IORING_REGISTER_FILES_UPDATE`). Commands name it by the returned handle.
+    /// (`IORING_REGISTER_FILES_UPDATE`). Commands name it by the returned handle. Its type
+    /// is read once (`SO_TYPE`): receives on datagram sockets report truncation, those on
+    /// streams do not. A descriptor that is not a socket is refused (`ENOTSOCK`).
     pub fn add_socket(&mut self, fd: OwnedFd) -> Result<SockHandle> {
         let slot = self
             .sockets
