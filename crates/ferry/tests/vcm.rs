@@ -660,3 +660,89 @@ fn zero_copy_sends_deliver_intact_data_and_report_kernel_copies() {
         st.zc_copied, st.zc_sends
     );
 }
+
+/// A dormant (loop) accept-stop is re-checked when it is activated: once its target was
+/// released and the slot went to a new command, activating the stop is refused and leaves
+/// the new command armed, rather than cancelling a command it never named.
+#[test]
+fn reactivated_accept_stop_never_stops_the_new_owner_of_a_released_slot() {
+    let _g = serial();
+    if !have_ring() {
+        return;
+    }
+    let mut ep = Endpoint::new(EndpointOptions::new(16 * 1024)).unwrap();
+    let rx = loopback();
+    let to = rx.local_addr().unwrap();
+    let s = ep.add_socket(rx.into()).unwrap();
+    let mut v = Vector::new();
+    v.push_dormant(Command::Accept {
+        sock: s,
+        buf: BufRange::new(0, 100),
+    });
+    let old = ep.submit(&v).unwrap()[0];
+    let mut v = Vector::new();
+    v.push_dormant(Command::AcceptStop { target: old });
+    let stop = ep.submit(&v).unwrap()[0];
+    ep.release(old).unwrap();
+    let mut v = Vector::new();
+    v.push_loop(Command::Accept {
+        sock: s,
+        buf: BufRange::new(4096, 100),
+    });
+    let new = ep.submit(&v).unwrap()[0];
+    assert_eq!(ep.status(new).unwrap(), Status::Pending);
+    assert!(
+        ep.activate(stop, BufRange::new(0, 0)).is_err(),
+        "the stop's target is gone"
+    );
+    ep.poll().unwrap();
+    assert_eq!(
+        ep.status(new).unwrap(),
+        Status::Pending,
+        "new command untouched"
+    );
+    // And it still receives.
+    loopback().send_to(b"still armed", to).unwrap();
+    assert_eq!(ep.wait(new, Some(T)).unwrap(), Status::Done(11));
+    assert_eq!(ep.buf(BufRange::new(4096, 11)).unwrap(), b"still armed");
+}
+
+/// An accept on a stream socket delivers the bytes into its buffer. (`MSG_TRUNC`, which
+/// makes a datagram receive report the full length, makes a TCP receive *discard* the
+/// data, so it must be used on datagram sockets only.)
+#[test]
+fn accept_on_a_stream_socket_receives_the_bytes() {
+    let _g = serial();
+    if !have_ring() {
+        return;
+    }
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (conn, _) = l.accept().unwrap();
+    let mut ep = Endpoint::new(EndpointOptions::new(16 * 1024)).unwrap();
+    let s = ep.add_socket(conn.into()).unwrap();
+    ep.buf_mut(BufRange::new(0, 100)).unwrap().fill(0xee);
+    let mut v = Vector::new();
+    v.push(Command::Accept {
+        sock: s,
+        buf: BufRange::new(0, 100),
+    });
+    let id = ep.submit(&v).unwrap()[0];
+    std::io::Write::write_all(&mut peer, b"stream bytes").unwrap();
+    assert_eq!(ep.wait(id, Some(T)).unwrap(), Status::Done(12));
+    assert_eq!(ep.buf(BufRange::new(0, 12)).unwrap(), b"stream bytes");
+}
+
+/// A receive capacity whose page-rounded size does not fit in 32 bits is refused with an
+/// error (it overflowed: a panic in debug builds, a send area at offset 0 in release).
+#[test]
+fn huge_receive_capacity_is_an_error_not_an_overflow() {
+    let _g = serial();
+    if !have_ring() {
+        return;
+    }
+    for cap in [u32::MAX, u32::MAX - 4095] {
+        let r = DatagramSocket::bind_with("127.0.0.1:0", EndpointOptions::new(0), cap);
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{cap}: {r:?}");
+    }
+}

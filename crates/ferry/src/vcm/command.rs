@@ -149,7 +149,10 @@ impl Command {
 ///
 /// Commands are handed to the kernel in vector order. Each run of consecutive `Send`s is
 /// linked (`IOSQE_IO_LINK`), so they leave in order even if one has to wait for socket
-/// buffer space; a `Request` is always a linked send-then-receive. Accepts are posted in
+/// buffer space; a `Request` is always a linked send-then-receive. On a *stream* socket a
+/// send that goes out short (its status `Done(n)` with `n` below its length) does not
+/// stop the sends linked after it (io_uring breaks a link on errors only), so the stream
+/// has a gap: check each send's count, or place one send at a time on streams. Accepts are posted in
 /// order and are not linked, so a receive that waits does not hold back the sends after it.
 /// A loop command ([`Vector::push_loop`]) stays with the endpoint after it completes and
 /// runs again when [`Endpoint::activate`] writes a new offset and length for it.

@@ -94,7 +94,13 @@ impl DatagramSocket {
         let dup = udp.try_clone()?;
         let recv_cap = recv_capacity;
         let page = crate::sys::page_size() as u32;
-        let send_off = recv_cap.div_ceil(page) * page;
+        let send_off = recv_cap
+            .div_ceil(page)
+            .checked_mul(page)
+            .filter(|&o| o.checked_add(MAX_DATAGRAM).is_some())
+            .ok_or(Error::InvalidArgument(
+                "recv_capacity leaves no room for the send area in 4 GiB",
+            ))?;
         opts.region_len = send_off as usize + MAX_DATAGRAM as usize;
         let mut ep = Endpoint::new(opts)?;
         let sock = ep.add_socket(dup.into())?;

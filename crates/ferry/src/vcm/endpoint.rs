@@ -198,6 +198,8 @@ struct Slot {
 struct SockSlot {
     fd: Option<OwnedFd>,
     generation: u32,
+    /// A datagram socket: receives ask for `MSG_TRUNC` (on a stream it discards the data).
+    dgram: bool,
 }
 
 static NEXT_ENDPOINT: AtomicU32 = AtomicU32::new(1);
@@ -273,6 +275,7 @@ impl Endpoint {
                 .map(|_| SockSlot {
                     fd: None,
                     generation: 0,
+                    dgram: false,
                 })
                 .collect(),
             slots: Vec::new(),
@@ -312,7 +315,9 @@ impl Endpoint {
     }
 
     /// Takes ownership of a socket and registers it in the ring's file table
-    /// (`IORING_REGISTER_FILES_UPDATE`). Commands name it by the returned handle.
+    /// (`IORING_REGISTER_FILES_UPDATE`). Commands name it by the returned handle. Its type
+    /// is read once (`SO_TYPE`): receives on datagram sockets report truncation, those on
+    /// streams do not. A descriptor that is not a socket is refused (`ENOTSOCK`).
     pub fn add_socket(&mut self, fd: OwnedFd) -> Result<SockHandle> {
         let slot = self
             .sockets
@@ -320,12 +325,15 @@ impl Endpoint {
             .position(|s| s.fd.is_none())
             .ok_or(Error::Full)?;
         crate::sys::count();
+        let dgram = rustix::net::sockopt::socket_type(&fd)? == rustix::net::SocketType::DGRAM;
+        crate::sys::count();
         self.ring
             .submitter()
             .register_files_update(slot as u32, &[fd.as_raw_fd()])?;
         let s = &mut self.sockets[slot];
         s.generation = s.generation.wrapping_add(1);
         s.fd = Some(fd);
+        s.dgram = dgram;
         Ok(SockHandle {
             endpoint: self.id,
             slot: slot as u32,
@@ -511,15 +519,22 @@ impl Endpoint {
         if let Some(h) = cmd.socket() {
             self.check_socket(h)?;
         }
+        if let Command::AcceptStop { target } = cmd {
+            // The target may have been released (and its slot reused) since the stop was
+            // placed: check it again, as `submit` does.
+            if !self.slot_of(target).is_ok_and(|t| t.looped) {
+                return Err(refuse("accept-stop names no loop command of this endpoint"));
+            }
+        }
         self.check_range(
             range,
             matches!(cmd, Command::Accept { .. } | Command::AcceptMultiple { .. }),
         )?;
-        self.reserve(if matches!(cmd, Command::Request { .. }) {
-            2
-        } else {
-            1
-        })?;
+        self.reserve(self.sqes_needed(&Placed {
+            cmd,
+            looped: true,
+            arm: true,
+        }))?;
         self.slots[id.slot as usize].cur = range;
         self.arm(id.slot, false);
         self.stats.activations += 1;
@@ -763,6 +778,9 @@ impl Endpoint {
         }
         let base = self.region.as_ptr();
         let zc = self.zero_copy;
+        let dgram = cmd
+            .socket()
+            .is_some_and(|h| self.sockets[h.slot as usize].dgram);
         let s = &mut self.slots[slot as usize];
         s.stash = None;
         let main = user_data(slot, s.generation, PART_MAIN);
@@ -774,7 +792,7 @@ impl Endpoint {
             Command::Accept { sock, .. } | Command::AcceptMultiple { sock, .. } => {
                 let nowait = s.probing;
                 entries[0] =
-                    Some(recv_entry(&mut s.msg, base, s.cur, sock, nowait).user_data(main));
+                    Some(recv_entry(&mut s.msg, base, s.cur, sock, nowait, dgram).user_data(main));
             }
             Command::Request {
                 sock, to, reply, ..
@@ -785,13 +803,11 @@ impl Endpoint {
                         .user_data(main)
                         .flags(squeue::Flags::IO_LINK),
                 );
-                entries[1] = Some(
-                    recv_entry(&mut s.msg, base, reply, sock, false).user_data(user_data(
-                        slot,
-                        s.generation,
-                        PART_REPLY,
-                    )),
-                );
+                entries[1] =
+                    Some(
+                        recv_entry(&mut s.msg, base, reply, sock, false, dgram)
+                            .user_data(user_data(slot, s.generation, PART_REPLY)),
+                    );
                 s.send_err = 0;
             }
             Command::AcceptStop { .. } => {}
@@ -860,6 +876,12 @@ impl Endpoint {
             if s.inflight > 0 {
                 return false;
             }
+            if s.stopping && !matches!(cmd, Command::AcceptStop { .. }) {
+                // Stopped while the notification was outstanding: end as any stopped loop.
+                s.stash = None;
+                self.finish_stop(slot);
+                return false;
+            }
             let Some(outcome) = s.stash.take() else {
                 return false;
             };
@@ -878,7 +900,10 @@ impl Endpoint {
                     return false;
                 }
                 if let Command::AcceptStop { target } = cmd {
-                    if self.slots[target.slot as usize].inflight == 0 {
+                    // Only if the target still holds its slot: once it finished it may
+                    // have been released and the slot given to another command.
+                    let t = &self.slots[target.slot as usize];
+                    if t.generation == target.generation && t.cmd.is_some() && t.inflight == 0 {
                         self.finish_stop(target.slot);
                     }
                 }
@@ -1007,6 +1032,7 @@ fn recv_entry(
     r: BufRange,
     sock: SockHandle,
     nowait: bool,
+    dgram: bool,
 ) -> squeue::Entry {
     m.iov = libc::iovec {
         iov_base: base.wrapping_add(r.offset as usize).cast(),
@@ -1019,9 +1045,11 @@ fn recv_entry(
     m.hdr.msg_control = std::ptr::null_mut();
     m.hdr.msg_controllen = 0;
     m.hdr.msg_flags = 0;
-    // MSG_TRUNC: the result is the datagram's full length even when it did not fit.
+    // MSG_TRUNC: the result is the datagram's full length even when it did not fit. On a
+    // stream socket it would discard the bytes instead, so only datagrams get it.
+    let trunc = if dgram { libc::MSG_TRUNC } else { 0 };
     opcode::RecvMsg::new(Fixed(sock.slot), std::ptr::addr_of_mut!(m.hdr))
-        .flags((libc::MSG_TRUNC | if nowait { libc::MSG_DONTWAIT } else { 0 }) as u32)
+        .flags((trunc | if nowait { libc::MSG_DONTWAIT } else { 0 }) as u32)
         .build()
 }
 
@@ -1052,6 +1080,10 @@ impl Drop for Endpoint {
             // not used after this point. With requests left (a kernel that would not cancel
             // within 2 s), the mapping is leaked instead of unmapped under the kernel.
             unsafe { ManuallyDrop::drop(&mut self.region) };
+        } else {
+            // The kernel may still write a receive's source address and flags into the
+            // slots' boxed msghdrs: leak them with the region rather than free them.
+            std::mem::forget(std::mem::take(&mut self.slots));
         }
     }
 }
@@ -1065,6 +1097,85 @@ mod tests {
         fn send<T: Send>() {}
         send::<Endpoint>();
         send::<crate::vcm::DatagramSocket>();
+    }
+
+    /// An accept-stop's second cancel completion can arrive after its target finished,
+    /// was released, and its slot went to a new command: that late completion must not
+    /// mark the new command stopped.
+    #[test]
+    fn late_cancel_completion_leaves_the_slots_new_owner_alone() {
+        if !crate::uring::Features::probe().ring {
+            eprintln!("skipped: no io_uring here");
+            return;
+        }
+        let mut ep = Endpoint::new(EndpointOptions::new(16 * 1024)).unwrap();
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let s = ep.add_socket(sock.into()).unwrap();
+        let mut v = Vector::new();
+        v.push_loop(Command::Accept {
+            sock: s,
+            buf: BufRange::new(0, 100),
+        });
+        let target = ep.submit(&v).unwrap()[0];
+        let mut v = Vector::new();
+        v.push(Command::AcceptStop { target });
+        let stop = ep.submit(&v).unwrap()[0];
+        let t = Some(Duration::from_secs(10));
+        assert_eq!(ep.wait(stop, t).unwrap(), Status::Done(0));
+        assert_eq!(ep.wait(target, t).unwrap(), Status::Stopped);
+        // Model one of the stop's two cancel completions as still outstanding.
+        ep.slots[stop.slot as usize].inflight = 1;
+        ep.inflight += 1;
+        ep.release(target).unwrap();
+        let mut v = Vector::new();
+        v.push_dormant(Command::Accept {
+            sock: s,
+            buf: BufRange::new(4096, 100),
+        });
+        let new = ep.submit(&v).unwrap()[0];
+        assert_eq!(new.slot, target.slot, "the slot was reused");
+        let ud = user_data(stop.slot, stop.generation, PART_CANCEL);
+        ep.complete(ud, -libc::ENOENT, 0);
+        assert_eq!(ep.status(new).unwrap(), Status::Idle);
+        ep.activate(new, BufRange::new(4096, 100)).unwrap();
+    }
+
+    /// A zero-copy loop send stopped between its result and its notification ends as
+    /// `Stopped` (as any stopped loop command), not with the stashed send result.
+    #[test]
+    fn loop_send_stopped_before_its_notification_reports_stopped() {
+        if !crate::uring::Features::probe().ring {
+            eprintln!("skipped: no io_uring here");
+            return;
+        }
+        let mut ep = Endpoint::new(EndpointOptions::new(16 * 1024)).unwrap();
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = sock.local_addr().unwrap();
+        let s = ep.add_socket(sock.into()).unwrap();
+        let mut v = Vector::new();
+        v.push_dormant(Command::Send {
+            sock: s,
+            buf: BufRange::new(0, 5),
+            to: Some(to),
+        });
+        let send = ep.submit(&v).unwrap()[0];
+        // Model a zero-copy send whose result (with F_MORE) was reaped and whose
+        // notification is still to come.
+        {
+            let sl = &mut ep.slots[send.slot as usize];
+            sl.inflight = 1;
+            sl.stash = Some(Status::Done(5));
+        }
+        ep.inflight += 1;
+        let mut v = Vector::new();
+        v.push(Command::AcceptStop { target: send });
+        let stop = ep.submit(&v).unwrap()[0];
+        let t = Some(Duration::from_secs(10));
+        assert_eq!(ep.wait(stop, t).unwrap(), Status::Done(0));
+        let notif = 1 << 3; // IORING_CQE_F_NOTIF
+        ep.complete(user_data(send.slot, send.generation, PART_MAIN), 0, notif);
+        assert_eq!(ep.status(send).unwrap(), Status::Stopped);
+        assert_eq!(ep.slots[send.slot as usize].inflight, 0);
     }
 
     #[test]

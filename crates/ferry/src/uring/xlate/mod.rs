@@ -55,7 +55,10 @@
 //! and used by default. Like `send(2)` without `MSG_NOSIGNAL`, a write to a closed
 //! connection raises `SIGPIPE` (Rust programs ignore it by default).
 //!
-//! Limits: [`Xlate::recv`] reads straight into the caller's buffer with
+//! Limits: an invalidated entry leaves its kernel slot registered until the slot is
+//! reused or the [`Xlate`] is dropped, so the old pages stay pinned (and counted against
+//! `RLIMIT_MEMLOCK` for unprivileged users) after the application freed them: up to
+//! `table_slots` ranges of at most 1 GiB each. [`Xlate::recv`] reads straight into the caller's buffer with
 //! `IORING_OP_RECV` ([`XlateStats::direct`]); `READ_FIXED` on a socket would be the
 //! fixed-buffer receive, but the cache does not use it yet. Page-cache changes that
 //! bypass the mapping raise no event: punching a hole in (or truncating) a memfd or tmpfs
@@ -165,7 +168,8 @@ pub enum SendOp {
 pub struct XlateConfig {
     /// Cache slots (the table's reach). Default 256, the size of the paper's Myrinet table.
     pub table_slots: u32,
-    /// Bounce buffers; a large I/O runs in chunks, this many in flight at once. Default 2.
+    /// Bounce buffers; a large file I/O runs in chunks, this many in flight at once (a
+    /// socket send keeps one chunk in flight, as a chunk may go out short). Default 2.
     pub bounce_buffers: u32,
     /// Size of each bounce buffer in bytes, rounded up to pages. Default 64 KiB.
     pub bounce_size: usize,
@@ -749,7 +753,7 @@ impl Xlate {
     }
 
     /// Copies through the bounce buffers, in chunks of `bounce_size`, `bounce_buffers` in
-    /// flight at a time. With `serve`, registers `[ptr, ptr + len)` once the first chunks
+    /// flight at a time (one for socket sends). With `serve`, registers `[ptr, ptr + len)` once the first chunks
     /// are submitted, so the registration overlaps the I/O.
     fn bounce(
         &mut self,
@@ -761,10 +765,11 @@ impl Xlate {
     ) -> Result<usize> {
         self.stats.fallbacks += 1;
         let bs = self.bounce_size;
-        // `WRITE_FIXED` on a stream socket may complete short; whether that cancels the
-        // chunks linked after it is not something to rely on, so such sends keep one chunk
-        // in flight and carry on from where the last one stopped.
-        let nb = if kind == Kind::Send(SendOp::WriteFixed) {
+        // A send on a stream socket may complete short (`WRITE_FIXED`, and `SEND` /
+        // `SEND_ZC` without `MSG_WAITALL`), and a short result does not break an io_uring
+        // link: the chunks linked after it would still go out, leaving a gap in the stream.
+        // So socket sends keep one chunk in flight and carry on from where it stopped.
+        let nb = if kind.is_socket() {
             1
         } else {
             self.cfg.bounce_buffers as usize
