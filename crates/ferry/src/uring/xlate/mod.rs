@@ -52,8 +52,9 @@
 //! on loopback means once the peer has read the data. `WRITE_FIXED` on a socket goes
 //! through the socket's `write_iter` with the registered pages, completes once the data
 //! is queued, and needs no notification; it is probed ([`Features::socket_write_fixed`])
-//! and used by default. Like `send(2)` without `MSG_NOSIGNAL`, a write to a closed
-//! connection raises `SIGPIPE` (Rust programs ignore it by default).
+//! and used by default. Like `send(2)` without `MSG_NOSIGNAL`, such a write to a closed
+//! connection raises `SIGPIPE` (Rust programs ignore it by default); the `SEND` and
+//! `SEND_ZC` paths pass `MSG_NOSIGNAL` and report `EPIPE` instead.
 //!
 //! Limits: an invalidated entry leaves its kernel slot registered until the slot is
 //! reused or the [`Xlate`] is dropped, so the old pages stay pinned (and counted against
@@ -968,11 +969,15 @@ fn build(fd: RawFd, kind: Kind, ptr: *mut u8, len: usize, index: u16) -> squeue:
                 .offset(0)
                 .build()
         }
+        // MSG_NOSIGNAL: a closed peer is an EPIPE result, not a signal.
         Kind::Send(SendOp::SendZc) => opcode::SendZc::new(fd, ptr.cast_const(), len as u32)
             .buf_index(Some(index))
+            .flags(libc::MSG_NOSIGNAL)
             .zc_flags(SEND_ZC_REPORT_USAGE)
             .build(),
-        Kind::Send(SendOp::Plain) => opcode::Send::new(fd, ptr.cast_const(), len as u32).build(),
+        Kind::Send(SendOp::Plain) => opcode::Send::new(fd, ptr.cast_const(), len as u32)
+            .flags(libc::MSG_NOSIGNAL)
+            .build(),
     }
 }
 
