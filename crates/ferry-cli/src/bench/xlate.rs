@@ -1,6 +1,7 @@
 //! `ferry bench xlate`: Schoinas & Hill's Figure 7 on io_uring. Latency and throughput of
 //! one I/O against the number of distinct user buffers it cycles through, from 1 to far
-//! beyond the registration cache, for O_DIRECT file writes and for TCP loopback sends.
+//! beyond the registration cache, for O_DIRECT file writes (ext4 and tmpfs), for `/dev/null`,
+//! and for TCP loopback and Unix stream socket sends.
 //!
 //! Five ways to serve each I/O, each on its own [`Xlate`] ring in this process:
 //! registered buffers with the cache serving misses first ("registered (cache)"), single
@@ -94,10 +95,18 @@ enum Target {
     /// An O_DIRECT file on tmpfs: the file path without the disk's latency.
     Tmpfs,
     Socket,
+    /// A Unix stream socket: a socket without the TCP stack's per-send cost.
+    Unix,
     Null,
 }
 
-const TARGETS: [Target; 4] = [Target::Null, Target::Tmpfs, Target::File, Target::Socket];
+const TARGETS: [Target; 5] = [
+    Target::Null,
+    Target::Tmpfs,
+    Target::File,
+    Target::Socket,
+    Target::Unix,
+];
 
 /// Where the tmpfs file goes.
 const TMPFS_DIR: &str = "/dev/shm";
@@ -108,6 +117,7 @@ impl Target {
             Target::File => "file (O_DIRECT write)",
             Target::Tmpfs => "tmpfs file (O_DIRECT write)",
             Target::Socket => "socket (TCP loopback send)",
+            Target::Unix => "Unix stream socket (send)",
             Target::Null => "/dev/null (write, no data movement)",
         }
     }
@@ -116,6 +126,7 @@ impl Target {
             Target::File => "file",
             Target::Tmpfs => "tmpfs",
             Target::Socket => "socket",
+            Target::Unix => "unix",
             Target::Null => "null",
         }
     }
@@ -142,9 +153,36 @@ enum Sink {
     File(File),
     Null(File),
     Socket {
-        stream: TcpStream,
+        stream: std::os::fd::OwnedFd,
         drain: Option<std::thread::JoinHandle<u64>>,
     },
+}
+
+/// Reads `s` until it closes, busy-polling on `cpu` so the sender never waits for this
+/// CPU to wake up (about 25 µs here); returns the bytes read.
+fn drain(mut s: impl Read, cpu: usize) -> u64 {
+    let _ = sys::pin_to(cpu);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => total += n as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(_) => break,
+        }
+    }
+    total
+}
+
+fn open_unix(drain_cpu: usize) -> Result<Sink> {
+    let (tx, rx) = std::os::unix::net::UnixStream::pair()?;
+    rx.set_nonblocking(true)?;
+    let drain = std::thread::spawn(move || drain(rx, drain_cpu));
+    Ok(Sink::Socket {
+        stream: tx.into(),
+        drain: Some(drain),
+    })
 }
 
 fn open_file(dir: &std::path::Path) -> Result<(File, bool, PathBuf)> {
@@ -185,30 +223,15 @@ fn open_socket(drain_cpu: usize) -> Result<Sink> {
     let l = TcpListener::bind("127.0.0.1:0")?;
     let addr = l.local_addr()?;
     let drain = std::thread::spawn(move || -> u64 {
-        let _ = sys::pin_to(drain_cpu);
-        let Ok((mut s, _)) = l.accept() else {
-            return 0;
-        };
-        // Busy-poll, so the sender never waits for this CPU to wake up (about 25 µs here).
-        if s.set_nonblocking(true).is_err() {
-            return 0;
+        match l.accept() {
+            Ok((s, _)) if s.set_nonblocking(true).is_ok() => drain(s, drain_cpu),
+            _ => 0,
         }
-        let mut buf = vec![0u8; 1 << 20];
-        let mut total = 0u64;
-        loop {
-            match s.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => total += n as u64,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
-                Err(_) => break,
-            }
-        }
-        total
     });
     let stream = TcpStream::connect(addr)?;
     stream.set_nodelay(true)?;
     Ok(Sink::Socket {
-        stream,
+        stream: stream.into(),
         drain: Some(drain),
     })
 }
@@ -462,6 +485,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
                 None => continue,
             },
             Target::Socket => open_socket(ctx.cpu(1))?,
+            Target::Unix => open_unix(ctx.cpu(1))?,
         };
         for &size in &sizes {
             for &count in &counts {
@@ -517,7 +541,8 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
             let drained = drain.map_or(0, |h| h.join().unwrap_or(0));
             let _ = writeln!(
                 zc_note,
-                "\nThe drain thread read {} in all.",
+                "\nThe {} drain thread read {} in all.",
+                target.key(),
                 bytes_f(drained)
             );
         }
@@ -732,8 +757,9 @@ fn markdown(
          writes to `/dev/null` (the kernel accepts and drops the data without touching it, so only the \
          host-side cost of each path shows: the analogue of the paper's simulator, whose network was never \
          the bottleneck); {}writes to a {} file in {} opened {} (cycling over {}; on this VM a virtio disk, \
-         whose latency per write dwarfs every host-side cost); and sends on a TCP loopback \
-         connection drained by a thread busy-polling on CPU {}. Series:\n",
+         whose latency per write dwarfs every host-side cost); sends on a TCP loopback \
+         connection; and sends on a Unix stream socket pair (a socket without the TCP stack's per-send cost); \
+         each socket drained by a thread busy-polling on CPU {}. Series:\n",
         ctx.cpu(0),
         if files.tmpfs {
             format!("the same O_DIRECT writes to a file on tmpfs in {TMPFS_DIR} (no device: the kernel copies \
