@@ -16,5 +16,15 @@ pub mod driver;
 pub mod probe;
 pub mod xlate;
 
+/// `IORING_SEND_ZC_REPORT_USAGE`: asks a SEND_ZC notification to say whether the kernel
+/// copied the data after all (the io-uring crate keeps its `sys` module private).
+pub(crate) const SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
+
+/// Whether a SEND_ZC notification's `res` carries `IORING_NOTIF_USAGE_ZC_COPIED`: the
+/// kernel copied the data instead of sending the pages (always the case on loopback).
+pub(crate) fn notif_zc_copied(res: i32) -> bool {
+    res as u32 & (1 << 31) != 0
+}
+
 pub use driver::{Completion, FixedBuf, FixedPool, Target, Ticket, Uring, UringStats};
 pub use probe::{Features, RingOptions};

@@ -64,11 +64,6 @@ use io_uring::IoUring;
 use super::probe::{Features, RingOptions};
 use crate::error::{Error, Result};
 
-/// `IORING_NOTIF_USAGE_ZC_COPIED`: set in a SEND_ZC notification's `res` when the kernel
-/// copied the data after all (the io-uring crate keeps its `sys` module private).
-const NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
-/// `IORING_SEND_ZC_REPORT_USAGE`: ask for the flag above.
-const SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
 /// user_data of ferry's own cancel requests; never a ticket (generations skip it).
 const CANCEL_UD: u64 = u64::MAX;
 /// How long `Drop` waits for cancelled operations before leaking their buffers.

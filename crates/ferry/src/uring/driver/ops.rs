@@ -9,9 +9,10 @@ use std::net::SocketAddr;
 use io_uring::{opcode, squeue, types};
 
 use super::values::{InFlight, Kind};
-use super::{IoBuf, IoBufMut, Refused, Target, Ticket, Uring, SEND_ZC_REPORT_USAGE};
+use super::{IoBuf, IoBufMut, Refused, Target, Ticket, Uring};
 use crate::error::{Error, Result};
 use crate::sys::sockaddr::{read_sockaddr, write_sockaddr};
+use crate::uring::SEND_ZC_REPORT_USAGE;
 
 /// A `msghdr` with its one `iovec` and its address, boxed so the kernel's pointers into it
 /// stay valid while the operation runs.

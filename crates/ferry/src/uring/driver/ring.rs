@@ -10,8 +10,9 @@ use io_uring::{cqueue, opcode, squeue, types};
 
 use super::values::{InFlight, Kind, Slot};
 use super::{Completion, Ticket, Uring, UringStats};
-use super::{CANCEL_UD, DROP_PATIENCE, NOTIF_USAGE_ZC_COPIED};
+use super::{CANCEL_UD, DROP_PATIENCE};
 use crate::error::{Error, Result};
+use crate::uring::notif_zc_copied;
 
 impl Uring {
     /// Takes a free slot and parks the operation's owned state in it.
@@ -166,7 +167,7 @@ impl Uring {
             let res = cqe.result();
             if cqueue::notif(flags) {
                 op.notif_pending = false;
-                if res as u32 & NOTIF_USAGE_ZC_COPIED != 0 {
+                if notif_zc_copied(res) {
                     op.zc_copied = true;
                     self.stats.zc_copied += 1;
                 }

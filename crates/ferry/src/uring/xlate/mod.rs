@@ -119,10 +119,6 @@ use crate::uring::{Features, RingOptions};
 
 use table::Table;
 
-/// `IORING_NOTIF_USAGE_ZC_COPIED`: the kernel copied a zero-copy send after all.
-const ZC_COPIED: u32 = 1 << 31;
-/// `IORING_SEND_ZC_REPORT_USAGE`: ask the notification to say whether the kernel copied.
-const SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
 /// Largest range one registered buffer may cover.
 const MAX_REGISTER: usize = 1 << 30;
 /// Most caching [`Xlate`]s one process may have at once (more are built, but bounce).

@@ -192,7 +192,7 @@ impl Xlate {
             for cqe in self.ring.completion() {
                 if cqueue::notif(cqe.flags()) {
                     notifs -= 1;
-                    if cqe.result() as u32 & ZC_COPIED != 0 {
+                    if crate::uring::notif_zc_copied(cqe.result()) {
                         self.stats.zc_copied += 1;
                     }
                     continue;
@@ -246,7 +246,7 @@ pub(super) fn build(fd: RawFd, kind: Kind, ptr: *mut u8, len: usize, index: u16)
         Kind::Send(SendOp::SendZc) => opcode::SendZc::new(fd, ptr.cast_const(), len as u32)
             .buf_index(Some(index))
             .flags(libc::MSG_NOSIGNAL)
-            .zc_flags(SEND_ZC_REPORT_USAGE)
+            .zc_flags(crate::uring::SEND_ZC_REPORT_USAGE)
             .build(),
         Kind::Send(SendOp::Plain) => opcode::Send::new(fd, ptr.cast_const(), len as u32)
             .flags(libc::MSG_NOSIGNAL)

@@ -4,10 +4,7 @@
 
 use super::*;
 
-/// `IORING_SEND_ZC_REPORT_USAGE`: the notification says whether the kernel copied.
-pub(super) const IORING_SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
-/// `IORING_NOTIF_USAGE_ZC_COPIED`, in a notification's result.
-pub(super) const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
+use crate::uring::{notif_zc_copied, SEND_ZC_REPORT_USAGE};
 
 pub(super) const PART_MAIN: u64 = 0;
 pub(super) const PART_REPLY: u64 = 1;
@@ -218,7 +215,7 @@ impl Endpoint {
         s.inflight = s.inflight.saturating_sub(1);
         if io_uring::cqueue::notif(flags) {
             self.stats.zc_sends += 1;
-            if res as u32 & IORING_NOTIF_USAGE_ZC_COPIED != 0 {
+            if notif_zc_copied(res) {
                 self.stats.zc_copied += 1;
             }
             if s.inflight > 0 {
@@ -354,7 +351,7 @@ pub(super) fn send_entry(
     if zero_copy {
         let mut op = opcode::SendZc::new(Fixed(sock.slot), ptr, r.len)
             .buf_index(Some(0))
-            .zc_flags(IORING_SEND_ZC_REPORT_USAGE)
+            .zc_flags(SEND_ZC_REPORT_USAGE)
             .flags(libc::MSG_NOSIGNAL);
         if let Some(to) = to {
             m.to_len = write_sockaddr(&mut m.to, to);
