@@ -57,6 +57,11 @@ pub fn median(v: &[f64]) -> f64 {
     Summary::of(v).median
 }
 
+/// The arithmetic mean of `v` (0 when empty).
+pub fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
 /// How far trials disagree: (max - min) / median of the per-trial values.
 /// 0 for a single trial.
 pub fn spread(per_trial: &[f64]) -> f64 {

@@ -30,7 +30,7 @@ use super::crew::{Crew, WorkerSpec};
 use super::ctx::BenchCtx;
 use super::output::{bytes, num, ratio, BenchOutput, PlotSpec, Table};
 use super::record::Record;
-use super::stats::{spread, Summary};
+use super::stats::{mean, spread, Summary};
 use super::BenchDef;
 use crate::sys;
 use crate::transport::Endpoint;
@@ -390,10 +390,6 @@ fn measure(ctx: &BenchCtx) -> Result<Measured> {
 
 fn paper_min(size: usize) -> f64 {
     PAPER_MIN_US + PAPER_US_PER_KIB * size as f64 / 1024.0
-}
-
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len().max(1) as f64
 }
 
 fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
