@@ -255,6 +255,48 @@ fn bad_descriptors_are_rejected_and_the_channel_goes_on() {
     assert!(rx.recv().unwrap().eq_bytes(b"still fine"));
 }
 
+/// A descriptor naming any slot a group cannot have (64 and up), as a fragment's lot or
+/// as a continuation block's, is refused with `BadDescriptor`: never a panic, and the
+/// channel goes on. Every u16 slot value is tried, with the sender's real generation.
+#[test]
+fn descriptors_naming_any_slot_are_refused_without_a_panic() {
+    use ferry::channel::desc::{encode, RawFrag, RawRef};
+    let g = group("anyslot");
+    let (a, b, tx, mut rx) = pair(&g);
+    let me = a.id();
+    let frag = |slot: u16| RawFrag {
+        slot,
+        pad: 0,
+        generation: me.generation,
+        offset: 0,
+        len: 10,
+    };
+    for slot in 0..=u16::MAX {
+        if slot == me.slot || slot == b.id().slot {
+            continue;
+        }
+        let inline = encode(0, &[frag(slot)], &mut [], RawRef::NONE);
+        let mut linked = encode(0, &[frag(me.slot)], &mut [], RawRef::NONE);
+        linked.nfrags = 6;
+        linked.next = RawRef {
+            slot,
+            pad: 0,
+            generation: me.generation,
+            offset: 0,
+        };
+        for d in [inline, linked] {
+            tx.__push_raw(d).unwrap();
+            match rx.try_recv() {
+                Err(Error::BadDescriptor(_)) => {}
+                other => panic!("slot {slot}: accepted or wrong error: {other:?}"),
+            }
+        }
+    }
+    let good = IoData::from_vec(b"still fine".to_vec());
+    tx.send(&good).unwrap();
+    assert!(rx.recv().unwrap().eq_bytes(b"still fine"));
+}
+
 #[test]
 fn map_per_transfer_reads_the_same_bytes_through_a_fresh_mapping() {
     let g = group("uncached");

@@ -181,6 +181,9 @@ fn random_lots() -> impl Strategy<Value = VecLots> {
         let mut l = VecLots(HashMap::new());
         l.0.insert((0, 1), a);
         l.0.insert((1, 1), b);
+        // Lots no group can have: decode must refuse them whatever they hold.
+        l.0.insert((64, 1), vec![0; 4096]);
+        l.0.insert((u16::MAX - 1, 1), vec![0; 4096]);
         l
     })
 }

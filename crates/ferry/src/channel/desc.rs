@@ -16,6 +16,7 @@
 use std::collections::HashSet;
 
 use crate::error::BadDescriptor;
+use crate::region::group::MAX_SLOTS;
 
 /// Fragments stored inline in a ring entry.
 pub const INLINE_FRAGS: usize = 3;
@@ -222,7 +223,7 @@ pub fn decode_into(
         };
     for f in &d.inline[..d.ninline as usize] {
         push(*f, out, &mut |f| {
-            lots.check(f.slot, f.generation, f.offset, f.len)
+            check_in(lots, f.slot, f.generation, f.offset, f.len)
         })?;
     }
     let mut next = d.next;
@@ -245,7 +246,13 @@ pub fn decode_into(
         if next.offset % 8 != 0 {
             return Err(BadDescriptor::Malformed("unaligned block"));
         }
-        lots.check(next.slot, next.generation, next.offset, BLOCK_HEADER as u64)?;
+        check_in(
+            lots,
+            next.slot,
+            next.generation,
+            next.offset,
+            BLOCK_HEADER as u64,
+        )?;
         lots.read(
             next.slot,
             next.generation,
@@ -257,7 +264,7 @@ pub fn decode_into(
             return Err(BadDescriptor::Malformed("block count"));
         }
         let bytes = BLOCK_HEADER + count * FRAG_BYTES;
-        lots.check(next.slot, next.generation, next.offset, bytes as u64)?;
+        check_in(lots, next.slot, next.generation, next.offset, bytes as u64)?;
         lots.read(next.slot, next.generation, next.offset, &mut block[..bytes]);
         // Re-read the header from the same copy: the sender may change the block under us.
         if le_u32(&block) as usize != count {
@@ -274,7 +281,7 @@ pub fn decode_into(
             let at = BLOCK_HEADER + i * FRAG_BYTES;
             let f = RawFrag::parse(&block[at..at + FRAG_BYTES]);
             push(f, out, &mut |f| {
-                lots.check(f.slot, f.generation, f.offset, f.len)
+                check_in(lots, f.slot, f.generation, f.offset, f.len)
             })?;
         }
         next = link;
@@ -286,6 +293,21 @@ pub fn decode_into(
         });
     }
     Ok(())
+}
+
+/// Refuses a slot no group can have before asking `lots`: a descriptor is written by
+/// another process, and no lookup may index a slot table with its number unchecked.
+fn check_in(
+    lots: &mut impl Lots,
+    slot: u16,
+    generation: u32,
+    offset: u64,
+    len: u64,
+) -> Result<(), BadDescriptor> {
+    if slot as usize >= MAX_SLOTS {
+        return Err(BadDescriptor::UnknownLot { slot, generation });
+    }
+    lots.check(slot, generation, offset, len)
 }
 
 /// How many continuation blocks a message of `n` fragments needs.
@@ -395,6 +417,7 @@ impl StrictLots {
         let mut total = 0u64;
         for f in frags {
             assert!(f.len > 0, "empty fragment {f:?}");
+            assert!((f.slot as usize) < MAX_SLOTS, "fragment in slot {}", f.slot);
             let lot = self
                 .lots
                 .0

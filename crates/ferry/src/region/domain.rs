@@ -79,7 +79,7 @@ impl DomainInner {
         if id == self.lot.id {
             return Ok(LotRef::Own(self.lot.clone()));
         }
-        if id.slot == self.lot.id.slot {
+        if id.slot == self.lot.id.slot || id.slot as usize >= super::group::MAX_SLOTS {
             return Err(BadDescriptor::UnknownLot {
                 slot: id.slot,
                 generation: id.generation,

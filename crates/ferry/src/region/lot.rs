@@ -162,7 +162,6 @@ impl PeerLot {
     /// if it tried.
     pub fn map(group: &Group, id: LotId) -> Result<PeerLot> {
         use std::sync::atomic::Ordering;
-        let s = group.slot(id.slot);
         let unknown = || {
             Error::BadDescriptor(BadDescriptor::UnknownLot {
                 slot: id.slot,
@@ -173,7 +172,12 @@ impl PeerLot {
             s.state.load(Ordering::Acquire) == super::group::SLOT_LIVE
                 && s.generation.load(Ordering::Acquire) == id.generation
         };
-        if id.slot as usize >= super::group::MAX_SLOTS || !live(s) {
+        // The slot number comes from another process: check it before indexing.
+        if id.slot as usize >= super::group::MAX_SLOTS {
+            return Err(unknown());
+        }
+        let s = group.slot(id.slot);
+        if !live(s) {
             return Err(unknown());
         }
         let pid = s.pid.load(Ordering::Relaxed);
