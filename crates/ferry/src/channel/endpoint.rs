@@ -929,6 +929,8 @@ pub(crate) fn connect(
     let (peer_pid, pidfd) = group.peer_pidfd(peer)?;
     let size = layout::channel_bytes(config.capacity, config.release_capacity);
     let chan_fd = memfd("ferry-channel", size as u64)?;
+    // The receiver maps it: fix its size, so that it cannot be shrunk under the mapping.
+    crate::sys::seal::fix_size(chan_fd.as_fd())?;
     let map = Mapping::shared(chan_fd.as_fd(), size, Access::ReadWrite)?;
     let base = NonNull::new(map.as_ptr()).expect("mapping non-null");
     // SAFETY: the mapping is `channel_bytes(..)` long.
@@ -1142,6 +1144,12 @@ fn open_offer(
     let len = crate::sys::fd::file_len(chan_fd.as_fd())? as usize;
     if len < layout::SLOTS || len > layout::channel_bytes(layout::MAX_CAP, layout::MAX_CAP) {
         return Err(Error::InvalidArgument("channel memory has a bad size"));
+    }
+    // Unsealed, the sender could truncate it under our mapping (SIGBUS on the next read).
+    if crate::sys::seal::check_fixed_size(chan_fd.as_fd(), len as u64).is_err() {
+        return Err(Error::InvalidArgument(
+            "channel memory's size is not sealed",
+        ));
     }
     let map = Mapping::shared(chan_fd.as_fd(), len, Access::ReadWrite)?;
     let base = NonNull::new(map.as_ptr()).expect("non-null");

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use super::group::{DomainId, Group};
 use crate::error::{BadDescriptor, Error, Result};
 use crate::segment::LotId;
-use crate::sys::fd::{file_len, memfd, open_peer_fd};
+use crate::sys::fd::{memfd, open_peer_fd};
 use crate::sys::mem::{Access, Mapping};
 use crate::sys::page_size;
 
@@ -65,6 +65,8 @@ impl Lot {
         let made = (|| {
             let len = group.lot_size();
             let fd = memfd("ferry-lot", len as u64)?;
+            // Peers map it: fix its size, so that not even we can shrink it under them.
+            crate::sys::seal::fix_size(fd.as_fd())?;
             let map = Mapping::fixed(group.lot_addr(slot), fd.as_fd(), 0, len, Access::ReadWrite)?;
             Ok::<_, Error>((fd, map))
         })();
@@ -184,7 +186,9 @@ impl PeerLot {
         let fd = open_peer_fd(pid, s.lot_fd.load(Ordering::Relaxed) as i32, false)
             .map_err(|_| Error::PeerGone { pid })?;
         let len = group.lot_size();
-        if file_len(fd.as_fd())? != len as u64 {
+        // A lot whose size is not sealed could be truncated under our mapping (SIGBUS on
+        // the next read): refuse it.
+        if crate::sys::seal::check_fixed_size(fd.as_fd(), len as u64).is_err() {
             return Err(unknown());
         }
         let map = Mapping::fixed(group.lot_addr(id.slot), fd.as_fd(), 0, len, Access::Read)?;

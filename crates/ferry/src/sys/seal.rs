@@ -27,6 +27,28 @@ pub fn seals(fd: BorrowedFd<'_>) -> io::Result<SealFlags> {
     Ok(rustix::fs::fcntl_get_seals(fd)?)
 }
 
+/// The seals that fix a memfd's size: shared memory another process maps must carry
+/// both, or its owner could shrink it under the mapping (the reader then takes `SIGBUS`).
+pub const FIXED_SIZE: SealFlags = SealFlags::SHRINK.union(SealFlags::GROW);
+
+/// Fixes the size of the memfd behind `fd` (adds [`FIXED_SIZE`]).
+pub fn fix_size(fd: BorrowedFd<'_>) -> io::Result<()> {
+    add_seals(fd, FIXED_SIZE)
+}
+
+/// Checks, before mapping memory another process owns, that the file behind `fd` is a
+/// memfd whose size is sealed and is exactly `len` bytes. `EPERM` if a seal is missing,
+/// `EINVAL` if it is not a sealable file, `EMSGSIZE` if the size differs.
+pub fn check_fixed_size(fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {
+    if !seals(fd)?.contains(FIXED_SIZE) {
+        return Err(io::Error::from_raw_os_error(libc::EPERM));
+    }
+    if super::fd::file_len(fd)? != len {
+        return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
+    }
+    Ok(())
+}
+
 /// Frees the pages of `offset..offset+len` so they read as zeros again, keeping the file
 /// size (`fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)`).
 pub fn punch_hole(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
@@ -40,4 +62,26 @@ pub fn punch_hole(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
         offset,
         len,
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use super::*;
+
+    /// What a peer checks before mapping another process's memory: an unsealed memfd, a
+    /// sealed one of the wrong size, and a file that is not a memfd are all refused.
+    #[test]
+    fn only_size_sealed_memfds_of_the_right_size_pass() {
+        let fd = crate::sys::fd::memfd("t", 8192).unwrap();
+        assert!(check_fixed_size(fd.as_fd(), 8192).is_err(), "unsealed");
+        add_seals(fd.as_fd(), SealFlags::SHRINK).unwrap();
+        assert!(check_fixed_size(fd.as_fd(), 8192).is_err(), "shrink only");
+        fix_size(fd.as_fd()).unwrap();
+        check_fixed_size(fd.as_fd(), 8192).unwrap();
+        assert!(check_fixed_size(fd.as_fd(), 4096).is_err(), "wrong size");
+        let file = std::fs::File::open("/proc/self/exe").unwrap();
+        assert!(check_fixed_size(file.as_fd(), 4096).is_err(), "not a memfd");
+    }
 }
