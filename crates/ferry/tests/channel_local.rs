@@ -462,3 +462,69 @@ fn receiver_fd_is_pollable() {
     assert!(!rx.arm().unwrap(), "a message is waiting: do not sleep");
     assert!(rx.try_recv().unwrap().is_some());
 }
+
+/// Releases that overflow a reverse ring smaller than what the receiver holds are sent by
+/// every receive style, and a receiver asleep in `recv` is woken when the sender makes
+/// room. The sender sends batches of 8 and waits for all 8 to come back before the next;
+/// the receiver drops each batch at once into a release ring of 2. Before the fix, the 6
+/// releases that did not fit were sent only on the receiver's next release, which never
+/// came: the sender waited forever.
+#[test]
+fn overflowing_releases_are_flushed_by_every_receive_style() {
+    for style in ["recv", "try_recv", "recv_timeout", "recv_spin"] {
+        let g = group(&format!("relovf-{style}"));
+        let a = g.join().unwrap();
+        let b = g.join().unwrap();
+        let (bid, a2) = (b.id(), a.clone());
+        let config = ferry::ChannelConfig {
+            capacity: 16,
+            release_capacity: 2,
+        };
+        let t = std::thread::spawn(move || a2.connect_with(bid, config, T).unwrap());
+        let mut rx = b.accept(T).unwrap();
+        let tx = t.join().unwrap();
+        const BATCHES: usize = 20;
+        let receiver = std::thread::spawn(move || {
+            for _ in 0..BATCHES {
+                let mut held = Vec::new();
+                while held.len() < 8 {
+                    let m = match style {
+                        "recv" => rx.recv().unwrap(),
+                        "recv_timeout" => rx.recv_timeout(Some(T)).unwrap().expect("no timeout"),
+                        "recv_spin" => rx.recv_spin(T).unwrap().expect("no timeout"),
+                        _ => loop {
+                            if let Some(m) = rx.try_recv().unwrap() {
+                                break m;
+                            }
+                            std::thread::yield_now();
+                        },
+                    };
+                    held.push(m);
+                }
+                drop(held);
+            }
+            rx
+        });
+        let path = a.path(PathConfig::default()).unwrap();
+        for batch in 0..BATCHES {
+            for i in 0..8 {
+                let mut m = path.alloc(4096).unwrap();
+                m.write_at(0, &[(batch * 8 + i) as u8]);
+                tx.send(&m.freeze()).unwrap();
+            }
+            let deadline = std::time::Instant::now() + T;
+            while tx.in_flight() > 0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{style}: {} releases never came back (batch {batch})",
+                    tx.in_flight()
+                );
+                tx.collect_releases().unwrap();
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        let rx = receiver.join().unwrap();
+        assert_eq!(rx.pending_releases(), 0, "{style}");
+        assert_eq!(path.outstanding(), 0, "{style}");
+    }
+}

@@ -11,7 +11,7 @@ use super::layout::{self, ChanHeader, Parts};
 use super::ring::{self, Consumer, Corrupt, Producer, Push};
 use crate::error::{BadDescriptor, Error, Result};
 use crate::iodata::{Fragment, IoData};
-use crate::region::domain::{DomainInner, LotRef, ReleaseSource};
+use crate::region::domain::{DomainInner, LotRef, PendingReleases, ReleaseSource, SETTLE_PERIOD};
 use crate::region::group::{
     DomainId, OFFER_FREE, OFFER_OPEN, OFFER_TAKEN, OFFER_WRITING, SLOT_LIVE,
 };
@@ -115,6 +115,14 @@ unsafe impl Send for Link {}
 unsafe impl Sync for Link {}
 
 impl Link {
+    /// Overflow slot `i` (`i < OVERFLOW_SLOTS`).
+    fn overflow(&self, i: usize) -> &AtomicU64 {
+        assert!(i < layout::OVERFLOW_SLOTS);
+        // SAFETY: the overflow area holds OVERFLOW_SLOTS words inside `map`, which lives
+        // as long as `self`; both ends use it only through atomics.
+        unsafe { &*self.parts.overflow.as_ptr().add(i) }
+    }
+
     fn header(&self) -> &ChanHeader {
         // SAFETY: `parts.header` points into `map`, which lives as long as `self`; the
         // header's shared fields are atomics.
@@ -177,7 +185,29 @@ impl SendCore {
     fn drain(&self, st: &mut SendState) -> Result<u64> {
         let mut n = 0;
         let mut done = Vec::new();
-        while let Some((token, _)) = st.rev.try_pop().map_err(corrupt)? {
+        let mut wake = false;
+        let mut spilled = Vec::new();
+        // SYNC: pairs with the receiver's Release increment after it wrote a slot.
+        if self.link.header().overflow.swap(0, Ordering::AcqRel) != 0 {
+            for i in 0..st.inflight.len().min(layout::OVERFLOW_SLOTS) {
+                let v = self.link.overflow(i).swap(0, Ordering::AcqRel);
+                if v != 0 {
+                    spilled.push(v.wrapping_sub(1));
+                }
+            }
+        }
+        let mut spilled = spilled.into_iter();
+        loop {
+            let token = match spilled.next() {
+                Some(t) => t,
+                None => match st.rev.try_pop().map_err(corrupt)? {
+                    Some((t, w)) => {
+                        wake |= w;
+                        t
+                    }
+                    None => break,
+                },
+            };
             let idx = (token & 0xffff_ffff) as usize;
             let generation = (token >> 32) as u32;
             match st.inflight.get_mut(idx) {
@@ -190,17 +220,35 @@ impl SendCore {
             }
         }
         Counters::add(&self.stats.releases, n);
+        if wake {
+            // The receiver has releases that did not fit and sleeps until there is room.
+            Counters::add(&self.stats.wakeups, 1);
+            self.link.rx_efd.notify();
+        }
         drop(done);
         Ok(n)
     }
 
-    /// The receiver died: everything it held comes back.
+    /// The receiver died: what it held comes back once no live domain holds it. It may
+    /// have forwarded some of it, so the fragments go to the domain's quarantine, which
+    /// lets each go when the group's ledgers show nobody holding it (at once, usually).
+    /// The continuation blocks only the dead receiver read go at once.
     fn reclaim_all(&self, st: &mut SendState) {
         self.gone.store(true, Ordering::Release);
-        let all: Vec<_> = st.inflight.iter_mut().map(|f| f.data.take()).collect();
+        let all: Vec<_> = st.inflight.iter_mut().filter_map(|f| f.data.take()).collect();
         st.free_tokens = (0..st.inflight.len() as u32).collect();
-        drop(all);
-        if let Some(d) = self.domain.upgrade() {
+        let domain = self.domain.upgrade();
+        let mut frags = Vec::new();
+        for (data, meta) in all {
+            drop(meta);
+            frags.extend(data.fragments().iter().cloned());
+        }
+        match &domain {
+            Some(d) => d.quarantine(frags),
+            // No domain left in this process to settle with: nothing here reads them.
+            None => drop(frags),
+        }
+        if let Some(d) = domain {
             d.forget_dead_peers();
         }
     }
@@ -250,6 +298,15 @@ impl ReleaseSource for SendCore {
 
     fn wake_fd(&self) -> BorrowedFd<'_> {
         self.link.rel_efd.as_fd()
+    }
+
+    fn peer_fd(&self) -> BorrowedFd<'_> {
+        self.link.pidfd.as_fd()
+    }
+
+    fn peer_died(&self) {
+        let mut st = self.lock();
+        let _ = self.check_peer(&mut st, true);
     }
 
     fn collect(&self) -> bool {
@@ -511,10 +568,16 @@ struct Hold {
     /// The lot of the first fragment, and any others the message spans.
     _lot: LotRef,
     _more_lots: Vec<LotRef>,
+    /// Ledger entries of the forwarded fragments (those not in the sender's lot).
+    ledger: Vec<u32>,
 }
 
 impl Drop for Hold {
     fn drop(&mut self) {
+        // Unrecord first: once released, the sender may let the owner reuse the span.
+        if !self.ledger.is_empty() {
+            self.core.domain.unhold(&self.ledger);
+        }
         self.core.release(self.token);
     }
 }
@@ -537,7 +600,14 @@ struct RelState {
 struct RecvCore {
     link: Link,
     domain: Arc<DomainInner>,
+    /// The sending domain: fragments in its lot are its own; others were forwarded.
+    sender: DomainId,
+    /// Our ledger entry for this channel, until the sender can send no more and the ring
+    /// is empty (see `region::ledger`).
+    inbound: Mutex<Option<u32>>,
     rel: Mutex<RelState>,
+    /// True while `rel.pending` holds releases the reverse ring had no room for.
+    has_pending: AtomicBool,
     stats: Counters,
     /// The sender's lot, mapped when the channel is accepted: messages stay readable
     /// even if the sender exits before we receive them.
@@ -546,6 +616,7 @@ struct RecvCore {
 
 impl Drop for RecvCore {
     fn drop(&mut self) {
+        self.end_inbound();
         drop(self.sender_lot.take());
         // Nothing received on this channel is alive any more: unmap lots of dead peers.
         self.domain.forget_dead_peers();
@@ -556,27 +627,101 @@ impl RecvCore {
     fn release(&self, token: u64) {
         let mut r = self.rel.lock().unwrap_or_else(|p| p.into_inner());
         r.pending.push(token);
-        Self::flush(&mut r, &self.stats, &self.link.rel_efd);
+        Self::flush(&mut r, &self.stats, &self.link);
+        self.has_pending
+            .store(!r.pending.is_empty(), Ordering::Release);
     }
 
-    fn flush(r: &mut RelState, stats: &Counters, rel_efd: &EventFd) {
+    /// Sends releases that did not fit before, if any (one atomic load if none).
+    fn flush_pending(&self) {
+        if !self.has_pending.load(Ordering::Acquire) {
+            return;
+        }
+        let mut r = self.rel.lock().unwrap_or_else(|p| p.into_inner());
+        Self::flush(&mut r, &self.stats, &self.link);
+        self.has_pending
+            .store(!r.pending.is_empty(), Ordering::Release);
+    }
+
+    /// Prepares to sleep with releases still pending: `Some(true)` once the sender will
+    /// wake us (through `rx_efd`) when it makes room, `Some(false)` if room appeared
+    /// (flush instead of sleeping), `None` if nothing is pending.
+    fn wait_for_room(&self) -> Option<bool> {
+        if !self.has_pending.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut r = self.rel.lock().unwrap_or_else(|p| p.into_inner());
+        Self::flush(&mut r, &self.stats, &self.link);
+        self.has_pending
+            .store(!r.pending.is_empty(), Ordering::Release);
+        if r.pending.is_empty() {
+            return None;
+        }
+        // A ring the sender broke (Corrupt) will never have room: sleep without a wake-up.
+        Some(r.rev.prepare_wait().unwrap_or(true))
+    }
+
+    fn cancel_wait_for_room(&self) {
+        self.rel
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .rev
+            .cancel_wait();
+    }
+
+    /// The sender can send no more and the ring is empty: drop our ledger entry.
+    fn end_inbound(&self) {
+        if let Some(i) = self.inbound.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            self.domain.remove_inbound(i);
+        }
+    }
+
+    /// Sends pending releases: through the reverse ring while it has room, then into
+    /// the overflow area (the sender collects those itself). What fits neither (a token
+    /// index beyond the area, or a ring the sender broke) stays pending.
+    fn flush(r: &mut RelState, stats: &Counters, link: &Link) {
         let mut sent = 0;
-        while let Some(&t) = r.pending.first() {
+        let mut spilled = false;
+        let mut i = 0;
+        while i < r.pending.len() {
+            let t = r.pending[i];
             match r.rev.try_push(t) {
                 Ok(Push::Done { wake }) => {
                     sent += 1;
-                    r.pending.remove(0);
+                    r.pending.swap_remove(i);
                     if wake {
                         Counters::add(&stats.wakeups, 1);
-                        rel_efd.notify();
+                        link.rel_efd.notify();
                     }
                 }
-                // Full: keep them for later. Corrupt: the sender broke its ring; it will
-                // learn nothing more from us.
-                _ => break,
+                Ok(Push::Full(_)) if ((t & 0xffff_ffff) as usize) < layout::OVERFLOW_SLOTS => {
+                    link.overflow((t & 0xffff_ffff) as usize)
+                        .store(t.wrapping_add(1), Ordering::Relaxed);
+                    // SYNC: Release: the slot written above is visible to a sender that
+                    // sees the count (its swap is AcqRel).
+                    link.header().overflow.fetch_add(1, Ordering::Release);
+                    sent += 1;
+                    spilled = true;
+                    r.pending.swap_remove(i);
+                }
+                // Full beyond the overflow area: keep it for later. Corrupt: the sender
+                // broke its ring; it will learn nothing more from us.
+                _ => i += 1,
             }
         }
+        if spilled {
+            // The sender may be asleep waiting for releases: the ring being full means it
+            // has some to drain, but it may have drained it just before we spilled.
+            Counters::add(&stats.wakeups, 1);
+            link.rel_efd.notify();
+        }
         Counters::add(&stats.releases, sent);
+    }
+}
+
+impl PendingReleases for RecvCore {
+    fn flush(&self) {
+        self.flush_pending();
     }
 }
 
@@ -672,6 +817,8 @@ impl Receiver {
     /// (the message is dropped and released), [`Error::PeerGone`], or
     /// [`Error::Disconnected`] when the sender closed its end and the ring is empty.
     pub fn try_recv(&mut self) -> Result<Option<IoData>> {
+        // Releases that did not fit the reverse ring go out on every receive call.
+        self.core.flush_pending();
         let Some((d, wake)) = self.fwd.try_pop().map_err(corrupt)? else {
             return self.idle(false).map(|_| None);
         };
@@ -709,17 +856,49 @@ impl Receiver {
                 more.push(l);
             }
         }
+        // Record forwarded fragments (not in the sender's own lot) in our ledger before
+        // anyone can read them, so that no death upstream gets them reused under us. If
+        // the ledger is full, copy the fragment instead (counted in `copied_bytes`).
+        let sender = (c.sender.slot, c.sender.generation);
+        let mut ledger: Vec<u32> = Vec::new();
+        let mut copies: Vec<usize> = Vec::new();
+        for (i, f) in self.frags.iter().enumerate() {
+            if (f.slot, f.generation) == sender {
+                continue;
+            }
+            let lot = LotId {
+                slot: f.slot,
+                generation: f.generation,
+            };
+            match c.domain.hold(lot, f.offset, f.len) {
+                Some(e) => ledger.push(e),
+                None => copies.push(i),
+            }
+        }
         let hold = Arc::new(Hold {
             core: c.clone(),
             token: d.token,
             _lot: first,
             _more_lots: more,
+            ledger,
         });
         let mut total = 0;
         let mut fragments = Vec::with_capacity(self.frags.len());
-        for f in &self.frags {
+        for (i, f) in self.frags.iter().enumerate() {
             let base = lot_of(f);
             total += f.len;
+            if copies.contains(&i) {
+                let mut v = vec![0u8; f.len as usize];
+                for (j, b) in v.iter_mut().enumerate() {
+                    // SAFETY: decode checked the span lies inside the lot, which `base`
+                    // keeps mapped; another process may write it, so read each byte
+                    // volatile into our own buffer.
+                    *b = unsafe { base.base().add(f.offset as usize + j).read_volatile() };
+                }
+                Counters::add(&c.stats.copied, f.len);
+                fragments.push(Fragment::whole(Arc::new(Segment::from_vec(v))));
+                continue;
+            }
             let span = LotSpan {
                 lot: LotId {
                     slot: f.slot,
@@ -764,6 +943,7 @@ impl Receiver {
         let h = self.core.link.header();
         if h.tx_closed.load(Ordering::Acquire) != 0 && !self.fwd.has_data().map_err(corrupt)? {
             self.lots.clear();
+            self.core.end_inbound();
             return Err(Error::Disconnected);
         }
         let now = Instant::now();
@@ -771,6 +951,7 @@ impl Receiver {
             self.last_check = now;
             if self.core.link.peer_exited() && !self.fwd.has_data().map_err(corrupt)? {
                 self.lots.clear();
+                self.core.end_inbound();
                 self.core.domain.forget_dead_peers();
                 return Err(Error::PeerGone {
                     pid: self.core.link.peer_pid,
@@ -809,27 +990,52 @@ impl Receiver {
                 None => None,
             };
             // Pass on releases of what this domain forwarded, and be woken by new ones
-            // while asleep: upstream may be waiting for them.
+            // while asleep: upstream may be waiting for them. Be woken too when a peer
+            // downstream dies holding what we forwarded, so that it comes back.
             let domain = self.core.domain.clone();
             domain.collect_releases();
             let Some(armed) = domain.arm_sources() else {
                 continue;
             };
-            if self.fwd.prepare_sleep().map_err(corrupt)? {
-                Counters::add(&self.core.stats.sleeps, 1);
-                let link = &self.core.link;
-                let mut fds = vec![link.rx_efd.as_fd(), link.pidfd.as_fd()];
-                fds.extend(armed.iter().map(|a| a.wake_fd()));
-                let woke = wait_readable(&fds, left);
-                self.fwd.cancel_sleep();
-                armed.iter().for_each(|a| a.disarm());
-                match woke? {
-                    Some(0) => link.rx_efd.drain(),
-                    Some(1) => self.idle(true)?,
-                    _ => {}
+            let disarm = |armed: &[Arc<dyn ReleaseSource>]| armed.iter().for_each(|a| a.disarm());
+            // Releases that did not fit: sleep until the sender makes room (it wakes us
+            // through rx_efd), unless room appeared already.
+            let room = self.core.wait_for_room();
+            if room == Some(false) {
+                disarm(&armed);
+                continue;
+            }
+            if !self.fwd.prepare_sleep().map_err(corrupt)? {
+                if room.is_some() {
+                    self.core.cancel_wait_for_room();
                 }
+                disarm(&armed);
+                continue;
+            }
+            Counters::add(&self.core.stats.sleeps, 1);
+            let link = &self.core.link;
+            let mut fds = vec![link.rx_efd.as_fd(), link.pidfd.as_fd()];
+            for a in &armed {
+                fds.push(a.wake_fd());
+                fds.push(a.peer_fd());
+            }
+            // Fragments of a dead peer wait in quarantine: look at the ledgers again soon.
+            let left = if domain.quarantined() > 0 {
+                Some(left.map_or(SETTLE_PERIOD, |l| l.min(SETTLE_PERIOD)))
             } else {
-                armed.iter().for_each(|a| a.disarm());
+                left
+            };
+            let woke = wait_readable(&fds, left);
+            self.fwd.cancel_sleep();
+            if room.is_some() {
+                self.core.cancel_wait_for_room();
+            }
+            disarm(&armed);
+            match woke? {
+                Some(0) => link.rx_efd.drain(),
+                Some(1) => self.idle(true)?,
+                Some(i) if i % 2 == 1 => armed[(i - 2) / 2].peer_died(),
+                _ => {}
             }
         }
     }
@@ -895,6 +1101,8 @@ impl AsRawFd for Receiver {
 impl Drop for Receiver {
     fn drop(&mut self) {
         self.lots.clear();
+        // Nothing more is taken from the ring: what we took is in the ledger.
+        self.core.end_inbound();
         self.core
             .link
             .header()
@@ -934,7 +1142,7 @@ pub(crate) fn connect(
     let map = Mapping::shared(chan_fd.as_fd(), size, Access::ReadWrite)?;
     let base = NonNull::new(map.as_ptr()).expect("mapping non-null");
     // SAFETY: the mapping is `channel_bytes(..)` long.
-    let parts = unsafe { layout::parts(base, config.capacity) };
+    let parts = unsafe { layout::parts(base, config.capacity, config.release_capacity) };
     let me = domain.lot.id;
     // SAFETY: nobody else has this fresh mapping yet; plain fields are written before
     // the offer is published (Release) and the receiver reads them after (Acquire).
@@ -1175,7 +1383,7 @@ fn open_offer(
         ));
     }
     // SAFETY: `len == channel_bytes(fwd_cap, rev_cap)`, checked above.
-    let parts = unsafe { layout::parts(base, fwd_cap) };
+    let parts = unsafe { layout::parts(base, fwd_cap, rev_cap) };
     let link = Link {
         _map: map,
         parts,
@@ -1199,6 +1407,11 @@ fn open_offer(
         slot: peer.slot,
         generation: peer.generation,
     })?;
+    // Record the channel in our ledger before the sender may send: from now until we have
+    // taken its last message, a death upstream must not get forwarded spans reused.
+    let inbound = domain
+        .add_inbound(peer)
+        .ok_or(Error::InvalidArgument("too many receiving channels in this domain"))?;
     link.header()
         .rx_pid
         .store(std::process::id(), Ordering::Relaxed);
@@ -1208,13 +1421,18 @@ fn open_offer(
     let core = Arc::new(RecvCore {
         link,
         domain: domain.clone(),
+        sender: peer,
+        inbound: Mutex::new(Some(inbound)),
         rel: Mutex::new(RelState {
             rev,
             pending: Vec::new(),
         }),
+        has_pending: AtomicBool::new(false),
         stats: Counters::default(),
         sender_lot: Some(sender_lot),
     });
+    let weak: std::sync::Weak<dyn PendingReleases> = Arc::downgrade(&core) as _;
+    domain.add_sink(weak);
     Ok(Receiver {
         core,
         fwd,

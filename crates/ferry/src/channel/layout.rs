@@ -7,6 +7,9 @@
 //! offset 512   RingCtl of the reverse ring (release tokens, receiver -> sender)
 //! offset 1024  [Slot<RawDesc>; fwd_cap]   (128 bytes each: mark + descriptor)
 //! then         [Slot<u64>; rev_cap]       (16 bytes each)
+//! page-aligned [AtomicU64; OVERFLOW_SLOTS] release tokens that did not fit the reverse
+//!              ring, at the index of their token (token + 1; 0 = empty): the sender
+//!              collects them itself, so a receiver never has to run again to release
 //! ```
 
 use std::ptr::NonNull;
@@ -35,7 +38,13 @@ pub(crate) struct ChanHeader {
     pub tx_closed: AtomicU32,
     pub rx_closed: AtomicU32,
     pub rx_pid: AtomicU32,
+    /// Tokens written to the overflow area since the sender last looked.
+    pub overflow: AtomicU32,
 }
+
+/// Token indices the overflow area covers; a release of a higher index waits in the
+/// receiver for room in the reverse ring.
+pub(crate) const OVERFLOW_SLOTS: usize = 1 << 16;
 
 pub(crate) const FWD_CTL: usize = 256;
 pub(crate) const REV_CTL: usize = 512;
@@ -43,6 +52,10 @@ pub(crate) const SLOTS: usize = 1024;
 
 /// Total size of a channel with these ring sizes, rounded to pages.
 pub(crate) fn channel_bytes(fwd_cap: u32, rev_cap: u32) -> usize {
+    overflow_offset(fwd_cap, rev_cap) + OVERFLOW_SLOTS * 8
+}
+
+fn overflow_offset(fwd_cap: u32, rev_cap: u32) -> usize {
     let raw = SLOTS
         + fwd_cap as usize * std::mem::size_of::<Slot<RawDesc>>()
         + rev_cap as usize * std::mem::size_of::<Slot<u64>>();
@@ -56,6 +69,7 @@ pub(crate) struct Parts {
     pub rev_ctl: NonNull<RingCtl>,
     pub fwd_slots: NonNull<Slot<RawDesc>>,
     pub rev_slots: NonNull<Slot<u64>>,
+    pub overflow: NonNull<AtomicU64>,
 }
 
 /// Splits a channel mapping.
@@ -63,7 +77,7 @@ pub(crate) struct Parts {
 /// # Safety
 /// `base` must point to at least `channel_bytes(fwd_cap, rev_cap)` mapped, page-aligned
 /// bytes.
-pub(crate) unsafe fn parts(base: NonNull<u8>, fwd_cap: u32) -> Parts {
+pub(crate) unsafe fn parts(base: NonNull<u8>, fwd_cap: u32, rev_cap: u32) -> Parts {
     let at = |off: usize| {
         // SAFETY: every offset used below lies inside the mapping the caller vouches for.
         unsafe { NonNull::new_unchecked(base.as_ptr().add(off)) }
@@ -74,6 +88,7 @@ pub(crate) unsafe fn parts(base: NonNull<u8>, fwd_cap: u32) -> Parts {
         rev_ctl: at(REV_CTL).cast(),
         fwd_slots: at(SLOTS).cast(),
         rev_slots: at(SLOTS + fwd_cap as usize * std::mem::size_of::<Slot<RawDesc>>()).cast(),
+        overflow: at(overflow_offset(fwd_cap, rev_cap)).cast(),
     }
 }
 
@@ -88,5 +103,6 @@ mod tests {
         assert!(std::mem::size_of::<RingCtl>() <= REV_CTL - FWD_CTL);
         assert!(REV_CTL + std::mem::size_of::<RingCtl>() <= SLOTS);
         assert_eq!(channel_bytes(256, 1024) % 4096, 0);
+        assert_eq!(overflow_offset(256, 1024) % 4096, 0);
     }
 }

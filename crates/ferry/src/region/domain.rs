@@ -1,14 +1,17 @@
 //! Domains: this process's membership of a group.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
 use super::group::{DomainId, Group};
+use super::ledger::{Held, Ledger};
 use super::lot::{Lot, PeerLot};
 use super::path::{PathAllocator, PathConfig};
 use crate::channel::{self, Receiver, Sender};
 use crate::error::{BadDescriptor, Error, Result};
+use crate::iodata::Fragment;
 use crate::segment::LotId;
 
 /// A lot that descriptors may point into, resolved in this process.
@@ -55,7 +58,30 @@ pub(crate) trait ReleaseSource: Send + Sync {
     fn disarm(&self);
     /// The eventfd that a release wakes while armed.
     fn wake_fd(&self) -> std::os::fd::BorrowedFd<'_>;
+    /// The receiving peer's pidfd, readable once it died.
+    fn peer_fd(&self) -> std::os::fd::BorrowedFd<'_>;
+    /// The peer's pidfd turned readable: take back what it held now.
+    fn peer_died(&self);
 }
+
+/// Something holding releases that did not fit its reverse ring (a receiving channel).
+pub(crate) trait PendingReleases: Send + Sync {
+    /// Sends what fits now.
+    fn flush(&self);
+}
+
+/// Fragments a dead peer held, kept until no live domain holds them (see
+/// [`super::ledger`]).
+#[derive(Debug)]
+struct Quarantined {
+    lot: LotId,
+    offset: u64,
+    len: u64,
+    _frag: Fragment,
+}
+
+/// How often a domain with quarantined fragments looks at the ledgers again.
+pub(crate) const SETTLE_PERIOD: Duration = Duration::from_millis(10);
 
 #[derive(Debug)]
 pub(crate) struct DomainInner {
@@ -65,6 +91,18 @@ pub(crate) struct DomainInner {
     sources: Mutex<Vec<Weak<dyn ReleaseSource>>>,
     /// Closed senders whose receivers still hold fbufs; kept until those come back.
     parked: Mutex<Vec<Arc<dyn ReleaseSource>>>,
+    /// Receiving channels, for flushing releases that did not fit their rings.
+    sinks: Mutex<Vec<Weak<dyn PendingReleases>>>,
+    /// This domain's writer of its ledger in the control block.
+    ledger: Mutex<Ledger>,
+    /// What dead peers held, until no live domain holds it.
+    quarantine: Mutex<Vec<Quarantined>>,
+    quarantined: AtomicUsize,
+    last_settle: Mutex<Instant>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl std::fmt::Debug for dyn ReleaseSource {
@@ -109,6 +147,118 @@ impl DomainInner {
         Ok(LotRef::Peer(p))
     }
 
+    /// Records in the ledger that this domain holds `len` bytes at `offset` of `lot`,
+    /// which it received from a domain other than the lot's owner. `None` if the ledger is
+    /// full (the caller copies instead).
+    pub fn hold(&self, lot: LotId, offset: u64, len: u64) -> Option<u32> {
+        let raw = self.group.ledger(self.lot.id.slot);
+        lock(&self.ledger).hold(raw, lot, offset, len)
+    }
+
+    /// Clears holds recorded by [`hold`](Self::hold).
+    pub fn unhold(&self, entries: &[u32]) {
+        let raw = self.group.ledger(self.lot.id.slot);
+        let mut l = lock(&self.ledger);
+        for &i in entries {
+            l.unhold(raw, i);
+        }
+    }
+
+    /// Records a channel from `sender` (before it may send); `None` if there are too many.
+    pub fn add_inbound(&self, sender: DomainId) -> Option<u32> {
+        let raw = self.group.ledger(self.lot.id.slot);
+        let id = LotId {
+            slot: sender.slot,
+            generation: sender.generation,
+        };
+        lock(&self.ledger).add_inbound(raw, id)
+    }
+
+    /// Clears a channel entry once its sender can send no more and its ring is empty.
+    pub fn remove_inbound(&self, i: u32) {
+        let raw = self.group.ledger(self.lot.id.slot);
+        lock(&self.ledger).remove_inbound(raw, i);
+    }
+
+    /// Takes what a dead peer held: each fragment goes once no live domain holds it.
+    pub fn quarantine(&self, data: impl IntoIterator<Item = Fragment>) {
+        {
+            let mut q = lock(&self.quarantine);
+            for f in data {
+                let Some(span) = f.lot_span() else { continue };
+                q.push(Quarantined {
+                    lot: span.lot,
+                    offset: span.offset,
+                    len: f.len() as u64,
+                    _frag: f,
+                });
+            }
+            self.quarantined.store(q.len(), Ordering::Release);
+        }
+        self.settle(true);
+    }
+
+    /// Fragments of dead peers still held by someone.
+    pub fn quarantined(&self) -> usize {
+        self.quarantined.load(Ordering::Acquire)
+    }
+
+    /// Lets go of quarantined fragments no live domain holds any more. Reads the ledgers
+    /// of every live domain (and asks the kernel whether each lives), so it runs at most
+    /// every [`SETTLE_PERIOD`] unless `force`.
+    pub fn settle(&self, force: bool) {
+        if self.quarantined.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        {
+            let mut last = lock(&self.last_settle);
+            if !force && last.elapsed() < SETTLE_PERIOD {
+                return;
+            }
+            *last = Instant::now();
+        }
+        let g = &self.group;
+        let live: Vec<u16> = g
+            .live_slots()
+            .filter(|&i| {
+                let s = g.slot(i);
+                g.domain_live(LotId {
+                    slot: i,
+                    generation: s.generation.load(Ordering::Acquire),
+                })
+            })
+            .collect();
+        // A live domain that has not yet taken every message a dead sender left in a ring
+        // may still record holds: wait for it.
+        for &i in &live {
+            if g.ledger(i).inbound().any(|sender| !g.domain_live(sender)) {
+                return;
+            }
+        }
+        let mut held: Vec<Held> = Vec::new();
+        for &i in &live {
+            g.ledger(i).holds(&mut held);
+        }
+        let gone: Vec<Quarantined> = {
+            let mut q = lock(&self.quarantine);
+            let (keep, gone): (Vec<_>, Vec<_>) = std::mem::take(&mut *q)
+                .into_iter()
+                .partition(|f| held.iter().any(|h| h.overlaps(f.lot, f.offset, f.len)));
+            *q = keep;
+            self.quarantined.store(q.len(), Ordering::Release);
+            gone
+        };
+        // Dropped outside the lock: a foreign fragment's last reference sends a release.
+        drop(gone);
+    }
+
+    /// Registers a receiving channel whose pending releases collecting should flush.
+    pub fn add_sink(&self, s: Weak<dyn PendingReleases>) {
+        let mut v = lock(&self.sinks);
+        v.retain(|w| w.strong_count() > 0);
+        v.push(s);
+    }
+
     /// Registers a sending channel whose releases allocators should drain.
     pub fn add_source(&self, s: Weak<dyn ReleaseSource>) {
         let mut v = self.sources.lock().unwrap_or_else(|p| p.into_inner());
@@ -116,8 +266,14 @@ impl DomainInner {
         v.push(s);
     }
 
-    /// Drains releases from every sending channel of this domain.
+    /// Drains releases from every sending channel of this domain, flushes releases its
+    /// receivers could not send yet, and settles the quarantine now and then.
     pub fn collect_releases(&self) {
+        let sinks: Vec<_> = lock(&self.sinks).iter().filter_map(Weak::upgrade).collect();
+        for s in sinks {
+            s.flush();
+        }
+        self.settle(false);
         // Collected under the lock, with no allocation: dropping released fbufs takes
         // only path and release-ring locks, never this one.
         for s in self
@@ -198,7 +354,6 @@ impl DomainInner {
 
     /// Unmaps lots of peers that are no longer live, once nothing here refers to them.
     pub fn forget_dead_peers(&self) {
-        use std::sync::atomic::Ordering;
         let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
         peers.retain(|&slot, p| {
             let s = self.group.slot(slot);
@@ -252,6 +407,11 @@ impl Group {
                 peers: Mutex::new(HashMap::new()),
                 sources: Mutex::new(Vec::new()),
                 parked: Mutex::new(Vec::new()),
+                sinks: Mutex::new(Vec::new()),
+                ledger: Mutex::new(Ledger::new()),
+                quarantine: Mutex::new(Vec::new()),
+                quarantined: AtomicUsize::new(0),
+                last_settle: Mutex::new(Instant::now()),
             }),
         })
     }
@@ -327,5 +487,12 @@ impl Domain {
     /// Closed senders still waiting for their receivers to release fbufs.
     pub fn parked_senders(&self) -> usize {
         self.inner.parked()
+    }
+
+    /// Fragments that dead peers held and that this domain keeps until no live domain
+    /// holds them any more (another domain may still read a span a dead peer forwarded
+    /// to it). Collecting releases lets them go once the group's ledgers show them free.
+    pub fn quarantined(&self) -> usize {
+        self.inner.quarantined()
     }
 }

@@ -22,7 +22,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::ledger::LedgerRaw;
 use crate::error::{Error, Result};
+use crate::segment::LotId;
 use crate::sys::fd::{pidfd, process_start_time};
 use crate::sys::mem::{Access, Mapping};
 
@@ -32,7 +34,7 @@ pub const MAX_SLOTS: usize = 64;
 pub const MAX_OFFERS: usize = 8;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"FERRYGRP");
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 
 /// Slot states.
 pub(crate) const SLOT_FREE: u32 = 0;
@@ -86,6 +88,8 @@ pub(crate) struct GroupHeader {
     pub offer_seq: AtomicU32,
     pub _pad: u32,
     pub slots: [SlotRaw; MAX_SLOTS],
+    /// Each slot's reference ledger (see [`super::ledger`]), written only by its owner.
+    pub ledgers: [LedgerRaw; MAX_SLOTS],
 }
 
 /// How a group lays out its lots. Only the creator's configuration counts; joiners
@@ -295,6 +299,31 @@ impl Group {
         &self.header().slots[i as usize]
     }
 
+    /// Slot `i`'s reference ledger.
+    pub(crate) fn ledger(&self, i: u16) -> &LedgerRaw {
+        &self.header().ledgers[i as usize]
+    }
+
+    /// True if domain `id` is a member now: its slot is live, of that generation, and
+    /// owned by a running process.
+    pub(crate) fn domain_live(&self, id: LotId) -> bool {
+        if id.slot as usize >= MAX_SLOTS {
+            return false;
+        }
+        let s = self.slot(id.slot);
+        s.state.load(Ordering::Acquire) == SLOT_LIVE
+            && s.generation.load(Ordering::Acquire) == id.generation
+            && self.pid_alive(
+                s.pid.load(Ordering::Relaxed),
+                s.start_time.load(Ordering::Relaxed),
+            )
+    }
+
+    /// Slots whose state says live (their processes may have died since).
+    pub(crate) fn live_slots(&self) -> impl Iterator<Item = u16> + '_ {
+        (0..MAX_SLOTS as u16).filter(|&i| self.slot(i).state.load(Ordering::Acquire) == SLOT_LIVE)
+    }
+
     /// The group's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -386,6 +415,8 @@ impl Group {
                 for o in &s.offers {
                     o.state.store(OFFER_FREE, Ordering::Relaxed);
                 }
+                // A dead previous owner's holds and channels mean nothing now.
+                self.ledger(i).clear();
                 return Ok((i, generation));
             }
         }
@@ -448,7 +479,8 @@ mod tests {
         assert_eq!(std::mem::offset_of!(GroupHeader, offer_seq), 40);
         assert_eq!(std::mem::offset_of!(GroupHeader, slots), 48);
         assert_eq!(std::mem::align_of::<GroupHeader>(), 8);
-        assert!(std::mem::size_of::<GroupHeader>() < 16 * 4096);
+        // Sparse: the ledgers' pages cost memory only once written.
+        assert!(std::mem::size_of::<GroupHeader>() < 8 << 20);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 pub mod domain;
 pub mod group;
+pub(crate) mod ledger;
 pub(crate) mod lot;
 pub mod path;
 
