@@ -5,7 +5,7 @@
 mod common;
 
 use std::io::BufReader;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use ferry::{DomainId, Error, Group, PathConfig};
@@ -74,8 +74,99 @@ fn child_main(role: &str) {
             tx.send(&message(&path, 4, 5000, 1)).unwrap();
             read_line(&mut stdin);
         }
+        // Accept from upstream, connect to the domain named on stdin, and forward every
+        // message without copying, blocked in `recv` between messages.
+        "stage" => {
+            let mut rx = domain.accept(T).unwrap();
+            let down: DomainId = read_line(&mut stdin).parse().unwrap();
+            let tx = domain.connect(down, T).unwrap();
+            println!("connected");
+            loop {
+                match rx.recv() {
+                    Ok(m) => {
+                        if let Err(e) = tx.send(&m) {
+                            println!("send: {e}");
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        println!("recv: {e}");
+                        break;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+        // Receive and verify N messages (N on stdin), hold them, say "held"; on "check"
+        // verify them again byte by byte; on "release" drop them and drain the channel.
+        "sink" => {
+            let mut rx = domain.accept(T).unwrap();
+            println!("accepted");
+            let n: usize = read_line(&mut stdin).parse().unwrap();
+            let mut held = Vec::new();
+            while held.len() < n {
+                let m = rx.recv().unwrap();
+                verify(&m).unwrap();
+                held.push(m);
+            }
+            println!("held");
+            loop {
+                match read_line(&mut stdin).as_str() {
+                    "check" => {
+                        let bad: Vec<String> =
+                            held.iter().filter_map(|m| verify(m).err()).collect();
+                        if bad.is_empty() {
+                            println!("intact");
+                        } else {
+                            println!("torn {}: {}", bad.len(), bad[0]);
+                        }
+                    }
+                    "release" => {
+                        held.clear();
+                        // The stage is dead: this ends with PeerGone once the ring is
+                        // empty, and our ledger entry for the channel goes.
+                        let r = rx.recv();
+                        println!("released {}", r.is_err());
+                    }
+                    _ => return,
+                }
+            }
+        }
+        // Receive and hold everything until killed.
+        "hoard" => {
+            let mut rx = domain.accept(T).unwrap();
+            println!("accepted");
+            let mut held = Vec::new();
+            while let Ok(m) = rx.recv() {
+                held.push(m);
+            }
+            std::thread::sleep(Duration::from_secs(3600));
+        }
         _ => panic!("unknown role {role}"),
     }
+}
+
+/// Starts source (this process) -> stage -> `sink_role`; returns the sender to the stage.
+fn chain(d: &ferry::Domain, name: &str, sink_role: &str) -> (ferry::Sender, Peer, Peer) {
+    let mut stage = Peer::spawn("stage", name, "");
+    let mut sink = Peer::spawn(sink_role, name, "");
+    let tx = d.connect(stage.id, T).unwrap();
+    stage.tell(&sink.id.to_string());
+    assert_eq!(sink.line(), "accepted");
+    assert_eq!(stage.line(), "connected");
+    (tx, stage, sink)
+}
+
+/// Waits up to `secs` for `f` to hold, calling `collect` between tries.
+fn within(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    f()
 }
 
 // ---------------------------------------------------------------- tests
@@ -108,13 +199,118 @@ fn owner_cannot_truncate_its_lot_or_channel() {
     assert!(peer.child.wait().unwrap().success());
 }
 
+/// source -> stage -> sink: the sink holds messages the stage forwarded (spans of the
+/// source's lot); the stage is killed; the source takes back what the stage held and
+/// allocates and overwrites again and again. The sink's held messages must stay intact
+/// byte by byte, and the source gets its fbufs back only after the sink lets go. Before
+/// the ledger, the source reused the spans at once and the sink read later messages' bytes.
+fn forwarded_fragments_survive_the_forwarders_death() {
+    let (_g, d, name) = join("fwdkill");
+    let path = d
+        .path(PathConfig {
+            quota: 64 * 65536,
+            ..PathConfig::default()
+        })
+        .unwrap();
+    let (tx, mut stage, mut sink) = chain(&d, &name, "sink");
+    const N: u64 = 12;
+    sink.tell(&N.to_string());
+    for seed in 1..=N {
+        tx.send(&message(&path, seed, 65536, 1 + seed as usize % 3))
+            .unwrap();
+    }
+    assert_eq!(sink.line(), "held");
+    stage.kill9();
+    assert!(
+        within(5, || matches!(tx.check_peer(), Err(Error::PeerGone { .. }))),
+        "the source never saw the stage die"
+    );
+    // Allocate and overwrite everything the path will give us, many times over.
+    for round in 0..20u64 {
+        let mut got = Vec::new();
+        while let Ok(mut m) = path.alloc(65536) {
+            m.fill_from(&vec![(round as u8) ^ 0xa5; 65536]);
+            got.push(m.freeze());
+        }
+        assert!(!got.is_empty());
+    }
+    assert!(d.quarantined() > 0, "nothing quarantined");
+    sink.tell("check");
+    assert_eq!(sink.line(), "intact");
+    // Once the sink lets go, the source gets every fbuf back.
+    sink.tell("release");
+    assert_eq!(sink.line(), "released true");
+    assert!(
+        within(5, || {
+            d.collect_releases();
+            path.outstanding() == 0
+        }),
+        "{} bytes never came back, {} fragments quarantined",
+        path.outstanding(),
+        d.quarantined()
+    );
+    assert_eq!(d.quarantined(), 0);
+    sink.tell("bye");
+    assert!(sink.child.wait().unwrap().success());
+}
+
+/// source -> stage -> sink: the sink hoards everything until the source is at its quota,
+/// with the stage asleep in `recv`; then the sink is killed. The stage must notice (it
+/// sleeps on its downstream's pidfd too), take back what the sink held and release it
+/// upstream, so the source can allocate again. Before the fix, the stage slept forever.
+fn a_stage_blocked_in_recv_learns_its_sink_died() {
+    let (_g, d, name) = join("sinkkill");
+    let path = d
+        .path(PathConfig {
+            quota: 16 * 65536,
+            ..PathConfig::default()
+        })
+        .unwrap();
+    let (tx, mut stage, mut sink) = chain(&d, &name, "hoard");
+    let mut seed = 1;
+    loop {
+        match path.alloc(65536) {
+            Ok(mut m) => {
+                m.fill_from(&vec![seed as u8; 65536]);
+                tx.send(&m.freeze()).unwrap();
+                seed += 1;
+            }
+            Err(Error::QuotaExceeded { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // Give the stage time to forward everything and fall asleep in recv.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(path.alloc(65536).is_err());
+    sink.kill9();
+    assert!(
+        within(5, || path.alloc(65536).is_ok()),
+        "the source is still at its quota: the stage never noticed its sink died"
+    );
+    assert!(within(5, || {
+        d.collect_releases();
+        path.outstanding() == 0
+    }));
+    stage.kill9();
+}
+
 fn main() {
     if let Ok(role) = std::env::var("FERRY_TEST_ROLE") {
         child_main(&role);
         return;
     }
-    run(&[(
-        "owner_cannot_truncate_its_lot_or_channel",
-        owner_cannot_truncate_its_lot_or_channel,
-    )]);
+    run(&[
+        (
+            "owner_cannot_truncate_its_lot_or_channel",
+            owner_cannot_truncate_its_lot_or_channel,
+        ),
+        (
+            "forwarded_fragments_survive_the_forwarders_death",
+            forwarded_fragments_survive_the_forwarders_death,
+        ),
+        (
+            "a_stage_blocked_in_recv_learns_its_sink_died",
+            a_stage_blocked_in_recv_learns_its_sink_died,
+        ),
+    ]);
 }

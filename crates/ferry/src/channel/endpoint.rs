@@ -235,7 +235,11 @@ impl SendCore {
     /// The continuation blocks only the dead receiver read go at once.
     fn reclaim_all(&self, st: &mut SendState) {
         self.gone.store(true, Ordering::Release);
-        let all: Vec<_> = st.inflight.iter_mut().filter_map(|f| f.data.take()).collect();
+        let all: Vec<_> = st
+            .inflight
+            .iter_mut()
+            .filter_map(|f| f.data.take())
+            .collect();
         st.free_tokens = (0..st.inflight.len() as u32).collect();
         let domain = self.domain.upgrade();
         let mut frags = Vec::new();
@@ -671,7 +675,12 @@ impl RecvCore {
 
     /// The sender can send no more and the ring is empty: drop our ledger entry.
     fn end_inbound(&self) {
-        if let Some(i) = self.inbound.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(i) = self
+            .inbound
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
             self.domain.remove_inbound(i);
         }
     }
@@ -1409,9 +1418,9 @@ fn open_offer(
     })?;
     // Record the channel in our ledger before the sender may send: from now until we have
     // taken its last message, a death upstream must not get forwarded spans reused.
-    let inbound = domain
-        .add_inbound(peer)
-        .ok_or(Error::InvalidArgument("too many receiving channels in this domain"))?;
+    let inbound = domain.add_inbound(peer).ok_or(Error::InvalidArgument(
+        "too many receiving channels in this domain",
+    ))?;
     link.header()
         .rx_pid
         .store(std::process::id(), Ordering::Relaxed);

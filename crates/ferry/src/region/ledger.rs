@@ -111,11 +111,7 @@ impl Held {
                 lot: l,
                 offset: o,
                 len: n,
-            } => {
-                l == lot
-                    && o < offset.saturating_add(len)
-                    && offset < o.saturating_add(n)
-            }
+            } => l == lot && o < offset.saturating_add(len) && offset < o.saturating_add(n),
         }
     }
 }
