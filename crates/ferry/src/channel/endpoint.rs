@@ -188,7 +188,9 @@ impl SendCore {
         let mut wake = false;
         let mut spilled = Vec::new();
         // SYNC: pairs with the receiver's Release increment after it wrote a slot.
-        if self.link.header().overflow.swap(0, Ordering::AcqRel) != 0 {
+        let count = &self.link.header().overflow;
+        // A plain load first: the swap would take the line from the receiver every time.
+        if count.load(Ordering::Relaxed) != 0 && count.swap(0, Ordering::AcqRel) != 0 {
             for i in 0..st.inflight.len().min(layout::OVERFLOW_SLOTS) {
                 let v = self.link.overflow(i).swap(0, Ordering::AcqRel);
                 if v != 0 {
