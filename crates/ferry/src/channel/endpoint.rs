@@ -30,8 +30,11 @@ const LIVENESS_PERIOD: Duration = Duration::from_millis(10);
 pub struct ChannelConfig {
     /// Messages the forward ring holds (a power of two, at most 65536).
     pub capacity: u32,
-    /// Release tokens the reverse ring holds (a power of two, at most 65536). Releases
-    /// that do not fit wait in the receiver and go out with the next ones.
+    /// Release tokens the reverse ring holds (a power of two, at most 65536). A release
+    /// that does not fit goes to the channel's overflow area, which the sender collects
+    /// by itself, so a receiver never has to run again for its releases to arrive (only
+    /// a sender with more than 65536 messages out at once makes releases wait in the
+    /// receiver, for its next receive call or drop).
     pub release_capacity: u32,
 }
 
@@ -1074,8 +1077,8 @@ impl Receiver {
         self.fwd.prepare_sleep().map_err(corrupt)
     }
 
-    /// Messages received and not yet released, plus releases not yet accepted by the
-    /// reverse ring.
+    /// Releases waiting in this receiver because neither the reverse ring nor the
+    /// overflow area could take them.
     pub fn pending_releases(&self) -> usize {
         self.core
             .rel
