@@ -1,8 +1,23 @@
-//! Groups: a named set of domains that find each other through a control block in
-//! `/dev/shm`, with no daemon.
+//! Groups: a named set of domains that find each other through `/dev/shm`, with no
+//! daemon.
+//!
+//! The state members share, the control block, lives in a memfd sealed against
+//! shrinking and growing, so no one can truncate it under the others' mappings (a named
+//! file cannot be sealed: truncating one SIGBUSes every process that maps it). The named
+//! file only bootstraps: it holds *doors*, the processes that have the group open and
+//! the descriptor number of their copy of the control memfd. It is read and written
+//! with `pread`/`pwrite` under `flock`, never mapped.
 //!
 //! ```text
-//! /dev/shm/ferry.<name>
+//!  /dev/shm/ferry.<name>  (read and written under flock(LOCK_EX), never mapped)
+//! +--------------------------------------------------------------+
+//! | TableHead: magic "FERRYDOR", version, door count (16 bytes)  |
+//! | Door[0]:   pid, fd number of its control memfd, start time   |
+//! | Door[1] ...                      (pid 0: free; DOORS in all) |
+//! +--------------------------------------------------------------+
+//!          | pidfd_getfd(pidfd_open(pid), fd)
+//!          v
+//!  control memfd "ferry.<name>"   (F_SEAL_SHRINK | GROW | SEAL, mapped by every member)
 //! +--------------------------------------------------------------+
 //! | GroupHeader: magic, version, base address, lot size/stride,  |
 //! |              offer sequence (futex word)                     |
@@ -12,10 +27,35 @@
 //! +--------------------------------------------------------------+
 //! ```
 //! Slot `i`'s lot lives at `base_addr + i * lot_stride` in every process of the group.
+//!
+//! Opening: open or create the named file (`O_CLOEXEC`, mode 0600), lock it, and check
+//! that the file locked is still the one at the path (a last member may have unlinked
+//! it meanwhile: then start over). Read the door table; for each door whose process is
+//! alive, duplicate its descriptor with `pidfd_getfd` and check it: a shmem memfd named
+//! `ferry.<name>`, sealed against shrinking and growing (and not against writing), of
+//! exactly the control block's size, and with a header of this version and sane
+//! geometry. The first that passes is the group; if none does, create a new control
+//! memfd, size it, seal it and initialise its header. Then write this process's own door
+//! into a free or dead entry (with the table full the process still works, but is no
+//! door) and unlock. A named file of length 0 is a table being created; any other that
+//! does not validate is unlinked and opening starts over, so no one writes into a file
+//! an older ferry may have mapped.
+//!
+//! Leaving: when a [`Group`] is dropped it locks the file, clears its door and, if no
+//! other door and no slot of the control block belongs to a live process, unlinks the
+//! file. A process is alive if `pidfd_open` succeeds, its start time still matches the
+//! one recorded (pid reuse), and the pidfd is not readable yet: a zombie is dead.
+//!
+//! What a hostile member can do (it runs as the same user): write anything into the
+//! control memfd it maps, as before (peers validate every value they read from it),
+//! and truncate, scribble or hold the lock on the named file. That stops new joins (at
+//! worst, new openers start a new, separate group), but existing members keep working,
+//! since they map the memfd, not the file. It cannot resize the memfd, seal it against
+//! writing, or hand a joiner an unsealed or hugetlb memfd: those are refused.
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -23,8 +63,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::sys::fd::{pidfd, process_start_time};
+use crate::sys::fd::{
+    dup_from, exited, file_len, is_shmem, memfd, memfd_name, pidfd, process_start_time, read_at,
+    same_file, try_lock, unlock, write_at,
+};
 use crate::sys::mem::{Access, Mapping};
+use crate::sys::seal::{add_seals, seals, SealFlags};
 
 /// Domains a group can hold.
 pub const MAX_SLOTS: usize = 64;
@@ -174,19 +218,43 @@ pub struct Group {
     name: String,
     path: PathBuf,
     map: Mapping,
-    _file: File,
+    /// This process's copy of the control memfd; its number is in our door.
+    _ctl: OwnedFd,
+    /// The named file, kept open to clear our door when the group is dropped.
+    file: File,
+    /// Our entry in the door table, if the table had room.
+    door: Option<(usize, Door)>,
 }
+
+/// Size of the control memfd: the header, rounded up to whole pages.
+fn control_len() -> usize {
+    crate::sys::round_up_pages(std::mem::size_of::<GroupHeader>()).expect("header fits")
+}
+
+/// Name of group `name`'s control memfd (checked by joiners, so that a door whose
+/// descriptor number was reused for another group's control block is refused).
+fn control_name(name: &str) -> String {
+    format!("ferry.{name}")
+}
+
+/// How long opening waits for the named file's lock before giving up.
+const OPEN_PATIENCE: Duration = Duration::from_secs(10);
+/// How long dropping a group waits for the lock; past it the door is left (it dies
+/// with this process) and the file is not removed.
+const DROP_PATIENCE: Duration = Duration::from_secs(2);
+/// How often opening starts over because the named file was replaced under it.
+const OPEN_TRIES: usize = 100;
 
 impl Group {
     /// Opens the group `name`, creating it with the default configuration if it does not
-    /// exist. The control block lives in `/dev/shm/ferry.<name>`.
+    /// exist. Its door table lives in `/dev/shm/ferry.<name>`.
     pub fn open(name: &str) -> Result<Arc<Group>> {
         Self::open_with(name, GroupConfig::default())
     }
 
     /// Opens the group `name`, creating it with `config` if it does not exist.
     pub fn open_with(name: &str, config: GroupConfig) -> Result<Arc<Group>> {
-        if name.is_empty() || name.contains('/') || name.len() > 200 {
+        if name.is_empty() || name.contains('/') || name.contains('\0') || name.len() > 200 {
             return Err(Error::InvalidArgument(
                 "group name must be 1..200 chars, no '/'",
             ));
@@ -197,98 +265,94 @@ impl Group {
             ));
         }
         let path = PathBuf::from(format!("/dev/shm/ferry.{name}"));
-        let size = std::mem::size_of::<GroupHeader>();
-        crate::sys::count();
-        let created = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(&path);
-        let (file, fresh) = match created {
-            Ok(f) => (f, true),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                crate::sys::count();
-                (
-                    OpenOptions::new().read(true).write(true).open(&path)?,
-                    false,
-                )
-            }
-            Err(e) => return Err(e.into()),
+        let me = Door {
+            pid: std::process::id(),
+            fd: 0,
+            start: process_start_time(std::process::id())?,
         };
-        if fresh {
+        for _ in 0..OPEN_TRIES {
             crate::sys::count();
-            file.set_len(size as u64)?;
-        } else {
-            // The creator may not have sized it yet.
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while crate::sys::fd::file_len(file.as_fd())? < size as u64 {
-                if Instant::now() > deadline {
-                    return Err(Error::BadGroup(format!("{} is too small", path.display())));
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        let map = Mapping::shared(file.as_fd(), size, Access::ReadWrite)?;
-        let g = Group {
-            name: name.to_owned(),
-            path,
-            map,
-            _file: file,
-        };
-        let h = g.header_ptr();
-        if fresh {
-            // SAFETY: we created the file and nobody reads the plain fields before we
-            // publish `magic`; the mapping is at least `size` bytes and page aligned.
-            unsafe {
-                (*h).version = VERSION;
-                (*h).max_slots = MAX_SLOTS as u32;
-                (*h).base_addr = match config.base_addr {
-                    Some(a) => a as u64,
-                    None => default_base(name, config.lot_size as u64),
-                };
-                (*h).lot_size = config.lot_size as u64;
-                (*h).lot_stride = config.lot_size as u64;
-            }
-            // SYNC: pairs with the Acquire load of `magic` by joiners below.
-            g.header().magic.store(MAGIC, Ordering::Release);
-        } else {
-            let deadline = Instant::now() + Duration::from_secs(2);
-            // SYNC: pairs with the creator's Release store of `magic`.
-            while g.header().magic.load(Ordering::Acquire) != MAGIC {
-                if Instant::now() > deadline {
-                    return Err(Error::BadGroup(format!(
-                        "{} has no ferry header",
-                        g.path.display()
-                    )));
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            let h = g.header();
-            if h.version != VERSION || h.max_slots as usize != MAX_SLOTS {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(&path)?;
+            let Some(lock) = Locked::take(&file, OPEN_PATIENCE)? else {
                 return Err(Error::BadGroup(format!(
-                    "version {} (want {VERSION})",
-                    h.version
+                    "{} stayed locked for {} s",
+                    path.display(),
+                    OPEN_PATIENCE.as_secs()
                 )));
+            };
+            if !same_file(file.as_fd(), &path)? {
+                // A last member unlinked it after we opened it: open what is there now.
+                continue;
             }
-            let end = (h.base_addr as u128) + (h.lot_stride as u128) * MAX_SLOTS as u128;
-            if h.lot_size == 0 || h.lot_stride < h.lot_size || end > (1u128 << 47) {
-                return Err(Error::BadGroup("lot geometry out of range".into()));
+            let (mut doors, fresh) = match read_table(file.as_fd())? {
+                Table::Valid(doors) => (doors, false),
+                Table::Empty => (vec![Door::default(); DOORS], true),
+                Table::Invalid => {
+                    // Not a door table: maybe garbage, maybe a control block an older
+                    // ferry maps. Leave its inode alone and start a new file.
+                    crate::sys::count();
+                    let _ = std::fs::remove_file(&path);
+                    continue;
+                }
+            };
+            let mut found = None;
+            let mut spare = None;
+            for (i, d) in doors.iter().enumerate() {
+                if found.is_some() && spare.is_some() {
+                    break;
+                }
+                match live_pidfd(d.pid, d.start) {
+                    None => {
+                        spare.get_or_insert(i);
+                    }
+                    Some(pfd) if found.is_none() => {
+                        found = adopt(pfd.as_fd(), d.fd, name).ok();
+                    }
+                    Some(_) => {}
+                }
             }
+            let (ctl, map) = match found {
+                Some(v) => v,
+                None => create(name, &config)?,
+            };
+            let mine = Door {
+                fd: ctl.as_raw_fd() as u32,
+                ..me
+            };
+            let door = spare.and_then(|i| {
+                doors[i] = mine;
+                let written = if fresh {
+                    write_table(file.as_fd(), &doors)
+                } else {
+                    write_door(file.as_fd(), i, mine)
+                };
+                written.ok().map(|()| (i, mine))
+            });
+            drop(lock);
+            return Ok(Arc::new(Group {
+                name: name.to_owned(),
+                path,
+                map,
+                _ctl: ctl,
+                file,
+                door,
+            }));
         }
-        Ok(Arc::new(g))
-    }
-
-    fn header_ptr(&self) -> *mut GroupHeader {
-        self.map.as_ptr().cast()
+        Err(Error::BadGroup(format!(
+            "{} was replaced {OPEN_TRIES} times while opening",
+            path.display()
+        )))
     }
 
     pub(crate) fn header(&self) -> &GroupHeader {
-        // SAFETY: the mapping is at least size_of::<GroupHeader>() bytes, page aligned,
-        // lives as long as `self`, and other processes change only its atomic fields
-        // (plain fields are set once before `magic` is published).
-        unsafe { &*self.header_ptr() }
+        header_of(&self.map)
     }
 
     pub(crate) fn slot(&self, i: u16) -> &SlotRaw {
@@ -326,21 +390,15 @@ impl Group {
                 }
                 let pid = s.pid.load(Ordering::Relaxed);
                 let generation = s.generation.load(Ordering::Relaxed);
-                self.pid_alive(pid, s.start_time.load(Ordering::Relaxed))
-                    .then_some(Member {
-                        id: DomainId {
-                            slot: i,
-                            generation,
-                        },
-                        pid,
-                    })
+                pid_alive(pid, s.start_time.load(Ordering::Relaxed)).then_some(Member {
+                    id: DomainId {
+                        slot: i,
+                        generation,
+                    },
+                    pid,
+                })
             })
             .collect()
-    }
-
-    /// True if `pid` is a running process with start time `start` (pid reuse check).
-    pub(crate) fn pid_alive(&self, pid: u32, start: u64) -> bool {
-        pid != 0 && process_start_time(pid).is_ok_and(|t| t == start)
     }
 
     /// Claims a slot for this process: a free one, or one whose domain died. Returns the
@@ -363,7 +421,7 @@ impl Group {
                     .is_ok(),
                 SLOT_LIVE => {
                     let pid = s.pid.load(Ordering::Relaxed);
-                    if self.pid_alive(pid, s.start_time.load(Ordering::Relaxed)) {
+                    if pid_alive(pid, s.start_time.load(Ordering::Relaxed)) {
                         false
                     } else {
                         // The owner died without leaving: take the slot over.
@@ -400,7 +458,9 @@ impl Group {
         s.state.store(SLOT_LIVE, Ordering::Release);
     }
 
-    /// Gives a slot back. If no live member remains, removes the control block.
+    /// Gives a slot back. The named file goes when the last [`Group`] holding a door or
+    /// a live slot is dropped (see [`Drop`] for `Group`), not here: this process may
+    /// still hold the group and join it again.
     pub(crate) fn release_slot(&self, i: u16, generation: u32) {
         let s = self.slot(i);
         if s.generation.load(Ordering::Acquire) == generation
@@ -409,10 +469,17 @@ impl Group {
             s.pid.store(0, Ordering::Relaxed);
             s.state.store(SLOT_FREE, Ordering::Release);
         }
-        if self.members().is_empty() {
-            crate::sys::count();
-            let _ = std::fs::remove_file(&self.path);
-        }
+    }
+
+    /// True if some slot of the control block belongs to a live process.
+    fn any_slot_held(&self) -> bool {
+        self.header().slots.iter().any(|s| {
+            s.state.load(Ordering::Acquire) != SLOT_FREE
+                && pid_alive(
+                    s.pid.load(Ordering::Relaxed),
+                    s.start_time.load(Ordering::Relaxed),
+                )
+        })
     }
 
     /// A pidfd for the live domain `id`, or `PeerGone`/`UnknownLot` if it is not live.
@@ -426,14 +493,283 @@ impl Group {
             });
         }
         let pid = s.pid.load(Ordering::Relaxed);
-        let fd = pidfd(pid).map_err(|_| Error::PeerGone { pid })?;
+        let fd =
+            live_pidfd(pid, s.start_time.load(Ordering::Relaxed)).ok_or(Error::PeerGone { pid })?;
         // Re-check after opening: the pidfd must name the process that owns the slot.
-        if !self.pid_alive(pid, s.start_time.load(Ordering::Relaxed))
-            || s.generation.load(Ordering::Acquire) != id.generation
+        if s.generation.load(Ordering::Acquire) != id.generation
+            || s.pid.load(Ordering::Relaxed) != pid
         {
             return Err(Error::PeerGone { pid });
         }
         Ok((pid, fd))
+    }
+}
+
+impl Drop for Group {
+    /// Clears this process's door and, if no other door and no slot belongs to a live
+    /// process, removes the named file.
+    fn drop(&mut self) {
+        let Ok(Some(_lock)) = Locked::take(&self.file, DROP_PATIENCE) else {
+            return;
+        };
+        let doors = match read_table(self.file.as_fd()) {
+            Ok(Table::Valid(doors)) => doors,
+            _ => Vec::new(),
+        };
+        if let Some((i, mine)) = self.door {
+            // Only if it is still ours: a table someone rewrote may hold another there.
+            if doors.get(i) == Some(&mine) {
+                let _ = write_door(self.file.as_fd(), i, Door::default());
+            }
+        }
+        if !same_file(self.file.as_fd(), &self.path).unwrap_or(false) {
+            // The path names another group's file now (or none): not ours to remove.
+            return;
+        }
+        let other_door = doors
+            .iter()
+            .enumerate()
+            .any(|(i, d)| self.door.map(|(j, _)| j) != Some(i) && pid_alive(d.pid, d.start));
+        if !other_door && !self.any_slot_held() {
+            crate::sys::count();
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// A pidfd for the process recorded as `pid` with start time `start`, if it is still
+/// alive: `pidfd_open` fails (`ESRCH`) once it has been reaped; a start time that
+/// differs means the pid now names another process; a readable pidfd means it has
+/// exited, and a zombie nobody reaped yet counts as dead.
+///
+/// This is the one liveness test for everything recorded in a group: slots, doors, and
+/// the peers whose lots are mapped here.
+pub(crate) fn live_pidfd(pid: u32, start: u64) -> Option<OwnedFd> {
+    if pid == 0 {
+        return None;
+    }
+    let fd = pidfd(pid).ok()?;
+    // The start time is read after the pidfd is open, so the pidfd names the process
+    // whose start time we compare (the pid cannot have been reused in between without
+    // the start time changing).
+    if process_start_time(pid).ok()? != start || exited(fd.as_fd()) {
+        return None;
+    }
+    Some(fd)
+}
+
+/// True if the process recorded as (`pid`, `start`) is alive; see [`live_pidfd`].
+pub(crate) fn pid_alive(pid: u32, start: u64) -> bool {
+    live_pidfd(pid, start).is_some()
+}
+
+/// The group header at the start of a control block mapping.
+fn header_of(map: &Mapping) -> &GroupHeader {
+    debug_assert!(map.len() >= std::mem::size_of::<GroupHeader>());
+    // SAFETY: every control block mapping is `control_len()` bytes, at least
+    // size_of::<GroupHeader>(), page aligned, and lives as long as the borrow; other
+    // processes change only its atomic fields (plain fields are set once before `magic`
+    // is published, and the memfd is sealed against shrinking, so the pages stay).
+    unsafe { &*map.as_ptr().cast::<GroupHeader>() }
+}
+
+/// Maps a control memfd after checking what the seals promise: a shmem memfd named for
+/// group `name`, sealed against shrinking and growing and not against writing, of
+/// exactly `control_len()` bytes. Seals are checked before the size, since only they
+/// keep the size from changing afterwards.
+fn map_control(fd: BorrowedFd<'_>, name: &str) -> Result<Mapping> {
+    let bad = |why: &str| Error::BadGroup(format!("control block of {name}: {why}"));
+    let sealed = seals(fd).map_err(|_| bad("not a memfd"))?;
+    if !sealed.contains(SealFlags::SHRINK | SealFlags::GROW) {
+        return Err(bad("not sealed against resizing"));
+    }
+    if sealed.intersects(SealFlags::WRITE | SealFlags::FUTURE_WRITE) {
+        return Err(bad("sealed against writing"));
+    }
+    if !is_shmem(fd)? {
+        return Err(bad("not on shmem"));
+    }
+    if memfd_name(fd)?.as_deref() != Some(control_name(name).as_str()) {
+        return Err(bad("memfd of another name"));
+    }
+    let len = control_len();
+    if file_len(fd)? != len as u64 {
+        return Err(bad("wrong size"));
+    }
+    Ok(Mapping::shared(fd, len, Access::ReadWrite)?)
+}
+
+/// Creates, seals and initialises a new control block for group `name`.
+fn create(name: &str, config: &GroupConfig) -> Result<(OwnedFd, Mapping)> {
+    let fd = memfd(&control_name(name), control_len() as u64)?;
+    add_seals(
+        fd.as_fd(),
+        SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL,
+    )?;
+    let map = map_control(fd.as_fd(), name)?;
+    let h = map.as_ptr().cast::<GroupHeader>();
+    // SAFETY: the memfd is new and not yet in any door, so no other process can see it;
+    // the mapping is control_len() >= size_of::<GroupHeader>() bytes, page aligned, and
+    // reads as zeros (a valid GroupHeader: all atomics and integers). Plain fields are
+    // written before `magic` is published.
+    unsafe {
+        (*h).version = VERSION;
+        (*h).max_slots = MAX_SLOTS as u32;
+        (*h).base_addr = match config.base_addr {
+            Some(a) => a as u64,
+            None => default_base(name, config.lot_size as u64),
+        };
+        (*h).lot_size = config.lot_size as u64;
+        (*h).lot_stride = config.lot_size as u64;
+    }
+    // SYNC: pairs with the Acquire load of `magic` in `adopt`.
+    header_of(&map).magic.store(MAGIC, Ordering::Release);
+    Ok((fd, map))
+}
+
+/// Takes descriptor `target` of the door process behind `pidfd` and maps it if it is a
+/// valid control block of group `name`.
+fn adopt(pidfd: BorrowedFd<'_>, target: u32, name: &str) -> Result<(OwnedFd, Mapping)> {
+    let fd = dup_from(pidfd, target as i32)?;
+    let map = map_control(fd.as_fd(), name)?;
+    let h = header_of(&map);
+    // SYNC: pairs with the creator's Release store of `magic` in `create`.
+    if h.magic.load(Ordering::Acquire) != MAGIC {
+        return Err(Error::BadGroup(format!("{name} has no ferry header")));
+    }
+    if h.version != VERSION || h.max_slots as usize != MAX_SLOTS {
+        return Err(Error::BadGroup(format!(
+            "version {} (want {VERSION})",
+            h.version
+        )));
+    }
+    let end = (h.base_addr as u128) + (h.lot_stride as u128) * MAX_SLOTS as u128;
+    if h.lot_size == 0 || h.lot_stride < h.lot_size || end > (1u128 << 47) {
+        return Err(Error::BadGroup("lot geometry out of range".into()));
+    }
+    Ok((fd, map))
+}
+
+// ---------------------------------------------------------------- the door table
+
+const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"FERRYDOR");
+const TABLE_VERSION: u32 = 1;
+/// Doors in a table: the table fills one 4 KiB file.
+pub(crate) const DOORS: usize = 255;
+const TABLE_HEAD: usize = 16;
+const DOOR_LEN: usize = 16;
+const TABLE_LEN: usize = TABLE_HEAD + DOORS * DOOR_LEN;
+
+/// One door: a process that has the group open, and the descriptor number of its copy
+/// of the control memfd. Stored as pid (u32), fd (u32), start time (u64), native endian.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Door {
+    pub pid: u32,
+    pub fd: u32,
+    pub start: u64,
+}
+
+impl Door {
+    fn encode(self) -> [u8; DOOR_LEN] {
+        let mut b = [0u8; DOOR_LEN];
+        b[0..4].copy_from_slice(&self.pid.to_ne_bytes());
+        b[4..8].copy_from_slice(&self.fd.to_ne_bytes());
+        b[8..16].copy_from_slice(&self.start.to_ne_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Door {
+        let u32_at = |i: usize| u32::from_ne_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        Door {
+            pid: u32_at(0),
+            fd: u32_at(4),
+            start: u64::from_ne_bytes(b[8..16].try_into().expect("8 bytes")),
+        }
+    }
+}
+
+/// What a named file holds.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Table {
+    /// A door table.
+    Valid(Vec<Door>),
+    /// Nothing yet: a file just created.
+    Empty,
+    /// Anything else: wrong size, magic, version or door count.
+    Invalid,
+}
+
+/// Decodes the bytes of a named file.
+pub(crate) fn parse_table(b: &[u8]) -> Table {
+    if b.is_empty() {
+        return Table::Empty;
+    }
+    if b.len() != TABLE_LEN
+        || b[0..8] != TABLE_MAGIC.to_ne_bytes()
+        || b[8..12] != TABLE_VERSION.to_ne_bytes()
+        || b[12..16] != (DOORS as u32).to_ne_bytes()
+    {
+        return Table::Invalid;
+    }
+    Table::Valid(
+        b[TABLE_HEAD..]
+            .chunks_exact(DOOR_LEN)
+            .map(Door::decode)
+            .collect(),
+    )
+}
+
+/// Reads the named file open as `fd` (`pread`; one byte more than a table, to notice a
+/// longer file).
+fn read_table(fd: BorrowedFd<'_>) -> io::Result<Table> {
+    let mut buf = vec![0u8; TABLE_LEN + 1];
+    let n = read_at(fd, &mut buf, 0)?;
+    Ok(parse_table(&buf[..n]))
+}
+
+/// Writes a whole table holding `doors` (`pwrite`, then `ftruncate` to its size).
+fn write_table(fd: BorrowedFd<'_>, doors: &[Door]) -> io::Result<()> {
+    let mut b = Vec::with_capacity(TABLE_LEN);
+    b.extend_from_slice(&TABLE_MAGIC.to_ne_bytes());
+    b.extend_from_slice(&TABLE_VERSION.to_ne_bytes());
+    b.extend_from_slice(&(DOORS as u32).to_ne_bytes());
+    for d in doors.iter().take(DOORS) {
+        b.extend_from_slice(&d.encode());
+    }
+    b.resize(TABLE_LEN, 0);
+    write_at(fd, &b, 0)?;
+    crate::sys::count();
+    rustix::fs::ftruncate(fd, TABLE_LEN as u64)?;
+    Ok(())
+}
+
+/// Writes door `i` of the table (`pwrite`).
+fn write_door(fd: BorrowedFd<'_>, i: usize, door: Door) -> io::Result<()> {
+    write_at(fd, &door.encode(), (TABLE_HEAD + i * DOOR_LEN) as u64)
+}
+
+/// The named file's `flock`, held until dropped.
+struct Locked<'a>(&'a File);
+
+impl<'a> Locked<'a> {
+    /// Takes the lock, retrying for up to `patience`; `None` if someone held it that long.
+    fn take(file: &'a File, patience: Duration) -> io::Result<Option<Self>> {
+        let deadline = Instant::now() + patience;
+        loop {
+            if try_lock(file.as_fd())? {
+                return Ok(Some(Locked(file)));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        unlock(self.0.as_fd());
     }
 }
 
