@@ -237,6 +237,8 @@ fn child_main(role: &str) {
             }
             std::process::exit(0);
         }
+        // Exit at once, still a member: no domain or group is dropped.
+        "exit-holding" => std::process::exit(0),
         // Receive a container over the Unix socket at FERRY_TEST_ARG, XOR every valid
         // byte with 0x5a through a mapping, and ship it back.
         "container-xor" => {
@@ -497,6 +499,138 @@ fn secured_fbufs_are_write_protected() {
     assert_eq!(verify(&m).unwrap(), 42);
 }
 
+/// Waits until child `pid` has exited, without reaping it (`waitid` with `WNOWAIT`): it
+/// stays a zombie until someone waits for it.
+fn wait_exited_not_reaped(pid: u32) {
+    // SAFETY: siginfo_t is plain data, for which all zeros is a valid value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is a valid, writable siginfo_t for the duration of the call.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT,
+        )
+    };
+    assert_eq!(r, 0, "waitid: {}", std::io::Error::last_os_error());
+}
+
+/// The state letter of process `pid` (field 3 of /proc/PID/stat): 'Z' for a zombie.
+fn proc_state(pid: u32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = stat.rsplit_once(')').unwrap().1;
+    rest.trim_start().chars().next().unwrap()
+}
+
+/// A member that exits without leaving and that no one has reaped (a zombie) is dead to
+/// the group: a new joiner can take its slot, and the last live member's leaving removes
+/// the named file. (Liveness from /proc start times alone counted zombies as alive.)
+fn zombie_member_does_not_leak_the_group() {
+    let (g, d, name) = join("zombie");
+    let file = std::path::PathBuf::from(format!("/dev/shm/ferry.{name}"));
+    let mut peer = Peer::spawn("exit-holding", &name, "");
+    let pid = peer.child.id();
+    wait_exited_not_reaped(pid);
+    assert_eq!(proc_state(pid), 'Z');
+    assert_eq!(
+        g.members().iter().map(|m| m.id).collect::<Vec<_>>(),
+        vec![d.id()],
+        "the zombie still counts as a member"
+    );
+    // A new joiner reclaims the zombie's slot (slots are taken lowest first).
+    let d2 = g.join().unwrap();
+    assert_eq!(
+        d2.id().slot,
+        peer.id.slot,
+        "the zombie's slot was not reclaimed"
+    );
+    assert!(d2.id().generation > peer.id.generation);
+    drop(d2);
+    drop((d, g));
+    assert_eq!(
+        proc_state(pid),
+        'Z',
+        "the child was reaped before the check"
+    );
+    assert!(!file.exists(), "{} left behind", file.display());
+    assert!(peer.child.wait().unwrap().success());
+}
+
+/// Damages the named file of a group while two processes are members and pass messages:
+/// nobody gets SIGBUS (members map the sealed control memfd, not the file), the messages
+/// keep flowing and verify, the members still see each other and can open new channels,
+/// and a new `Group::open` of the name does not crash.
+fn damage_named_file_while_in_use(tag: &str, damage: fn(&std::path::Path)) {
+    let (g, d, name) = join(tag);
+    let file = std::path::PathBuf::from(format!("/dev/shm/ferry.{name}"));
+    let mut peer = Peer::spawn("verify", &name, "");
+    let tx = d.connect(peer.id, T).unwrap();
+    let path = d.path(PathConfig::default()).unwrap();
+    let n = 600;
+    for seed in 0..n {
+        if seed == n / 3 {
+            damage(&file);
+        }
+        tx.send(&message(
+            &path,
+            seed,
+            1000 + (seed as usize * 977) % 30_000,
+            3,
+        ))
+        .unwrap();
+    }
+    // The control block is intact: both members are there, and a new channel (offered
+    // through the control block) opens between two domains of this process.
+    let mut ids: Vec<_> = g.members().iter().map(|m| m.id).collect();
+    ids.sort_by_key(|i| i.slot);
+    assert_eq!(ids, vec![d.id(), peer.id]);
+    let d2 = g.join().unwrap();
+    let to = d2.id();
+    let dc = d.clone();
+    let connecting = std::thread::spawn(move || dc.connect(to, T));
+    let mut rx2 = d2.accept(T).unwrap();
+    let tx2 = connecting.join().unwrap().unwrap();
+    tx2.send(&message(&path, 7, 5000, 2)).unwrap();
+    assert_eq!(verify(&rx2.recv().unwrap()).unwrap(), 7);
+    drop((tx2, rx2, d2));
+    // A new opener cannot find this group through the damaged file: it gets a new,
+    // empty group of the same name (a fresh control block, with its door in a fresh
+    // table), and no crash. Dropping it removes that file again.
+    let g2 = Group::open(&name).unwrap();
+    assert!(g2.members().is_empty());
+    drop(g2);
+    drop(tx);
+    assert_eq!(peer.line(), format!("ok {n}"));
+    let status = peer.child.wait().unwrap();
+    assert!(status.success(), "the other member died: {status:?}");
+    d.collect_releases();
+    assert_eq!(path.outstanding(), 0);
+    drop((path, d, g));
+    assert!(!file.exists(), "{} left behind", file.display());
+}
+
+fn truncated_named_file_harms_no_member() {
+    damage_named_file_while_in_use("trunc", |f| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(f)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+    });
+}
+
+fn garbage_in_named_file_harms_no_member() {
+    damage_named_file_while_in_use("garbage", |f| {
+        // 3000 bytes of garbage in place of whatever was there (so the file also
+        // shrinks, as it would under a careless `echo > /dev/shm/ferry.NAME`).
+        let mut rng = Rng(0x5eed_1234_abcd_ef01);
+        let junk: Vec<u8> = (0..3000).map(|_| rng.next() as u8).collect();
+        std::fs::write(f, junk).unwrap();
+    });
+}
+
 /// Receivers map other domains' lots read-only, through a read-only descriptor.
 fn receivers_cannot_write_peer_lots() {
     let (g, d, name) = join("rolot");
@@ -559,6 +693,18 @@ fn main() {
         (
             "receivers_cannot_write_peer_lots",
             receivers_cannot_write_peer_lots,
+        ),
+        (
+            "zombie_member_does_not_leak_the_group",
+            zombie_member_does_not_leak_the_group,
+        ),
+        (
+            "truncated_named_file_harms_no_member",
+            truncated_named_file_harms_no_member,
+        ),
+        (
+            "garbage_in_named_file_harms_no_member",
+            garbage_in_named_file_harms_no_member,
         ),
     ];
     let (mut passed, mut failed) = (0, 0);
