@@ -797,6 +797,273 @@ mod tests {
         assert!("3".parse::<DomainId>().is_err());
     }
 
+    /// A memfd dressed up as a control block: `len` bytes, created with memfd name
+    /// `mname`, a valid header whose lots start at `base`, then `seal`ed.
+    fn fake_control(mname: &str, len: usize, seal: SealFlags, base: u64) -> OwnedFd {
+        use std::mem::offset_of;
+        let fd = memfd(mname, len as u64).unwrap();
+        let put = |off: usize, b: &[u8]| write_at(fd.as_fd(), b, off as u64).unwrap();
+        put(offset_of!(GroupHeader, version), &VERSION.to_ne_bytes());
+        put(
+            offset_of!(GroupHeader, max_slots),
+            &(MAX_SLOTS as u32).to_ne_bytes(),
+        );
+        put(offset_of!(GroupHeader, base_addr), &base.to_ne_bytes());
+        put(
+            offset_of!(GroupHeader, lot_stride),
+            &(1u64 << 30).to_ne_bytes(),
+        );
+        put(
+            offset_of!(GroupHeader, lot_size),
+            &(1u64 << 30).to_ne_bytes(),
+        );
+        put(offset_of!(GroupHeader, magic), &MAGIC.to_ne_bytes());
+        if !seal.is_empty() {
+            add_seals(fd.as_fd(), seal).unwrap();
+        }
+        fd
+    }
+
+    /// True if a memfd with the inode of `fd` is mapped in this process.
+    fn mapped(fd: BorrowedFd<'_>) -> bool {
+        let ino = rustix::fs::fstat(fd).unwrap().st_ino.to_string();
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .any(|l| l.contains("/memfd:") && l.split_whitespace().nth(4) == Some(&ino))
+    }
+
+    fn me() -> Door {
+        Door {
+            pid: std::process::id(),
+            fd: 0,
+            start: process_start_time(std::process::id()).unwrap(),
+        }
+    }
+
+    fn write_named(path: &std::path::Path, doors: &[Door]) {
+        let f = File::create(path).unwrap();
+        write_table(f.as_fd(), doors).unwrap();
+    }
+
+    /// Doors (of a live process: this one) that lead to control blocks which are not
+    /// sealed, of the wrong size, another group's, on another file system, or not
+    /// there at all are refused and never stay mapped: the opener starts a new group.
+    /// A valid door after them is found.
+    #[test]
+    fn doors_to_bad_control_blocks_are_refused() {
+        let name = format!("unit-doors-{}", std::process::id());
+        let path = PathBuf::from(format!("/dev/shm/ferry.{name}"));
+        let (len, right, p) = (control_len(), control_name(&name), crate::sys::page_size());
+        let ok = SealFlags::SHRINK | SealFlags::GROW;
+        let base = |k: u64| 0x2000_0000_0000 + (k << 40);
+        let plain = path.with_file_name(format!("ferry-unit-plain-{}", std::process::id()));
+        let plain_file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&plain)
+            .unwrap();
+        plain_file.set_len(len as u64).unwrap();
+        std::fs::remove_file(&plain).unwrap();
+        let fakes: Vec<(&str, OwnedFd)> = vec![
+            (
+                "unsealed",
+                fake_control(&right, len, SealFlags::empty(), base(0)),
+            ),
+            (
+                "shrink-only",
+                fake_control(&right, len, SealFlags::SHRINK, base(1)),
+            ),
+            ("a page long", fake_control(&right, len + p, ok, base(2))),
+            ("a page short", fake_control(&right, len - p, ok, base(3))),
+            (
+                "another group's",
+                fake_control("ferry.other", len, ok, base(4)),
+            ),
+            (
+                "write-sealed",
+                fake_control(&right, len, ok | SealFlags::FUTURE_WRITE, base(5)),
+            ),
+            ("tmpfs file", plain_file.into()),
+        ];
+        let mut doors: Vec<Door> = fakes
+            .iter()
+            .map(|(_, fd)| Door {
+                fd: fd.as_raw_fd() as u32,
+                ..me()
+            })
+            .collect();
+        // A descriptor number that is not open, and doors of processes that are gone.
+        doors.push(Door {
+            fd: 999_999,
+            ..me()
+        });
+        doors.push(Door {
+            pid: u32::MAX,
+            ..me()
+        });
+        doors.push(Door {
+            start: me().start + 1,
+            ..me()
+        });
+        write_named(&path, &doors);
+        let g = Group::open(&name).unwrap();
+        assert_eq!(
+            g.lot_addr(0),
+            default_base(&name, 1 << 30) as usize,
+            "adopted a fake control block"
+        );
+        for (what, fd) in &fakes {
+            assert!(!mapped(fd.as_fd()), "{what} control block is mapped");
+        }
+        assert!(g.door.is_some_and(|(i, _)| i >= fakes.len()));
+        drop(g);
+
+        // The same doors with a valid one last (made like the fakes): that one is the
+        // group.
+        let good = fake_control(&right, len, ok, base(6));
+        doors.push(Door {
+            fd: good.as_raw_fd() as u32,
+            ..me()
+        });
+        write_named(&path, &doors);
+        let g = Group::open(&name).unwrap();
+        assert_eq!(g.lot_addr(0), base(6) as usize, "the valid door was missed");
+        for (what, fd) in &fakes {
+            assert!(!mapped(fd.as_fd()), "{what} control block is mapped");
+        }
+        drop(g);
+        // Our fake doors name this live process, so dropping the group left the file.
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// Doors with a valid table head but garbage entries, some naming this process's
+    /// real descriptors (stdio, test harness files), are survived: a new group.
+    #[test]
+    fn garbage_doors_are_survived() {
+        let name = format!("unit-garbage-doors-{}", std::process::id());
+        let path = PathBuf::from(format!("/dev/shm/ferry.{name}"));
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut doors: Vec<Door> = (0..64).map(|fd| Door { fd, ..me() }).collect();
+        doors.extend((0..DOORS - 64).map(|_| Door {
+            pid: next() as u32,
+            fd: next() as u32,
+            start: next(),
+        }));
+        write_named(&path, &doors);
+        let g = Group::open(&name).unwrap();
+        assert!(g.members().is_empty());
+        assert_eq!(g.lot_addr(0), default_base(&name, 1 << 30) as usize);
+        drop(g);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn door_tables_round_trip_and_garbage_is_invalid() {
+        assert_eq!(parse_table(&[]), Table::Empty);
+        let mut rng = 0x1234_5678_9abc_def1u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for len in [
+            1,
+            15,
+            16,
+            17,
+            TABLE_LEN - 1,
+            TABLE_LEN,
+            TABLE_LEN + 1,
+            20_000,
+        ] {
+            for _ in 0..20 {
+                let b: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+                assert_eq!(parse_table(&b), Table::Invalid, "{len} garbage bytes");
+            }
+        }
+        let doors: Vec<Door> = (0..DOORS)
+            .map(|_| Door {
+                pid: next() as u32,
+                fd: next() as u32,
+                start: next(),
+            })
+            .collect();
+        let fd = memfd("unit-table", 0).unwrap();
+        write_table(fd.as_fd(), &doors).unwrap();
+        assert_eq!(file_len(fd.as_fd()).unwrap(), TABLE_LEN as u64);
+        assert_eq!(read_table(fd.as_fd()).unwrap(), Table::Valid(doors.clone()));
+        write_door(fd.as_fd(), 7, Door::default()).unwrap();
+        let Table::Valid(back) = read_table(fd.as_fd()).unwrap() else {
+            panic!("table lost")
+        };
+        assert_eq!(back[7], Door::default());
+        assert_eq!(back[8], doors[8]);
+        // A table with a byte more, or less, is not a table.
+        rustix::fs::ftruncate(&fd, TABLE_LEN as u64 + 1).unwrap();
+        assert_eq!(read_table(fd.as_fd()).unwrap(), Table::Invalid);
+        rustix::fs::ftruncate(&fd, TABLE_LEN as u64 - 1).unwrap();
+        assert_eq!(read_table(fd.as_fd()).unwrap(), Table::Invalid);
+    }
+
+    #[test]
+    fn control_block_is_sealed_and_sized() {
+        let name = format!("unit-sealed-{}", std::process::id());
+        let (fd, map) = create(&name, &GroupConfig::default()).unwrap();
+        let s = seals(fd.as_fd()).unwrap();
+        assert!(s.contains(SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL));
+        assert_eq!(file_len(fd.as_fd()).unwrap(), control_len() as u64);
+        assert_eq!(map.len() % crate::sys::page_size(), 0);
+        assert!(map.len() >= std::mem::size_of::<GroupHeader>());
+        assert!(rustix::fs::ftruncate(&fd, 0).is_err());
+    }
+
+    /// Only shmem memfds pass as control blocks: a hugetlb memfd's faults can fail
+    /// (SIGBUS when no huge page is free). Its size cannot match a control block's
+    /// either, so this checks the test itself.
+    #[test]
+    fn hugetlb_memfds_are_not_shmem() {
+        use rustix::fs::{memfd_create, MemfdFlags};
+        let small = memfd("unit-shmem", 4096).unwrap();
+        assert!(is_shmem(small.as_fd()).unwrap());
+        let huge = match memfd_create("unit-huge", MemfdFlags::HUGETLB) {
+            Ok(fd) => fd,
+            Err(e) => {
+                eprintln!("skipped: no hugetlb memfds ({e})");
+                return;
+            }
+        };
+        assert!(!is_shmem(huge.as_fd()).unwrap());
+    }
+
+    #[test]
+    fn zombies_and_strangers_are_not_alive() {
+        let me = me();
+        assert!(pid_alive(me.pid, me.start));
+        assert!(!pid_alive(me.pid, me.start + 1), "pid reuse");
+        assert!(!pid_alive(0, 0));
+        assert!(!pid_alive(u32::MAX, 0));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let start = process_start_time(pid).unwrap();
+        // Wait for it to exit without reaping it.
+        let pfd = pidfd(pid).unwrap();
+        crate::sys::fd::wait_readable(&[pfd.as_fd()], Some(Duration::from_secs(10))).unwrap();
+        assert_eq!(process_start_time(pid).unwrap(), start, "still a zombie");
+        assert!(!pid_alive(pid, start), "a zombie counts as alive");
+        child.wait().unwrap();
+        assert!(!pid_alive(pid, start));
+    }
+
     #[test]
     fn bad_names_are_rejected() {
         assert!(matches!(Group::open("a/b"), Err(Error::InvalidArgument(_))));
