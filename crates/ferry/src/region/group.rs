@@ -309,13 +309,14 @@ impl Group {
                     break;
                 }
                 match live_pidfd(d.pid, d.start) {
-                    None => {
+                    Ok(None) => {
                         spare.get_or_insert(i);
                     }
-                    Some(pfd) if found.is_none() => {
+                    Ok(Some(pfd)) if found.is_none() => {
                         found = adopt(pfd.as_fd(), d.fd, name).ok();
                     }
-                    Some(_) => {}
+                    // Alive (or not known dead): not ours to overwrite.
+                    _ => {}
                 }
             }
             let (ctl, map) = match found {
@@ -364,7 +365,8 @@ impl Group {
         &self.name
     }
 
-    /// Path of the control block.
+    /// Path of the group's named file, `/dev/shm/ferry.<name>`: the door table through
+    /// which processes find the control block (itself a memfd, with no path).
     pub fn path(&self) -> &std::path::Path {
         &self.path
     }
@@ -493,8 +495,11 @@ impl Group {
             });
         }
         let pid = s.pid.load(Ordering::Relaxed);
-        let fd =
-            live_pidfd(pid, s.start_time.load(Ordering::Relaxed)).ok_or(Error::PeerGone { pid })?;
+        let fd = match live_pidfd(pid, s.start_time.load(Ordering::Relaxed)) {
+            Ok(Some(fd)) => fd,
+            Ok(None) => return Err(Error::PeerGone { pid }),
+            Err(e) => return Err(e.into()),
+        };
         // Re-check after opening: the pidfd must name the process that owns the slot.
         if s.generation.load(Ordering::Acquire) != id.generation
             || s.pid.load(Ordering::Relaxed) != pid
@@ -512,13 +517,14 @@ impl Drop for Group {
         let Ok(Some(_lock)) = Locked::take(&self.file, DROP_PATIENCE) else {
             return;
         };
-        let doors = match read_table(self.file.as_fd()) {
+        let mut doors = match read_table(self.file.as_fd()) {
             Ok(Table::Valid(doors)) => doors,
             _ => Vec::new(),
         };
         if let Some((i, mine)) = self.door {
             // Only if it is still ours: a table someone rewrote may hold another there.
             if doors.get(i) == Some(&mine) {
+                doors[i] = Door::default();
                 let _ = write_door(self.file.as_fd(), i, Door::default());
             }
         }
@@ -526,10 +532,7 @@ impl Drop for Group {
             // The path names another group's file now (or none): not ours to remove.
             return;
         }
-        let other_door = doors
-            .iter()
-            .enumerate()
-            .any(|(i, d)| self.door.map(|(j, _)| j) != Some(i) && pid_alive(d.pid, d.start));
+        let other_door = doors.iter().any(|d| pid_alive(d.pid, d.start));
         if !other_door && !self.any_slot_held() {
             crate::sys::count();
             let _ = std::fs::remove_file(&self.path);
@@ -537,30 +540,48 @@ impl Drop for Group {
     }
 }
 
-/// A pidfd for the process recorded as `pid` with start time `start`, if it is still
-/// alive: `pidfd_open` fails (`ESRCH`) once it has been reaped; a start time that
-/// differs means the pid now names another process; a readable pidfd means it has
-/// exited, and a zombie nobody reaped yet counts as dead.
+/// A pidfd for the process recorded as `pid` with start time `start` if it is alive,
+/// `Ok(None)` if it is dead: `pidfd_open` fails with `ESRCH` once it has been reaped; a
+/// start time that differs means the pid now names another process; a readable pidfd
+/// means it has exited, so a zombie nobody reaped yet is dead. `Err` if that cannot be
+/// told (out of descriptors, say): callers then treat it as alive, so that no live
+/// member loses its slot or its group's file to a failed call.
 ///
 /// This is the one liveness test for everything recorded in a group: slots, doors, and
 /// the peers whose lots are mapped here.
-pub(crate) fn live_pidfd(pid: u32, start: u64) -> Option<OwnedFd> {
+pub(crate) fn live_pidfd(pid: u32, start: u64) -> io::Result<Option<OwnedFd>> {
     if pid == 0 {
-        return None;
+        return Ok(None);
     }
-    let fd = pidfd(pid).ok()?;
+    let gone = |e: &io::Error| {
+        e.kind() == io::ErrorKind::NotFound
+            // EINVAL: the number names a thread now, not a process.
+            || matches!(e.raw_os_error(), Some(libc::ESRCH | libc::EINVAL))
+    };
+    let fd = match pidfd(pid) {
+        Ok(fd) => fd,
+        Err(e) if gone(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    };
     // The start time is read after the pidfd is open, so the pidfd names the process
     // whose start time we compare (the pid cannot have been reused in between without
     // the start time changing).
-    if process_start_time(pid).ok()? != start || exited(fd.as_fd()) {
-        return None;
+    match process_start_time(pid) {
+        Ok(t) if t == start => {}
+        Ok(_) => return Ok(None),
+        Err(e) if gone(&e) => return Ok(None),
+        Err(e) => return Err(e),
     }
-    Some(fd)
+    if exited(fd.as_fd()) {
+        return Ok(None);
+    }
+    Ok(Some(fd))
 }
 
-/// True if the process recorded as (`pid`, `start`) is alive; see [`live_pidfd`].
+/// False only if the process recorded as (`pid`, `start`) is known to be dead; see
+/// [`live_pidfd`].
 pub(crate) fn pid_alive(pid: u32, start: u64) -> bool {
-    live_pidfd(pid, start).is_some()
+    !matches!(live_pidfd(pid, start), Ok(None))
 }
 
 /// The group header at the start of a control block mapping.
