@@ -172,6 +172,18 @@ fn group_name(tag: &str) -> String {
 // ---------------------------------------------------------------- child roles
 
 fn child_main(role: &str) {
+    // Children that race each other open the group at one agreed moment (spinning, so
+    // that a sleep's slack does not stagger them).
+    if let Ok(at) = std::env::var("FERRY_TEST_START_AT") {
+        let at = Duration::from_nanos(at.parse().unwrap());
+        while std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            < at
+        {
+            std::hint::spin_loop();
+        }
+    }
     let group = Group::open(&std::env::var("FERRY_TEST_GROUP").unwrap()).unwrap();
     let domain = group.join().unwrap();
     let arg = std::env::var("FERRY_TEST_ARG").unwrap_or_default();
@@ -236,6 +248,12 @@ fn child_main(role: &str) {
                 tx.send(&message(&path, seed, 50_000, 2)).unwrap();
             }
             std::process::exit(0);
+        }
+        // Wait for a line, then report how many members the group has.
+        "count-members" => {
+            read_line(&mut stdin);
+            println!("{}", group.members().len());
+            read_line(&mut stdin);
         }
         // Exit at once, still a member: no domain or group is dropped.
         "exit-holding" => std::process::exit(0),
@@ -557,6 +575,55 @@ fn zombie_member_does_not_leak_the_group() {
     assert!(peer.child.wait().unwrap().success());
 }
 
+/// Processes that open a group that does not exist yet, all at once, race to create it:
+/// they must all end up in the same one, and the last to leave removes the file.
+fn concurrent_creators_share_one_group() {
+    let name = group_name("race");
+    let file = std::path::PathBuf::from(format!("/dev/shm/ferry.{name}"));
+    for _ in 0..5 {
+        let n = 8;
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            + Duration::from_millis(300);
+        let mut kids: Vec<Child> = (0..n)
+            .map(|_| {
+                Command::new(std::env::current_exe().unwrap())
+                    .env("FERRY_TEST_ROLE", "count-members")
+                    .env("FERRY_TEST_GROUP", &name)
+                    .env("FERRY_TEST_START_AT", at.as_nanos().to_string())
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut outs: Vec<_> = kids
+            .iter_mut()
+            .map(|c| BufReader::new(c.stdout.take().unwrap()))
+            .collect();
+        let ids: Vec<DomainId> = outs
+            .iter_mut()
+            .map(|o| read_line(o).parse().unwrap())
+            .collect();
+        let mut slots: Vec<u16> = ids.iter().map(|i| i.slot).collect();
+        slots.sort();
+        slots.dedup();
+        assert_eq!(slots.len(), n, "two members share a slot: {ids:?}");
+        for (k, o) in kids.iter_mut().zip(&mut outs) {
+            writeln!(k.stdin.as_mut().unwrap(), "count").unwrap();
+            assert_eq!(read_line(o), n.to_string(), "members split into groups");
+        }
+        for k in &mut kids {
+            writeln!(k.stdin.as_mut().unwrap(), "bye").unwrap();
+        }
+        for k in &mut kids {
+            assert!(k.wait().unwrap().success());
+        }
+        assert!(!file.exists(), "{} left behind", file.display());
+    }
+}
+
 /// Damages the named file of a group while two processes are members and pass messages:
 /// nobody gets SIGBUS (members map the sealed control memfd, not the file), the messages
 /// keep flowing and verify, the members still see each other and can open new channels,
@@ -697,6 +764,10 @@ fn main() {
         (
             "zombie_member_does_not_leak_the_group",
             zombie_member_does_not_leak_the_group,
+        ),
+        (
+            "concurrent_creators_share_one_group",
+            concurrent_creators_share_one_group,
         ),
         (
             "truncated_named_file_harms_no_member",
