@@ -104,7 +104,8 @@ pub enum Error {
     },
     /// The group has no free domain slot.
     GroupFull,
-    /// The group's control block is not a ferry group (or another version).
+    /// The group cannot be opened: its named file stayed locked or kept being replaced,
+    /// or its control block is not a ferry group of this version.
     BadGroup(String),
     /// A descriptor from another domain failed validation.
     BadDescriptor(BadDescriptor),

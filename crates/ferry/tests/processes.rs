@@ -172,6 +172,18 @@ fn group_name(tag: &str) -> String {
 // ---------------------------------------------------------------- child roles
 
 fn child_main(role: &str) {
+    // Children that race each other open the group at one agreed moment (spinning, so
+    // that a sleep's slack does not stagger them).
+    if let Ok(at) = std::env::var("FERRY_TEST_START_AT") {
+        let at = Duration::from_nanos(at.parse().unwrap());
+        while std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            < at
+        {
+            std::hint::spin_loop();
+        }
+    }
     let group = Group::open(&std::env::var("FERRY_TEST_GROUP").unwrap()).unwrap();
     let domain = group.join().unwrap();
     let arg = std::env::var("FERRY_TEST_ARG").unwrap_or_default();
@@ -237,6 +249,14 @@ fn child_main(role: &str) {
             }
             std::process::exit(0);
         }
+        // Wait for a line, then report how many members the group has.
+        "count-members" => {
+            read_line(&mut stdin);
+            println!("{}", group.members().len());
+            read_line(&mut stdin);
+        }
+        // Exit at once, still a member: no domain or group is dropped.
+        "exit-holding" => std::process::exit(0),
         // Receive a container over the Unix socket at FERRY_TEST_ARG, XOR every valid
         // byte with 0x5a through a mapping, and ship it back.
         "container-xor" => {
@@ -497,6 +517,187 @@ fn secured_fbufs_are_write_protected() {
     assert_eq!(verify(&m).unwrap(), 42);
 }
 
+/// Waits until child `pid` has exited, without reaping it (`waitid` with `WNOWAIT`): it
+/// stays a zombie until someone waits for it.
+fn wait_exited_not_reaped(pid: u32) {
+    // SAFETY: siginfo_t is plain data, for which all zeros is a valid value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is a valid, writable siginfo_t for the duration of the call.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT,
+        )
+    };
+    assert_eq!(r, 0, "waitid: {}", std::io::Error::last_os_error());
+}
+
+/// The state letter of process `pid` (field 3 of /proc/PID/stat): 'Z' for a zombie.
+fn proc_state(pid: u32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = stat.rsplit_once(')').unwrap().1;
+    rest.trim_start().chars().next().unwrap()
+}
+
+/// A member that exits without leaving and that no one has reaped (a zombie) is dead to
+/// the group: a new joiner can take its slot, and the last live member's leaving removes
+/// the named file. (Liveness from /proc start times alone counted zombies as alive.)
+fn zombie_member_does_not_leak_the_group() {
+    let (g, d, name) = join("zombie");
+    let file = std::path::PathBuf::from(format!("/dev/shm/ferry.{name}"));
+    let mut peer = Peer::spawn("exit-holding", &name, "");
+    let pid = peer.child.id();
+    wait_exited_not_reaped(pid);
+    assert_eq!(proc_state(pid), 'Z');
+    assert_eq!(
+        g.members().iter().map(|m| m.id).collect::<Vec<_>>(),
+        vec![d.id()],
+        "the zombie still counts as a member"
+    );
+    // A new joiner reclaims the zombie's slot (slots are taken lowest first).
+    let d2 = g.join().unwrap();
+    assert_eq!(
+        d2.id().slot,
+        peer.id.slot,
+        "the zombie's slot was not reclaimed"
+    );
+    assert!(d2.id().generation > peer.id.generation);
+    drop(d2);
+    drop((d, g));
+    assert_eq!(
+        proc_state(pid),
+        'Z',
+        "the child was reaped before the check"
+    );
+    assert!(!file.exists(), "{} left behind", file.display());
+    assert!(peer.child.wait().unwrap().success());
+}
+
+/// Processes that open a group that does not exist yet, all at once, race to create it:
+/// they must all end up in the same one, and the last to leave removes the file.
+fn concurrent_creators_share_one_group() {
+    let name = group_name("race");
+    let file = std::path::PathBuf::from(format!("/dev/shm/ferry.{name}"));
+    for _ in 0..5 {
+        let n = 8;
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            + Duration::from_millis(300);
+        let mut kids: Vec<Child> = (0..n)
+            .map(|_| {
+                Command::new(std::env::current_exe().unwrap())
+                    .env("FERRY_TEST_ROLE", "count-members")
+                    .env("FERRY_TEST_GROUP", &name)
+                    .env("FERRY_TEST_START_AT", at.as_nanos().to_string())
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut outs: Vec<_> = kids
+            .iter_mut()
+            .map(|c| BufReader::new(c.stdout.take().unwrap()))
+            .collect();
+        let ids: Vec<DomainId> = outs
+            .iter_mut()
+            .map(|o| read_line(o).parse().unwrap())
+            .collect();
+        let mut slots: Vec<u16> = ids.iter().map(|i| i.slot).collect();
+        slots.sort();
+        slots.dedup();
+        assert_eq!(slots.len(), n, "two members share a slot: {ids:?}");
+        for (k, o) in kids.iter_mut().zip(&mut outs) {
+            writeln!(k.stdin.as_mut().unwrap(), "count").unwrap();
+            assert_eq!(read_line(o), n.to_string(), "members split into groups");
+        }
+        for k in &mut kids {
+            writeln!(k.stdin.as_mut().unwrap(), "bye").unwrap();
+        }
+        for k in &mut kids {
+            assert!(k.wait().unwrap().success());
+        }
+        assert!(!file.exists(), "{} left behind", file.display());
+    }
+}
+
+/// Damages the named file of a group while two processes are members and pass messages:
+/// nobody gets SIGBUS (members map the sealed control memfd, not the file), the messages
+/// keep flowing and verify, the members still see each other and can open new channels,
+/// and a new `Group::open` of the name does not crash.
+fn damage_named_file_while_in_use(tag: &str, damage: fn(&std::path::Path)) {
+    let (g, d, name) = join(tag);
+    let file = std::path::PathBuf::from(format!("/dev/shm/ferry.{name}"));
+    let mut peer = Peer::spawn("verify", &name, "");
+    let tx = d.connect(peer.id, T).unwrap();
+    let path = d.path(PathConfig::default()).unwrap();
+    let n = 600;
+    for seed in 0..n {
+        if seed == n / 3 {
+            damage(&file);
+        }
+        tx.send(&message(
+            &path,
+            seed,
+            1000 + (seed as usize * 977) % 30_000,
+            3,
+        ))
+        .unwrap();
+    }
+    // The control block is intact: both members are there, and a new channel (offered
+    // through the control block) opens between two domains of this process.
+    let mut ids: Vec<_> = g.members().iter().map(|m| m.id).collect();
+    ids.sort_by_key(|i| i.slot);
+    assert_eq!(ids, vec![d.id(), peer.id]);
+    let d2 = g.join().unwrap();
+    let to = d2.id();
+    let dc = d.clone();
+    let connecting = std::thread::spawn(move || dc.connect(to, T));
+    let mut rx2 = d2.accept(T).unwrap();
+    let tx2 = connecting.join().unwrap().unwrap();
+    tx2.send(&message(&path, 7, 5000, 2)).unwrap();
+    assert_eq!(verify(&rx2.recv().unwrap()).unwrap(), 7);
+    drop((tx2, rx2, d2));
+    // A new opener cannot find this group through the damaged file: it gets a new,
+    // empty group of the same name (a fresh control block, with its door in a fresh
+    // table), and no crash. Dropping it removes that file again.
+    let g2 = Group::open(&name).unwrap();
+    assert!(g2.members().is_empty());
+    drop(g2);
+    drop(tx);
+    assert_eq!(peer.line(), format!("ok {n}"));
+    let status = peer.child.wait().unwrap();
+    assert!(status.success(), "the other member died: {status:?}");
+    d.collect_releases();
+    assert_eq!(path.outstanding(), 0);
+    drop((path, d, g));
+    assert!(!file.exists(), "{} left behind", file.display());
+}
+
+fn truncated_named_file_harms_no_member() {
+    damage_named_file_while_in_use("trunc", |f| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(f)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+    });
+}
+
+fn garbage_in_named_file_harms_no_member() {
+    damage_named_file_while_in_use("garbage", |f| {
+        // 3000 bytes of garbage in place of whatever was there (so the file also
+        // shrinks, as it would under a careless `echo > /dev/shm/ferry.NAME`).
+        let mut rng = Rng(0x5eed_1234_abcd_ef01);
+        let junk: Vec<u8> = (0..3000).map(|_| rng.next() as u8).collect();
+        std::fs::write(f, junk).unwrap();
+    });
+}
+
 /// Receivers map other domains' lots read-only, through a read-only descriptor.
 fn receivers_cannot_write_peer_lots() {
     let (g, d, name) = join("rolot");
@@ -559,6 +760,22 @@ fn main() {
         (
             "receivers_cannot_write_peer_lots",
             receivers_cannot_write_peer_lots,
+        ),
+        (
+            "zombie_member_does_not_leak_the_group",
+            zombie_member_does_not_leak_the_group,
+        ),
+        (
+            "concurrent_creators_share_one_group",
+            concurrent_creators_share_one_group,
+        ),
+        (
+            "truncated_named_file_harms_no_member",
+            truncated_named_file_harms_no_member,
+        ),
+        (
+            "garbage_in_named_file_harms_no_member",
+            garbage_in_named_file_harms_no_member,
         ),
     ];
     let (mut passed, mut failed) = (0, 0);

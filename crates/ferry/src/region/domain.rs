@@ -359,7 +359,7 @@ impl DomainInner {
             let s = self.group.slot(slot);
             let live = s.state.load(Ordering::Acquire) == super::group::SLOT_LIVE
                 && s.generation.load(Ordering::Acquire) == p.id.generation
-                && self.group.pid_alive(
+                && super::group::pid_alive(
                     s.pid.load(Ordering::Relaxed),
                     s.start_time.load(Ordering::Relaxed),
                 );

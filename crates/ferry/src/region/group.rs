@@ -1,8 +1,23 @@
-//! Groups: a named set of domains that find each other through a control block in
-//! `/dev/shm`, with no daemon.
+//! Groups: a named set of domains that find each other through `/dev/shm`, with no
+//! daemon.
+//!
+//! The state members share, the control block, lives in a memfd sealed against
+//! shrinking and growing, so no one can truncate it under the others' mappings (a named
+//! file cannot be sealed: truncating one SIGBUSes every process that maps it). The named
+//! file only bootstraps: it holds *doors*, the processes that have the group open and
+//! the descriptor number of their copy of the control memfd. It is read and written
+//! with `pread`/`pwrite` under `flock`, never mapped.
 //!
 //! ```text
-//! /dev/shm/ferry.<name>
+//!  /dev/shm/ferry.<name>  (read and written under flock(LOCK_EX), never mapped)
+//! +--------------------------------------------------------------+
+//! | TableHead: magic "FERRYDOR", version, door count (16 bytes)  |
+//! | Door[0]:   pid, fd number of its control memfd, start time   |
+//! | Door[1] ...                      (pid 0: free; DOORS in all) |
+//! +--------------------------------------------------------------+
+//!          | pidfd_getfd(pidfd_open(pid), fd)
+//!          v
+//!  control memfd "ferry.<name>"   (F_SEAL_SHRINK | GROW | SEAL, mapped by every member)
 //! +--------------------------------------------------------------+
 //! | GroupHeader: magic, version, base address, lot size/stride,  |
 //! |              offer sequence (futex word)                     |
@@ -12,10 +27,35 @@
 //! +--------------------------------------------------------------+
 //! ```
 //! Slot `i`'s lot lives at `base_addr + i * lot_stride` in every process of the group.
+//!
+//! Opening: open or create the named file (`O_CLOEXEC`, mode 0600), lock it, and check
+//! that the file locked is still the one at the path (a last member may have unlinked
+//! it meanwhile: then start over). Read the door table; for each door whose process is
+//! alive, duplicate its descriptor with `pidfd_getfd` and check it: a shmem memfd named
+//! `ferry.<name>`, sealed against shrinking and growing (and not against writing), of
+//! exactly the control block's size, and with a header of this version and sane
+//! geometry. The first that passes is the group; if none does, create a new control
+//! memfd, size it, seal it and initialise its header. Then write this process's own door
+//! into a free or dead entry (with the table full the process still works, but is no
+//! door) and unlock. A named file of length 0 is a table being created; any other that
+//! does not validate is unlinked and opening starts over, so no one writes into a file
+//! an older ferry may have mapped.
+//!
+//! Leaving: when a [`Group`] is dropped it locks the file, clears its door and, if no
+//! other door and no slot of the control block belongs to a live process, unlinks the
+//! file. A process is alive if `pidfd_open` succeeds, its start time still matches the
+//! one recorded (pid reuse), and the pidfd is not readable yet: a zombie is dead.
+//!
+//! What a hostile member can do (it runs as the same user): write anything into the
+//! control memfd it maps, as before (peers validate every value they read from it),
+//! and truncate, scribble or hold the lock on the named file. That stops new joins (at
+//! worst, new openers start a new, separate group), but existing members keep working,
+//! since they map the memfd, not the file. It cannot resize the memfd, seal it against
+//! writing, or hand a joiner an unsealed or hugetlb memfd: those are refused.
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -25,8 +65,12 @@ use std::time::{Duration, Instant};
 use super::ledger::LedgerRaw;
 use crate::error::{Error, Result};
 use crate::segment::LotId;
-use crate::sys::fd::{pidfd, process_start_time};
+use crate::sys::fd::{
+    dup_from, exited, file_len, is_shmem, memfd, memfd_name, pidfd, process_start_time, read_at,
+    same_file, try_lock, unlock, write_at,
+};
 use crate::sys::mem::{Access, Mapping};
+use crate::sys::seal::{add_seals, seals, SealFlags};
 
 /// Domains a group can hold.
 pub const MAX_SLOTS: usize = 64;
@@ -178,19 +222,43 @@ pub struct Group {
     name: String,
     path: PathBuf,
     map: Mapping,
-    _file: File,
+    /// This process's copy of the control memfd; its number is in our door.
+    _ctl: OwnedFd,
+    /// The named file, kept open to clear our door when the group is dropped.
+    file: File,
+    /// Our entry in the door table, if the table had room.
+    door: Option<(usize, Door)>,
 }
+
+/// Size of the control memfd: the header, rounded up to whole pages.
+fn control_len() -> usize {
+    crate::sys::round_up_pages(std::mem::size_of::<GroupHeader>()).expect("header fits")
+}
+
+/// Name of group `name`'s control memfd (checked by joiners, so that a door whose
+/// descriptor number was reused for another group's control block is refused).
+fn control_name(name: &str) -> String {
+    format!("ferry.{name}")
+}
+
+/// How long opening waits for the named file's lock before giving up.
+const OPEN_PATIENCE: Duration = Duration::from_secs(10);
+/// How long dropping a group waits for the lock; past it the door is left (it dies
+/// with this process) and the file is not removed.
+const DROP_PATIENCE: Duration = Duration::from_secs(2);
+/// How often opening starts over because the named file was replaced under it.
+const OPEN_TRIES: usize = 100;
 
 impl Group {
     /// Opens the group `name`, creating it with the default configuration if it does not
-    /// exist. The control block lives in `/dev/shm/ferry.<name>`.
+    /// exist. Its door table lives in `/dev/shm/ferry.<name>`.
     pub fn open(name: &str) -> Result<Arc<Group>> {
         Self::open_with(name, GroupConfig::default())
     }
 
     /// Opens the group `name`, creating it with `config` if it does not exist.
     pub fn open_with(name: &str, config: GroupConfig) -> Result<Arc<Group>> {
-        if name.is_empty() || name.contains('/') || name.len() > 200 {
+        if name.is_empty() || name.contains('/') || name.contains('\0') || name.len() > 200 {
             return Err(Error::InvalidArgument(
                 "group name must be 1..200 chars, no '/'",
             ));
@@ -201,98 +269,95 @@ impl Group {
             ));
         }
         let path = PathBuf::from(format!("/dev/shm/ferry.{name}"));
-        let size = std::mem::size_of::<GroupHeader>();
-        crate::sys::count();
-        let created = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(&path);
-        let (file, fresh) = match created {
-            Ok(f) => (f, true),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                crate::sys::count();
-                (
-                    OpenOptions::new().read(true).write(true).open(&path)?,
-                    false,
-                )
-            }
-            Err(e) => return Err(e.into()),
+        let me = Door {
+            pid: std::process::id(),
+            fd: 0,
+            start: process_start_time(std::process::id())?,
         };
-        if fresh {
+        for _ in 0..OPEN_TRIES {
             crate::sys::count();
-            file.set_len(size as u64)?;
-        } else {
-            // The creator may not have sized it yet.
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while crate::sys::fd::file_len(file.as_fd())? < size as u64 {
-                if Instant::now() > deadline {
-                    return Err(Error::BadGroup(format!("{} is too small", path.display())));
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        let map = Mapping::shared(file.as_fd(), size, Access::ReadWrite)?;
-        let g = Group {
-            name: name.to_owned(),
-            path,
-            map,
-            _file: file,
-        };
-        let h = g.header_ptr();
-        if fresh {
-            // SAFETY: we created the file and nobody reads the plain fields before we
-            // publish `magic`; the mapping is at least `size` bytes and page aligned.
-            unsafe {
-                (*h).version = VERSION;
-                (*h).max_slots = MAX_SLOTS as u32;
-                (*h).base_addr = match config.base_addr {
-                    Some(a) => a as u64,
-                    None => default_base(name, config.lot_size as u64),
-                };
-                (*h).lot_size = config.lot_size as u64;
-                (*h).lot_stride = config.lot_size as u64;
-            }
-            // SYNC: pairs with the Acquire load of `magic` by joiners below.
-            g.header().magic.store(MAGIC, Ordering::Release);
-        } else {
-            let deadline = Instant::now() + Duration::from_secs(2);
-            // SYNC: pairs with the creator's Release store of `magic`.
-            while g.header().magic.load(Ordering::Acquire) != MAGIC {
-                if Instant::now() > deadline {
-                    return Err(Error::BadGroup(format!(
-                        "{} has no ferry header",
-                        g.path.display()
-                    )));
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            let h = g.header();
-            if h.version != VERSION || h.max_slots as usize != MAX_SLOTS {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(&path)?;
+            let Some(lock) = Locked::take(&file, OPEN_PATIENCE)? else {
                 return Err(Error::BadGroup(format!(
-                    "version {} (want {VERSION})",
-                    h.version
+                    "{} stayed locked for {} s",
+                    path.display(),
+                    OPEN_PATIENCE.as_secs()
                 )));
+            };
+            if !same_file(file.as_fd(), &path)? {
+                // A last member unlinked it after we opened it: open what is there now.
+                continue;
             }
-            let end = (h.base_addr as u128) + (h.lot_stride as u128) * MAX_SLOTS as u128;
-            if h.lot_size == 0 || h.lot_stride < h.lot_size || end > (1u128 << 47) {
-                return Err(Error::BadGroup("lot geometry out of range".into()));
+            let (mut doors, fresh) = match read_table(file.as_fd())? {
+                Table::Valid(doors) => (doors, false),
+                Table::Empty => (vec![Door::default(); DOORS], true),
+                Table::Invalid => {
+                    // Not a door table: maybe garbage, maybe a control block an older
+                    // ferry maps. Leave its inode alone and start a new file.
+                    crate::sys::count();
+                    let _ = std::fs::remove_file(&path);
+                    continue;
+                }
+            };
+            let mut found = None;
+            let mut spare = None;
+            for (i, d) in doors.iter().enumerate() {
+                if found.is_some() && spare.is_some() {
+                    break;
+                }
+                match live_pidfd(d.pid, d.start) {
+                    Ok(None) => {
+                        spare.get_or_insert(i);
+                    }
+                    Ok(Some(pfd)) if found.is_none() => {
+                        found = adopt(pfd.as_fd(), d.fd, name).ok();
+                    }
+                    // Alive (or not known dead): not ours to overwrite.
+                    _ => {}
+                }
             }
+            let (ctl, map) = match found {
+                Some(v) => v,
+                None => create(name, &config)?,
+            };
+            let mine = Door {
+                fd: ctl.as_raw_fd() as u32,
+                ..me
+            };
+            let door = spare.and_then(|i| {
+                doors[i] = mine;
+                let written = if fresh {
+                    write_table(file.as_fd(), &doors)
+                } else {
+                    write_door(file.as_fd(), i, mine)
+                };
+                written.ok().map(|()| (i, mine))
+            });
+            drop(lock);
+            return Ok(Arc::new(Group {
+                name: name.to_owned(),
+                path,
+                map,
+                _ctl: ctl,
+                file,
+                door,
+            }));
         }
-        Ok(Arc::new(g))
-    }
-
-    fn header_ptr(&self) -> *mut GroupHeader {
-        self.map.as_ptr().cast()
+        Err(Error::BadGroup(format!(
+            "{} was replaced {OPEN_TRIES} times while opening",
+            path.display()
+        )))
     }
 
     pub(crate) fn header(&self) -> &GroupHeader {
-        // SAFETY: the mapping is at least size_of::<GroupHeader>() bytes, page aligned,
-        // lives as long as `self`, and other processes change only its atomic fields
-        // (plain fields are set once before `magic` is published).
-        unsafe { &*self.header_ptr() }
+        header_of(&self.map)
     }
 
     pub(crate) fn slot(&self, i: u16) -> &SlotRaw {
@@ -313,7 +378,7 @@ impl Group {
         let s = self.slot(id.slot);
         s.state.load(Ordering::Acquire) == SLOT_LIVE
             && s.generation.load(Ordering::Acquire) == id.generation
-            && self.pid_alive(
+            && pid_alive(
                 s.pid.load(Ordering::Relaxed),
                 s.start_time.load(Ordering::Relaxed),
             )
@@ -329,7 +394,8 @@ impl Group {
         &self.name
     }
 
-    /// Path of the control block.
+    /// Path of the group's named file, `/dev/shm/ferry.<name>`: the door table through
+    /// which processes find the control block (itself a memfd, with no path).
     pub fn path(&self) -> &std::path::Path {
         &self.path
     }
@@ -355,21 +421,15 @@ impl Group {
                 }
                 let pid = s.pid.load(Ordering::Relaxed);
                 let generation = s.generation.load(Ordering::Relaxed);
-                self.pid_alive(pid, s.start_time.load(Ordering::Relaxed))
-                    .then_some(Member {
-                        id: DomainId {
-                            slot: i,
-                            generation,
-                        },
-                        pid,
-                    })
+                pid_alive(pid, s.start_time.load(Ordering::Relaxed)).then_some(Member {
+                    id: DomainId {
+                        slot: i,
+                        generation,
+                    },
+                    pid,
+                })
             })
             .collect()
-    }
-
-    /// True if `pid` is a running process with start time `start` (pid reuse check).
-    pub(crate) fn pid_alive(&self, pid: u32, start: u64) -> bool {
-        pid != 0 && process_start_time(pid).is_ok_and(|t| t == start)
     }
 
     /// Claims a slot for this process: a free one, or one whose domain died. Returns the
@@ -392,7 +452,7 @@ impl Group {
                     .is_ok(),
                 SLOT_LIVE => {
                     let pid = s.pid.load(Ordering::Relaxed);
-                    if self.pid_alive(pid, s.start_time.load(Ordering::Relaxed)) {
+                    if pid_alive(pid, s.start_time.load(Ordering::Relaxed)) {
                         false
                     } else {
                         // The owner died without leaving: take the slot over.
@@ -431,7 +491,9 @@ impl Group {
         s.state.store(SLOT_LIVE, Ordering::Release);
     }
 
-    /// Gives a slot back. If no live member remains, removes the control block.
+    /// Gives a slot back. The named file goes when the last [`Group`] holding a door or
+    /// a live slot is dropped (see [`Drop`] for `Group`), not here: this process may
+    /// still hold the group and join it again.
     pub(crate) fn release_slot(&self, i: u16, generation: u32) {
         let s = self.slot(i);
         if s.generation.load(Ordering::Acquire) == generation
@@ -440,10 +502,17 @@ impl Group {
             s.pid.store(0, Ordering::Relaxed);
             s.state.store(SLOT_FREE, Ordering::Release);
         }
-        if self.members().is_empty() {
-            crate::sys::count();
-            let _ = std::fs::remove_file(&self.path);
-        }
+    }
+
+    /// True if some slot of the control block belongs to a live process.
+    fn any_slot_held(&self) -> bool {
+        self.header().slots.iter().any(|s| {
+            s.state.load(Ordering::Acquire) != SLOT_FREE
+                && pid_alive(
+                    s.pid.load(Ordering::Relaxed),
+                    s.start_time.load(Ordering::Relaxed),
+                )
+        })
     }
 
     /// A pidfd for the live domain `id`, or `PeerGone`/`UnknownLot` if it is not live.
@@ -457,14 +526,302 @@ impl Group {
             });
         }
         let pid = s.pid.load(Ordering::Relaxed);
-        let fd = pidfd(pid).map_err(|_| Error::PeerGone { pid })?;
+        let fd = match live_pidfd(pid, s.start_time.load(Ordering::Relaxed)) {
+            Ok(Some(fd)) => fd,
+            Ok(None) => return Err(Error::PeerGone { pid }),
+            Err(e) => return Err(e.into()),
+        };
         // Re-check after opening: the pidfd must name the process that owns the slot.
-        if !self.pid_alive(pid, s.start_time.load(Ordering::Relaxed))
-            || s.generation.load(Ordering::Acquire) != id.generation
+        if s.generation.load(Ordering::Acquire) != id.generation
+            || s.pid.load(Ordering::Relaxed) != pid
         {
             return Err(Error::PeerGone { pid });
         }
         Ok((pid, fd))
+    }
+}
+
+impl Drop for Group {
+    /// Clears this process's door and, if no other door and no slot belongs to a live
+    /// process, removes the named file.
+    fn drop(&mut self) {
+        let Ok(Some(_lock)) = Locked::take(&self.file, DROP_PATIENCE) else {
+            return;
+        };
+        let mut doors = match read_table(self.file.as_fd()) {
+            Ok(Table::Valid(doors)) => doors,
+            _ => Vec::new(),
+        };
+        if let Some((i, mine)) = self.door {
+            // Only if it is still ours: a table someone rewrote may hold another there.
+            if doors.get(i) == Some(&mine) {
+                doors[i] = Door::default();
+                let _ = write_door(self.file.as_fd(), i, Door::default());
+            }
+        }
+        if !same_file(self.file.as_fd(), &self.path).unwrap_or(false) {
+            // The path names another group's file now (or none): not ours to remove.
+            return;
+        }
+        let other_door = doors.iter().any(|d| pid_alive(d.pid, d.start));
+        if !other_door && !self.any_slot_held() {
+            crate::sys::count();
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// A pidfd for the process recorded as `pid` with start time `start` if it is alive,
+/// `Ok(None)` if it is dead: `pidfd_open` fails with `ESRCH` once it has been reaped; a
+/// start time that differs means the pid now names another process; a readable pidfd
+/// means it has exited, so a zombie nobody reaped yet is dead. `Err` if that cannot be
+/// told (out of descriptors, say): callers then treat it as alive, so that no live
+/// member loses its slot or its group's file to a failed call.
+///
+/// This is the one liveness test for everything recorded in a group: slots, doors, and
+/// the peers whose lots are mapped here.
+pub(crate) fn live_pidfd(pid: u32, start: u64) -> io::Result<Option<OwnedFd>> {
+    if pid == 0 {
+        return Ok(None);
+    }
+    let gone = |e: &io::Error| {
+        e.kind() == io::ErrorKind::NotFound
+            // EINVAL: the number names a thread now, not a process.
+            || matches!(e.raw_os_error(), Some(libc::ESRCH | libc::EINVAL))
+    };
+    let fd = match pidfd(pid) {
+        Ok(fd) => fd,
+        Err(e) if gone(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    // The start time is read after the pidfd is open, so the pidfd names the process
+    // whose start time we compare (the pid cannot have been reused in between without
+    // the start time changing).
+    match process_start_time(pid) {
+        Ok(t) if t == start => {}
+        Ok(_) => return Ok(None),
+        Err(e) if gone(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    if exited(fd.as_fd()) {
+        return Ok(None);
+    }
+    Ok(Some(fd))
+}
+
+/// False only if the process recorded as (`pid`, `start`) is known to be dead; see
+/// [`live_pidfd`].
+pub(crate) fn pid_alive(pid: u32, start: u64) -> bool {
+    !matches!(live_pidfd(pid, start), Ok(None))
+}
+
+/// The group header at the start of a control block mapping.
+fn header_of(map: &Mapping) -> &GroupHeader {
+    debug_assert!(map.len() >= std::mem::size_of::<GroupHeader>());
+    // SAFETY: every control block mapping is `control_len()` bytes, at least
+    // size_of::<GroupHeader>(), page aligned, and lives as long as the borrow; other
+    // processes change only its atomic fields (plain fields are set once before `magic`
+    // is published, and the memfd is sealed against shrinking, so the pages stay).
+    unsafe { &*map.as_ptr().cast::<GroupHeader>() }
+}
+
+/// Maps a control memfd after checking what the seals promise: a shmem memfd named for
+/// group `name`, sealed against shrinking and growing and not against writing, of
+/// exactly `control_len()` bytes. Seals are checked before the size, since only they
+/// keep the size from changing afterwards.
+fn map_control(fd: BorrowedFd<'_>, name: &str) -> Result<Mapping> {
+    let bad = |why: &str| Error::BadGroup(format!("control block of {name}: {why}"));
+    let sealed = seals(fd).map_err(|_| bad("not a memfd"))?;
+    if !sealed.contains(SealFlags::SHRINK | SealFlags::GROW) {
+        return Err(bad("not sealed against resizing"));
+    }
+    if sealed.intersects(SealFlags::WRITE | SealFlags::FUTURE_WRITE) {
+        return Err(bad("sealed against writing"));
+    }
+    if !is_shmem(fd)? {
+        return Err(bad("not on shmem"));
+    }
+    if memfd_name(fd)?.as_deref() != Some(control_name(name).as_str()) {
+        return Err(bad("memfd of another name"));
+    }
+    let len = control_len();
+    if file_len(fd)? != len as u64 {
+        return Err(bad("wrong size"));
+    }
+    Ok(Mapping::shared(fd, len, Access::ReadWrite)?)
+}
+
+/// Creates, seals and initialises a new control block for group `name`.
+fn create(name: &str, config: &GroupConfig) -> Result<(OwnedFd, Mapping)> {
+    let fd = memfd(&control_name(name), control_len() as u64)?;
+    add_seals(
+        fd.as_fd(),
+        SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL,
+    )?;
+    let map = map_control(fd.as_fd(), name)?;
+    let h = map.as_ptr().cast::<GroupHeader>();
+    // SAFETY: the memfd is new and not yet in any door, so no other process can see it;
+    // the mapping is control_len() >= size_of::<GroupHeader>() bytes, page aligned, and
+    // reads as zeros (a valid GroupHeader: all atomics and integers). Plain fields are
+    // written before `magic` is published.
+    unsafe {
+        (*h).version = VERSION;
+        (*h).max_slots = MAX_SLOTS as u32;
+        (*h).base_addr = match config.base_addr {
+            Some(a) => a as u64,
+            None => default_base(name, config.lot_size as u64),
+        };
+        (*h).lot_size = config.lot_size as u64;
+        (*h).lot_stride = config.lot_size as u64;
+    }
+    // SYNC: pairs with the Acquire load of `magic` in `adopt`.
+    header_of(&map).magic.store(MAGIC, Ordering::Release);
+    Ok((fd, map))
+}
+
+/// Takes descriptor `target` of the door process behind `pidfd` and maps it if it is a
+/// valid control block of group `name`.
+fn adopt(pidfd: BorrowedFd<'_>, target: u32, name: &str) -> Result<(OwnedFd, Mapping)> {
+    let fd = dup_from(pidfd, target as i32)?;
+    let map = map_control(fd.as_fd(), name)?;
+    let h = header_of(&map);
+    // SYNC: pairs with the creator's Release store of `magic` in `create`.
+    if h.magic.load(Ordering::Acquire) != MAGIC {
+        return Err(Error::BadGroup(format!("{name} has no ferry header")));
+    }
+    if h.version != VERSION || h.max_slots as usize != MAX_SLOTS {
+        return Err(Error::BadGroup(format!(
+            "version {} (want {VERSION})",
+            h.version
+        )));
+    }
+    let end = (h.base_addr as u128) + (h.lot_stride as u128) * MAX_SLOTS as u128;
+    if h.lot_size == 0 || h.lot_stride < h.lot_size || end > (1u128 << 47) {
+        return Err(Error::BadGroup("lot geometry out of range".into()));
+    }
+    Ok((fd, map))
+}
+
+// ---------------------------------------------------------------- the door table
+
+const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"FERRYDOR");
+const TABLE_VERSION: u32 = 1;
+/// Doors in a table: the table fills one 4 KiB file.
+pub(crate) const DOORS: usize = 255;
+const TABLE_HEAD: usize = 16;
+const DOOR_LEN: usize = 16;
+const TABLE_LEN: usize = TABLE_HEAD + DOORS * DOOR_LEN;
+
+/// One door: a process that has the group open, and the descriptor number of its copy
+/// of the control memfd. Stored as pid (u32), fd (u32), start time (u64), native endian.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Door {
+    pub pid: u32,
+    pub fd: u32,
+    pub start: u64,
+}
+
+impl Door {
+    fn encode(self) -> [u8; DOOR_LEN] {
+        let mut b = [0u8; DOOR_LEN];
+        b[0..4].copy_from_slice(&self.pid.to_ne_bytes());
+        b[4..8].copy_from_slice(&self.fd.to_ne_bytes());
+        b[8..16].copy_from_slice(&self.start.to_ne_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Door {
+        let u32_at = |i: usize| u32::from_ne_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        Door {
+            pid: u32_at(0),
+            fd: u32_at(4),
+            start: u64::from_ne_bytes(b[8..16].try_into().expect("8 bytes")),
+        }
+    }
+}
+
+/// What a named file holds.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Table {
+    /// A door table.
+    Valid(Vec<Door>),
+    /// Nothing yet: a file just created.
+    Empty,
+    /// Anything else: wrong size, magic, version or door count.
+    Invalid,
+}
+
+/// Decodes the bytes of a named file.
+pub(crate) fn parse_table(b: &[u8]) -> Table {
+    if b.is_empty() {
+        return Table::Empty;
+    }
+    if b.len() != TABLE_LEN
+        || b[0..8] != TABLE_MAGIC.to_ne_bytes()
+        || b[8..12] != TABLE_VERSION.to_ne_bytes()
+        || b[12..16] != (DOORS as u32).to_ne_bytes()
+    {
+        return Table::Invalid;
+    }
+    Table::Valid(
+        b[TABLE_HEAD..]
+            .chunks_exact(DOOR_LEN)
+            .map(Door::decode)
+            .collect(),
+    )
+}
+
+/// Reads the named file open as `fd` (`pread`; one byte more than a table, to notice a
+/// longer file).
+fn read_table(fd: BorrowedFd<'_>) -> io::Result<Table> {
+    let mut buf = vec![0u8; TABLE_LEN + 1];
+    let n = read_at(fd, &mut buf, 0)?;
+    Ok(parse_table(&buf[..n]))
+}
+
+/// Writes a whole table holding `doors` (`pwrite`, then `ftruncate` to its size).
+fn write_table(fd: BorrowedFd<'_>, doors: &[Door]) -> io::Result<()> {
+    let mut b = Vec::with_capacity(TABLE_LEN);
+    b.extend_from_slice(&TABLE_MAGIC.to_ne_bytes());
+    b.extend_from_slice(&TABLE_VERSION.to_ne_bytes());
+    b.extend_from_slice(&(DOORS as u32).to_ne_bytes());
+    for d in doors.iter().take(DOORS) {
+        b.extend_from_slice(&d.encode());
+    }
+    b.resize(TABLE_LEN, 0);
+    write_at(fd, &b, 0)?;
+    crate::sys::count();
+    rustix::fs::ftruncate(fd, TABLE_LEN as u64)?;
+    Ok(())
+}
+
+/// Writes door `i` of the table (`pwrite`).
+fn write_door(fd: BorrowedFd<'_>, i: usize, door: Door) -> io::Result<()> {
+    write_at(fd, &door.encode(), (TABLE_HEAD + i * DOOR_LEN) as u64)
+}
+
+/// The named file's `flock`, held until dropped.
+struct Locked<'a>(&'a File);
+
+impl<'a> Locked<'a> {
+    /// Takes the lock, retrying for up to `patience`; `None` if someone held it that long.
+    fn take(file: &'a File, patience: Duration) -> io::Result<Option<Self>> {
+        let deadline = Instant::now() + patience;
+        loop {
+            if try_lock(file.as_fd())? {
+                return Ok(Some(Locked(file)));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        unlock(self.0.as_fd());
     }
 }
 
@@ -491,6 +848,273 @@ mod tests {
         };
         assert_eq!(id.to_string().parse::<DomainId>().unwrap(), id);
         assert!("3".parse::<DomainId>().is_err());
+    }
+
+    /// A memfd dressed up as a control block: `len` bytes, created with memfd name
+    /// `mname`, a valid header whose lots start at `base`, then `seal`ed.
+    fn fake_control(mname: &str, len: usize, seal: SealFlags, base: u64) -> OwnedFd {
+        use std::mem::offset_of;
+        let fd = memfd(mname, len as u64).unwrap();
+        let put = |off: usize, b: &[u8]| write_at(fd.as_fd(), b, off as u64).unwrap();
+        put(offset_of!(GroupHeader, version), &VERSION.to_ne_bytes());
+        put(
+            offset_of!(GroupHeader, max_slots),
+            &(MAX_SLOTS as u32).to_ne_bytes(),
+        );
+        put(offset_of!(GroupHeader, base_addr), &base.to_ne_bytes());
+        put(
+            offset_of!(GroupHeader, lot_stride),
+            &(1u64 << 30).to_ne_bytes(),
+        );
+        put(
+            offset_of!(GroupHeader, lot_size),
+            &(1u64 << 30).to_ne_bytes(),
+        );
+        put(offset_of!(GroupHeader, magic), &MAGIC.to_ne_bytes());
+        if !seal.is_empty() {
+            add_seals(fd.as_fd(), seal).unwrap();
+        }
+        fd
+    }
+
+    /// True if a memfd with the inode of `fd` is mapped in this process.
+    fn mapped(fd: BorrowedFd<'_>) -> bool {
+        let ino = rustix::fs::fstat(fd).unwrap().st_ino.to_string();
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .any(|l| l.contains("/memfd:") && l.split_whitespace().nth(4) == Some(&ino))
+    }
+
+    fn me() -> Door {
+        Door {
+            pid: std::process::id(),
+            fd: 0,
+            start: process_start_time(std::process::id()).unwrap(),
+        }
+    }
+
+    fn write_named(path: &std::path::Path, doors: &[Door]) {
+        let f = File::create(path).unwrap();
+        write_table(f.as_fd(), doors).unwrap();
+    }
+
+    /// Doors (of a live process: this one) that lead to control blocks which are not
+    /// sealed, of the wrong size, another group's, on another file system, or not
+    /// there at all are refused and never stay mapped: the opener starts a new group.
+    /// A valid door after them is found.
+    #[test]
+    fn doors_to_bad_control_blocks_are_refused() {
+        let name = format!("unit-doors-{}", std::process::id());
+        let path = PathBuf::from(format!("/dev/shm/ferry.{name}"));
+        let (len, right, p) = (control_len(), control_name(&name), crate::sys::page_size());
+        let ok = SealFlags::SHRINK | SealFlags::GROW;
+        let base = |k: u64| 0x2000_0000_0000 + (k << 40);
+        let plain = path.with_file_name(format!("ferry-unit-plain-{}", std::process::id()));
+        let plain_file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&plain)
+            .unwrap();
+        plain_file.set_len(len as u64).unwrap();
+        std::fs::remove_file(&plain).unwrap();
+        let fakes: Vec<(&str, OwnedFd)> = vec![
+            (
+                "unsealed",
+                fake_control(&right, len, SealFlags::empty(), base(0)),
+            ),
+            (
+                "shrink-only",
+                fake_control(&right, len, SealFlags::SHRINK, base(1)),
+            ),
+            ("a page long", fake_control(&right, len + p, ok, base(2))),
+            ("a page short", fake_control(&right, len - p, ok, base(3))),
+            (
+                "another group's",
+                fake_control("ferry.other", len, ok, base(4)),
+            ),
+            (
+                "write-sealed",
+                fake_control(&right, len, ok | SealFlags::FUTURE_WRITE, base(5)),
+            ),
+            ("tmpfs file", plain_file.into()),
+        ];
+        let mut doors: Vec<Door> = fakes
+            .iter()
+            .map(|(_, fd)| Door {
+                fd: fd.as_raw_fd() as u32,
+                ..me()
+            })
+            .collect();
+        // A descriptor number that is not open, and doors of processes that are gone.
+        doors.push(Door {
+            fd: 999_999,
+            ..me()
+        });
+        doors.push(Door {
+            pid: u32::MAX,
+            ..me()
+        });
+        doors.push(Door {
+            start: me().start + 1,
+            ..me()
+        });
+        write_named(&path, &doors);
+        let g = Group::open(&name).unwrap();
+        assert_eq!(
+            g.lot_addr(0),
+            default_base(&name, 1 << 30) as usize,
+            "adopted a fake control block"
+        );
+        for (what, fd) in &fakes {
+            assert!(!mapped(fd.as_fd()), "{what} control block is mapped");
+        }
+        assert!(g.door.is_some_and(|(i, _)| i >= fakes.len()));
+        drop(g);
+
+        // The same doors with a valid one last (made like the fakes): that one is the
+        // group.
+        let good = fake_control(&right, len, ok, base(6));
+        doors.push(Door {
+            fd: good.as_raw_fd() as u32,
+            ..me()
+        });
+        write_named(&path, &doors);
+        let g = Group::open(&name).unwrap();
+        assert_eq!(g.lot_addr(0), base(6) as usize, "the valid door was missed");
+        for (what, fd) in &fakes {
+            assert!(!mapped(fd.as_fd()), "{what} control block is mapped");
+        }
+        drop(g);
+        // Our fake doors name this live process, so dropping the group left the file.
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// Doors with a valid table head but garbage entries, some naming this process's
+    /// real descriptors (stdio, test harness files), are survived: a new group.
+    #[test]
+    fn garbage_doors_are_survived() {
+        let name = format!("unit-garbage-doors-{}", std::process::id());
+        let path = PathBuf::from(format!("/dev/shm/ferry.{name}"));
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut doors: Vec<Door> = (0..64).map(|fd| Door { fd, ..me() }).collect();
+        doors.extend((0..DOORS - 64).map(|_| Door {
+            pid: next() as u32,
+            fd: next() as u32,
+            start: next(),
+        }));
+        write_named(&path, &doors);
+        let g = Group::open(&name).unwrap();
+        assert!(g.members().is_empty());
+        assert_eq!(g.lot_addr(0), default_base(&name, 1 << 30) as usize);
+        drop(g);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn door_tables_round_trip_and_garbage_is_invalid() {
+        assert_eq!(parse_table(&[]), Table::Empty);
+        let mut rng = 0x1234_5678_9abc_def1u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for len in [
+            1,
+            15,
+            16,
+            17,
+            TABLE_LEN - 1,
+            TABLE_LEN,
+            TABLE_LEN + 1,
+            20_000,
+        ] {
+            for _ in 0..20 {
+                let b: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+                assert_eq!(parse_table(&b), Table::Invalid, "{len} garbage bytes");
+            }
+        }
+        let doors: Vec<Door> = (0..DOORS)
+            .map(|_| Door {
+                pid: next() as u32,
+                fd: next() as u32,
+                start: next(),
+            })
+            .collect();
+        let fd = memfd("unit-table", 0).unwrap();
+        write_table(fd.as_fd(), &doors).unwrap();
+        assert_eq!(file_len(fd.as_fd()).unwrap(), TABLE_LEN as u64);
+        assert_eq!(read_table(fd.as_fd()).unwrap(), Table::Valid(doors.clone()));
+        write_door(fd.as_fd(), 7, Door::default()).unwrap();
+        let Table::Valid(back) = read_table(fd.as_fd()).unwrap() else {
+            panic!("table lost")
+        };
+        assert_eq!(back[7], Door::default());
+        assert_eq!(back[8], doors[8]);
+        // A table with a byte more, or less, is not a table.
+        rustix::fs::ftruncate(&fd, TABLE_LEN as u64 + 1).unwrap();
+        assert_eq!(read_table(fd.as_fd()).unwrap(), Table::Invalid);
+        rustix::fs::ftruncate(&fd, TABLE_LEN as u64 - 1).unwrap();
+        assert_eq!(read_table(fd.as_fd()).unwrap(), Table::Invalid);
+    }
+
+    #[test]
+    fn control_block_is_sealed_and_sized() {
+        let name = format!("unit-sealed-{}", std::process::id());
+        let (fd, map) = create(&name, &GroupConfig::default()).unwrap();
+        let s = seals(fd.as_fd()).unwrap();
+        assert!(s.contains(SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL));
+        assert_eq!(file_len(fd.as_fd()).unwrap(), control_len() as u64);
+        assert_eq!(map.len() % crate::sys::page_size(), 0);
+        assert!(map.len() >= std::mem::size_of::<GroupHeader>());
+        assert!(rustix::fs::ftruncate(&fd, 0).is_err());
+    }
+
+    /// Only shmem memfds pass as control blocks: a hugetlb memfd's faults can fail
+    /// (SIGBUS when no huge page is free). Its size cannot match a control block's
+    /// either, so this checks the test itself.
+    #[test]
+    fn hugetlb_memfds_are_not_shmem() {
+        use rustix::fs::{memfd_create, MemfdFlags};
+        let small = memfd("unit-shmem", 4096).unwrap();
+        assert!(is_shmem(small.as_fd()).unwrap());
+        let huge = match memfd_create("unit-huge", MemfdFlags::HUGETLB) {
+            Ok(fd) => fd,
+            Err(e) => {
+                eprintln!("skipped: no hugetlb memfds ({e})");
+                return;
+            }
+        };
+        assert!(!is_shmem(huge.as_fd()).unwrap());
+    }
+
+    #[test]
+    fn zombies_and_strangers_are_not_alive() {
+        let me = me();
+        assert!(pid_alive(me.pid, me.start));
+        assert!(!pid_alive(me.pid, me.start + 1), "pid reuse");
+        assert!(!pid_alive(0, 0));
+        assert!(!pid_alive(u32::MAX, 0));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let start = process_start_time(pid).unwrap();
+        // Wait for it to exit without reaping it.
+        let pfd = pidfd(pid).unwrap();
+        crate::sys::fd::wait_readable(&[pfd.as_fd()], Some(Duration::from_secs(10))).unwrap();
+        assert_eq!(process_start_time(pid).unwrap(), start, "still a zombie");
+        assert!(!pid_alive(pid, start), "a zombie counts as alive");
+        child.wait().unwrap();
+        assert!(!pid_alive(pid, start));
     }
 
     #[test]

@@ -183,6 +183,10 @@ impl PeerLot {
             return Err(unknown());
         }
         let pid = s.pid.load(Ordering::Relaxed);
+        let start = s.start_time.load(Ordering::Relaxed);
+        if !super::group::pid_alive(pid, start) {
+            return Err(Error::PeerGone { pid });
+        }
         let fd = open_peer_fd(pid, s.lot_fd.load(Ordering::Relaxed) as i32, false)
             .map_err(|_| Error::PeerGone { pid })?;
         let len = group.lot_size();
@@ -194,7 +198,10 @@ impl PeerLot {
         let map = Mapping::fixed(group.lot_addr(id.slot), fd.as_fd(), 0, len, Access::Read)?;
         // The slot must still belong to the same domain, or we may have opened a new
         // owner's descriptor of the same number.
-        if !live(s) || s.pid.load(Ordering::Relaxed) != pid {
+        if !live(s)
+            || s.pid.load(Ordering::Relaxed) != pid
+            || s.start_time.load(Ordering::Relaxed) != start
+        {
             return Err(unknown());
         }
         Ok(PeerLot { id, map, fd })

@@ -1,12 +1,14 @@
-//! File descriptors ferry passes between domains: memfds, eventfds and pidfds.
+//! File descriptors ferry passes between domains: memfds, eventfds and pidfds, plus the
+//! few file calls a group's named file needs (`flock`, `pread`, `pwrite`, `stat`).
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::path::Path;
 use std::time::Duration;
 
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags};
-use rustix::fs::{memfd_create, MemfdFlags};
+use rustix::fs::{flock, fstat, fstatfs, memfd_create, stat, FlockOperation, MemfdFlags};
 use rustix::process::{pidfd_getfd, pidfd_open, Pid, PidfdFlags, PidfdGetfdFlags};
 
 use super::count;
@@ -43,8 +45,14 @@ pub fn open_peer_fd(pid: u32, fd: RawFd, writable: bool) -> io::Result<OwnedFd> 
 }
 
 /// A pidfd for `pid` (`pidfd_open(2)`): readable once the process has exited.
+///
+/// A pid of 0 or above `i32::MAX` (say, read from memory another process scribbled on)
+/// fails with `ESRCH` without a call.
 pub fn pidfd(pid: u32) -> io::Result<OwnedFd> {
-    let pid = Pid::from_raw(pid as i32).ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
     count();
     Ok(pidfd_open(pid, PidfdFlags::empty())?)
 }
@@ -55,6 +63,88 @@ pub fn pidfd(pid: u32) -> io::Result<OwnedFd> {
 pub fn dup_from(pidfd: BorrowedFd<'_>, target: RawFd) -> io::Result<OwnedFd> {
     count();
     Ok(pidfd_getfd(pidfd, target, PidfdGetfdFlags::empty())?)
+}
+
+/// Tries to take an exclusive `flock(2)` lock on `fd` without blocking
+/// (`LOCK_EX | LOCK_NB`): `Ok(false)` if another open file description holds it. The
+/// kernel drops the lock when the last descriptor of this open file description closes,
+/// so a holder that dies cannot leave it behind.
+pub fn try_lock(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    count();
+    match flock(fd, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Drops a lock taken with [`try_lock`] (`flock(2)` `LOCK_UN`).
+pub fn unlock(fd: BorrowedFd<'_>) {
+    count();
+    let _ = flock(fd, FlockOperation::Unlock);
+}
+
+/// True if `path` names the file open as `fd` (`fstat(2)` and `stat(2)`, comparing
+/// device and inode); false if `path` is gone or names another file.
+pub fn same_file(fd: BorrowedFd<'_>, path: &Path) -> io::Result<bool> {
+    count();
+    let open = fstat(fd)?;
+    count();
+    match stat(path) {
+        Ok(named) => Ok(named.st_dev == open.st_dev && named.st_ino == open.st_ino),
+        Err(rustix::io::Errno::NOENT) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// True if the file behind `fd` lives on shmem (`fstatfs(2)` reports `TMPFS_MAGIC`), as
+/// memfds made without `MFD_HUGETLB` do: their pages never fail to fault in.
+pub fn is_shmem(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    count();
+    Ok(fstatfs(fd)?.f_type as i64 == TMPFS_MAGIC)
+}
+
+/// The name a memfd was created with (`readlink(2)` of `/proc/self/fd/N`, which reads
+/// `/memfd:NAME (deleted)`), or `None` if `fd` is not a memfd.
+pub fn memfd_name(fd: BorrowedFd<'_>) -> io::Result<Option<String>> {
+    count();
+    let target = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
+    let target = target.to_string_lossy();
+    Ok(target
+        .strip_prefix("/memfd:")
+        .map(|t| t.strip_suffix(" (deleted)").unwrap_or(t).to_owned()))
+}
+
+/// Reads up to `buf.len()` bytes at `offset` (`pread(2)`), stopping early only at end of
+/// file; returns the count read.
+pub fn read_at(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        count();
+        match rustix::io::pread(fd, &mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(done)
+}
+
+/// Writes all of `buf` at `offset` (`pwrite(2)`), extending the file if needed.
+pub fn write_at(fd: BorrowedFd<'_>, buf: &[u8], offset: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        count();
+        match rustix::io::pwrite(fd, &buf[done..], offset + done as u64) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// True if the process behind `pidfd` has exited (polls it with a zero timeout).
