@@ -4,170 +4,15 @@
 //! Runs with its own small harness (`harness = false`) so that children can be spawned
 //! from a single-threaded, clean process image rather than forked from libtest threads.
 
-use std::io::{BufRead, BufReader, Write};
+mod common;
+
+use std::io::{BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferry::{Domain, DomainId, Error, Group, IoData, PathAllocator, PathConfig};
-
-const T: Duration = Duration::from_secs(10);
-
-// ---------------------------------------------------------------- payload checks
-
-/// Fills `len` bytes: an 8-byte seed, then a pattern derived from it.
-fn fill(path: &PathAllocator, seed: u64, len: usize) -> IoData {
-    let mut m = path.alloc(len).unwrap();
-    let bytes: Vec<u8> = (0..len).map(|i| byte_at(seed, i)).collect();
-    m.fill_from(&bytes);
-    m.freeze()
-}
-
-fn byte_at(seed: u64, i: usize) -> u8 {
-    if i < 8 {
-        seed.to_le_bytes()[i]
-    } else {
-        (seed
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            .rotate_left((i % 61) as u32) as u8)
-            ^ (i as u8)
-    }
-}
-
-/// A message of several fragments (from several fbufs) whose bytes follow `seed`.
-fn message(path: &PathAllocator, seed: u64, len: usize, pieces: usize) -> IoData {
-    let whole = fill(path, seed, len.max(8));
-    let mut out = IoData::new();
-    let step = (whole.len() / pieces.max(1)).max(1);
-    let mut at = 0;
-    while at < whole.len() {
-        let end = (at + step).min(whole.len());
-        // Re-slicing one fbuf gives several fragments without copying.
-        out.append(whole.slice(at..end));
-        at = end;
-    }
-    out
-}
-
-fn verify(d: &IoData) -> Result<u64, String> {
-    if d.len() < 8 {
-        return Err(format!("short message {}", d.len()));
-    }
-    let mut seed = [0u8; 8];
-    d.copy_range_to_slice(0..8, &mut seed);
-    let seed = u64::from_le_bytes(seed);
-    for (i, b) in d.iter_bytes().enumerate() {
-        if b != byte_at(seed, i) {
-            return Err(format!(
-                "byte {i} of message {seed} is {b}, want {}",
-                byte_at(seed, i)
-            ));
-        }
-    }
-    Ok(seed)
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn seed_rng() -> Rng {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    let s = std::env::var("FERRY_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(t | 1);
-    eprintln!("    (seed {s}; rerun with FERRY_TEST_SEED={s})");
-    Rng(s)
-}
-
-// ---------------------------------------------------------------- process helpers
-
-fn fd_count() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
-fn maps_contain(addr: usize) -> bool {
-    let needle = format!("{addr:x}-");
-    std::fs::read_to_string("/proc/self/maps")
-        .unwrap()
-        .lines()
-        .any(|l| l.starts_with(&needle))
-}
-
-struct Peer {
-    child: Child,
-    out: BufReader<std::process::ChildStdout>,
-    id: DomainId,
-}
-
-impl Peer {
-    fn spawn(role: &str, group: &str, arg: &str) -> Peer {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .env("FERRY_TEST_ROLE", role)
-            .env("FERRY_TEST_GROUP", group)
-            .env("FERRY_TEST_ARG", arg)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let id = read_line(&mut out)
-            .parse()
-            .expect("child prints its domain id first");
-        Peer { child, out, id }
-    }
-
-    fn tell(&mut self, line: &str) {
-        let stdin = self.child.stdin.as_mut().unwrap();
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn line(&mut self) -> String {
-        read_line(&mut self.out)
-    }
-
-    fn kill9(&mut self) {
-        // SAFETY: kill(2) has no memory-safety preconditions.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
-        self.child.wait().unwrap();
-    }
-}
-
-/// Tells `peer` (a child that connects to the domain id it reads on stdin) our id, and
-/// accepts its channel.
-fn accept_from(d: &Domain, peer: &mut Peer) -> ferry::Receiver {
-    let accept = {
-        let d = d.clone();
-        std::thread::spawn(move || d.accept(T).unwrap())
-    };
-    peer.tell(&d.id().to_string());
-    accept.join().unwrap()
-}
-
-fn read_line(r: &mut impl BufRead) -> String {
-    let mut s = String::new();
-    r.read_line(&mut s).unwrap();
-    s.trim().to_owned()
-}
-
-fn group_name(tag: &str) -> String {
-    format!("ptest-{tag}-{}", std::process::id())
-}
+use common::*;
+use ferry::{DomainId, Error, Group, PathConfig};
 
 // ---------------------------------------------------------------- child roles
 
@@ -301,13 +146,6 @@ fn child_main(role: &str) {
 }
 
 // ---------------------------------------------------------------- tests
-
-fn join(tag: &str) -> (Arc<Group>, Domain, String) {
-    let name = group_name(tag);
-    let g = Group::open(&name).unwrap();
-    let d = g.join().unwrap();
-    (g, d, name)
-}
 
 /// Thousands of multi-fragment messages to a checking child; afterwards every fbuf is
 /// back on the free list and no descriptor leaked.
@@ -731,10 +569,6 @@ fn main() {
         child_main(&role);
         return;
     }
-    let filter: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
     let tests: &[(&str, fn())] = &[
         ("transfers_with_checksums", transfers_with_checksums),
         (
@@ -778,29 +612,5 @@ fn main() {
             garbage_in_named_file_harms_no_member,
         ),
     ];
-    let (mut passed, mut failed) = (0, 0);
-    for (name, f) in tests {
-        if !filter.is_empty() && !filter.iter().any(|p| name.contains(p.as_str())) {
-            continue;
-        }
-        let t0 = Instant::now();
-        match std::panic::catch_unwind(f) {
-            Ok(()) => {
-                passed += 1;
-                println!("test {name} ... ok ({:.1} s)", t0.elapsed().as_secs_f64());
-            }
-            Err(_) => {
-                failed += 1;
-                println!("test {name} ... FAILED");
-            }
-        }
-    }
-    println!();
-    println!(
-        "test result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; 0 filtered out",
-        if failed == 0 { "ok" } else { "FAILED" }
-    );
-    if failed > 0 {
-        std::process::exit(101);
-    }
+    run(tests);
 }

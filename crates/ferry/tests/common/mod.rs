@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferry::{Domain, DomainId, Group, IoData, PathAllocator, PathConfig};
+use ferry::{Domain, DomainId, Group, IoData, PathAllocator};
 
 /// Generous timeout for set-up steps (connect, accept) on a loaded machine.
 pub const T: Duration = Duration::from_secs(10);
