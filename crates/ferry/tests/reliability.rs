@@ -142,6 +142,16 @@ fn child_main(role: &str) {
             }
             std::thread::sleep(Duration::from_secs(3600));
         }
+        // Connect to the domain named on stdin, send three messages and exit at once.
+        "send-and-exit" => {
+            let peer: DomainId = read_line(&mut stdin).parse().unwrap();
+            let tx = domain.connect(peer, T).unwrap();
+            let path = domain.path(PathConfig::default()).unwrap();
+            for seed in 1..=3 {
+                tx.send(&message(&path, seed, 10_000, 2)).unwrap();
+            }
+            std::process::exit(0);
+        }
         _ => panic!("unknown role {role}"),
     }
 }
@@ -294,6 +304,41 @@ fn a_stage_blocked_in_recv_learns_its_sink_died() {
     stage.kill9();
 }
 
+/// A quarantine does not wait for a receiver that never looks at its channel from an
+/// unrelated dead sender. This process keeps, unread, a receiver from a child that sent and
+/// exited; a second child hoards our fbufs and is killed. Its fbufs must come back: the
+/// dead sender never had any of them (its ledger says so). Before, the idle receiver held
+/// every quarantine in the group, and a source waiting for its quota hung.
+fn an_idle_receiver_from_an_unrelated_dead_sender_does_not_hold_the_quarantine() {
+    let (_g, d, name) = join("idlerx");
+    let mut other = Peer::spawn("send-and-exit", &name, "");
+    let idle = accept_from(&d, &mut other);
+    assert!(other.child.wait().unwrap().success());
+    let path = d.path(PathConfig::default()).unwrap();
+    let mut hoard = Peer::spawn("hoard", &name, "");
+    let tx = d.connect(hoard.id, T).unwrap();
+    assert_eq!(hoard.line(), "accepted");
+    for seed in 1..=5 {
+        tx.send(&message(&path, seed, 100_000, 3)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    hoard.kill9();
+    assert!(within(5, || matches!(
+        tx.check_peer(),
+        Err(Error::PeerGone { .. })
+    )));
+    assert!(
+        within(5, || {
+            d.collect_releases();
+            path.outstanding() == 0
+        }),
+        "{} bytes stayed in quarantine ({} fragments)",
+        path.outstanding(),
+        d.quarantined()
+    );
+    drop(idle);
+}
+
 fn main() {
     if let Ok(role) = std::env::var("FERRY_TEST_ROLE") {
         child_main(&role);
@@ -311,6 +356,10 @@ fn main() {
         (
             "a_stage_blocked_in_recv_learns_its_sink_died",
             a_stage_blocked_in_recv_learns_its_sink_died,
+        ),
+        (
+            "an_idle_receiver_from_an_unrelated_dead_sender_does_not_hold_the_quarantine",
+            an_idle_receiver_from_an_unrelated_dead_sender_does_not_hold_the_quarantine,
         ),
     ]);
 }

@@ -253,7 +253,7 @@ impl SendCore {
             frags.extend(data.fragments().iter().cloned());
         }
         match &domain {
-            Some(d) => d.quarantine(frags),
+            Some(d) => d.quarantine(self.peer, frags),
             // No domain left in this process to settle with: nothing here reads them.
             None => drop(frags),
         }
@@ -572,13 +572,15 @@ impl Drop for Sender {
 
 /// Keeps a received message's memory mapped, and releases it to the sender on drop.
 struct Hold {
-    core: Arc<RecvCore>,
     token: u64,
     /// The lot of the first fragment, and any others the message spans.
     _lot: LotRef,
     _more_lots: Vec<LotRef>,
     /// Ledger entries of the forwarded fragments (those not in the sender's lot).
     ledger: Vec<u32>,
+    /// Last: dropped after the lots, so that if this was the channel's last message,
+    /// `RecvCore::drop` finds them unused and unmaps those of dead peers.
+    core: Arc<RecvCore>,
 }
 
 impl Drop for Hold {

@@ -74,6 +74,8 @@ pub(crate) trait PendingReleases: Send + Sync {
 /// [`super::ledger`]).
 #[derive(Debug)]
 struct Quarantined {
+    /// The dead peer that held it.
+    dead: LotId,
     lot: LotId,
     offset: u64,
     len: u64,
@@ -181,12 +183,17 @@ impl DomainInner {
     }
 
     /// Takes what a dead peer held: each fragment goes once no live domain holds it.
-    pub fn quarantine(&self, data: impl IntoIterator<Item = Fragment>) {
+    pub fn quarantine(&self, dead: DomainId, data: impl IntoIterator<Item = Fragment>) {
+        let dead = LotId {
+            slot: dead.slot,
+            generation: dead.generation,
+        };
         {
             let mut q = lock(&self.quarantine);
             for f in data {
                 let Some(span) = f.lot_span() else { continue };
                 q.push(Quarantined {
+                    dead,
                     lot: span.lot,
                     offset: span.offset,
                     len: f.len() as u64,
@@ -229,10 +236,39 @@ impl DomainInner {
             })
             .collect();
         // A live domain that has not yet taken every message a dead sender left in a ring
-        // may still record holds: wait for it.
-        for &i in &live {
-            if g.ledger(i).inbound().any(|sender| !g.domain_live(sender)) {
-                return;
+        // may still record holds of them: wait for it, if that sender may have had any of
+        // what we keep (it is one of the peers whose death put it here, or its ledger says
+        // it held some, or its slot was claimed again and we cannot tell).
+        {
+            let q = lock(&self.quarantine);
+            let mut theirs = Vec::new();
+            let tainted = |x: LotId, theirs: &mut Vec<Held>| {
+                if q.iter().any(|f| f.dead == x) {
+                    return true;
+                }
+                let gen = &g.slot(x.slot).generation;
+                if gen.load(Ordering::Acquire) == x.generation {
+                    theirs.clear();
+                    g.ledger(x.slot).holds(theirs);
+                    if gen.load(Ordering::Acquire) == x.generation {
+                        return theirs
+                            .iter()
+                            .any(|h| q.iter().any(|f| h.overlaps(f.lot, f.offset, f.len)));
+                    }
+                }
+                // The slot has a new owner: its claimer noted whether X held anything.
+                !g.ledger(x.slot).was_clean(x.generation)
+            };
+            for &i in &live {
+                for sender in g.ledger(i).inbound() {
+                    // No receiver records a slot the group cannot have: garbage, skip it.
+                    if (sender.slot as usize) < super::group::MAX_SLOTS
+                        && !g.domain_live(sender)
+                        && tainted(sender, &mut theirs)
+                    {
+                        return;
+                    }
+                }
             }
         }
         let mut held: Vec<Held> = Vec::new();

@@ -469,6 +469,10 @@ impl Group {
                 _ => false,
             };
             if got {
+                // Before the generation moves on, note whether the previous owner died
+                // holding forwarded fragments: a quarantine elsewhere may still ask.
+                let old = s.generation.load(Ordering::Acquire);
+                self.ledger(i).note_previous(old);
                 let generation = s.generation.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
                 s.pid.store(me, Ordering::Relaxed);
                 s.start_time.store(start, Ordering::Relaxed);

@@ -66,7 +66,10 @@ pub(crate) struct LedgerRaw {
     inbound: [AtomicU64; INBOUND],
     /// Entries of `holds` ever used since the slot was claimed: readers scan this many.
     high: AtomicU32,
-    _pad: u32,
+    /// The generation of the slot's previous owner if it held nothing when the slot was
+    /// claimed again (anything else otherwise), so that a quarantine can still tell that
+    /// a dead domain whose ledger is gone had nothing of it.
+    clean: AtomicU32,
     holds: [HoldRaw; HOLDS],
 }
 
@@ -125,10 +128,34 @@ impl LedgerRaw {
         }
         let high = (self.high.load(Ordering::Relaxed) as usize).min(HOLDS);
         for h in &self.holds[..high] {
-            h.key.store(0, Ordering::Relaxed);
+            // SYNC: Release: a reader of a dead domain's ledger that sees an entry cleared
+            // here then sees the slot's new generation (bumped before this) and knows it
+            // read a ledger that is no longer the dead domain's.
+            h.key.store(0, Ordering::Release);
         }
         // SYNC: publishing the slot (a Release store of its state) orders these.
         self.high.store(0, Ordering::Relaxed);
+    }
+
+    /// Called by a process claiming the slot, before it bumps the generation from `old`:
+    /// records whether the previous owner held anything.
+    pub fn note_previous(&self, old: u32) {
+        let mut held = Vec::new();
+        self.holds(&mut held);
+        let v = if held.is_empty() {
+            old
+        } else {
+            old.wrapping_add(1)
+        };
+        // SYNC: Release, and the generation bump that follows is AcqRel: a reader that
+        // sees the new generation sees this.
+        self.clean.store(v, Ordering::Release);
+    }
+
+    /// True if the domain of generation `generation` that owned this slot before it was
+    /// claimed again held nothing when it went.
+    pub fn was_clean(&self, generation: u32) -> bool {
+        self.clean.load(Ordering::Acquire) == generation
     }
 
     /// Senders this domain has open channels from, as recorded.
