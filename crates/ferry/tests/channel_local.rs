@@ -528,3 +528,63 @@ fn overflowing_releases_are_flushed_by_every_receive_style() {
         assert_eq!(path.outstanding(), 0, "{style}");
     }
 }
+
+/// Two threads of one domain asleep in `recv` on different channels both wait for the
+/// releases of the domain's sending channel. When one of them wakes for its own reason and
+/// leaves, the other must still be woken by the next release. Here domain `a` forwards
+/// `x`'s messages to `b` on one thread and listens to `h` on another; `h` closes its
+/// channel, then `b` releases. Before the fix, the leaving thread cleared the shared
+/// "sleeping" flag, the release woke nobody, and `x` never got its fbufs back.
+#[test]
+fn a_release_wakes_the_remaining_sleeper_when_another_leaves() {
+    let g = group("twosleepers");
+    let (x, a, b, h) = (
+        g.join().unwrap(),
+        g.join().unwrap(),
+        g.join().unwrap(),
+        g.join().unwrap(),
+    );
+    let connect = |from: &Domain, to: &Domain| {
+        let (from, to_id) = (from.clone(), to.id());
+        let t = std::thread::spawn(move || from.connect(to_id, T).unwrap());
+        let rx = to.accept(T).unwrap();
+        (t.join().unwrap(), rx)
+    };
+    let (to_a, mut from_x) = connect(&x, &a);
+    let (to_b, mut from_a) = connect(&a, &b);
+    let (from_h_tx, mut from_h) = connect(&h, &a);
+    let forwarder = std::thread::spawn(move || {
+        for _ in 0..4 {
+            to_b.send(&from_x.recv().unwrap()).unwrap();
+        }
+        // Asleep in recv (x sends no more) while b holds everything.
+        let r = from_x.recv_timeout(Some(Duration::from_secs(8)));
+        (r.map(|m| m.is_some()), to_b)
+    });
+    let listener = std::thread::spawn(move || from_h.recv().map(|_| ()));
+    let path = x.path(PathConfig::default()).unwrap();
+    for i in 0..4u8 {
+        let mut m = path.alloc(4096).unwrap();
+        m.write_at(0, &[i]);
+        to_a.send(&m.freeze()).unwrap();
+    }
+    let held: Vec<_> = (0..4).map(|_| from_a.recv().unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    drop(from_h_tx); // the listener wakes (Disconnected) and leaves
+    assert!(matches!(listener.join().unwrap(), Err(Error::Disconnected)));
+    std::thread::sleep(Duration::from_millis(100));
+    drop(held); // b releases: the forwarder must wake and pass them on to x
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while to_a.in_flight() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of x's messages never came back",
+            to_a.in_flight()
+        );
+        to_a.collect_releases().unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(to_a);
+    let (r, _to_b) = forwarder.join().unwrap();
+    assert!(matches!(r, Err(Error::Disconnected)), "{r:?}");
+}

@@ -132,20 +132,6 @@ impl Link {
         unsafe { self.parts.header.as_ref() }
     }
 
-    /// Waits until `efd` or the peer's pidfd is readable. Returns Ok(true) if the peer
-    /// exited.
-    fn wait(&self, efd: &EventFd, timeout: Option<Duration>) -> Result<bool> {
-        let fds = [efd.as_fd(), self.pidfd.as_fd()];
-        match wait_readable(&fds, timeout)? {
-            Some(1) => Ok(true),
-            Some(_) => {
-                efd.drain();
-                Ok(false)
-            }
-            None => Ok(false),
-        }
-    }
-
     fn peer_exited(&self) -> bool {
         exited(self.pidfd.as_fd())
     }
@@ -163,6 +149,13 @@ struct InFlight {
 struct SendState {
     fwd: Producer<RawDesc>,
     rev: Consumer<u64>,
+    /// Threads asleep waiting for releases (`ReleaseSource::arm`) and for room in the
+    /// forward ring (`send`). Several threads of a domain may sleep on one sender (a
+    /// stage's main thread and another receiving thread both arm it): the last one to
+    /// wake clears the ring's flag and drains the eventfd, so that no sleeper loses the
+    /// wake-up another consumed.
+    rel_sleepers: u32,
+    tx_sleepers: u32,
     inflight: Vec<InFlight>,
     free_tokens: Vec<u32>,
     last_check: Instant,
@@ -297,12 +290,31 @@ impl ReleaseSource for SendCore {
         if self.gone.load(Ordering::Acquire) || !st.inflight.iter().any(|f| f.data.is_some()) {
             return None;
         }
-        st.rev.prepare_sleep().ok()
+        match st.rev.prepare_sleep() {
+            Ok(true) => {
+                st.rel_sleepers += 1;
+                Some(true)
+            }
+            Ok(false) => {
+                if st.rel_sleepers > 0 {
+                    // As in `send_timeout`: the flag was cleared under another sleeper.
+                    self.link.rel_efd.notify();
+                }
+                Some(false)
+            }
+            Err(_) => None,
+        }
     }
 
     fn disarm(&self) {
-        self.lock().rev.cancel_sleep();
-        self.link.rel_efd.drain();
+        let mut st = self.lock();
+        st.rel_sleepers = st.rel_sleepers.saturating_sub(1);
+        // Another thread still sleeps on this sender: leave the flag and the eventfd as
+        // they are, so that it wakes too (it drains the eventfd when it disarms).
+        if st.rel_sleepers == 0 {
+            st.rev.cancel_sleep();
+            self.link.rel_efd.drain();
+        }
     }
 
     fn wake_fd(&self) -> BorrowedFd<'_> {
@@ -490,12 +502,31 @@ impl Sender {
                 None => None,
             };
             let c = &*self.core;
-            let sleep = c.lock().fwd.prepare_wait().map_err(corrupt)?;
+            let sleep = {
+                let mut st = c.lock();
+                let sleep = st.fwd.prepare_wait().map_err(corrupt)?;
+                if !sleep && st.tx_sleepers > 0 {
+                    // Finding room cleared the ring's flag under another sleeper, whose
+                    // wake-up may not come now: wake it to look again.
+                    c.link.tx_efd.notify();
+                }
+                st.tx_sleepers += sleep as u32;
+                sleep
+            };
             if sleep {
                 Counters::add(&c.stats.sleeps, 1);
-                let died = c.link.wait(&c.link.tx_efd, left);
-                c.lock().fwd.cancel_wait();
-                if died? {
+                let fds = [c.link.tx_efd.as_fd(), c.link.pidfd.as_fd()];
+                let woke = wait_readable(&fds, left);
+                {
+                    // As in `ReleaseSource::disarm`: the last sleeper clears and drains.
+                    let mut st = c.lock();
+                    st.tx_sleepers -= 1;
+                    if st.tx_sleepers == 0 {
+                        st.fwd.cancel_wait();
+                        c.link.tx_efd.drain();
+                    }
+                }
+                if woke? == Some(1) {
                     let mut st = c.lock();
                     c.reclaim_all(&mut st);
                     return Err(Error::PeerGone {
@@ -1294,6 +1325,8 @@ pub(crate) fn connect(
             inflight: Vec::new(),
             free_tokens: Vec::new(),
             last_check: Instant::now(),
+            rel_sleepers: 0,
+            tx_sleepers: 0,
         }),
         gone: AtomicBool::new(false),
         stats: Counters::default(),
