@@ -152,6 +152,16 @@ fn child_main(role: &str) {
             }
             std::process::exit(0);
         }
+        // Connect to the domain named on stdin, send three messages, wait for a line.
+        "send-and-wait" => {
+            let peer: DomainId = read_line(&mut stdin).parse().unwrap();
+            let tx = domain.connect(peer, T).unwrap();
+            let path = domain.path(PathConfig::default()).unwrap();
+            for seed in 1..=3 {
+                tx.send(&message(&path, seed, 10_000, 2)).unwrap();
+            }
+            read_line(&mut stdin);
+        }
         _ => panic!("unknown role {role}"),
     }
 }
@@ -339,6 +349,26 @@ fn an_idle_receiver_from_an_unrelated_dead_sender_does_not_hold_the_quarantine()
     drop(idle);
 }
 
+/// A peer's lot is unmapped as soon as nothing here reads it, whether the peer lives or
+/// dies later. Before, a lot whose channel closed while its owner lived stayed mapped
+/// after the owner died, until someone called `forget_dead_peers`.
+fn a_lot_is_unmapped_once_nothing_reads_it() {
+    let (g, d, name) = join("unmap");
+    let mut peer = Peer::spawn("send-and-wait", &name, "");
+    let mut rx = accept_from(&d, &mut peer);
+    let addr = g.lot_addr(peer.id.slot);
+    let got: Vec<_> = (0..3).map(|_| rx.recv().unwrap()).collect();
+    assert!(maps_contain(addr));
+    drop(rx);
+    assert!(maps_contain(addr), "messages still read it");
+    drop(got);
+    assert!(!maps_contain(addr), "the peer's lot is still mapped");
+    assert_eq!(d.mapped_peers(), 0);
+    peer.tell("bye");
+    assert!(peer.child.wait().unwrap().success());
+    assert!(!maps_contain(addr));
+}
+
 fn main() {
     if let Ok(role) = std::env::var("FERRY_TEST_ROLE") {
         child_main(&role);
@@ -356,6 +386,10 @@ fn main() {
         (
             "a_stage_blocked_in_recv_learns_its_sink_died",
             a_stage_blocked_in_recv_learns_its_sink_died,
+        ),
+        (
+            "a_lot_is_unmapped_once_nothing_reads_it",
+            a_lot_is_unmapped_once_nothing_reads_it,
         ),
         (
             "an_idle_receiver_from_an_unrelated_dead_sender_does_not_hold_the_quarantine",

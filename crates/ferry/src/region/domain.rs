@@ -89,7 +89,10 @@ pub(crate) const SETTLE_PERIOD: Duration = Duration::from_millis(10);
 pub(crate) struct DomainInner {
     pub group: Arc<Group>,
     pub lot: Arc<Lot>,
-    peers: Mutex<HashMap<u16, Arc<PeerLot>>>,
+    /// Peers' lots mapped here. Weak: a lot is unmapped as soon as nothing here uses it
+    /// (channels keep their sender's lot, receivers the lots their messages name), so the
+    /// lot of a peer that died after we stopped reading it never lingers.
+    peers: Mutex<HashMap<u16, Weak<PeerLot>>>,
     sources: Mutex<Vec<Weak<dyn ReleaseSource>>>,
     /// Closed senders whose receivers still hold fbufs; kept until those come back.
     parked: Mutex<Vec<Arc<dyn ReleaseSource>>>,
@@ -130,22 +133,35 @@ impl DomainInner {
             return Ok(LotRef::Own(l));
         }
         let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = peers.get(&id.slot) {
-            if p.id == id {
-                return Ok(LotRef::Peer(p.clone()));
-            }
-            // A new domain owns that slot now. We can map its lot only once nothing here
-            // still reads the old one (they share an address).
-            if Arc::strong_count(p) > 1 {
-                return Err(Error::AddressInUse {
-                    addr: self.group.lot_addr(id.slot),
-                    len: p.len(),
-                });
+        let mut unmapping = false;
+        if let Some(w) = peers.get(&id.slot) {
+            match w.upgrade() {
+                Some(p) if p.id == id => return Ok(LotRef::Peer(p)),
+                // A new domain owns that slot now. We can map its lot only once nothing
+                // here still reads the old one (they share an address).
+                Some(p) => {
+                    return Err(Error::AddressInUse {
+                        addr: self.group.lot_addr(id.slot),
+                        len: p.len(),
+                    })
+                }
+                None => unmapping = true,
             }
             peers.remove(&id.slot);
         }
-        let p = Arc::new(PeerLot::map(&self.group, id)?);
-        peers.insert(id.slot, p.clone());
+        // If the last user of the old mapping just let go, its munmap may still be under
+        // way on another thread: wait for the address a little.
+        let mut tries = 0;
+        let p = loop {
+            match PeerLot::map(&self.group, id) {
+                Err(Error::AddressInUse { .. }) if unmapping && tries < 1000 => {
+                    tries += 1;
+                    std::thread::yield_now();
+                }
+                other => break Arc::new(other?),
+            }
+        };
+        peers.insert(id.slot, Arc::downgrade(&p));
         Ok(LotRef::Peer(p))
     }
 
@@ -388,24 +404,17 @@ impl DomainInner {
         self.parked.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// Unmaps lots of peers that are no longer live, once nothing here refers to them.
+    /// Forgets table entries of lots no longer mapped (they unmap themselves as soon as
+    /// nothing here uses them).
     pub fn forget_dead_peers(&self) {
         let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        peers.retain(|&slot, p| {
-            let s = self.group.slot(slot);
-            let live = s.state.load(Ordering::Acquire) == super::group::SLOT_LIVE
-                && s.generation.load(Ordering::Acquire) == p.id.generation
-                && super::group::pid_alive(
-                    s.pid.load(Ordering::Relaxed),
-                    s.start_time.load(Ordering::Relaxed),
-                );
-            live || Arc::strong_count(p) > 1
-        });
+        peers.retain(|_, p| p.strong_count() > 0);
     }
 
     /// Number of peer lots mapped in this process.
     pub fn mapped_peers(&self) -> usize {
-        self.peers.lock().unwrap_or_else(|p| p.into_inner()).len()
+        let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        peers.values().filter(|p| p.strong_count() > 0).count()
     }
 }
 
@@ -509,8 +518,9 @@ impl Domain {
         self.inner.collect_releases()
     }
 
-    /// Unmaps the lots of peers that died, once nothing here reads them. Channels do
-    /// this on their own when they notice a peer died or when they close.
+    /// Tidies the table of peers' lots. A peer's lot is unmapped on its own as soon as
+    /// nothing here reads it any more (no channel from it, no message naming it), whether
+    /// the peer lives or died; this only drops the table entries of such lots.
     pub fn forget_dead_peers(&self) {
         self.inner.forget_dead_peers()
     }
