@@ -379,21 +379,23 @@ fn pallet_maps() -> usize {
 
 /// Where each thread of `pid` is blocked, for HANG reports.
 fn where_is(pid: u32) -> String {
-    let name = |nr: &str| match nr {
-        "0" => "read",
-        "7" => "poll",
-        "35" => "nanosleep",
-        "47" => "recvmsg",
-        "61" => "wait4",
-        "202" => "futex",
-        "230" => "clock_nanosleep",
-        "271" => "ppoll",
-        "288" => "accept4",
-        "426" => "io_uring_enter",
-        "running" => "running",
-        _ => "",
-    }
-    .to_owned();
+    let name = |nr: &str| {
+        match nr {
+            "0" => "read",
+            "7" => "poll",
+            "35" => "nanosleep",
+            "47" => "recvmsg",
+            "61" => "wait4",
+            "202" => "futex",
+            "230" => "clock_nanosleep",
+            "271" => "ppoll",
+            "288" => "accept4",
+            "426" => "io_uring_enter",
+            "running" => "running",
+            _ => "",
+        }
+        .to_owned()
+    };
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return "gone".into();
     };
@@ -448,6 +450,14 @@ impl Ctx {
     fn start(role: &str) -> Ctx {
         let fds0 = fd_count();
         let memfds0 = memfd_count();
+        // A panic on any thread (a receiving thread too) ends the whole process, the way
+        // it would be noticed in a real program: the harness counts exit code 101.
+        let default_hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            default_hook(info);
+            // SAFETY: _exit(2) ends the process at once; it has no preconditions.
+            unsafe { libc::_exit(101) }
+        }));
         std::thread::spawn(|| {
             std::thread::sleep(CHILD_DEADLINE);
             eprintln!("torture child: my own deadline of {CHILD_DEADLINE:?} passed");
@@ -832,6 +842,11 @@ fn source(ctx: &mut Ctx, domain: &Domain, peers: &Peers) -> Finish {
             match build_message(&path, &plan) {
                 Ok(m) => break m,
                 Err(Error::QuotaExceeded { outstanding, quota }) => {
+                    // Our own references count against the quota too: let them go first.
+                    if !kept.is_empty() {
+                        kept.clear();
+                        continue;
+                    }
                     let now = Instant::now();
                     if probe && now - last_probe >= Duration::from_millis(50) {
                         last_probe = now;
@@ -895,8 +910,7 @@ fn source(ctx: &mut Ctx, domain: &Domain, peers: &Peers) -> Finish {
     };
     // Everything must come back: releases, or reclaims from dead receivers.
     let t0 = Instant::now();
-    while (path.outstanding() != 0 || domain.parked_senders() != 0) && t0.elapsed() < hang_limit()
-    {
+    while (path.outstanding() != 0 || domain.parked_senders() != 0) && t0.elapsed() < hang_limit() {
         domain.collect_releases();
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -1120,7 +1134,9 @@ fn sink(ctx: &mut Ctx, domain: &Domain, peers: &Peers) -> Finish {
                 };
                 if let Some(l) = last {
                     if seq <= l {
-                        say(&format!("torn sink: message {seq} arrived after message {l}"));
+                        say(&format!(
+                            "torn sink: message {seq} arrived after message {l}"
+                        ));
                     }
                 }
                 last = Some(seq);
@@ -1194,7 +1210,14 @@ fn ref_bytes(r: &RawRef, out: &mut [u8]) {
 /// A garbage descriptor: lots that do not exist (slots >= 64 too), stale generations,
 /// spans out of bounds or overflowing, bad counts, cyclic or broken continuation chains,
 /// and a few valid ones pointing into real lots.
-fn garbage(rng: &mut Rng, known: &[DomainId], own: DomainId, data: u64, blocks: u64, lot: u64) -> RawDesc {
+fn garbage(
+    rng: &mut Rng,
+    known: &[DomainId],
+    own: DomainId,
+    data: u64,
+    blocks: u64,
+    lot: u64,
+) -> RawDesc {
     let k = known[rng.below(known.len() as u64) as usize];
     let valid = RawFrag {
         slot: own.slot,
@@ -1229,8 +1252,22 @@ fn garbage(rng: &mut Rng, known: &[DomainId], own: DomainId, data: u64, blocks: 
                 offset: 0,
             };
         }
-        2 => d.inline[0] = frag(k.slot, k.generation.wrapping_add(1 + rng.below(5) as u32), 0, 4096),
-        3 => d.inline[0] = frag(k.slot, k.generation, lot - rng.below(4096), 4096 + rng.below(1 << 20)),
+        2 => {
+            d.inline[0] = frag(
+                k.slot,
+                k.generation.wrapping_add(1 + rng.below(5) as u32),
+                0,
+                4096,
+            )
+        }
+        3 => {
+            d.inline[0] = frag(
+                k.slot,
+                k.generation,
+                lot - rng.below(4096),
+                4096 + rng.below(1 << 20),
+            )
+        }
         4 => d.inline[0] = frag(k.slot, k.generation, u64::MAX - rng.below(100), 200),
         5 => d.inline[0] = frag(k.slot, k.generation, 0, 0),
         6 => {
@@ -1426,9 +1463,11 @@ fn check_container(c: &mut Container, seq: u64) -> Result<(), String> {
             .view(i)
             .map_err(|e| format!("container {seq}: view pallet {i}: {e}"))?;
         let valid = v.valid();
-        if let Some((off, got, want)) =
-            compare_pattern(pallet_key(seq, i), valid.start, &v.as_slice()[valid.clone()])
-        {
+        if let Some((off, got, want)) = compare_pattern(
+            pallet_key(seq, i),
+            valid.start,
+            &v.as_slice()[valid.clone()],
+        ) {
             return Err(format!(
                 "container {seq}: pallet {i} byte {off} is {got:#04x}, want {want:#04x}"
             ));
@@ -1887,7 +1926,13 @@ impl Kids {
 
     /// Waits (up to `limit`) for a line of kid `i` that starts with `prefix`, at or after
     /// line number `from`. Gives up early if the kid exits.
-    fn wait_line(&mut self, i: usize, prefix: &str, from: usize, limit: Duration) -> Option<String> {
+    fn wait_line(
+        &mut self,
+        i: usize,
+        prefix: &str,
+        from: usize,
+        limit: Duration,
+    ) -> Option<String> {
         let until = Instant::now() + limit;
         loop {
             if let Some(l) = self.v[i].lines[from.min(self.v[i].lines.len())..]
@@ -2059,8 +2104,14 @@ fn judge_report(role: &str, line: &str) -> Vec<(Kind, String)> {
     }
     let what = [
         ("maps", "ferry mappings left after dropping everything"),
-        ("deadlot", "mappings of a dead peer's lot left once nothing used it"),
-        ("outstanding", "bytes still outstanding on the source's path"),
+        (
+            "deadlot",
+            "mappings of a dead peer's lot left once nothing used it",
+        ),
+        (
+            "outstanding",
+            "bytes still outstanding on the source's path",
+        ),
         ("parked", "closed senders still parked"),
     ];
     for (k, msg) in what {
@@ -2106,10 +2157,29 @@ struct Outcome {
     kills: u32,
     stops: u32,
     hostile: bool,
+    /// Every line the children printed (shown with FERRY_TORTURE_VERBOSE=1).
+    lines: Vec<String>,
+}
+
+impl Outcome {
+    fn keep_lines(&mut self, kids: &Kids) {
+        for k in &kids.v {
+            for l in &k.lines {
+                self.lines.push(format!("{}: {l}", k.role));
+            }
+            let q = k.stderr.lock().unwrap_or_else(|p| p.into_inner());
+            for l in q.iter() {
+                self.lines.push(format!("{} stderr: {l}", k.role));
+            }
+        }
+    }
 }
 
 fn new_dir(tag: &str, seed: u64) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ferry-torture-{}-{tag}-{seed:x}", std::process::id()));
+    let d = std::env::temp_dir().join(format!(
+        "ferry-torture-{}-{tag}-{seed:x}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("create a temporary directory");
     d
@@ -2205,7 +2275,9 @@ fn chain_plan(rng: &mut Rng, seed: u64) -> ChainPlan {
          {tmodes}/{kmodes} {act}{}",
         quota >> 10,
         if secure == 1 { " secure" } else { "" },
-        hostile.map(|h| format!(" hostile->{h}")).unwrap_or_default()
+        hostile
+            .map(|h| format!(" hostile->{h}"))
+            .unwrap_or_default()
     );
     ChainPlan {
         params,
@@ -2447,7 +2519,11 @@ impl ChainRun {
         if !self.dead(SOURCE) {
             let from = self.kids.v[SOURCE].lines.len();
             self.kids.tell(SOURCE, "scribble");
-            if self.kids.wait_line(SOURCE, "scribbled", from, hang).is_none() && !self.dead(SOURCE)
+            if self
+                .kids
+                .wait_line(SOURCE, "scribbled", from, hang)
+                .is_none()
+                && !self.dead(SOURCE)
             {
                 self.hang(SOURCE, "did not scribble");
                 return;
@@ -2487,9 +2563,11 @@ impl ChainRun {
             }
         }
         let source_died = self.dead(SOURCE) && !self.kids.v[SOURCE].cleaned_up;
-        let anyone_died = (0..3).any(|i| self.kids.v[i].killed || {
-            let s = self.kids.v[i].status;
-            s.is_some_and(|s| !s.success())
+        let anyone_died = (0..3).any(|i| {
+            self.kids.v[i].killed || {
+                let s = self.kids.v[i].status;
+                s.is_some_and(|s| !s.success())
+            }
         });
         // Messages must arrive as 0, 1, 2, ...: a gap is a lost message, allowed only
         // for messages refused because their (dead) source's lot could not be mapped.
@@ -2590,6 +2668,7 @@ fn chain_trial(seed: u64, out: &mut Outcome) {
     run.kids.kill_all();
     run.judge(&group_path);
     scan_lines(&run.kids, &mut run.failures);
+    out.keep_lines(&run.kids);
     out.failures.append(&mut run.failures);
     let _ = std::fs::remove_file(&group_path);
 }
@@ -2642,7 +2721,9 @@ fn container_trial(seed: u64, out: &mut Outcome) {
     let victim = by_role[victim];
     kids.tell(source, "go");
     let go_at = Instant::now();
-    let count = |kids: &Kids, i: usize, p: &str| kids.v[i].lines.iter().filter(|l| l.starts_with(p)).count();
+    let count = |kids: &Kids, i: usize, p: &str| {
+        kids.v[i].lines.iter().filter(|l| l.starts_with(p)).count()
+    };
     let mut killed_at = None;
     let t0 = Instant::now();
     loop {
@@ -2701,7 +2782,10 @@ fn container_trial(seed: u64, out: &mut Outcome) {
     for l in &kids.v[sink].lines {
         if let Some(r) = l.strip_prefix("refused ") {
             if !stage_died {
-                fails.push((Kind::Error, format!("csink refused a container from a live stage: {r}")));
+                fails.push((
+                    Kind::Error,
+                    format!("csink refused a container from a live stage: {r}"),
+                ));
             }
         }
     }
@@ -2711,6 +2795,7 @@ fn container_trial(seed: u64, out: &mut Outcome) {
         }
     }
     scan_lines(&kids, &mut fails);
+    out.keep_lines(&kids);
     out.failures.append(&mut fails);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -2721,7 +2806,13 @@ fn mkfifo(p: &Path) {
     let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("no NUL in path");
     // SAFETY: `c` is a NUL-terminated path that lives across the call.
     let r = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
-    assert_eq!(r, 0, "mkfifo {}: {}", p.display(), std::io::Error::last_os_error());
+    assert_eq!(
+        r,
+        0,
+        "mkfifo {}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    );
 }
 
 fn uring_trial(seed: u64, out: &mut Outcome) {
@@ -2735,7 +2826,11 @@ fn uring_trial(seed: u64, out: &mut Outcome) {
     let delay_us = rng.below(20_000);
     out.what = format!(
         "uring victim {} {}",
-        if fate_drop { "drops its ring" } else { "is killed" },
+        if fate_drop {
+            "drops its ring"
+        } else {
+            "is killed"
+        },
         if after_inflight {
             format!("{delay_us} us after its operations are in flight")
         } else {
@@ -2761,11 +2856,17 @@ fn uring_trial(seed: u64, out: &mut Outcome) {
     if ok {
         kids.tell(victim, if fate_drop { "go drop" } else { "go kill" });
         if after_inflight && kids.wait_line(victim, "inflight", 0, hang).is_none() {
-            fails.push((Kind::Hang, format!("uvictim: no operations in flight after {hang:?}")));
+            fails.push((
+                Kind::Hang,
+                format!("uvictim: no operations in flight after {hang:?}"),
+            ));
         }
         std::thread::sleep(Duration::from_micros(delay_us));
         if fate_drop {
-            if kids.wait_line(victim, "report", 0, hang + Duration::from_secs(6)).is_none() {
+            if kids
+                .wait_line(victim, "report", 0, hang + Duration::from_secs(6))
+                .is_none()
+            {
                 fails.push((
                     Kind::Hang,
                     format!(
@@ -2783,10 +2884,16 @@ fn uring_trial(seed: u64, out: &mut Outcome) {
             kids.kill_all();
         } else {
             kids.tell(peer, "check");
-            if kids.wait_line(peer, "report", 0, hang + Duration::from_secs(2)).is_none() {
+            if kids
+                .wait_line(peer, "report", 0, hang + Duration::from_secs(2))
+                .is_none()
+            {
                 fails.push((
                     Kind::Hang,
-                    format!("upeer did not report (threads {})", where_is(kids.v[peer].pid)),
+                    format!(
+                        "upeer did not report (threads {})",
+                        where_is(kids.v[peer].pid)
+                    ),
                 ));
             }
             kids.reap(peer, hang);
@@ -2801,6 +2908,7 @@ fn uring_trial(seed: u64, out: &mut Outcome) {
         }
     }
     scan_lines(&kids, &mut fails);
+    out.keep_lines(&kids);
     out.failures.append(&mut fails);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -2872,13 +2980,18 @@ fn main() {
             String::new()
         }
     );
+    let verbose = std::env::var("FERRY_TORTURE_VERBOSE").is_ok_and(|v| v == "1");
     let start = Instant::now();
     let mut master = Rng::new(seed);
     let (mut trials, mut kills, mut stops, mut hostile) = (0u64, 0u64, 0u64, 0u64);
     let mut counts = [0u64; 5];
     let mut failures: Vec<(Kind, u64, String, String)> = Vec::new();
     while trials < max_trials && start.elapsed().as_secs_f64() < secs {
-        let tseed = if trials == 0 { seed } else { master.next() >> 1 };
+        let tseed = if trials == 0 {
+            seed
+        } else {
+            master.next() >> 1
+        };
         let mut pick = Rng::new(tseed ^ 0x5ec7_10a5);
         let r = pick.below(8);
         let wanted = match r {
@@ -2919,6 +3032,11 @@ fn main() {
             out.what,
             t0.elapsed().as_secs_f64()
         );
+        if verbose {
+            for l in &out.lines {
+                println!("    | {l}");
+            }
+        }
         for (k, msg) in out.failures {
             println!("    {}: {msg}", k.name());
             failures.push((k, tseed, out.what.clone(), msg));
