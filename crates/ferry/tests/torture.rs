@@ -1917,7 +1917,9 @@ impl Kids {
             }
             Ok(Ev::Eof(i)) => {
                 self.v[i].eof = true;
-                self.reap(i, Duration::from_secs(3));
+                if !self.v[i].killed {
+                    self.reap(i, Duration::from_secs(3));
+                }
                 Some(Ev::Eof(i))
             }
             Err(_) => None,
@@ -1957,8 +1959,9 @@ impl Kids {
         }
     }
 
+    /// Neither exited nor killed (a killed child may not be reaped yet).
     fn alive(&self, i: usize) -> bool {
-        self.v[i].status.is_none()
+        self.v[i].status.is_none() && !self.v[i].killed
     }
 
     /// Reaps kid `i` if it exits within `limit`.
@@ -1981,25 +1984,34 @@ impl Kids {
 
     fn signal(&mut self, i: usize, sig: i32) {
         let k = &mut self.v[i];
-        if k.status.is_none() {
+        if k.status.is_none() && !k.killed {
             // SAFETY: kill(2) on our own child, which is not reaped yet (so its pid
             // cannot have been reused); no memory is involved.
             unsafe { libc::kill(k.pid as i32, sig) };
         }
     }
 
-    /// SIGKILL and reap.
+    /// SIGKILL, and reap at once.
     fn kill(&mut self, i: usize) {
+        self.kill_late(i);
         let k = &mut self.v[i];
         if k.status.is_none() {
+            k.status = k.child.wait().ok();
+        }
+    }
+
+    /// SIGKILL, leaving the child a zombie until something reaps it.
+    fn kill_late(&mut self, i: usize) {
+        let k = &mut self.v[i];
+        if k.status.is_none() && !k.killed {
             k.killed = true;
             let _ = k.child.kill();
-            k.status = k.child.wait().ok();
             k.died_at = Some(Instant::now());
         }
     }
 
-    /// Kills whatever still runs (it hung): every trial ends with no child left.
+    /// Kills whatever still runs (it hung) and reaps everything: every trial ends with
+    /// no child left.
     fn kill_all(&mut self) {
         for i in 0..self.v.len() {
             if self.alive(i) {
@@ -2007,9 +2019,19 @@ impl Kids {
                 if self.v[i].stopped {
                     self.signal(i, libc::SIGCONT);
                 }
-                self.kill(i);
             }
+            self.kill(i);
         }
+    }
+
+    /// Whether the child that died last left by itself (exit code 0): only then must the
+    /// group's control block be gone.
+    fn last_left_cleanly(&self) -> bool {
+        self.v
+            .iter()
+            .filter_map(|k| Some((k.died_at?, k)))
+            .max_by_key(|(t, _)| *t)
+            .is_some_and(|(_, k)| !k.killed && k.status.is_some_and(|s| s.success()))
     }
 
     fn stderr_tail(&self, i: usize) -> String {
@@ -2212,6 +2234,9 @@ enum Action {
 struct ChainPlan {
     params: String,
     action: Action,
+    /// Leave the killed victim a zombie until every other member has exited, as a busy
+    /// parent would: it is dead (its pidfd says so) but /proc still lists it.
+    reap_late: bool,
     hostile: Option<&'static str>,
     what: String,
 }
@@ -2252,6 +2277,7 @@ fn chain_plan(rng: &mut Rng, seed: u64) -> ChainPlan {
         65..=84 => Action::Stop(victim, moment, rng.range(200, 2000)),
         _ => Action::None,
     };
+    let reap_late = matches!(action, Action::Kill(..)) && rng.pct(25);
     let hostile = if rng.pct(25) {
         Some(if rng.pct(50) { "stage" } else { "sink" })
     } else {
@@ -2267,7 +2293,11 @@ fn chain_plan(rng: &mut Rng, seed: u64) -> ChainPlan {
     );
     let act = match action {
         Action::None => "no kill".to_owned(),
-        Action::Kill(v, m) => format!("kill {} at {m:?}", ROLES[v]),
+        Action::Kill(v, m) => format!(
+            "kill {} at {m:?}{}",
+            ROLES[v],
+            if reap_late { " (reaped late)" } else { "" }
+        ),
         Action::Stop(v, m, ms) => format!("stop {} at {m:?} for {ms} ms", ROLES[v]),
     };
     let what = format!(
@@ -2282,6 +2312,7 @@ fn chain_plan(rng: &mut Rng, seed: u64) -> ChainPlan {
     ChainPlan {
         params,
         action,
+        reap_late,
         hostile,
         what,
     }
@@ -2454,6 +2485,10 @@ impl ChainRun {
                     fired = true;
                     if !self.dead(victim) {
                         match self.plan.action {
+                            Action::Kill(..) if self.plan.reap_late => {
+                                self.kids.kill_late(victim);
+                                out.kills += 1;
+                            }
                             Action::Kill(..) => {
                                 self.kids.kill(victim);
                                 out.kills += 1;
@@ -2615,14 +2650,15 @@ impl ChainRun {
             ));
         }
         let cleaned = self.kids.v.iter().any(|k| k.cleaned_up);
+        let last_clean = self.kids.last_left_cleanly();
         for i in 0..self.kids.v.len() {
             if let Some(f) = self.kids.judge(i) {
                 self.failures.push(f);
             }
         }
-        // Only when every member left by itself (or was killed before the others left)
-        // must the control block be gone.
-        if !self.hung && !cleaned {
+        // When the member that left last left by itself, the control block must be gone
+        // (when the last one died, nobody was left to remove it).
+        if !self.hung && !cleaned && last_clean {
             let t0 = Instant::now();
             while group_path.exists() && t0.elapsed() < Duration::from_millis(300) {
                 std::thread::sleep(Duration::from_millis(5));
@@ -2631,8 +2667,13 @@ impl ChainRun {
                 self.failures.push((
                     Kind::Leak,
                     format!(
-                        "control block {} outlived every member",
-                        group_path.display()
+                        "control block {} outlived every member{}",
+                        group_path.display(),
+                        if self.plan.reap_late {
+                            " (the killed member was still a zombie when the others left)"
+                        } else {
+                            ""
+                        }
                     ),
                 ));
             }
