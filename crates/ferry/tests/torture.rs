@@ -2571,7 +2571,9 @@ impl ChainRun {
             let from = self.kids.v[i].lines.len();
             let c = format!("{cmd} {}", self.dead_arg());
             self.kids.tell(i, &c);
-            if self.kids.wait_line(i, "report", from, hang).is_none() && !self.dead(i) {
+            // Twice the limit: a child first waits up to `hang` for its fbufs to come back,
+            // and then reports whatever is still out as a leak.
+            if self.kids.wait_line(i, "report", from, 2 * hang).is_none() && !self.dead(i) {
                 self.hang(i, &format!("did not finish after '{c}'"));
                 return;
             }
@@ -2581,7 +2583,7 @@ impl ChainRun {
             }
         }
         if let Some(h) = self.hostile {
-            if self.kids.wait_line(h, "report", 0, hang).is_none() && !self.dead(h) {
+            if self.kids.wait_line(h, "report", 0, 2 * hang).is_none() && !self.dead(h) {
                 self.hang(h, "did not finish");
                 return;
             }
@@ -3085,6 +3087,33 @@ fn main() {
     }
     println!();
     if !failures.is_empty() {
+        // The same bug fails many trials: group messages with their numbers blanked.
+        let mut sigs: Vec<(String, u64)> = Vec::new();
+        for (k, _, _, msg) in &failures {
+            let mut sig = format!("[{}] ", k.name());
+            let mut digit = false;
+            for c in msg.chars().take(110) {
+                if c.is_ascii_digit() {
+                    if !digit {
+                        sig.push('N');
+                    }
+                    digit = true;
+                } else {
+                    digit = false;
+                    sig.push(c);
+                }
+            }
+            match sigs.iter_mut().find(|(s, _)| *s == sig) {
+                Some((_, n)) => *n += 1,
+                None => sigs.push((sig, 1)),
+            }
+        }
+        sigs.sort_by_key(|s| std::cmp::Reverse(s.1));
+        println!("failure messages by kind (numbers blanked):");
+        for (sig, n) in &sigs {
+            println!("  {n:5}  {sig}");
+        }
+        println!();
         println!("first failures of each kind:");
         for k in Kind::ALL {
             for (_, tseed, what, msg) in failures.iter().filter(|f| f.0 == k).take(3) {
