@@ -3090,26 +3090,25 @@ fn main() {
         // The same bug fails many trials: group messages with their numbers blanked.
         let mut sigs: Vec<(String, u64)> = Vec::new();
         for (k, _, _, msg) in &failures {
-            let mut sig = format!("[{}] ", k.name());
-            let mut digit = false;
-            for c in msg.chars().take(110) {
-                if c.is_ascii_digit() {
-                    if !digit {
-                        sig.push('N');
+            let msg = msg.split("; threads").next().unwrap_or(msg);
+            let words: Vec<&str> = msg
+                .split_whitespace()
+                .map(|w| {
+                    if w.chars().any(|c| c.is_ascii_digit()) {
+                        "N"
+                    } else {
+                        w
                     }
-                    digit = true;
-                } else {
-                    digit = false;
-                    sig.push(c);
-                }
-            }
+                })
+                .collect();
+            let sig = format!("[{}] {}", k.name(), words.join(" "));
             match sigs.iter_mut().find(|(s, _)| *s == sig) {
                 Some((_, n)) => *n += 1,
                 None => sigs.push((sig, 1)),
             }
         }
         sigs.sort_by_key(|s| std::cmp::Reverse(s.1));
-        println!("failure messages by kind (numbers blanked):");
+        println!("failures by message (words with digits blanked):");
         for (sig, n) in &sigs {
             println!("  {n:5}  {sig}");
         }
