@@ -1057,6 +1057,11 @@ fn stage(ctx: &mut Ctx, domain: &Domain, peers: &Peers) -> Finish {
     };
     drop(batch);
     drop(rx);
+    // Forwarding must describe the source's fbufs, never copy them.
+    let copied = tx.stats().copied_bytes;
+    if copied > 0 {
+        say(&format!("error stage: forwarding copied {copied} bytes"));
+    }
     drop(tx);
     say(&format!("eos forwarded={fwd} ({reason})"));
     // Pass releases on (the sink may still hold the source's fbufs) until told to finish.
