@@ -848,7 +848,13 @@ fn source(ctx: &mut Ctx, domain: &Domain, peers: &Peers) -> Finish {
                         continue;
                     }
                     let now = Instant::now();
-                    if probe && now - last_probe >= Duration::from_millis(50) {
+                    // A source whose stage died cannot count on its quota coming back: the
+                    // sink may still hold what the stage forwarded, and those fbufs stay
+                    // charged until it lets go (here, not before the end of the trial).
+                    // `alloc` cannot say which channel is gone, so a stalled source asks
+                    // its channel, as a real one would; `probe` makes it ask from the start.
+                    let stalled = now - t0 >= Duration::from_millis(200);
+                    if (probe || stalled) && now - last_probe >= Duration::from_millis(50) {
                         last_probe = now;
                         if let Err(e) = tx.check_peer() {
                             reason = format!("probe: {e}");

@@ -143,6 +143,8 @@ fn corrupt(_: Corrupt) -> Error {
 
 struct InFlight {
     generation: u32,
+    /// Its position in the forward ring, to tell whether the receiver took it.
+    pos: u64,
     data: Option<(IoData, Option<Segment>)>,
 }
 
@@ -215,6 +217,19 @@ impl SendCore {
                     n += 1;
                 }
                 _ => Counters::add(&self.stats.bad, 1),
+            }
+        }
+        // The receiver closed its end and released what it left in the ring; messages
+        // pushed after that (our check of `rx_closed` raced with its close) will never be
+        // taken: they come back here.
+        if self.link.header().rx_closed.load(Ordering::Acquire) == layout::RX_DRAINED {
+            let head = st.fwd.consumed().map_err(corrupt)?;
+            for (i, f) in st.inflight.iter_mut().enumerate() {
+                if f.data.is_some() && f.pos >= head {
+                    done.push(f.data.take());
+                    st.free_tokens.push(i as u32);
+                    n += 1;
+                }
             }
         }
         Counters::add(&self.stats.releases, n);
@@ -415,6 +430,7 @@ impl Sender {
             None => {
                 st.inflight.push(InFlight {
                     generation: 0,
+                    pos: 0,
                     data: None,
                 });
                 (st.inflight.len() as u32 - 1, 0)
@@ -438,6 +454,7 @@ impl Sender {
         } else {
             desc::encode(token, &frags, &mut [], RawRef::NONE)
         };
+        let pos = st.fwd.position();
         match st.fwd.try_push(entry).map_err(corrupt)? {
             Push::Full(_) => {
                 st.free_tokens.push(idx);
@@ -447,6 +464,7 @@ impl Sender {
             Push::Done { wake } => {
                 st.inflight[idx as usize] = InFlight {
                     generation,
+                    pos,
                     data: Some((data.clone(), meta)),
                 };
                 drop(st);
@@ -550,9 +568,16 @@ impl Sender {
 
     /// Checks now, with one `poll(2)`, whether the receiver still lives; if it died,
     /// reclaims everything it held and returns [`Error::PeerGone`].
+    ///
+    /// # Errors
+    /// [`Error::PeerGone`] if it died, [`Error::Disconnected`] if it closed its end.
     pub fn check_peer(&self) -> Result<()> {
         let mut st = self.core.lock();
-        self.core.check_peer(&mut st, true)
+        self.core.check_peer(&mut st, true)?;
+        if self.core.link.header().rx_closed.load(Ordering::Acquire) != 0 {
+            return Err(Error::Disconnected);
+        }
+        Ok(())
     }
 
     /// Pushes a raw descriptor, bypassing every check: for tests of how receivers treat
@@ -1150,11 +1175,16 @@ impl Drop for Receiver {
         self.lots.clear();
         // Nothing more is taken from the ring: what we took is in the ledger.
         self.core.end_inbound();
-        self.core
-            .link
-            .header()
-            .rx_closed
-            .store(1, Ordering::Release);
+        let h = self.core.link.header();
+        h.rx_closed.store(layout::RX_CLOSING, Ordering::SeqCst);
+        // Messages still in the ring will never be read: release them, so the sender
+        // gets its fbufs back. One pushed after this loop is taken back by the sender
+        // itself once it sees RX_DRAINED (it compares its ring positions with our head).
+        while let Ok(Some((d, _))) = self.fwd.try_pop() {
+            self.core.release(d.token);
+        }
+        // SYNC: Release: our last head store is visible to a sender that sees this.
+        h.rx_closed.store(layout::RX_DRAINED, Ordering::Release);
         self.core.link.tx_efd.notify();
     }
 }
@@ -1490,4 +1520,42 @@ fn open_offer(
         lots: Vec::new(),
         frags: Vec::new(),
     })
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::region::Group;
+
+    /// A message pushed after the receiver closed and released what was in its ring
+    /// (the sender's check of `rx_closed` raced with the close) comes back to the sender
+    /// by itself: it compares its ring positions with the receiver's head.
+    #[test]
+    fn messages_pushed_after_the_receiver_drained_come_back() {
+        let g = Group::open(&format!("unit-stranded-{}", std::process::id())).unwrap();
+        let (a, b) = (g.join().unwrap(), g.join().unwrap());
+        let (a2, bid) = (a.clone(), b.id());
+        let t = std::thread::spawn(move || a2.connect(bid, Duration::from_secs(5)).unwrap());
+        let mut rx = b.accept(Duration::from_secs(5)).unwrap();
+        let tx = t.join().unwrap();
+        let path = a.path(PathConfig::default()).unwrap();
+        for _ in 0..3 {
+            tx.send(&path.alloc(100).unwrap().freeze()).unwrap();
+        }
+        let taken = rx.recv().unwrap();
+        // As if the receiver had drained and closed before the last two were pushed.
+        tx.core
+            .link
+            .header()
+            .rx_closed
+            .store(layout::RX_DRAINED, Ordering::Release);
+        tx.collect_releases().unwrap();
+        assert_eq!(tx.in_flight(), 1, "the message it took is still out");
+        drop(taken);
+        tx.collect_releases().unwrap();
+        assert_eq!(tx.in_flight(), 0);
+        assert_eq!(path.outstanding(), 0);
+        // Its drop would release the two again (they are in its ring): skip it.
+        std::mem::forget(rx);
+    }
 }

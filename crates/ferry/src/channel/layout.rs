@@ -36,11 +36,17 @@ pub(crate) struct ChanHeader {
     /// Set to 1 (and futex-woken) by the receiver once it has mapped the channel.
     pub rx_ready: AtomicU32,
     pub tx_closed: AtomicU32,
+    /// 0 while the receiver is open, then [`RX_CLOSING`] and [`RX_DRAINED`].
     pub rx_closed: AtomicU32,
     pub rx_pid: AtomicU32,
     /// Tokens written to the overflow area since the sender last looked.
     pub overflow: AtomicU32,
 }
+
+/// The receiver closed its end and is releasing the messages left in the ring.
+pub(crate) const RX_CLOSING: u32 = 1;
+/// The receiver closed its end, released what was in the ring, and takes nothing more.
+pub(crate) const RX_DRAINED: u32 = 2;
 
 /// Token indices the overflow area covers; a release of a higher index waits in the
 /// receiver for room in the reverse ring.

@@ -214,6 +214,17 @@ impl<T: Copy> Producer<T> {
         Ok(Push::Done { wake })
     }
 
+    /// The position the next pushed value takes (values are numbered from 0).
+    pub fn position(&self) -> u64 {
+        self.tail
+    }
+
+    /// How many values the consumer has taken so far, read now.
+    pub fn consumed(&mut self) -> Result<u64, Corrupt> {
+        self.refresh_head()?;
+        Ok(self.head_seen)
+    }
+
     fn refresh_head(&mut self) -> Result<(), Corrupt> {
         // SYNC: pairs with the consumer's Release store of head.
         let head = self.ring.ctl().head.0.load(Ordering::Acquire);
