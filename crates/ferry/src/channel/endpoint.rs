@@ -141,6 +141,9 @@ fn corrupt(_: Corrupt) -> Error {
     Error::BadDescriptor(BadDescriptor::Malformed("ring index out of range"))
 }
 
+/// Fragments a dead peer held that no domain of this process could quarantine.
+static ORPHANS: Mutex<Vec<Fragment>> = Mutex::new(Vec::new());
+
 struct InFlight {
     generation: u32,
     /// Its position in the forward ring, to tell whether the receiver took it.
@@ -262,8 +265,13 @@ impl SendCore {
         }
         match &domain {
             Some(d) => d.quarantine(self.peer, frags),
-            // No domain left in this process to settle with: nothing here reads them.
-            None => drop(frags),
+            // This process dropped its domain and so cannot read the ledgers any more.
+            // Releasing could let an owner reuse spans a domain downstream of the dead
+            // peer still reads: keep them until this process exits instead.
+            None => ORPHANS
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(frags),
         }
         if let Some(d) = domain {
             d.forget_dead_peers();
