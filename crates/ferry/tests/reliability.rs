@@ -162,6 +162,15 @@ fn child_main(role: &str) {
             }
             read_line(&mut stdin);
         }
+        // Wait for a line, then exit at once, dropping nothing (the group, the domain
+        // and a message it sent itself stay alive to the end).
+        "exit-holding" => {
+            let path = domain.path(PathConfig::default()).unwrap();
+            let kept = message(&path, 1, 5000, 1);
+            read_line(&mut stdin);
+            std::mem::forget((kept, group, domain));
+            std::process::exit(0);
+        }
         _ => panic!("unknown role {role}"),
     }
 }
@@ -369,6 +378,26 @@ fn a_lot_is_unmapped_once_nothing_reads_it() {
     assert!(!maps_contain(addr));
 }
 
+/// Members that exit normally without dropping their group (or while still holding their
+/// lot), even two at the same moment, leave no control file behind: each leaves the group
+/// as it exits. Before, no destructor ran at exit, so the file stayed.
+fn members_exiting_together_leave_no_control_file() {
+    for round in 0..5 {
+        let name = group_name(&format!("exit{round}"));
+        let mut a = Peer::spawn("exit-holding", &name, "");
+        let mut b = Peer::spawn("exit-holding", &name, "");
+        assert!(control_file_exists(&name));
+        a.tell("go");
+        b.tell("go");
+        assert!(a.child.wait().unwrap().success());
+        assert!(b.child.wait().unwrap().success());
+        assert!(
+            !control_file_exists(&name),
+            "round {round}: /dev/shm/ferry.{name} outlived both members"
+        );
+    }
+}
+
 fn main() {
     if let Ok(role) = std::env::var("FERRY_TEST_ROLE") {
         child_main(&role);
@@ -386,6 +415,10 @@ fn main() {
         (
             "a_stage_blocked_in_recv_learns_its_sink_died",
             a_stage_blocked_in_recv_learns_its_sink_died,
+        ),
+        (
+            "members_exiting_together_leave_no_control_file",
+            members_exiting_together_leave_no_control_file,
         ),
         (
             "a_lot_is_unmapped_once_nothing_reads_it",

@@ -59,7 +59,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Once, Weak};
 use std::time::{Duration, Instant};
 
 use super::ledger::LedgerRaw;
@@ -341,14 +341,16 @@ impl Group {
                 written.ok().map(|()| (i, mine))
             });
             drop(lock);
-            return Ok(Arc::new(Group {
+            let g = Arc::new(Group {
                 name: name.to_owned(),
                 path,
                 map,
                 _ctl: ctl,
                 file,
                 door,
-            }));
+            });
+            register_open(&g);
+            return Ok(g);
         }
         Err(Error::BadGroup(format!(
             "{} was replaced {OPEN_TRIES} times while opening",
@@ -549,9 +551,65 @@ impl Drop for Group {
     /// Clears this process's door and, if no other door and no slot belongs to a live
     /// process, removes the named file.
     fn drop(&mut self) {
+        self.leave(false);
+    }
+}
+
+/// Groups open in this process, for [`leave_at_exit`].
+static OPEN_GROUPS: Mutex<Vec<Weak<Group>>> = Mutex::new(Vec::new());
+
+/// Remembers `g` so that this process leaves it when it exits.
+fn register_open(g: &Arc<Group>) {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        // SAFETY: atexit(3) takes a plain `extern "C" fn()` with no preconditions; the
+        // handler only takes a lock and makes system calls.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::atexit(leave_at_exit);
+        }
+    });
+    let mut v = OPEN_GROUPS.lock().unwrap_or_else(|p| p.into_inner());
+    v.retain(|w| w.strong_count() > 0);
+    v.push(Arc::downgrade(g));
+}
+
+/// Runs when this process exits normally (returning from `main` or `exit(3)`), where no
+/// destructor runs: leaves every group still open here, as if its domains had died, so
+/// that the last member to go removes the named file even when two members exit at the
+/// same moment and each saw the other still alive while leaving. A process killed by a
+/// signal cannot do this; the next process to open the group then finds the stale file.
+extern "C" fn leave_at_exit() {
+    let groups: Vec<Arc<Group>> = OPEN_GROUPS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
+    for g in groups {
+        g.leave(true);
+    }
+}
+
+impl Group {
+    /// Clears this process's door and, if no other door and no slot belongs to a live
+    /// process, removes the named file. With `exiting`, this process is about to exit:
+    /// its own slots are given up first (they would be dead in a moment anyway).
+    fn leave(&self, exiting: bool) {
         let Ok(Some(_lock)) = Locked::take(&self.file, DROP_PATIENCE) else {
             return;
         };
+        if exiting {
+            let me = std::process::id();
+            for s in &self.header().slots {
+                if s.state.load(Ordering::Acquire) == SLOT_LIVE
+                    && s.pid.load(Ordering::Relaxed) == me
+                {
+                    s.pid.store(0, Ordering::Relaxed);
+                    s.state.store(SLOT_FREE, Ordering::Release);
+                }
+            }
+        }
         let mut doors = match read_table(self.file.as_fd()) {
             Ok(Table::Valid(doors)) => doors,
             _ => Vec::new(),
