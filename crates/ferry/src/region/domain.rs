@@ -9,7 +9,6 @@ use super::group::{DomainId, Group};
 use super::ledger::{Held, Ledger};
 use super::lot::{Lot, PeerLot};
 use super::path::{PathAllocator, PathConfig};
-use crate::channel::{self, Receiver, Sender};
 use crate::error::{BadDescriptor, Error, Result};
 use crate::iodata::Fragment;
 use crate::segment::LotId;
@@ -485,31 +484,6 @@ impl Domain {
             Arc::downgrade(&self.inner),
             config,
         ))
-    }
-
-    /// Opens a channel to `peer` and waits (up to `timeout`) for it to accept.
-    pub fn connect(&self, peer: DomainId, timeout: Duration) -> Result<Sender> {
-        channel::connect(
-            &self.inner,
-            peer,
-            channel::ChannelConfig::default(),
-            timeout,
-        )
-    }
-
-    /// Like [`connect`](Self::connect), with ring sizes and options.
-    pub fn connect_with(
-        &self,
-        peer: DomainId,
-        config: channel::ChannelConfig,
-        timeout: Duration,
-    ) -> Result<Sender> {
-        channel::connect(&self.inner, peer, config, timeout)
-    }
-
-    /// Waits (up to `timeout`) for a peer to connect to this domain.
-    pub fn accept(&self, timeout: Duration) -> Result<Receiver> {
-        channel::accept(&self.inner, timeout)
     }
 
     /// Drains pending releases of every channel this domain sends on, returning fbufs to
