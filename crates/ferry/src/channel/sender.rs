@@ -11,15 +11,15 @@ use super::layout;
 use super::link::{corrupt, ChannelStats, Counters, Link, LIVENESS_PERIOD};
 use super::ring::{Consumer, Producer, Push};
 use crate::error::{Error, Result};
-use crate::iodata::{Fragment, IoData};
+use crate::iodata::IoData;
 use crate::region::domain::{DomainInner, ReleaseSource};
 use crate::region::group::DomainId;
 use crate::region::PathAllocator;
-use crate::segment::Segment;
+use crate::segment::{LotSpan, Segment};
 use crate::sys::fd::wait_readable;
 
 /// Fragments a dead peer held that no domain of this process could quarantine.
-pub(super) static ORPHANS: Mutex<Vec<Fragment>> = Mutex::new(Vec::new());
+static ORPHANS: Mutex<Vec<(Arc<Segment>, LotSpan, u64)>> = Mutex::new(Vec::new());
 
 pub(super) struct InFlight {
     pub(super) generation: u32,
@@ -138,7 +138,11 @@ impl SendCore {
         let mut frags = Vec::new();
         for (data, meta) in all {
             drop(meta);
-            frags.extend(data.fragments().iter().cloned());
+            frags.extend(
+                data.fragments()
+                    .iter()
+                    .filter_map(|f| Some((f.segment().clone(), f.lot_span()?, f.len() as u64))),
+            );
         }
         match &domain {
             Some(d) => d.quarantine(self.peer, frags),
