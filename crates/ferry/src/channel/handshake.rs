@@ -15,9 +15,8 @@ use super::ring;
 use super::sender::{SendCore, SendState, Sender};
 use crate::error::{Error, Result};
 use crate::region::domain::{DomainInner, PendingReleases, ReleaseSource};
-use crate::region::group::{
-    DomainId, OFFER_FREE, OFFER_OPEN, OFFER_TAKEN, OFFER_WRITING, SLOT_LIVE,
-};
+use crate::region::group::DomainId;
+use crate::region::rendezvous::OfferFds;
 use crate::region::{Domain, PathAllocator, PathConfig};
 use crate::segment::LotId;
 use crate::sys::fd::{dup_from, memfd, EventFd};
@@ -94,83 +93,32 @@ fn connect(
         _chan_fd: chan_fd,
     };
 
-    // Offer it in our slot.
-    let slot = group.slot(me.slot);
-    let offer = slot
-        .offers
-        .iter()
-        .find(|o| {
-            o.state
-                .compare_exchange(
-                    OFFER_FREE,
-                    OFFER_WRITING,
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-        })
-        .ok_or(Error::InvalidArgument("too many channels offered at once"))?;
-    offer.to_slot.store(peer.slot as u32, Ordering::Relaxed);
-    offer
-        .to_generation
-        .store(peer.generation, Ordering::Relaxed);
-    offer
-        .chan_fd
-        .store(link._chan_fd.as_raw_fd() as u32, Ordering::Relaxed);
-    offer
-        .rx_efd
-        .store(link.rx_efd.as_raw_fd() as u32, Ordering::Relaxed);
-    offer
-        .tx_efd
-        .store(link.tx_efd.as_raw_fd() as u32, Ordering::Relaxed);
-    offer
-        .rel_efd
-        .store(link.rel_efd.as_raw_fd() as u32, Ordering::Relaxed);
-    // SYNC: pairs with the acceptor's CAS (Acquire) on the offer state.
-    offer.state.store(OFFER_OPEN, Ordering::Release);
-    group.header().offer_seq.fetch_add(1, Ordering::AcqRel);
-    futex::wake_all(&group.header().offer_seq);
-
+    // Offer it in our slot, and wait for the peer to map it and say so.
+    let offer = group.offer(
+        me.slot,
+        peer,
+        OfferFds {
+            chan: link._chan_fd.as_raw_fd(),
+            rx: link.rx_efd.as_raw_fd(),
+            tx: link.tx_efd.as_raw_fd(),
+            rel: link.rel_efd.as_raw_fd(),
+        },
+    )?;
     let deadline = Instant::now() + timeout;
-    let accepted = loop {
-        // SYNC: pairs with the receiver's Release store of rx_ready.
-        if link.header().rx_ready.load(Ordering::Acquire) == 1 {
-            break true;
-        }
-        let now = Instant::now();
-        if now >= deadline || link.peer_exited() {
-            break false;
-        }
-        futex::wait(
-            &link.header().rx_ready,
-            0,
-            (deadline - now).min(Duration::from_millis(20)),
-        );
-    };
-    if !accepted {
-        // Withdraw the offer unless the peer took it at the last moment.
-        if offer
-            .state
-            .compare_exchange(OFFER_OPEN, OFFER_FREE, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-        {
+    if !wait_ready(&link, deadline) {
+        if offer.withdraw() {
             return Err(if link.peer_exited() {
                 Error::PeerGone { pid: peer_pid }
             } else {
                 Error::Timeout
             });
         }
-        // Taken: wait a little more for rx_ready.
-        let t = Instant::now() + Duration::from_secs(1);
-        while link.header().rx_ready.load(Ordering::Acquire) != 1 {
-            if Instant::now() > t || link.peer_exited() {
-                offer.state.store(OFFER_FREE, Ordering::Release);
-                return Err(Error::PeerGone { pid: peer_pid });
-            }
-            futex::wait(&link.header().rx_ready, 0, Duration::from_millis(10));
+        // The peer took it at the last moment: give it a little longer.
+        if !wait_ready(&link, Instant::now() + Duration::from_secs(1)) {
+            return Err(Error::PeerGone { pid: peer_pid });
         }
     }
-    offer.state.store(OFFER_FREE, Ordering::Release);
+    drop(offer);
 
     // SAFETY: the rings lie inside the mapping `link` owns; we are the only producer
     // of the forward ring and the only consumer of the reverse ring.
@@ -215,68 +163,45 @@ fn connect(
     Ok(Sender { core })
 }
 
-/// Waits for a channel offered to `domain`; see [`Domain::accept`](crate::Domain::accept).
-fn accept(domain: &Arc<DomainInner>, timeout: Duration) -> Result<Receiver> {
-    let group = &domain.group;
-    let me = domain.lot.id;
-    let deadline = Instant::now() + timeout;
+/// Waits until the receiver says (in the channel header) that it mapped the channel, the
+/// deadline passes or the receiver dies. True if it is ready.
+fn wait_ready(link: &Link, deadline: Instant) -> bool {
     loop {
-        let seq = group.header().offer_seq.load(Ordering::Acquire);
-        for s in 0..crate::region::group::MAX_SLOTS as u16 {
-            let slot = group.slot(s);
-            if s == me.slot || slot.state.load(Ordering::Acquire) != SLOT_LIVE {
-                continue;
-            }
-            for offer in &slot.offers {
-                if offer.state.load(Ordering::Acquire) != OFFER_OPEN
-                    || offer.to_slot.load(Ordering::Relaxed) != me.slot as u32
-                    || offer.to_generation.load(Ordering::Relaxed) != me.generation
-                {
-                    continue;
-                }
-                if offer
-                    .state
-                    .compare_exchange(OFFER_OPEN, OFFER_TAKEN, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_err()
-                {
-                    continue;
-                }
-                let peer = DomainId {
-                    slot: s,
-                    generation: slot.generation.load(Ordering::Acquire),
-                };
-                match open_offer(domain, peer, offer) {
-                    Ok(r) => return Ok(r),
-                    // A broken or vanished offer: skip it, keep waiting for a good one.
-                    Err(_) => continue,
-                }
-            }
+        // SYNC: pairs with the receiver's Release store of rx_ready.
+        if link.header().rx_ready.load(Ordering::Acquire) == 1 {
+            return true;
         }
         let now = Instant::now();
-        if now >= deadline {
-            return Err(Error::Timeout);
+        if now >= deadline || link.peer_exited() {
+            return false;
         }
         futex::wait(
-            &group.header().offer_seq,
-            seq,
-            (deadline - now).min(Duration::from_millis(50)),
+            &link.header().rx_ready,
+            0,
+            (deadline - now).min(Duration::from_millis(20)),
         );
     }
 }
 
-fn open_offer(
-    domain: &Arc<DomainInner>,
-    peer: DomainId,
-    offer: &crate::region::group::OfferRaw,
-) -> Result<Receiver> {
-    let (peer_pid, pidfd) = domain.group.peer_pidfd(peer)?;
-    let get = |fd: &std::sync::atomic::AtomicU32| {
-        dup_from(pidfd.as_fd(), fd.load(Ordering::Relaxed) as i32)
+/// Waits for a channel offered to `domain`; see [`Domain::accept`](crate::Domain::accept).
+fn accept(domain: &Arc<DomainInner>, timeout: Duration) -> Result<Receiver> {
+    let me = domain.lot.id;
+    let me = DomainId {
+        slot: me.slot,
+        generation: me.generation,
     };
-    let chan_fd = get(&offer.chan_fd)?;
-    let rx_efd = EventFd::from_owned(get(&offer.rx_efd)?);
-    let tx_efd = EventFd::from_owned(get(&offer.tx_efd)?);
-    let rel_efd = EventFd::from_owned(get(&offer.rel_efd)?);
+    domain
+        .group
+        .take_offer(me, timeout, |peer, fds| open_offer(domain, peer, fds))
+}
+
+fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Result<Receiver> {
+    let (peer_pid, pidfd) = domain.group.peer_pidfd(peer)?;
+    let get = |fd| dup_from(pidfd.as_fd(), fd);
+    let chan_fd = get(fds.chan)?;
+    let rx_efd = EventFd::from_owned(get(fds.rx)?);
+    let tx_efd = EventFd::from_owned(get(fds.tx)?);
+    let rel_efd = EventFd::from_owned(get(fds.rel)?);
     let len = crate::sys::fd::file_len(chan_fd.as_fd())? as usize;
     if len < layout::SLOTS || len > layout::channel_bytes(layout::MAX_CAP, layout::MAX_CAP) {
         return Err(Error::InvalidArgument("channel memory has a bad size"));
