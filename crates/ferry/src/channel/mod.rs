@@ -12,7 +12,11 @@ pub mod desc;
 mod layout;
 pub(crate) mod ring;
 
-mod endpoint;
+mod handshake;
+mod link;
+mod receiver;
+mod sender;
 
-pub(crate) use endpoint::{accept, connect};
-pub use endpoint::{ChannelConfig, ChannelStats, Receiver, Sender};
+pub use link::{ChannelConfig, ChannelStats};
+pub use receiver::Receiver;
+pub use sender::Sender;

@@ -9,10 +9,8 @@ use super::group::{DomainId, Group};
 use super::ledger::{Held, Ledger};
 use super::lot::{Lot, PeerLot};
 use super::path::{PathAllocator, PathConfig};
-use crate::channel::{self, Receiver, Sender};
 use crate::error::{BadDescriptor, Error, Result};
-use crate::iodata::Fragment;
-use crate::segment::LotId;
+use crate::segment::{LotId, LotSpan, Segment};
 
 /// A lot that descriptors may point into, resolved in this process.
 #[derive(Clone, Debug)]
@@ -79,7 +77,7 @@ struct Quarantined {
     lot: LotId,
     offset: u64,
     len: u64,
-    _frag: Fragment,
+    _keep: Arc<Segment>,
 }
 
 /// How often a domain with quarantined fragments looks at the ledgers again.
@@ -199,21 +197,26 @@ impl DomainInner {
     }
 
     /// Takes what a dead peer held: each fragment goes once no live domain holds it.
-    pub fn quarantine(&self, dead: DomainId, data: impl IntoIterator<Item = Fragment>) {
+    /// Each piece is the segment that keeps it alive, where the piece starts in its lot,
+    /// and its length.
+    pub fn quarantine(
+        &self,
+        dead: DomainId,
+        data: impl IntoIterator<Item = (Arc<Segment>, LotSpan, u64)>,
+    ) {
         let dead = LotId {
             slot: dead.slot,
             generation: dead.generation,
         };
         {
             let mut q = lock(&self.quarantine);
-            for f in data {
-                let Some(span) = f.lot_span() else { continue };
+            for (keep, span, len) in data {
                 q.push(Quarantined {
                     dead,
                     lot: span.lot,
                     offset: span.offset,
-                    len: f.len() as u64,
-                    _frag: f,
+                    len,
+                    _keep: keep,
                 });
             }
             self.quarantined.store(q.len(), Ordering::Release);
@@ -485,31 +488,6 @@ impl Domain {
             Arc::downgrade(&self.inner),
             config,
         ))
-    }
-
-    /// Opens a channel to `peer` and waits (up to `timeout`) for it to accept.
-    pub fn connect(&self, peer: DomainId, timeout: Duration) -> Result<Sender> {
-        channel::connect(
-            &self.inner,
-            peer,
-            channel::ChannelConfig::default(),
-            timeout,
-        )
-    }
-
-    /// Like [`connect`](Self::connect), with ring sizes and options.
-    pub fn connect_with(
-        &self,
-        peer: DomainId,
-        config: channel::ChannelConfig,
-        timeout: Duration,
-    ) -> Result<Sender> {
-        channel::connect(&self.inner, peer, config, timeout)
-    }
-
-    /// Waits (up to `timeout`) for a peer to connect to this domain.
-    pub fn accept(&self, timeout: Duration) -> Result<Receiver> {
-        channel::accept(&self.inner, timeout)
     }
 
     /// Drains pending releases of every channel this domain sends on, returning fbufs to

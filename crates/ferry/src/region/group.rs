@@ -63,6 +63,7 @@ use std::sync::{Arc, Mutex, Once, Weak};
 use std::time::{Duration, Instant};
 
 use super::ledger::LedgerRaw;
+use super::rendezvous::OfferRaw;
 use crate::error::{Error, Result};
 use crate::segment::LotId;
 use crate::sys::fd::{
@@ -84,26 +85,6 @@ const VERSION: u32 = 3;
 pub(crate) const SLOT_FREE: u32 = 0;
 pub(crate) const SLOT_CLAIMING: u32 = 1;
 pub(crate) const SLOT_LIVE: u32 = 2;
-
-/// Offer states.
-pub(crate) const OFFER_FREE: u32 = 0;
-pub(crate) const OFFER_WRITING: u32 = 1;
-pub(crate) const OFFER_OPEN: u32 = 2;
-pub(crate) const OFFER_TAKEN: u32 = 3;
-
-/// A channel one domain offers to another: the descriptor numbers the acceptor
-/// duplicates with `pidfd_getfd`.
-#[repr(C)]
-#[derive(Debug)]
-pub(crate) struct OfferRaw {
-    pub state: AtomicU32,
-    pub to_slot: AtomicU32,
-    pub to_generation: AtomicU32,
-    pub chan_fd: AtomicU32,
-    pub rx_efd: AtomicU32,
-    pub tx_efd: AtomicU32,
-    pub rel_efd: AtomicU32,
-}
 
 /// One domain's entry.
 #[repr(C)]
@@ -479,7 +460,7 @@ impl Group {
                 s.pid.store(me, Ordering::Relaxed);
                 s.start_time.store(start, Ordering::Relaxed);
                 for o in &s.offers {
-                    o.state.store(OFFER_FREE, Ordering::Relaxed);
+                    o.reset();
                 }
                 // A dead previous owner's holds and channels mean nothing now.
                 self.ledger(i).clear();
@@ -893,7 +874,6 @@ mod tests {
 
     #[test]
     fn layout_is_stable() {
-        assert_eq!(std::mem::size_of::<OfferRaw>(), 28);
         assert_eq!(std::mem::size_of::<SlotRaw>(), 24 + 28 * MAX_OFFERS);
         assert_eq!(std::mem::offset_of!(GroupHeader, offer_seq), 40);
         assert_eq!(std::mem::offset_of!(GroupHeader, slots), 48);

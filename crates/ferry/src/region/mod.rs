@@ -5,6 +5,7 @@ pub mod group;
 pub(crate) mod ledger;
 pub(crate) mod lot;
 pub mod path;
+pub(crate) mod rendezvous;
 
 pub use domain::Domain;
 pub use group::{DomainId, Group, GroupConfig, Member};

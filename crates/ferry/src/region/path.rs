@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex, Weak};
 use super::domain::DomainInner;
 use super::lot::{class_of, Lot, CLASSES};
 use crate::error::{Error, Result};
-use crate::iodata::IoDataMut;
 use crate::segment::{Keep, LotSpan, Segment};
 use crate::sys::mem::Access;
 
@@ -96,23 +95,9 @@ impl PathAllocator {
         }
     }
 
-    /// Allocates an fbuf of at least `len` bytes and returns it in its write phase.
+    /// Takes a span of at least `len` bytes for a new fbuf ([`alloc`] wraps it).
     ///
-    /// The fbuf is recycled from this path when possible, so its bytes are whatever the
-    /// path last wrote there (fresh spans read as zeros). Write, then
-    /// [`freeze`](IoDataMut::freeze).
-    ///
-    /// # Errors
-    /// [`Error::QuotaExceeded`] if the path already holds its quota (receivers are not
-    /// releasing), [`Error::LotExhausted`] if the lot has no span left.
-    pub fn alloc(&self, len: usize) -> Result<IoDataMut> {
-        if len == 0 {
-            return IoDataMut::from_segments(Vec::new(), 0);
-        }
-        let seg = self.alloc_segment(len)?;
-        IoDataMut::from_segments(vec![seg], len)
-    }
-
+    /// [`alloc`]: PathAllocator::alloc
     pub(crate) fn alloc_segment(&self, len: usize) -> Result<Segment> {
         if len > self.inner.lot.len() {
             return Err(Error::LotExhausted { requested: len });

@@ -1,0 +1,297 @@
+//! How the two ends meet: the sender makes the channel's memory and eventfds and offers
+//! them through the group's control block; the receiver takes the offer, checks what it
+//! was given, maps it and says it is ready.
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::layout::{self, ChanHeader};
+use super::link::{check_config, ChannelConfig, Counters, Link};
+use super::receiver::{Receiver, RecvCore, RelState};
+use super::ring;
+use super::sender::{SendCore, SendState, Sender};
+use crate::error::{Error, Result};
+use crate::region::domain::{DomainInner, PendingReleases, ReleaseSource};
+use crate::region::group::DomainId;
+use crate::region::rendezvous::OfferFds;
+use crate::region::{Domain, PathAllocator, PathConfig};
+use crate::segment::LotId;
+use crate::sys::fd::{dup_from, memfd, EventFd};
+use crate::sys::futex;
+use crate::sys::mem::{Access, Mapping};
+
+/// The two ends of a channel are made through a domain: the sender connects, the receiver
+/// accepts.
+impl Domain {
+    /// Opens a channel to `peer` and waits (up to `timeout`) for it to accept.
+    pub fn connect(&self, peer: DomainId, timeout: Duration) -> Result<Sender> {
+        connect(&self.inner, peer, ChannelConfig::default(), timeout)
+    }
+
+    /// Like [`connect`](Self::connect), with ring sizes and options.
+    pub fn connect_with(
+        &self,
+        peer: DomainId,
+        config: ChannelConfig,
+        timeout: Duration,
+    ) -> Result<Sender> {
+        connect(&self.inner, peer, config, timeout)
+    }
+
+    /// Waits (up to `timeout`) for a peer to connect to this domain.
+    pub fn accept(&self, timeout: Duration) -> Result<Receiver> {
+        accept(&self.inner, timeout)
+    }
+}
+
+/// Opens a channel from `domain` to `peer`; see [`Domain::connect`](crate::Domain::connect).
+fn connect(
+    domain: &Arc<DomainInner>,
+    peer: DomainId,
+    config: ChannelConfig,
+    timeout: Duration,
+) -> Result<Sender> {
+    check_config(&config)?;
+    let group = &domain.group;
+    if peer.slot as usize >= crate::region::group::MAX_SLOTS {
+        return Err(Error::InvalidArgument("no such slot"));
+    }
+    let (peer_pid, pidfd) = group.peer_pidfd(peer)?;
+    let size = layout::channel_bytes(config.capacity, config.release_capacity);
+    let chan_fd = memfd("ferry-channel", size as u64)?;
+    // The receiver maps it: fix its size, so that it cannot be shrunk under the mapping.
+    crate::sys::seal::fix_size(chan_fd.as_fd())?;
+    let map = Mapping::shared(chan_fd.as_fd(), size, Access::ReadWrite)?;
+    let base = NonNull::new(map.as_ptr()).expect("mapping non-null");
+    // SAFETY: the mapping is `channel_bytes(..)` long.
+    let parts = unsafe { layout::parts(base, config.capacity, config.release_capacity) };
+    let me = domain.lot.id;
+    // SAFETY: nobody else has this fresh mapping yet; plain fields are written before
+    // the offer is published (Release) and the receiver reads them after (Acquire).
+    unsafe {
+        let h = parts.header.as_ptr();
+        (*h).version = layout::VERSION;
+        (*h).fwd_cap = config.capacity;
+        (*h).rev_cap = config.release_capacity;
+        (*h).tx_slot = me.slot as u32;
+        (*h).tx_generation = me.generation;
+        (*h).rx_slot = peer.slot as u32;
+        (*h).rx_generation = peer.generation;
+        (*h).magic.store(layout::MAGIC, Ordering::Release);
+    }
+    let link = Link {
+        _map: map,
+        parts,
+        rx_efd: EventFd::new()?,
+        tx_efd: EventFd::new()?,
+        rel_efd: EventFd::new()?,
+        peer_pid,
+        pidfd,
+        _chan_fd: chan_fd,
+    };
+
+    // Offer it in our slot, and wait for the peer to map it and say so.
+    let offer = group.offer(
+        me.slot,
+        peer,
+        OfferFds {
+            chan: link._chan_fd.as_raw_fd(),
+            rx: link.rx_efd.as_raw_fd(),
+            tx: link.tx_efd.as_raw_fd(),
+            rel: link.rel_efd.as_raw_fd(),
+        },
+    )?;
+    let deadline = Instant::now() + timeout;
+    if !wait_ready(&link, deadline) {
+        if offer.withdraw() {
+            return Err(if link.peer_exited() {
+                Error::PeerGone { pid: peer_pid }
+            } else {
+                Error::Timeout
+            });
+        }
+        // The peer took it at the last moment: give it a little longer.
+        if !wait_ready(&link, Instant::now() + Duration::from_secs(1)) {
+            return Err(Error::PeerGone { pid: peer_pid });
+        }
+    }
+    drop(offer);
+
+    // SAFETY: the rings lie inside the mapping `link` owns; we are the only producer
+    // of the forward ring and the only consumer of the reverse ring.
+    let (fwd, rev) = unsafe {
+        (
+            ring::producer(
+                link.parts.fwd_ctl,
+                link.parts.fwd_slots,
+                config.capacity as u64,
+            ),
+            ring::consumer(
+                link.parts.rev_ctl,
+                link.parts.rev_slots,
+                config.release_capacity as u64,
+            ),
+        )
+    };
+    let meta = PathAllocator::new(
+        domain.lot.clone(),
+        Arc::downgrade(domain),
+        PathConfig::default(),
+    );
+    let core = Arc::new(SendCore {
+        link,
+        domain: Arc::downgrade(domain),
+        peer,
+        meta,
+        state: Mutex::new(SendState {
+            fwd,
+            rev,
+            inflight: Vec::new(),
+            free_tokens: Vec::new(),
+            last_check: Instant::now(),
+            rel_sleepers: 0,
+            tx_sleepers: 0,
+        }),
+        gone: AtomicBool::new(false),
+        stats: Counters::default(),
+    });
+    let weak: std::sync::Weak<dyn ReleaseSource> = Arc::downgrade(&core) as _;
+    domain.add_source(weak);
+    Ok(Sender { core })
+}
+
+/// Waits until the receiver says (in the channel header) that it mapped the channel, the
+/// deadline passes or the receiver dies. True if it is ready.
+fn wait_ready(link: &Link, deadline: Instant) -> bool {
+    loop {
+        // SYNC: pairs with the receiver's Release store of rx_ready.
+        if link.header().rx_ready.load(Ordering::Acquire) == 1 {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= deadline || link.peer_exited() {
+            return false;
+        }
+        futex::wait(
+            &link.header().rx_ready,
+            0,
+            (deadline - now).min(Duration::from_millis(20)),
+        );
+    }
+}
+
+/// Waits for a channel offered to `domain`; see [`Domain::accept`](crate::Domain::accept).
+fn accept(domain: &Arc<DomainInner>, timeout: Duration) -> Result<Receiver> {
+    let me = domain.lot.id;
+    let me = DomainId {
+        slot: me.slot,
+        generation: me.generation,
+    };
+    domain
+        .group
+        .take_offer(me, timeout, |peer, fds| open_offer(domain, peer, fds))
+}
+
+fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Result<Receiver> {
+    let (peer_pid, pidfd) = domain.group.peer_pidfd(peer)?;
+    let get = |fd| dup_from(pidfd.as_fd(), fd);
+    let chan_fd = get(fds.chan)?;
+    let rx_efd = EventFd::from_owned(get(fds.rx)?);
+    let tx_efd = EventFd::from_owned(get(fds.tx)?);
+    let rel_efd = EventFd::from_owned(get(fds.rel)?);
+    let len = crate::sys::fd::file_len(chan_fd.as_fd())? as usize;
+    if len < layout::SLOTS || len > layout::channel_bytes(layout::MAX_CAP, layout::MAX_CAP) {
+        return Err(Error::InvalidArgument("channel memory has a bad size"));
+    }
+    // Unsealed, the sender could truncate it under our mapping (SIGBUS on the next read).
+    if crate::sys::seal::check_fixed_size(chan_fd.as_fd(), len as u64).is_err() {
+        return Err(Error::InvalidArgument(
+            "channel memory's size is not sealed",
+        ));
+    }
+    let map = Mapping::shared(chan_fd.as_fd(), len, Access::ReadWrite)?;
+    let base = NonNull::new(map.as_ptr()).expect("non-null");
+    // SAFETY: at least the header lies inside the mapping (len >= SLOTS).
+    let h = unsafe { &*base.as_ptr().cast::<ChanHeader>() };
+    if h.magic.load(Ordering::Acquire) != layout::MAGIC || h.version != layout::VERSION {
+        return Err(Error::InvalidArgument("not a ferry channel"));
+    }
+    let (fwd_cap, rev_cap) = (h.fwd_cap, h.rev_cap);
+    let me = domain.lot.id;
+    if check_config(&ChannelConfig {
+        capacity: fwd_cap,
+        release_capacity: rev_cap,
+    })
+    .is_err()
+        || layout::channel_bytes(fwd_cap, rev_cap) != len
+        || h.rx_slot != me.slot as u32
+        || h.rx_generation != me.generation
+        || h.tx_slot != peer.slot as u32
+    {
+        return Err(Error::InvalidArgument(
+            "channel header does not match its offer",
+        ));
+    }
+    // SAFETY: `len == channel_bytes(fwd_cap, rev_cap)`, checked above.
+    let parts = unsafe { layout::parts(base, fwd_cap, rev_cap) };
+    let link = Link {
+        _map: map,
+        parts,
+        rx_efd,
+        tx_efd,
+        rel_efd,
+        peer_pid,
+        pidfd,
+        _chan_fd: chan_fd,
+    };
+    // SAFETY: the rings lie in `link`'s mapping; we are the only consumer of the forward
+    // ring and the only producer of the reverse ring.
+    let (fwd, rev) = unsafe {
+        (
+            ring::consumer(link.parts.fwd_ctl, link.parts.fwd_slots, fwd_cap as u64),
+            ring::producer(link.parts.rev_ctl, link.parts.rev_slots, rev_cap as u64),
+        )
+    };
+    // Map the sender's lot now, while the sender surely lives.
+    let sender_lot = domain.resolve(LotId {
+        slot: peer.slot,
+        generation: peer.generation,
+    })?;
+    // Record the channel in our ledger before the sender may send: from now until we have
+    // taken its last message, a death upstream must not get forwarded spans reused.
+    let inbound = domain.add_inbound(peer).ok_or(Error::InvalidArgument(
+        "too many receiving channels in this domain",
+    ))?;
+    link.header()
+        .rx_pid
+        .store(std::process::id(), Ordering::Relaxed);
+    // SYNC: pairs with the sender's Acquire load of rx_ready in `connect`.
+    link.header().rx_ready.store(1, Ordering::Release);
+    futex::wake_all(&link.header().rx_ready);
+    let core = Arc::new(RecvCore {
+        link,
+        domain: domain.clone(),
+        sender: peer,
+        inbound: Mutex::new(Some(inbound)),
+        rel: Mutex::new(RelState {
+            rev,
+            pending: Vec::new(),
+        }),
+        has_pending: AtomicBool::new(false),
+        stats: Counters::default(),
+        sender_lot: Some(sender_lot),
+    });
+    let weak: std::sync::Weak<dyn PendingReleases> = Arc::downgrade(&core) as _;
+    domain.add_sink(weak);
+    Ok(Receiver {
+        core,
+        fwd,
+        last_check: Instant::now(),
+        map_per_transfer: false,
+        lots: Vec::new(),
+        frags: Vec::new(),
+    })
+}

@@ -1,0 +1,583 @@
+//! The receiving end: taking descriptors off the ring, checking them, turning them into
+//! IoData over the sender's pages, and sending releases back.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::desc::{self, Lots, RawDesc, RawFrag};
+use super::layout;
+use super::link::{corrupt, ChannelStats, Counters, Link, LIVENESS_PERIOD};
+use super::ring::{Consumer, Producer, Push};
+use crate::error::{BadDescriptor, Error, Result};
+use crate::iodata::{Fragment, IoData};
+use crate::region::domain::{DomainInner, LotRef, PendingReleases, ReleaseSource, SETTLE_PERIOD};
+use crate::region::group::DomainId;
+use crate::segment::{Keep, LotId, LotSpan, Segment};
+use crate::sys::fd::wait_readable;
+use crate::sys::mem::{Access, Mapping};
+
+/// Keeps a received message's memory mapped, and releases it to the sender on drop.
+pub(super) struct Hold {
+    pub(super) token: u64,
+    /// The lot of the first fragment, and any others the message spans.
+    pub(super) _lot: LotRef,
+    pub(super) _more_lots: Vec<LotRef>,
+    /// Ledger entries of the forwarded fragments (those not in the sender's lot).
+    pub(super) ledger: Vec<u32>,
+    /// Last: dropped after the lots, so that if this was the channel's last message,
+    /// `RecvCore::drop` finds them unused and unmaps those of dead peers.
+    pub(super) core: Arc<RecvCore>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        // Unrecord first: once released, the sender may let the owner reuse the span.
+        if !self.ledger.is_empty() {
+            self.core.domain.unhold(&self.ledger);
+        }
+        self.core.release(self.token);
+    }
+}
+
+impl Keep for Hold {}
+
+/// A fragment mapped for this one transfer (the uncached baseline); unmapped on drop,
+/// before the hold releases the fbuf.
+pub(super) struct MappedKeep {
+    pub(super) _map: Mapping,
+    pub(super) _hold: Arc<Hold>,
+}
+impl Keep for MappedKeep {}
+
+pub(super) struct RelState {
+    pub(super) rev: Producer<u64>,
+    pub(super) pending: Vec<u64>,
+}
+
+pub(super) struct RecvCore {
+    pub(super) link: Link,
+    pub(super) domain: Arc<DomainInner>,
+    /// The sending domain: fragments in its lot are its own; others were forwarded.
+    pub(super) sender: DomainId,
+    /// Our ledger entry for this channel, until the sender can send no more and the ring
+    /// is empty (see `region::ledger`).
+    pub(super) inbound: Mutex<Option<u32>>,
+    pub(super) rel: Mutex<RelState>,
+    /// True while `rel.pending` holds releases the reverse ring had no room for.
+    pub(super) has_pending: AtomicBool,
+    pub(super) stats: Counters,
+    /// The sender's lot, mapped when the channel is accepted: messages stay readable
+    /// even if the sender exits before we receive them.
+    pub(super) sender_lot: Option<LotRef>,
+}
+
+impl Drop for RecvCore {
+    fn drop(&mut self) {
+        self.end_inbound();
+        drop(self.sender_lot.take());
+        // Nothing received on this channel is alive any more: unmap lots of dead peers.
+        self.domain.forget_dead_peers();
+    }
+}
+
+impl RecvCore {
+    pub(super) fn release(&self, token: u64) {
+        let mut r = self.rel.lock().unwrap_or_else(|p| p.into_inner());
+        r.pending.push(token);
+        Self::flush(&mut r, &self.stats, &self.link);
+        self.has_pending
+            .store(!r.pending.is_empty(), Ordering::Release);
+    }
+
+    /// Sends releases that did not fit before, if any (one atomic load if none).
+    pub(super) fn flush_pending(&self) {
+        if !self.has_pending.load(Ordering::Acquire) {
+            return;
+        }
+        let mut r = self.rel.lock().unwrap_or_else(|p| p.into_inner());
+        Self::flush(&mut r, &self.stats, &self.link);
+        self.has_pending
+            .store(!r.pending.is_empty(), Ordering::Release);
+    }
+
+    /// Prepares to sleep with releases still pending: `Some(true)` once the sender will
+    /// wake us (through `rx_efd`) when it makes room, `Some(false)` if room appeared
+    /// (flush instead of sleeping), `None` if nothing is pending.
+    pub(super) fn wait_for_room(&self) -> Option<bool> {
+        if !self.has_pending.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut r = self.rel.lock().unwrap_or_else(|p| p.into_inner());
+        Self::flush(&mut r, &self.stats, &self.link);
+        self.has_pending
+            .store(!r.pending.is_empty(), Ordering::Release);
+        if r.pending.is_empty() {
+            return None;
+        }
+        // A ring the sender broke (Corrupt) will never have room: sleep without a wake-up.
+        Some(r.rev.prepare_wait().unwrap_or(true))
+    }
+
+    pub(super) fn cancel_wait_for_room(&self) {
+        self.rel
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .rev
+            .cancel_wait();
+    }
+
+    /// The sender can send no more and the ring is empty: drop our ledger entry.
+    pub(super) fn end_inbound(&self) {
+        if let Some(i) = self
+            .inbound
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            self.domain.remove_inbound(i);
+        }
+    }
+
+    /// Sends pending releases: through the reverse ring while it has room, then into
+    /// the overflow area (the sender collects those itself). What fits neither (a token
+    /// index beyond the area, or a ring the sender broke) stays pending.
+    pub(super) fn flush(r: &mut RelState, stats: &Counters, link: &Link) {
+        let mut sent = 0;
+        let mut spilled = false;
+        let mut i = 0;
+        while i < r.pending.len() {
+            let t = r.pending[i];
+            match r.rev.try_push(t) {
+                Ok(Push::Done { wake }) => {
+                    sent += 1;
+                    r.pending.swap_remove(i);
+                    if wake {
+                        Counters::add(&stats.wakeups, 1);
+                        link.rel_efd.notify();
+                    }
+                }
+                Ok(Push::Full(_)) if ((t & 0xffff_ffff) as usize) < layout::OVERFLOW_SLOTS => {
+                    link.overflow((t & 0xffff_ffff) as usize)
+                        .store(t.wrapping_add(1), Ordering::Relaxed);
+                    // SYNC: Release: the slot written above is visible to a sender that
+                    // sees the count (its swap is AcqRel).
+                    link.header().overflow.fetch_add(1, Ordering::Release);
+                    sent += 1;
+                    spilled = true;
+                    r.pending.swap_remove(i);
+                }
+                // Full beyond the overflow area: keep it for later. Corrupt: the sender
+                // broke its ring; it will learn nothing more from us.
+                _ => i += 1,
+            }
+        }
+        if spilled {
+            // The sender may be asleep waiting for releases: the ring being full means it
+            // has some to drain, but it may have drained it just before we spilled.
+            Counters::add(&stats.wakeups, 1);
+            link.rel_efd.notify();
+        }
+        Counters::add(&stats.releases, sent);
+    }
+}
+
+impl PendingReleases for RecvCore {
+    fn flush(&self) {
+        self.flush_pending();
+    }
+}
+
+/// Resolves descriptor lots through the domain, remembering what it mapped.
+pub(super) struct DomainLots<'a> {
+    pub(super) domain: &'a DomainInner,
+    /// The receiver's cache of lots it has resolved, kept across messages.
+    pub(super) seen: &'a mut Vec<((u16, u32), LotRef)>,
+}
+
+impl DomainLots<'_> {
+    pub(super) fn get(&mut self, slot: u16, generation: u32) -> Result<&LotRef, BadDescriptor> {
+        let key = (slot, generation);
+        let at = match self.seen.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                // A slot reused by a new domain: forget its old lot first, so the domain
+                // can unmap it and map the new one at the same address.
+                self.seen.retain(|(k, _)| k.0 != slot);
+                let l = self
+                    .domain
+                    .resolve(LotId { slot, generation })
+                    .map_err(|_| BadDescriptor::UnknownLot { slot, generation })?;
+                self.seen.push((key, l));
+                self.seen.len() - 1
+            }
+        };
+        Ok(&self.seen[at].1)
+    }
+}
+
+impl Lots for DomainLots<'_> {
+    fn check(
+        &mut self,
+        slot: u16,
+        generation: u32,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), BadDescriptor> {
+        let l = self.get(slot, generation)?;
+        desc::check_span(l.len() as u64, slot, offset, len)
+    }
+
+    fn read(&mut self, slot: u16, generation: u32, offset: u64, out: &mut [u8]) {
+        let base = self
+            .seen
+            .iter()
+            .find(|(k, _)| *k == (slot, generation))
+            .expect("read only after check")
+            .1
+            .base();
+        for (i, b) in out.iter_mut().enumerate() {
+            // SAFETY: `check` verified `offset..offset+out.len()` lies inside the lot's
+            // mapping, which `seen` keeps alive. The owner may write concurrently, so
+            // read each byte volatile into our own buffer and validate that copy.
+            *b = unsafe { base.add(offset as usize + i).read_volatile() };
+        }
+    }
+}
+
+/// The receiving end of a channel. Its [`AsFd`] is an eventfd that turns readable when
+/// a message arrives for a receiver that [armed](Self::arm) it, so it works with epoll
+/// and async runtimes.
+pub struct Receiver {
+    pub(super) core: Arc<RecvCore>,
+    pub(super) fwd: Consumer<RawDesc>,
+    pub(super) last_check: Instant,
+    pub(super) map_per_transfer: bool,
+    /// Lots resolved so far, so the data path takes no lock to find them. Cleared when
+    /// the sender is found dead and on drop, so dead peers' lots can be unmapped.
+    pub(super) lots: Vec<((u16, u32), LotRef)>,
+    /// Decoded fragments of the message being received (reused).
+    pub(super) frags: Vec<RawFrag>,
+}
+
+impl std::fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver")
+            .field("peer_pid", &self.core.link.peer_pid)
+            .finish()
+    }
+}
+
+impl Receiver {
+    /// Takes the next message if one is ready, never blocking.
+    ///
+    /// Returns `Ok(None)` when the ring is empty. About every 10 ms of emptiness it also
+    /// checks (one `poll(2)`) that the sender lives, and reports [`Error::PeerGone`] once
+    /// the sender died and every message it sent has been received.
+    ///
+    /// # Errors
+    /// [`Error::BadDescriptor`] if the sender wrote a descriptor that fails validation
+    /// (the message is dropped and released), [`Error::PeerGone`], or
+    /// [`Error::Disconnected`] when the sender closed its end and the ring is empty.
+    pub fn try_recv(&mut self) -> Result<Option<IoData>> {
+        // Releases that did not fit the reverse ring go out on every receive call.
+        self.core.flush_pending();
+        let Some((d, wake)) = self.fwd.try_pop().map_err(corrupt)? else {
+            return self.idle(false).map(|_| None);
+        };
+        let c = &self.core;
+        if wake {
+            Counters::add(&c.stats.wakeups, 1);
+            c.link.tx_efd.notify();
+        }
+        let mut lots = DomainLots {
+            domain: &c.domain,
+            seen: &mut self.lots,
+        };
+        if let Err(e) = desc::decode_into(&d, &mut lots, &mut self.frags) {
+            Counters::add(&c.stats.bad, 1);
+            c.release(d.token);
+            return Err(e.into());
+        }
+        if self.frags.is_empty() {
+            c.release(d.token);
+            Counters::add(&c.stats.messages, 1);
+            return Ok(Some(IoData::new()));
+        }
+        let lot_of = |f: &RawFrag| {
+            self.lots
+                .iter()
+                .find(|(k, _)| *k == (f.slot, f.generation))
+                .map(|(_, l)| l.clone())
+                .expect("decode resolved every lot")
+        };
+        let first = lot_of(&self.frags[0]);
+        let mut more: Vec<LotRef> = Vec::new();
+        for f in &self.frags[1..] {
+            let l = lot_of(f);
+            if l.base() != first.base() && !more.iter().any(|m| m.base() == l.base()) {
+                more.push(l);
+            }
+        }
+        // Record forwarded fragments (not in the sender's own lot) in our ledger before
+        // anyone can read them, so that no death upstream gets them reused under us. If
+        // the ledger is full, copy the fragment instead (counted in `copied_bytes`).
+        let sender = (c.sender.slot, c.sender.generation);
+        let mut ledger: Vec<u32> = Vec::new();
+        let mut copies: Vec<usize> = Vec::new();
+        for (i, f) in self.frags.iter().enumerate() {
+            if (f.slot, f.generation) == sender {
+                continue;
+            }
+            let lot = LotId {
+                slot: f.slot,
+                generation: f.generation,
+            };
+            match c.domain.hold(lot, f.offset, f.len) {
+                Some(e) => ledger.push(e),
+                None => copies.push(i),
+            }
+        }
+        let hold = Arc::new(Hold {
+            core: c.clone(),
+            token: d.token,
+            _lot: first,
+            _more_lots: more,
+            ledger,
+        });
+        let mut total = 0;
+        let mut fragments = Vec::with_capacity(self.frags.len());
+        for (i, f) in self.frags.iter().enumerate() {
+            let base = lot_of(f);
+            total += f.len;
+            if copies.contains(&i) {
+                let mut v = vec![0u8; f.len as usize];
+                for (j, b) in v.iter_mut().enumerate() {
+                    // SAFETY: decode checked the span lies inside the lot, which `base`
+                    // keeps mapped; another process may write it, so read each byte
+                    // volatile into our own buffer.
+                    *b = unsafe { base.base().add(f.offset as usize + j).read_volatile() };
+                }
+                Counters::add(&c.stats.copied, f.len);
+                fragments.push(Fragment::whole(Arc::new(Segment::from_vec(v))));
+                continue;
+            }
+            let span = LotSpan {
+                lot: LotId {
+                    slot: f.slot,
+                    generation: f.generation,
+                },
+                offset: f.offset,
+            };
+            let (ptr, keep): (*mut u8, Arc<dyn Keep>) = if self.map_per_transfer {
+                let page = crate::sys::page_size() as u64;
+                let start = f.offset / page * page;
+                let len = crate::sys::round_up_pages((f.offset + f.len - start) as usize)
+                    .expect("inside the lot");
+                let map = Mapping::shared_at(base.fd(), start, len, Access::Read)?;
+                let ptr = map.as_ptr().wrapping_add((f.offset - start) as usize);
+                (
+                    ptr,
+                    Arc::new(MappedKeep {
+                        _map: map,
+                        _hold: hold.clone(),
+                    }),
+                )
+            } else {
+                (base.base().wrapping_add(f.offset as usize), hold.clone())
+            };
+            let ptr = NonNull::new(ptr).expect("mappings are non-null");
+            // SAFETY: decode checked the span lies inside the lot, which `keep` keeps
+            // mapped (the whole lot, or the pages of this fragment); the memory is not
+            // writable through this segment.
+            let seg = unsafe { Segment::from_raw(ptr, f.len as usize, Some(span), false, keep) };
+            fragments.push(Fragment::whole(Arc::new(seg)));
+        }
+        let data = IoData::from_fragments(fragments);
+        Counters::add(&c.stats.messages, 1);
+        Counters::add(&c.stats.bytes, total);
+        Ok(Some(data))
+    }
+
+    /// The ring was empty: check liveness now and then (or now if `force`).
+    pub(super) fn idle(&mut self, force: bool) -> Result<()> {
+        // Nothing to receive: pass on releases of what this domain forwarded.
+        self.core.domain.collect_releases();
+        let h = self.core.link.header();
+        if h.tx_closed.load(Ordering::Acquire) != 0 && !self.fwd.has_data().map_err(corrupt)? {
+            self.lots.clear();
+            self.core.end_inbound();
+            return Err(Error::Disconnected);
+        }
+        let now = Instant::now();
+        if force || now.duration_since(self.last_check) >= LIVENESS_PERIOD {
+            self.last_check = now;
+            if self.core.link.peer_exited() && !self.fwd.has_data().map_err(corrupt)? {
+                self.lots.clear();
+                self.core.end_inbound();
+                self.core.domain.forget_dead_peers();
+                return Err(Error::PeerGone {
+                    pid: self.core.link.peer_pid,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Maps every received fragment afresh and unmaps it on release, instead of reading
+    /// through the cached mapping of the sender's lot. This is the "uncached" baseline of
+    /// the fbuf paper: it costs an `mmap`, page faults and an `munmap` per transfer, and
+    /// fragments then sit at a different address than in the sender.
+    pub fn set_map_per_transfer(&mut self, on: bool) {
+        self.map_per_transfer = on;
+    }
+
+    /// Receives the next message, blocking until one arrives.
+    pub fn recv(&mut self) -> Result<IoData> {
+        self.recv_timeout(None)?.ok_or(Error::Timeout)
+    }
+
+    /// Receives the next message, blocking at most `timeout` (`None`: forever). Returns
+    /// `Ok(None)` on timeout.
+    pub fn recv_timeout(&mut self, timeout: Option<Duration>) -> Result<Option<IoData>> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            if let Some(d) = self.try_recv()? {
+                return Ok(Some(d));
+            }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(l) => Some(l),
+                    None => return Ok(None),
+                },
+                None => None,
+            };
+            // Pass on releases of what this domain forwarded, and be woken by new ones
+            // while asleep: upstream may be waiting for them. Be woken too when a peer
+            // downstream dies holding what we forwarded, so that it comes back.
+            let domain = self.core.domain.clone();
+            domain.collect_releases();
+            let Some(armed) = domain.arm_sources() else {
+                continue;
+            };
+            let disarm = |armed: &[Arc<dyn ReleaseSource>]| armed.iter().for_each(|a| a.disarm());
+            // Releases that did not fit: sleep until the sender makes room (it wakes us
+            // through rx_efd), unless room appeared already.
+            let room = self.core.wait_for_room();
+            if room == Some(false) {
+                disarm(&armed);
+                continue;
+            }
+            if !self.fwd.prepare_sleep().map_err(corrupt)? {
+                if room.is_some() {
+                    self.core.cancel_wait_for_room();
+                }
+                disarm(&armed);
+                continue;
+            }
+            Counters::add(&self.core.stats.sleeps, 1);
+            let link = &self.core.link;
+            let mut fds = vec![link.rx_efd.as_fd(), link.pidfd.as_fd()];
+            for a in &armed {
+                fds.push(a.wake_fd());
+                fds.push(a.peer_fd());
+            }
+            // Fragments of a dead peer wait in quarantine: look at the ledgers again soon.
+            let left = if domain.quarantined() > 0 {
+                Some(left.map_or(SETTLE_PERIOD, |l| l.min(SETTLE_PERIOD)))
+            } else {
+                left
+            };
+            let woke = wait_readable(&fds, left);
+            self.fwd.cancel_sleep();
+            if room.is_some() {
+                self.core.cancel_wait_for_room();
+            }
+            disarm(&armed);
+            match woke? {
+                Some(0) => link.rx_efd.drain(),
+                Some(1) => self.idle(true)?,
+                Some(i) if i % 2 == 1 => armed[(i - 2) / 2].peer_died(),
+                _ => {}
+            }
+        }
+    }
+
+    /// Busy-polls for the next message (no system call while the sender is alive),
+    /// giving up after `timeout`.
+    pub fn recv_spin(&mut self, timeout: Duration) -> Result<Option<IoData>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(d) = self.try_recv()? {
+                return Ok(Some(d));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Prepares to wait on this receiver's fd (epoll, async runtimes). Returns false if a
+    /// message is already waiting (do not wait: call [`try_recv`](Self::try_recv)). After
+    /// true, the fd becomes readable when the next message arrives.
+    pub fn arm(&mut self) -> Result<bool> {
+        self.core.link.rx_efd.drain();
+        self.fwd.prepare_sleep().map_err(corrupt)
+    }
+
+    /// Releases waiting in this receiver because neither the reverse ring nor the
+    /// overflow area could take them.
+    pub fn pending_releases(&self) -> usize {
+        self.core
+            .rel
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pending
+            .len()
+    }
+
+    /// Process id of the sender.
+    pub fn peer_pid(&self) -> u32 {
+        self.core.link.peer_pid
+    }
+
+    /// This endpoint's counters.
+    pub fn stats(&self) -> ChannelStats {
+        self.core.stats.snapshot()
+    }
+}
+
+impl AsFd for Receiver {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.core.link.rx_efd.as_fd()
+    }
+}
+
+/// For event loops that take raw descriptors (such as tokio's `AsyncFd`).
+impl AsRawFd for Receiver {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.core.link.rx_efd.as_raw_fd()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.lots.clear();
+        // Nothing more is taken from the ring: what we took is in the ledger.
+        self.core.end_inbound();
+        let h = self.core.link.header();
+        h.rx_closed.store(layout::RX_CLOSING, Ordering::SeqCst);
+        // Messages still in the ring will never be read: release them, so the sender
+        // gets its fbufs back. One pushed after this loop is taken back by the sender
+        // itself once it sees RX_DRAINED (it compares its ring positions with our head).
+        while let Ok(Some((d, _))) = self.fwd.try_pop() {
+            self.core.release(d.token);
+        }
+        // SYNC: Release: our last head store is visible to a sender that sees this.
+        h.rx_closed.store(layout::RX_DRAINED, Ordering::Release);
+        self.core.link.tx_efd.notify();
+    }
+}

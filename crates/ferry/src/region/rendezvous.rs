@@ -1,0 +1,204 @@
+//! The rendezvous: how a domain hands a peer the descriptors of a new channel through the
+//! group's control block, with no daemon.
+//!
+//! Each slot of the control block has [`MAX_OFFERS`] offer entries, written only by the
+//! slot's owner. An entry goes through four states:
+//!
+//! ```text
+//!   FREE --(owner claims it)--> WRITING --(fields written, Release)--> OPEN
+//!   OPEN --(the peer it names, CAS)--> TAKEN --(owner, when done)--> FREE
+//!   OPEN --(owner withdraws it, CAS)--> FREE
+//! ```
+//!
+//! Publishing an offer bumps the header's `offer_seq` and wakes its futex, on which
+//! acceptors sleep. An acceptor that took an offer duplicates the listed descriptors from
+//! the offering process with `pidfd_getfd`; what those descriptors are and how the two ends
+//! agree that the channel is ready is the channel's business (`channel::handshake`). The
+//! offering domain frees its entry when the handshake ends, whichever way.
+//!
+//! A member of the group can write any offer entry (it runs as the same user); acceptors
+//! check everything they obtain through one before using it.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use super::group::{DomainId, Group, MAX_OFFERS, MAX_SLOTS, SLOT_LIVE};
+use crate::error::{Error, Result};
+use crate::sys::futex;
+
+const OFFER_FREE: u32 = 0;
+const OFFER_WRITING: u32 = 1;
+const OFFER_OPEN: u32 = 2;
+const OFFER_TAKEN: u32 = 3;
+
+/// One offer entry in the control block: whom it is for and the descriptor numbers the
+/// acceptor duplicates.
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct OfferRaw {
+    state: AtomicU32,
+    to_slot: AtomicU32,
+    to_generation: AtomicU32,
+    chan_fd: AtomicU32,
+    rx_efd: AtomicU32,
+    tx_efd: AtomicU32,
+    rel_efd: AtomicU32,
+}
+
+impl OfferRaw {
+    /// Frees the entry: called by a process claiming the slot, whose previous owner's
+    /// offers mean nothing now.
+    pub fn reset(&self) {
+        self.state.store(OFFER_FREE, Ordering::Relaxed);
+    }
+}
+
+/// The descriptors of a channel, as numbers in the offering process.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct OfferFds {
+    /// The channel's shared memory.
+    pub chan: RawFd,
+    /// The eventfd the receiver sleeps on.
+    pub rx: RawFd,
+    /// The eventfd the sender sleeps on for room.
+    pub tx: RawFd,
+    /// The eventfd the sender's domain sleeps on for releases.
+    pub rel: RawFd,
+}
+
+/// An offer this domain published. Dropping it frees the entry.
+#[derive(Debug)]
+pub(crate) struct Offer<'g> {
+    raw: &'g OfferRaw,
+}
+
+impl Offer<'_> {
+    /// Takes the offer back unless the peer took it meanwhile. True if withdrawn (the
+    /// peer never saw it); false if the peer holds it and may still finish its side.
+    pub fn withdraw(&self) -> bool {
+        self.raw
+            .state
+            .compare_exchange(OFFER_OPEN, OFFER_FREE, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+}
+
+impl Drop for Offer<'_> {
+    fn drop(&mut self) {
+        // SYNC: the next owner of the entry claims it with an AcqRel CAS.
+        self.raw.state.store(OFFER_FREE, Ordering::Release);
+    }
+}
+
+impl Group {
+    /// Publishes, in slot `from`'s entries, an offer of `fds` to domain `to`, and wakes
+    /// acceptors.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if all of the slot's entries are in use.
+    pub(crate) fn offer(&self, from: u16, to: DomainId, fds: OfferFds) -> Result<Offer<'_>> {
+        let raw = self
+            .slot(from)
+            .offers
+            .iter()
+            .find(|o| {
+                o.state
+                    .compare_exchange(
+                        OFFER_FREE,
+                        OFFER_WRITING,
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            })
+            .ok_or(Error::InvalidArgument("too many channels offered at once"))?;
+        let put = |a: &AtomicU32, v: u32| a.store(v, Ordering::Relaxed);
+        put(&raw.to_slot, to.slot as u32);
+        put(&raw.to_generation, to.generation);
+        put(&raw.chan_fd, fds.chan as u32);
+        put(&raw.rx_efd, fds.rx as u32);
+        put(&raw.tx_efd, fds.tx as u32);
+        put(&raw.rel_efd, fds.rel as u32);
+        // SYNC: pairs with the acceptor's CAS (Acquire) on the entry's state.
+        raw.state.store(OFFER_OPEN, Ordering::Release);
+        self.header().offer_seq.fetch_add(1, Ordering::AcqRel);
+        futex::wake_all(&self.header().offer_seq);
+        Ok(Offer { raw })
+    }
+
+    /// Waits up to `timeout` for an offer to domain `me`, takes it and calls `open` with
+    /// the offering domain and its descriptor numbers. An offer `open` fails on is skipped
+    /// (a broken or vanished peer) and the wait goes on.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if no offer could be opened in time.
+    pub(crate) fn take_offer<T>(
+        &self,
+        me: DomainId,
+        timeout: Duration,
+        mut open: impl FnMut(DomainId, OfferFds) -> Result<T>,
+    ) -> Result<T> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let seq = self.header().offer_seq.load(Ordering::Acquire);
+            for s in 0..MAX_SLOTS as u16 {
+                let slot = self.slot(s);
+                if s == me.slot || slot.state.load(Ordering::Acquire) != SLOT_LIVE {
+                    continue;
+                }
+                for offer in &slot.offers[..MAX_OFFERS] {
+                    let mine = offer.state.load(Ordering::Acquire) == OFFER_OPEN
+                        && offer.to_slot.load(Ordering::Relaxed) == me.slot as u32
+                        && offer.to_generation.load(Ordering::Relaxed) == me.generation;
+                    if !mine
+                        || offer
+                            .state
+                            .compare_exchange(
+                                OFFER_OPEN,
+                                OFFER_TAKEN,
+                                Ordering::AcqRel,
+                                Ordering::Relaxed,
+                            )
+                            .is_err()
+                    {
+                        continue;
+                    }
+                    let peer = DomainId {
+                        slot: s,
+                        generation: slot.generation.load(Ordering::Acquire),
+                    };
+                    let get = |a: &AtomicU32| a.load(Ordering::Relaxed) as RawFd;
+                    let fds = OfferFds {
+                        chan: get(&offer.chan_fd),
+                        rx: get(&offer.rx_efd),
+                        tx: get(&offer.tx_efd),
+                        rel: get(&offer.rel_efd),
+                    };
+                    if let Ok(v) = open(peer, fds) {
+                        return Ok(v);
+                    }
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout);
+            }
+            futex::wait(
+                &self.header().offer_seq,
+                seq,
+                (deadline - now).min(Duration::from_millis(50)),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_is_stable() {
+        assert_eq!(std::mem::size_of::<OfferRaw>(), 28);
+    }
+}
