@@ -3,6 +3,7 @@
 
 mod bench;
 mod pipeline;
+mod protocol;
 mod sys;
 mod transport;
 mod worker;
@@ -27,7 +28,7 @@ enum Command {
     Bench(bench::BenchArgs),
     /// One process of a benchmark; spawned by `ferry bench`, not for direct use.
     #[command(name = "__worker", hide = true)]
-    Worker(worker::WorkerArgs),
+    Worker(protocol::WorkerArgs),
     /// Move a file, stdin or TCP stream through N stages to a file, stdout or TCP stream,
     /// shipping containers of memfd pallets between the stages.
     Pipeline(pipeline::PipelineArgs),

@@ -7,9 +7,8 @@ use anyhow::Result;
 
 use super::crew::{Crew, WorkerSpec};
 use super::ctx::BenchCtx;
+use crate::protocol::{Pattern, Plan, Role, Sample};
 use crate::transport::{stream, TransportKind};
-use crate::worker::plan::{Pattern, Plan, Sample};
-use crate::worker::Role;
 
 /// Longest a single run may take before its workers are killed.
 const TIMEOUT: Duration = Duration::from_secs(180);

@@ -22,13 +22,12 @@ use super::output::{bytes, num, ratio, BenchOutput, PlotSpec, Table};
 use super::record::Record;
 use super::stats::{median, spread, Summary};
 use super::BenchDef;
+use crate::protocol::{Pattern, Plan, Role, Sample, Touch, Wait};
 use crate::transport::{stream, Endpoint};
 use crate::worker::domain::{
     groups, pallet_layout, resolve, runs, Method, ACCESSES, ACCESSOR, ALL, CHEAP_MSGS,
     CHEAP_WARMUP, CHUNK, DOMAINS, METHODS, PALLETS,
 };
-use crate::worker::plan::{Pattern, Plan, Sample, Touch, Wait};
-use crate::worker::Role;
 
 pub const BENCH: BenchDef = BenchDef {
     name: "container",
@@ -733,7 +732,7 @@ mod tests {
         // Copy only at 0 and all above 64 MiB: 4 x 3 - 2 groups per trial.
         assert_eq!(gs.len(), 2 * 10);
         let fake = |g: &crate::worker::domain::Group, t: u64| Sample {
-            kind: crate::worker::plan::SampleKind::OneWay,
+            kind: crate::protocol::SampleKind::OneWay,
             size: 1 << 30,
             trial: g.trial,
             bytes: g.access as u64,

@@ -23,9 +23,9 @@ use super::points::{pooled, syscalls_per_msg, Point};
 use super::record::Record;
 use super::stats::{linear_fit, spread, Fit, Summary};
 use super::BenchDef;
+use crate::protocol::{Pattern, Plan, Touch, Wait};
 use crate::transport::ferry::Variant;
 use crate::transport::TransportKind;
-use crate::worker::plan::{Pattern, Plan, Touch, Wait};
 use crate::worker::touch::PAGE;
 
 pub const BENCH: BenchDef = BenchDef {

@@ -16,9 +16,9 @@ use super::ctx::BenchCtx;
 use super::output::{bytes, num, ratio, BenchOutput, PlotSpec, Table};
 use super::points::{pooled, syscalls_per_msg, Point};
 use super::record::Record;
+use crate::protocol::{Pattern, Plan, Touch, Wait};
 use crate::transport::ferry::Variant;
 use crate::transport::TransportKind;
-use crate::worker::plan::{Pattern, Plan, Touch, Wait};
 
 const FERRY: TransportKind = TransportKind::Ferry(Variant::CACHED_VOLATILE);
 const TRANSPORTS: &[TransportKind] = &[TransportKind::Pipe, FERRY];

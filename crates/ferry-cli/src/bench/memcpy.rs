@@ -9,8 +9,7 @@ use super::crew::{Crew, WorkerSpec};
 use super::ctx::BenchCtx;
 use super::record::Record;
 use super::stats::{median, spread, Summary};
-use crate::worker::plan::{Pattern, Plan, Touch, Wait};
-use crate::worker::Role;
+use crate::protocol::{Pattern, Plan, Role, Touch, Wait};
 
 /// Bytes per copy: far beyond the caches, so this is memory bandwidth.
 pub const SIZE: usize = 64 << 20;

@@ -22,9 +22,9 @@ use super::output::{bytes, num, BenchOutput, PlotSpec, Table};
 use super::points::{stream_gbps, syscalls_per_msg, Point};
 use super::record::Record;
 use super::BenchDef;
+use crate::protocol::{Pattern, Plan, Touch, Wait};
 use crate::transport::ferry::Variant;
 use crate::transport::TransportKind;
-use crate::worker::plan::{Pattern, Plan, Touch, Wait};
 
 pub const BENCH: BenchDef = BenchDef {
     name: "fbufs-path",

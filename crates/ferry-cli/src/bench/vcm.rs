@@ -32,11 +32,10 @@ use super::output::{bytes, num, ratio, BenchOutput, PlotSpec, Table};
 use super::record::Record;
 use super::stats::{mean, spread, Summary};
 use super::BenchDef;
+use crate::protocol::{Pattern, Plan, Role, Touch, Wait};
 use crate::sys;
 use crate::transport::Endpoint;
-use crate::worker::plan::{Pattern, Plan, Touch, Wait};
 use crate::worker::vcm_echo::STOP;
-use crate::worker::Role;
 
 pub const BENCH: BenchDef = BenchDef {
     name: "vcm",

@@ -10,7 +10,7 @@
 //!
 //! Adding a transport (for example ferry's channels):
 //! 1. add a variant to [`TransportKind`] and create its links in [`TransportKind::links`];
-//! 2. add a variant to [`WorkerTransport`] and implement [`Transport`] for a new
+//! 2. add a variant to [`WorkerTransport`] (in [`crate::protocol`]) and implement [`Transport`] for a new
 //!    type in its own file beside `stream.rs`;
 //! 3. dispatch the new variant in [`crate::worker::run`].
 //!
@@ -27,9 +27,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
-use clap::ValueEnum;
-
-use crate::worker::plan::Wait;
+use crate::protocol::{Wait, WorkerTransport};
 
 /// Harness-side choice of transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,15 +116,6 @@ pub struct Endpoint {
     pub spec: String,
     /// Descriptors the worker must inherit.
     pub fds: Vec<OwnedFd>,
-}
-
-/// Worker-side implementation, named on the worker's command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum WorkerTransport {
-    /// Any byte-stream descriptor: pipes and stream sockets.
-    FdStream,
-    /// ferry channels carrying fbufs.
-    Ferry,
 }
 
 /// Worker-side transport: opens endpoints and moves messages.

@@ -33,9 +33,8 @@ use std::os::unix::net::UnixStream;
 use anyhow::{bail, Context, Result};
 use ferry::container::Container;
 
-use super::plan::{Plan, Sample, SampleKind};
 use super::touch::read_words;
-use super::WorkerArgs;
+use crate::protocol::{Plan, Sample, SampleKind, WorkerArgs};
 use crate::sys;
 
 /// Processes in the chain.

@@ -12,8 +12,8 @@
 use std::hint::black_box;
 use std::io;
 
-use super::plan::{Header, Pattern, Plan, Sample, SampleKind, Touch};
 use super::touch::{read, read_words, write_words};
+use crate::protocol::{Header, Pattern, Plan, Sample, SampleKind, Touch};
 use crate::sys::now_ns;
 use crate::transport::ack::Ack;
 use crate::transport::{RxEnd, Transport, TxEnd};
