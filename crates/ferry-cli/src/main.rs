@@ -2,6 +2,7 @@
 #![deny(unsafe_code)]
 
 mod bench;
+mod harness;
 mod pipeline;
 mod protocol;
 mod sys;

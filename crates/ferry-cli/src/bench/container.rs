@@ -16,12 +16,12 @@ use anyhow::{bail, Result};
 use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
 use rustix::pipe::{pipe_with, PipeFlags};
 
-use super::crew::{Crew, WorkerSpec};
-use super::ctx::BenchCtx;
-use super::output::{bytes, num, ratio, BenchOutput, PlotSpec, Table};
-use super::record::Record;
-use super::stats::{median, spread, Summary};
-use super::BenchDef;
+use crate::harness::crew::{Crew, WorkerSpec};
+use crate::harness::ctx::BenchCtx;
+use crate::harness::output::{bytes, num, ratio, BenchOutput, PlotSpec, Table};
+use crate::harness::record::Record;
+use crate::harness::stats::{median, spread, Summary};
+use crate::harness::BenchDef;
 use crate::protocol::{Pattern, Plan, Role, Sample, Touch, Wait};
 use crate::transport::{stream, Endpoint};
 use crate::worker::domain::{

@@ -15,18 +15,18 @@ use std::fmt::Write as _;
 
 use anyhow::Result;
 
-use super::budget::Budget;
-use super::chain::run_chain;
-use super::ctx::BenchCtx;
-use super::output::{num, ratio, BenchOutput, PlotSpec, Table};
-use super::points::{pooled, syscalls_per_msg, Point};
-use super::record::Record;
-use super::stats::{linear_fit, spread, Fit, Summary};
-use super::BenchDef;
+use crate::harness::budget::Budget;
+use crate::harness::chain::run_chain;
+use crate::harness::chain::touch::PAGE;
+use crate::harness::ctx::BenchCtx;
+use crate::harness::output::{num, ratio, BenchOutput, PlotSpec, Table};
+use crate::harness::points::{pooled, syscalls_per_msg, Point};
+use crate::harness::record::Record;
+use crate::harness::stats::{linear_fit, spread, Fit, Summary};
+use crate::harness::BenchDef;
 use crate::protocol::{Pattern, Plan, Touch, Wait};
 use crate::transport::ferry::Variant;
 use crate::transport::TransportKind;
-use crate::worker::touch::PAGE;
 
 pub const BENCH: BenchDef = BenchDef {
     name: "fbufs",

@@ -10,12 +10,12 @@ use std::fmt::Write as _;
 
 use anyhow::Result;
 
-use super::budget::Budget;
-use super::chain::run_chain;
-use super::ctx::BenchCtx;
-use super::output::{bytes, num, ratio, BenchOutput, PlotSpec, Table};
-use super::points::{pooled, syscalls_per_msg, Point};
-use super::record::Record;
+use crate::harness::budget::Budget;
+use crate::harness::chain::run_chain;
+use crate::harness::ctx::BenchCtx;
+use crate::harness::output::{bytes, num, ratio, BenchOutput, PlotSpec, Table};
+use crate::harness::points::{pooled, syscalls_per_msg, Point};
+use crate::harness::record::Record;
 use crate::protocol::{Pattern, Plan, Touch, Wait};
 use crate::transport::ferry::Variant;
 use crate::transport::TransportKind;

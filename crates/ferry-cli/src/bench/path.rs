@@ -14,14 +14,14 @@ use std::fmt::Write as _;
 
 use anyhow::Result;
 
-use super::budget::Budget;
-use super::chain::{run_chain, run_local};
-use super::ctx::BenchCtx;
 use super::latency;
-use super::output::{bytes, num, BenchOutput, PlotSpec, Table};
-use super::points::{stream_gbps, syscalls_per_msg, Point};
-use super::record::Record;
-use super::BenchDef;
+use crate::harness::budget::Budget;
+use crate::harness::chain::{run_chain, run_local};
+use crate::harness::ctx::BenchCtx;
+use crate::harness::output::{bytes, num, BenchOutput, PlotSpec, Table};
+use crate::harness::points::{stream_gbps, syscalls_per_msg, Point};
+use crate::harness::record::Record;
+use crate::harness::BenchDef;
 use crate::protocol::{Pattern, Plan, Touch, Wait};
 use crate::transport::ferry::Variant;
 use crate::transport::TransportKind;

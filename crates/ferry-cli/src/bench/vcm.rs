@@ -26,12 +26,12 @@ use anyhow::{bail, Context, Result};
 use ferry::uring::Features;
 use ferry::vcm::{BufRange, Command, Endpoint as VcmEndpoint, EndpointOptions, Status, Vector};
 
-use super::crew::{Crew, WorkerSpec};
-use super::ctx::BenchCtx;
-use super::output::{bytes, num, ratio, BenchOutput, PlotSpec, Table};
-use super::record::Record;
-use super::stats::{mean, spread, Summary};
-use super::BenchDef;
+use crate::harness::crew::{Crew, WorkerSpec};
+use crate::harness::ctx::BenchCtx;
+use crate::harness::output::{bytes, num, ratio, BenchOutput, PlotSpec, Table};
+use crate::harness::record::Record;
+use crate::harness::stats::{mean, spread, Summary};
+use crate::harness::BenchDef;
 use crate::protocol::{Pattern, Plan, Role, Touch, Wait};
 use crate::sys;
 use crate::transport::Endpoint;

@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use ferry::uring::xlate::{Miss, Mode, Xlate, XlateConfig, XlateStats};
 
-use super::ctx::BenchCtx;
-use super::output::{bytes, num, ratio, BenchOutput, PlotSpec, Table};
-use super::record::Record;
-use super::stats::Summary;
-use super::BenchDef;
+use crate::harness::ctx::BenchCtx;
+use crate::harness::output::{bytes, num, ratio, BenchOutput, PlotSpec, Table};
+use crate::harness::record::Record;
+use crate::harness::stats::Summary;
+use crate::harness::BenchDef;
 use crate::sys;
 
 pub const BENCH: BenchDef = BenchDef {

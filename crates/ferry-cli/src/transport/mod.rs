@@ -5,7 +5,7 @@
 //!   [`Endpoint`]s are handed to two worker processes (as inherited
 //!   descriptors and a short spec string);
 //! - the worker half, the [`Transport`] trait, opens an endpoint from its spec
-//!   and moves messages. Worker code ([`crate::worker::roles`]) is generic over
+//!   and moves messages. Worker code ([`crate::harness::chain::roles`]) is generic over
 //!   it, so every transport runs the very same loops.
 //!
 //! Adding a transport (for example ferry's channels):

@@ -33,7 +33,7 @@ use std::os::unix::net::UnixStream;
 use anyhow::{bail, Context, Result};
 use ferry::container::Container;
 
-use super::touch::read_words;
+use crate::harness::chain::touch::read_words;
 use crate::protocol::{Plan, Sample, SampleKind, WorkerArgs};
 use crate::sys;
 

@@ -5,14 +5,14 @@
 //! line each, from its stdout once it exits.
 
 pub mod domain;
-pub mod roles;
-pub mod touch;
 pub mod vcm_echo;
 
 use std::io::{self, Write};
 
 use anyhow::{bail, Context, Result};
 
+use crate::harness::chain::roles;
+use crate::harness::memcpy;
 use crate::protocol::{Header, Plan, Role, Sample, WorkerArgs, WorkerTransport};
 use crate::sys;
 use crate::transport::ack::Ack;
@@ -34,7 +34,7 @@ pub fn run(args: WorkerArgs) -> Result<()> {
     }
     let samples = match args.role {
         Role::Local => roles::local(&plan),
-        Role::Memcpy => roles::memcpy(&plan),
+        Role::Memcpy => memcpy::worker(&plan),
         Role::Domain => domain::run(&args, &plan)?,
         Role::VcmEcho => vcm_echo::run(&args)?,
         _ => match args.transport {

@@ -1,5 +1,10 @@
 //! Runs one chain of worker processes: source, stages, sink, joined by links
 //! of one transport, each process pinned; or the same chain in one process.
+//! The harness side is here; the worker side is [`roles`], which moves and
+//! [`touch`]es messages the same way whatever the transport.
+
+pub mod roles;
+pub mod touch;
 
 use std::time::Duration;
 
