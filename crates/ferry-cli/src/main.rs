@@ -5,6 +5,7 @@ mod bench;
 mod harness;
 mod pipeline;
 mod protocol;
+mod suites;
 mod sys;
 mod transport;
 mod worker;

@@ -19,9 +19,9 @@ pub enum Role {
     Sink,
     Local,
     Memcpy,
-    /// One domain of `ferry bench container` ([`crate::worker::domain`]).
+    /// One domain of `ferry bench container` ([`crate::suites::container::domain`]).
     Domain,
-    /// The echo peer of `ferry bench vcm` ([`crate::worker::vcm_echo`]).
+    /// The echo peer of `ferry bench vcm` ([`crate::suites::vcm::echo`]).
     VcmEcho,
 }
 

@@ -15,9 +15,9 @@
 //! 3. dispatch the new variant in [`crate::worker::run`].
 //!
 //! 4. add it to the `TRANSPORTS` list of each benchmark that should measure
-//!    it (`bench/fbufs.rs`, `bench/path.rs`, `bench/latency.rs`). A transport
-//!    appears in the output only once it is in such a list, and only with
-//!    what it actually measured.
+//!    it (`suites/fbufs/mod.rs`, `suites/fbufs_path/mod.rs`,
+//!    `suites/fbufs_path/latency.rs`). A transport appears in the output only
+//!    once it is in such a list, and only with what it actually measured.
 
 pub mod ack;
 pub mod ferry;

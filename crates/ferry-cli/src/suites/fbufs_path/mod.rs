@@ -10,11 +10,12 @@
 //!
 //! Extension point: ferry's cached fbufs become another entry in `TRANSPORTS`.
 
+mod latency;
+
 use std::fmt::Write as _;
 
 use anyhow::Result;
 
-use super::latency;
 use crate::harness::budget::Budget;
 use crate::harness::chain::{run_chain, run_local};
 use crate::harness::ctx::BenchCtx;

@@ -1,18 +1,8 @@
 //! `ferry bench`: benchmarks between real processes, with their baselines and
 //! the papers' numbers side by side.
 //!
-//! Adding a benchmark: write `bench/<name>.rs` with
-//! `pub const BENCH: BenchDef = BenchDef { name, about, run }`, where `run`
-//! measures through [`chain`] (or its own workers) and returns a
-//! [`BenchOutput`]; then list it in [`BENCHES`]. `ferry bench <name>`,
-//! `ferry bench all` and the report pick it up from there.
-
-mod container;
-mod fbufs;
-mod latency;
-mod path;
-mod vcm;
-mod xlate;
+//! The suites themselves are in [`crate::suites`], the harness they run on in
+//! [`crate::harness`].
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -23,15 +13,7 @@ use clap::Args;
 use crate::harness::output::PlotSpec;
 use crate::harness::report::{self, draw, write_json, Finished};
 use crate::harness::{BenchCtx, BenchDef};
-
-/// Every benchmark, in the order `all` runs them.
-pub const BENCHES: &[BenchDef] = &[
-    fbufs::BENCH,
-    path::BENCH,
-    container::BENCH,
-    xlate::BENCH,
-    vcm::BENCH,
-];
+use crate::suites::BENCHES;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {

@@ -4,9 +4,6 @@
 //! ([`WorkerArgs`]), hands it descriptors, and reads its [`Sample`]s, one JSON
 //! line each, from its stdout once it exits.
 
-pub mod domain;
-pub mod vcm_echo;
-
 use std::io::{self, Write};
 
 use anyhow::{bail, Context, Result};
@@ -14,6 +11,8 @@ use anyhow::{bail, Context, Result};
 use crate::harness::chain::roles;
 use crate::harness::memcpy;
 use crate::protocol::{Header, Plan, Role, Sample, WorkerArgs, WorkerTransport};
+use crate::suites::container::domain;
+use crate::suites::vcm::echo;
 use crate::sys;
 use crate::transport::ack::Ack;
 use crate::transport::ferry::{self as ferry_link, Ferry};
@@ -36,7 +35,7 @@ pub fn run(args: WorkerArgs) -> Result<()> {
         Role::Local => roles::local(&plan),
         Role::Memcpy => memcpy::worker(&plan),
         Role::Domain => domain::run(&args, &plan)?,
-        Role::VcmEcho => vcm_echo::run(&args)?,
+        Role::VcmEcho => echo::run(&args)?,
         _ => match args.transport {
             WorkerTransport::FdStream => run_with::<FdStream>(&args, &plan)?,
             WorkerTransport::Ferry => {

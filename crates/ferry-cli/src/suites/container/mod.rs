@@ -5,7 +5,11 @@
 //! Three methods run in the same crew, interleaved per access amount and trial:
 //! container shipping (memfds over `SCM_RIGHTS`, only the accessed pallets mapped),
 //! physical copy through pipes, and virtual move (every pallet mapped and populated in
-//! every domain). The worker side is [`crate::worker::domain`].
+//! every domain). The worker side is [`domain`];
+//! both sides follow the [`schedule`].
+
+pub mod domain;
+mod schedule;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -24,7 +28,7 @@ use crate::harness::stats::{median, spread, Summary};
 use crate::harness::BenchDef;
 use crate::protocol::{Pattern, Plan, Role, Sample, Touch, Wait};
 use crate::transport::{stream, Endpoint};
-use crate::worker::domain::{
+use schedule::{
     groups, pallet_layout, resolve, runs, Method, ACCESSES, ACCESSOR, ALL, CHEAP_MSGS,
     CHEAP_WARMUP, CHUNK, DOMAINS, METHODS, PALLETS,
 };
@@ -731,7 +735,7 @@ mod tests {
         let gs = groups(&plan);
         // Copy only at 0 and all above 64 MiB: 4 x 3 - 2 groups per trial.
         assert_eq!(gs.len(), 2 * 10);
-        let fake = |g: &crate::worker::domain::Group, t: u64| Sample {
+        let fake = |g: &schedule::Group, t: u64| Sample {
             kind: crate::protocol::SampleKind::OneWay,
             size: 1 << 30,
             trial: g.trial,

@@ -3,7 +3,7 @@
 //! vectors on an SQPOLL ring against one system call per send and per receive.
 //!
 //! Both paths talk to the same echo peer: a process pinned to the second CPU that answers
-//! each datagram with blocking `recv_from`/`send_to` ([`crate::worker::vcm_echo`]). The
+//! each datagram with blocking `recv_from`/`send_to` ([`echo`]). The
 //! measuring thread is pinned to the first CPU. On the VCM path it places one loop REQUEST command (a send linked to the
 //! receive of the reply) and, per round trip, re-activates it with the message's length
 //! and spins on its status word; the SQPOLL kernel thread is pinned to the peer's CPU,
@@ -15,6 +15,8 @@
 //! `send` then `recv` on a blocking socket. Syscalls per message are counted: the
 //! endpoint's own count of `io_uring_enter` calls (and ferry's per-thread syscall counter)
 //! on the VCM path; two calls per round trip, by construction, on the other.
+
+pub mod echo;
 
 use std::fmt::Write as _;
 use std::net::{SocketAddr, UdpSocket};
@@ -35,7 +37,7 @@ use crate::harness::BenchDef;
 use crate::protocol::{Pattern, Plan, Role, Touch, Wait};
 use crate::sys;
 use crate::transport::Endpoint;
-use crate::worker::vcm_echo::STOP;
+use echo::STOP;
 
 pub const BENCH: BenchDef = BenchDef {
     name: "vcm",
