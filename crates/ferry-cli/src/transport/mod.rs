@@ -16,7 +16,7 @@
 //!
 //! 4. add it to the `TRANSPORTS` list of each benchmark that should measure
 //!    it (`suites/fbufs/mod.rs`, `suites/fbufs_path/mod.rs`,
-//!    `suites/fbufs_path/latency.rs`). A transport appears in the output only
+//!    `suites/fbufs_path/latency/mod.rs`). A transport appears in the output only
 //!    once it is in such a list, and only with what it actually measured.
 
 pub mod ack;
