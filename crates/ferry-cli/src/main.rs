@@ -1,4 +1,13 @@
 //! The `ferry` command-line tool.
+//!
+//! - [`bench`](mod@bench) (`ferry bench`) runs the [`suites`], one folder per benchmark suite
+//!   (its plan, its worker role, its report text), on the [`harness`] (workers,
+//!   budgets, statistics, tables, plots, the report folder);
+//! - [`worker`] (`ferry __worker`) is one process of a benchmark; what the harness
+//!   tells it and what it reports back is the [`protocol`], and it moves messages
+//!   through a [`transport`];
+//! - [`pipeline`] (`ferry pipeline`, `ferry __stage`) ships containers through stages;
+//! - [`sys`] holds the few system calls the tool makes itself.
 #![deny(unsafe_code)]
 
 mod bench;

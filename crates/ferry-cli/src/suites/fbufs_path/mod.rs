@@ -1,7 +1,7 @@
 //! `ferry bench fbufs-path`: throughput against message size across one and
 //! two domain crossings (Druschel thesis, Figures 5.3 to 5.5), with the same
 //! chain inside one process as the single-domain reference, and the one-way
-//! hand-over latency (see `latency.rs`).
+//! hand-over latency (see [`latency`]).
 //!
 //! A chain is source -> consumer (1 crossing) or source -> stage -> consumer
 //! (2 crossings). The source writes one word per page; a stage reads one word
@@ -11,7 +11,6 @@
 //! Extension point: ferry's cached fbufs become another entry in `TRANSPORTS`.
 
 mod latency;
-
 mod report;
 
 use anyhow::Result;
