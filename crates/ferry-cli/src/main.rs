@@ -1,8 +1,20 @@
 //! The `ferry` command-line tool.
+//!
+//! - [`bench`](mod@bench) (`ferry bench`) runs the [`suites`], one folder per benchmark suite
+//!   (its plan, its worker role, its report text), on the [`harness`] (workers,
+//!   budgets, statistics, tables, plots, the report folder);
+//! - [`worker`] (`ferry __worker`) is one process of a benchmark; what the harness
+//!   tells it and what it reports back is the [`protocol`], and it moves messages
+//!   through a [`transport`];
+//! - [`pipeline`] (`ferry pipeline`, `ferry __stage`) ships containers through stages;
+//! - [`sys`] holds the few system calls the tool makes itself.
 #![deny(unsafe_code)]
 
 mod bench;
+mod harness;
 mod pipeline;
+mod protocol;
+mod suites;
 mod sys;
 mod transport;
 mod worker;
@@ -27,7 +39,7 @@ enum Command {
     Bench(bench::BenchArgs),
     /// One process of a benchmark; spawned by `ferry bench`, not for direct use.
     #[command(name = "__worker", hide = true)]
-    Worker(worker::WorkerArgs),
+    Worker(protocol::WorkerArgs),
     /// Move a file, stdin or TCP stream through N stages to a file, stdout or TCP stream,
     /// shipping containers of memfd pallets between the stages.
     Pipeline(pipeline::PipelineArgs),

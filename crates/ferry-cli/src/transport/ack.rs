@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io;
 
 use super::stream::{open_fd, read_exact, write_all};
-use crate::worker::plan::Wait;
+use crate::protocol::Wait;
 
 /// A worker's end of the return pipe.
 pub struct Ack {

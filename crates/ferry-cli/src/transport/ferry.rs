@@ -21,8 +21,8 @@ use ferry::{Domain, DomainId, Group, IoData, PathAllocator, PathConfig, Receiver
 use rustix::pipe::{pipe_with, PipeFlags};
 
 use super::{Endpoint, Link, RxEnd, Transport, TxEnd};
+use crate::protocol::Wait;
 use crate::sys;
-use crate::worker::plan::Wait;
 
 /// How long connect and accept wait for the peer worker.
 const RENDEZVOUS: Duration = Duration::from_secs(30);

@@ -5,19 +5,19 @@
 //!   [`Endpoint`]s are handed to two worker processes (as inherited
 //!   descriptors and a short spec string);
 //! - the worker half, the [`Transport`] trait, opens an endpoint from its spec
-//!   and moves messages. Worker code ([`crate::worker::roles`]) is generic over
+//!   and moves messages. Worker code ([`crate::harness::chain::roles`]) is generic over
 //!   it, so every transport runs the very same loops.
 //!
 //! Adding a transport (for example ferry's channels):
 //! 1. add a variant to [`TransportKind`] and create its links in [`TransportKind::links`];
-//! 2. add a variant to [`WorkerTransport`] and implement [`Transport`] for a new
+//! 2. add a variant to [`WorkerTransport`] (in [`crate::protocol`]) and implement [`Transport`] for a new
 //!    type in its own file beside `stream.rs`;
 //! 3. dispatch the new variant in [`crate::worker::run`].
 //!
 //! 4. add it to the `TRANSPORTS` list of each benchmark that should measure
-//!    it (`bench/fbufs.rs`, `bench/path.rs`, `bench/latency.rs`). A transport
-//!    appears in the output only once it is in such a list, and only with
-//!    what it actually measured.
+//!    it (`suites/fbufs/mod.rs`, `suites/fbufs_path/mod.rs`,
+//!    `suites/fbufs_path/latency/mod.rs`). A transport appears in the output only
+//!    once it is in such a list, and only with what it actually measured.
 
 pub mod ack;
 pub mod ferry;
@@ -27,9 +27,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
-use clap::ValueEnum;
-
-use crate::worker::plan::Wait;
+use crate::protocol::{Wait, WorkerTransport};
 
 /// Harness-side choice of transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,15 +116,6 @@ pub struct Endpoint {
     pub spec: String,
     /// Descriptors the worker must inherit.
     pub fds: Vec<OwnedFd>,
-}
-
-/// Worker-side implementation, named on the worker's command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum WorkerTransport {
-    /// Any byte-stream descriptor: pipes and stream sockets.
-    FdStream,
-    /// ferry channels carrying fbufs.
-    Ferry,
 }
 
 /// Worker-side transport: opens endpoints and moves messages.

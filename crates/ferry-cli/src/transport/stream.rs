@@ -11,8 +11,8 @@ use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
 use rustix::pipe::{fcntl_setpipe_size, pipe_with, PipeFlags};
 
 use super::{Endpoint, Link, RxEnd, Transport, TxEnd};
+use crate::protocol::Wait;
 use crate::sys;
-use crate::worker::plan::Wait;
 
 /// Pipe capacity we ask for: the largest an unprivileged process gets by
 /// default (`/proc/sys/fs/pipe-max-size`), so the copy baseline gets its best case.

@@ -4,7 +4,6 @@
 //! - `stage`: an intermediate domain; reads one word per page and passes the message on.
 //! - `sink`: the final receiver; reads one word per page or every byte.
 //! - `local`: the same chain as function calls inside one process.
-//! - `memcpy`: the machine's copy bandwidth, the physical reference.
 //!
 //! Every role records into memory while it runs and reports only at the end,
 //! so printing never lands inside a timed loop.
@@ -12,8 +11,8 @@
 use std::hint::black_box;
 use std::io;
 
-use super::plan::{Header, Pattern, Plan, Sample, SampleKind, Touch};
 use super::touch::{read, read_words, write_words};
+use crate::protocol::{Header, Pattern, Plan, Sample, SampleKind, Touch};
 use crate::sys::now_ns;
 use crate::transport::ack::Ack;
 use crate::transport::{RxEnd, Transport, TxEnd};
@@ -185,37 +184,6 @@ pub fn local(plan: &Plan) -> Vec<Sample> {
             trial: step.trial,
             bytes: size as u64 * u64::from(step.timed),
             ns: vec![now_ns() - t0],
-            syscalls: None,
-        });
-    }
-    out
-}
-
-/// Times `msgs` copies of each size between two prefaulted buffers.
-pub fn memcpy(plan: &Plan) -> Vec<Sample> {
-    let mut out = Vec::new();
-    let (mut src, mut dst) = (Vec::new(), Vec::new());
-    for step in plan.steps() {
-        let size = step.size;
-        if src.len() < size {
-            src.resize(size, 0x5au8);
-            dst.resize(size, 0xa5u8);
-        }
-        let mut ns = Vec::with_capacity(step.timed as usize);
-        for i in 0..step.total() {
-            let t = now_ns();
-            dst[..size].copy_from_slice(black_box(&src[..size]));
-            black_box(&mut dst);
-            if i >= step.warmup {
-                ns.push(now_ns() - t);
-            }
-        }
-        out.push(Sample {
-            kind: SampleKind::Memcpy,
-            size,
-            trial: step.trial,
-            bytes: size as u64,
-            ns,
             syscalls: None,
         });
     }

@@ -1,7 +1,7 @@
 //! Turning workers' raw samples into one summarised point per message size.
 
 use super::stats::{median, spread, Summary};
-use crate::worker::plan::{Sample, SampleKind};
+use crate::protocol::{Sample, SampleKind};
 
 /// One message size, summarised over all its trials.
 #[derive(Debug, Clone)]

@@ -3,7 +3,7 @@
 //! vectors on an SQPOLL ring against one system call per send and per receive.
 //!
 //! Both paths talk to the same echo peer: a process pinned to the second CPU that answers
-//! each datagram with blocking `recv_from`/`send_to` ([`crate::worker::vcm_echo`]). The
+//! each datagram with blocking `recv_from`/`send_to` ([`echo`]). The
 //! measuring thread is pinned to the first CPU. On the VCM path it places one loop REQUEST command (a send linked to the
 //! receive of the reply) and, per round trip, re-activates it with the message's length
 //! and spins on its status word; the SQPOLL kernel thread is pinned to the peer's CPU,
@@ -16,7 +16,9 @@
 //! endpoint's own count of `io_uring_enter` calls (and ferry's per-thread syscall counter)
 //! on the VCM path; two calls per round trip, by construction, on the other.
 
-use std::fmt::Write as _;
+pub mod echo;
+mod report;
+
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::thread;
@@ -26,17 +28,17 @@ use anyhow::{bail, Context, Result};
 use ferry::uring::Features;
 use ferry::vcm::{BufRange, Command, Endpoint as VcmEndpoint, EndpointOptions, Status, Vector};
 
-use super::crew::{Crew, WorkerSpec};
-use super::ctx::BenchCtx;
-use super::output::{bytes, num, ratio, BenchOutput, PlotSpec, Table};
-use super::record::Record;
-use super::stats::{mean, spread, Summary};
-use super::BenchDef;
+use crate::harness::crew::{Crew, WorkerSpec};
+use crate::harness::ctx::BenchCtx;
+use crate::harness::output::BenchOutput;
+use crate::harness::record::Record;
+use crate::harness::stats::{mean, spread, Summary};
+use crate::harness::BenchDef;
+use crate::protocol::{Pattern, Plan, Role, Touch, Wait};
 use crate::sys;
 use crate::transport::Endpoint;
-use crate::worker::plan::{Pattern, Plan, Touch, Wait};
-use crate::worker::vcm_echo::STOP;
-use crate::worker::Role;
+use echo::STOP;
+use report::{markdown, plots, skipped};
 
 pub const BENCH: BenchDef = BenchDef {
     name: "vcm",
@@ -50,11 +52,6 @@ const SIZES: &[usize] = &[4, 64, 512, 1024, 4096, 16384, 32768, MAX_UDP];
 const QUICK_SIZES: &[usize] = &[4, 1024, 16384, MAX_UDP];
 /// Messages per burst in the bandwidth test, as in the paper.
 const BURST: usize = 10;
-/// The paper's minimum one-way latency at 4 B, and its stated slope (SPARCstation 20s,
-/// FORE SBA-200 on 140 Mbit/s ATM).
-const PAPER_MIN_US: f64 = 65.0;
-const PAPER_US_PER_KIB: f64 = 70.0;
-const PAPER_WIRE_MBPS: f64 = 140.0 / 8.0;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Path {
@@ -388,69 +385,18 @@ fn measure(ctx: &BenchCtx) -> Result<Measured> {
     Ok(m)
 }
 
-fn paper_min(size: usize) -> f64 {
-    PAPER_MIN_US + PAPER_US_PER_KIB * size as f64 / 1024.0
-}
-
 fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
     let f = Features::probe();
     let mut out = BenchOutput::default();
     if !f.ring || !f.sqpoll {
-        out.markdown = format!(
-            "## vcm: skipped\n\nThis kernel lacks io_uring or SQPOLL: {:?}\n",
-            f.why_not
-        );
+        out.markdown = skipped(f);
         return Ok(out);
     }
     let memcpy = ctx.memcpy()?.gbps.median;
     let m = measure(ctx)?;
-    let mut md = String::new();
-    let _ = writeln!(
-        md,
-        "## vcm: one-way latency and sender bandwidth, command vectors vs syscalls (VCM Figures 4 and 5)\n"
-    );
-    let _ = writeln!(
-        md,
-        "UDP over loopback (the 64 KiB point is {MAX_UDP} B, the largest UDP payload). The measuring thread \
-         is pinned to CPU {c}; the echo peer (a separate process, blocking recv_from/send_to, \
-         the same for both paths) and the SQPOLL kernel thread are pinned to CPU {p}. \
-         VCM path: one loop REQUEST command (send linked to the receive of the reply) re-activated \
-         with each message's length, completion seen by spinning on the status word. \
-         Syscall path: blocking send + recv on a connected socket. One-way latency = round trip / 2. \
-         (With the SQPOLL thread on the measuring thread's CPU instead, the two time-slice and the \
-         median was about 4 ms at every size, measured once on this machine.)\n",
-        c = ctx.cpu(0),
-        p = ctx.cpu(1)
-    );
-    let mut t = Table::new(&[
-        "size",
-        "VCM min µs",
-        "VCM avg",
-        "VCM median",
-        "VCM p99",
-        "syscall min µs",
-        "syscall avg",
-        "syscall median",
-        "syscall p99",
-        "median ratio syscall/VCM",
-        "paper min µs (65 + 70/KiB)",
-    ]);
     for (i, &size) in m.sizes.iter().enumerate() {
         let [v, s] = &m.lat[i];
         let (sv, ss) = (Summary::of(&v.us), Summary::of(&s.us));
-        t.row(vec![
-            bytes(size),
-            num(sv.min),
-            num(mean(&v.us)),
-            num(sv.median),
-            num(sv.p99),
-            num(ss.min),
-            num(mean(&s.us)),
-            num(ss.median),
-            num(ss.p99),
-            ratio(ss.median / sv.median),
-            num(paper_min(size)),
-        ]);
         for (p, l, sum) in [(Path::Vcm, v, sv), (Path::Syscall, s, ss)] {
             out.records.push(
                 Record::new(
@@ -470,35 +416,9 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
             );
         }
     }
-    md.push_str(&t.render());
-
-    let _ = writeln!(
-        md,
-        "\nSender bandwidth (paper's method: {BURST} messages per burst, from activation to the last \
-         send's completion; max and average over bursts). Physical reference: memcpy {memcpy:.2} GB/s \
-         this run (64 MiB copies; a 64 KiB message is copied from cache, so a burst can beat it); \
-         the paper's wire was 140 Mbit/s = {PAPER_WIRE_MBPS:.1} MB/s. The sink socket is never read: \
-         once its buffer is full the kernel drops what arrives, after the sender's copy.\n"
-    );
-    let mut t = Table::new(&[
-        "size",
-        "VCM max MB/s",
-        "VCM avg",
-        "syscall max MB/s",
-        "syscall avg",
-        "avg ratio VCM/syscall",
-    ]);
     for (i, &size) in m.sizes.iter().enumerate() {
         let [v, s] = &m.bw[i];
         let (sv, ss) = (Summary::of(v), Summary::of(s));
-        t.row(vec![
-            bytes(size),
-            num(sv.max),
-            num(mean(v)),
-            num(ss.max),
-            num(mean(s)),
-            ratio(mean(v) / mean(s)),
-        ]);
         for (p, x, sum) in [(Path::Vcm, v, sv), (Path::Syscall, s, ss)] {
             out.records.push(
                 Record::new(
@@ -514,43 +434,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
             );
         }
     }
-    md.push_str(&t.render());
-
-    let (vs, vm): (u64, u64) = m
-        .lat
-        .iter()
-        .fold((0, 0), |a, l| (a.0 + l[0].syscalls, a.1 + l[0].messages));
-    let (ss, sm): (u64, u64) = m
-        .lat
-        .iter()
-        .fold((0, 0), |a, l| (a.0 + l[1].syscalls, a.1 + l[1].messages));
-    let vcm_rate = vs as f64 / vm as f64;
-    let sys_rate = ss as f64 / sm as f64;
-    let bw_rate = m.bw_syscalls.0 as f64 / m.bw_syscalls.1.max(1) as f64;
-    let _ = writeln!(
-        md,
-        "\nSyscalls per message (a message is one datagram sent or received by the measuring side; \
-         warm-up excluded): VCM {vcm_rate:.4} ({vs} io_uring_enter in {vm} messages; bursts: {} in {}), \
-         syscall path {sys_rate:.2}.\n",
-        m.bw_syscalls.0, m.bw_syscalls.1
-    );
     let (zs, zc, zok) = m.zc;
-    let measured = if zok {
-        format!(
-            "Measured in this run: of {zs} zero-copy sends (SEND_ZC from the registered region, \
-             {MAX_UDP} B each) to a loopback socket, the kernel reported {zc} as copied \
-             (IORING_NOTIF_USAGE_ZC_COPIED)."
-        )
-    } else {
-        "SEND_ZC is not available here, so the loopback copy could not be measured.".into()
-    };
-    let _ = writeln!(
-        md,
-        "{measured} Loopback copies every datagram payload (into an skb on send, out of it on \
-         receive) whatever the submission path, so a zero-copy speed-up needs a real NIC; that is \
-         a fact of loopback, not a failure. The paper's adapter moved data by DMA straight from \
-         application buffers; here the gain measured is the syscall and wake-up cost, not the copy.\n"
-    );
     out.records.push(
         Record::new(
             "vcm",
@@ -563,84 +447,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         .param("zc_sends", zs)
         .param("available", zok),
     );
-    let four = m.sizes.iter().position(|&s| s == 4);
-    let mut bars: Vec<(String, String, bool)> = vec![(
-        "steady state with SQPOLL: at most 0.01 syscalls per message".into(),
-        format!("{vcm_rate:.4} (bursts {bw_rate:.4})"),
-        vcm_rate <= 0.01 && bw_rate <= 0.01,
-    )];
-    if let Some(i) = four {
-        let (v, s) = (
-            Summary::of(&m.lat[i][0].us).median,
-            Summary::of(&m.lat[i][1].us).median,
-        );
-        bars.push((
-            "lower median one-way latency than the syscall path at 4 B".into(),
-            format!(
-                "VCM {} µs vs syscall {} µs ({})",
-                num(v),
-                num(s),
-                ratio(s / v)
-            ),
-            v < s,
-        ));
-    }
-    let _ = writeln!(md, "Bars (issue 4):\n");
-    for (what, got, ok) in &bars {
-        let _ = writeln!(
-            md,
-            "- {} {what}: {got}",
-            if *ok { "MET" } else { "NOT MET" }
-        );
-    }
-    let _ = writeln!(
-        md,
-        "\nNumbers come from a shared machine; judge by the ratios.\n"
-    );
-    out.markdown = md;
-
-    let kib = |s: usize| s as f64 / 1024.0;
-    let mut series = Vec::new();
-    for p in [Path::Vcm, Path::Syscall] {
-        let pts = m
-            .sizes
-            .iter()
-            .enumerate()
-            .map(|(i, &s)| (kib(s), Summary::of(&m.lat[i][p as usize].us).median))
-            .collect();
-        series.push((format!("{} (median)", p.label()), pts));
-    }
-    series.push((
-        "paper: min latency (65 µs + 70 µs/KiB)".into(),
-        m.sizes.iter().map(|&s| (kib(s), paper_min(s))).collect(),
-    ));
-    out.plots.push(PlotSpec {
-        stem: "vcm-latency".into(),
-        title: "One-way latency vs message size (cf. VCM Fig. 4)".into(),
-        x_label: "KiB of user data".into(),
-        y_label: "one-way latency, µs".into(),
-        series,
-        log_x: true,
-        log_y: true,
-    });
-    let mut series = Vec::new();
-    for p in [Path::Vcm, Path::Syscall] {
-        let pts = m
-            .sizes
-            .iter()
-            .enumerate()
-            .map(|(i, &s)| (kib(s), mean(&m.bw[i][p as usize])))
-            .collect();
-        series.push((format!("{} (average)", p.label()), pts));
-    }
-    out.plots.push(PlotSpec {
-        stem: "vcm-bandwidth".into(),
-        title: "Sender bandwidth, bursts of 10 (cf. VCM Fig. 5)".into(),
-        x_label: "KiB of user data".into(),
-        y_label: "MB/s".into(),
-        series,
-        log_x: true,
-        log_y: true,
-    });
+    out.markdown = markdown(ctx, &m, memcpy);
+    out.plots = plots(&m);
     Ok(out)
 }

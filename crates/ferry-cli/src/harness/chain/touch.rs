@@ -7,7 +7,7 @@
 
 use std::hint::black_box;
 
-use super::plan::Touch;
+use crate::protocol::Touch;
 
 /// The page size the papers count in.
 pub const PAGE: usize = 4096;

@@ -1,31 +1,8 @@
 //! `ferry bench`: benchmarks between real processes, with their baselines and
 //! the papers' numbers side by side.
 //!
-//! Adding a benchmark: write `bench/<name>.rs` with
-//! `pub const BENCH: BenchDef = BenchDef { name, about, run }`, where `run`
-//! measures through [`chain`] (or its own workers) and returns a
-//! [`BenchOutput`]; then list it in [`BENCHES`]. `ferry bench <name>`,
-//! `ferry bench all` and the report pick it up from there.
-
-mod budget;
-mod chain;
-mod container;
-mod crew;
-mod ctx;
-mod fbufs;
-mod latency;
-mod machine;
-mod memcpy;
-mod output;
-mod path;
-pub mod plot;
-mod points;
-mod progress;
-mod record;
-mod report;
-pub mod stats;
-mod vcm;
-mod xlate;
+//! The suites themselves are in [`crate::suites`], the harness they run on in
+//! [`crate::harness`].
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -33,26 +10,10 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-pub use ctx::BenchCtx;
-pub use output::{BenchOutput, PlotSpec};
-
-/// One registered benchmark.
-pub struct BenchDef {
-    /// The name on the command line.
-    pub name: &'static str,
-    /// One line for `--help` and the report.
-    pub about: &'static str,
-    pub run: fn(&BenchCtx) -> Result<BenchOutput>,
-}
-
-/// Every benchmark, in the order `all` runs them.
-pub const BENCHES: &[BenchDef] = &[
-    fbufs::BENCH,
-    path::BENCH,
-    container::BENCH,
-    xlate::BENCH,
-    vcm::BENCH,
-];
+use crate::harness::output::PlotSpec;
+use crate::harness::report::{self, draw, write_json, Finished};
+use crate::harness::{BenchCtx, BenchDef};
+use crate::suites::BENCHES;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -70,13 +31,6 @@ pub struct BenchArgs {
     /// Write a report folder (report.md, results.json, SVG plots); `all` defaults to ferry-report/.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-}
-
-/// What one benchmark produced.
-pub struct Finished {
-    pub def: &'static BenchDef,
-    pub output: BenchOutput,
-    pub seconds: f64,
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
@@ -155,16 +109,4 @@ fn beside(path: &Path, stem: &str) -> PathBuf {
         .file_stem()
         .map_or("plot".into(), |s| s.to_string_lossy().into_owned());
     path.with_file_name(format!("{base}-{stem}.svg"))
-}
-
-fn draw(p: &PlotSpec, file: &Path) -> Result<()> {
-    plot::line_plot(
-        file, &p.title, &p.x_label, &p.y_label, &p.series, p.log_x, p.log_y,
-    )
-    .with_context(|| format!("drawing {}", file.display()))
-}
-
-fn write_json(path: &Path, records: &[record::Record]) -> Result<()> {
-    let text = serde_json::to_string_pretty(records)?;
-    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
 }

@@ -1,9 +1,62 @@
-//! What the harness tells a worker to do, and what a worker reports back.
+//! What the harness tells a worker to do, and what a worker reports back: the
+//! one module that the harness, the transports and the workers all import.
+//!
+//! The harness spawns `current_exe() __worker <role> --plan JSON ...`
+//! ([`WorkerArgs`]), hands it descriptors, and reads its [`Sample`]s, one JSON
+//! line each, from its stdout once it exits.
 //!
 //! Both sides derive the same message schedule from one [`Plan`], so a byte
 //! stream needs no framing: message `k` of size `s` is exactly `s` bytes.
 
+use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
+
+/// What one worker process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    Source,
+    Stage,
+    Sink,
+    Local,
+    Memcpy,
+    /// One domain of `ferry bench container` ([`crate::suites::container::domain`]).
+    Domain,
+    /// The echo peer of `ferry bench vcm` ([`crate::suites::vcm::echo`]).
+    VcmEcho,
+}
+
+/// Worker-side implementation of a transport, named on the worker's command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WorkerTransport {
+    /// Any byte-stream descriptor: pipes and stream sockets.
+    FdStream,
+    /// ferry channels carrying fbufs.
+    Ferry,
+}
+
+/// The command line of `ferry __worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    #[arg(value_enum)]
+    pub role: Role,
+    /// The schedule, as JSON.
+    #[arg(long)]
+    pub plan: String,
+    /// Pin this process to one CPU.
+    #[arg(long)]
+    pub cpu: Option<usize>,
+    #[arg(long, value_enum, default_value = "fd-stream")]
+    pub transport: WorkerTransport,
+    /// Spec of the sending endpoint.
+    #[arg(long)]
+    pub tx: Option<String>,
+    /// Spec of the receiving endpoint.
+    #[arg(long)]
+    pub rx: Option<String>,
+    /// Spec of this worker's end of the acknowledgement pipe (ping-pong).
+    #[arg(long)]
+    pub ack: Option<String>,
+}
 
 /// How messages flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

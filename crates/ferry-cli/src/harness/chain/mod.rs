@@ -1,5 +1,10 @@
 //! Runs one chain of worker processes: source, stages, sink, joined by links
 //! of one transport, each process pinned; or the same chain in one process.
+//! The harness side is here; the worker side is [`roles`], which moves and
+//! [`touch`]es messages the same way whatever the transport.
+
+pub mod roles;
+pub mod touch;
 
 use std::time::Duration;
 
@@ -7,9 +12,8 @@ use anyhow::Result;
 
 use super::crew::{Crew, WorkerSpec};
 use super::ctx::BenchCtx;
+use crate::protocol::{Pattern, Plan, Role, Sample};
 use crate::transport::{stream, TransportKind};
-use crate::worker::plan::{Pattern, Plan, Sample};
-use crate::worker::Role;
 
 /// Longest a single run may take before its workers are killed.
 const TIMEOUT: Duration = Duration::from_secs(180);

@@ -1,63 +1,23 @@
 //! The hidden `ferry __worker` subcommand: one process of a benchmark.
 //!
-//! The harness spawns `current_exe() __worker <role> --plan JSON ...`,
-//! hands it descriptors, and reads its [`plan::Sample`]s, one JSON line each,
-//! from its stdout once it exits.
-
-pub mod domain;
-pub mod plan;
-pub mod roles;
-pub mod touch;
-pub mod vcm_echo;
+//! The harness spawns `current_exe() __worker <role> --plan JSON ...`
+//! ([`WorkerArgs`]), hands it descriptors, and reads its [`Sample`]s, one JSON
+//! line each, from its stdout once it exits.
 
 use std::io::{self, Write};
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, ValueEnum};
 
+use crate::harness::chain::roles;
+use crate::harness::memcpy;
+use crate::protocol::{Header, Plan, Role, Sample, WorkerArgs, WorkerTransport};
+use crate::suites::container::domain;
+use crate::suites::vcm::echo;
 use crate::sys;
 use crate::transport::ack::Ack;
 use crate::transport::ferry::{self as ferry_link, Ferry};
 use crate::transport::stream::FdStream;
-use crate::transport::{Transport, WorkerTransport};
-use plan::{Header, Plan, Sample};
-
-/// What one worker process is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Role {
-    Source,
-    Stage,
-    Sink,
-    Local,
-    Memcpy,
-    /// One domain of `ferry bench container` ([`domain`]).
-    Domain,
-    /// The echo peer of `ferry bench vcm` ([`vcm_echo`]).
-    VcmEcho,
-}
-
-#[derive(Debug, Args)]
-pub struct WorkerArgs {
-    #[arg(value_enum)]
-    pub role: Role,
-    /// The schedule, as JSON.
-    #[arg(long)]
-    pub plan: String,
-    /// Pin this process to one CPU.
-    #[arg(long)]
-    pub cpu: Option<usize>,
-    #[arg(long, value_enum, default_value = "fd-stream")]
-    pub transport: WorkerTransport,
-    /// Spec of the sending endpoint.
-    #[arg(long)]
-    pub tx: Option<String>,
-    /// Spec of the receiving endpoint.
-    #[arg(long)]
-    pub rx: Option<String>,
-    /// Spec of this worker's end of the acknowledgement pipe (ping-pong).
-    #[arg(long)]
-    pub ack: Option<String>,
-}
+use crate::transport::Transport;
 
 /// Runs one worker to completion and prints its samples.
 pub fn run(args: WorkerArgs) -> Result<()> {
@@ -73,9 +33,9 @@ pub fn run(args: WorkerArgs) -> Result<()> {
     }
     let samples = match args.role {
         Role::Local => roles::local(&plan),
-        Role::Memcpy => roles::memcpy(&plan),
+        Role::Memcpy => memcpy::worker(&plan),
         Role::Domain => domain::run(&args, &plan)?,
-        Role::VcmEcho => vcm_echo::run(&args)?,
+        Role::VcmEcho => echo::run(&args)?,
         _ => match args.transport {
             WorkerTransport::FdStream => run_with::<FdStream>(&args, &plan)?,
             WorkerTransport::Ferry => {

@@ -6,8 +6,17 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use super::ctx::BenchCtx;
+use super::output::{BenchOutput, PlotSpec};
+use super::plot;
 use super::record::Record;
-use super::{draw, write_json, Finished};
+use super::BenchDef;
+
+/// What one benchmark produced.
+pub struct Finished {
+    pub def: &'static BenchDef,
+    pub output: BenchOutput,
+    pub seconds: f64,
+}
 
 pub fn write(
     dir: &Path,
@@ -55,4 +64,18 @@ pub fn write(
     );
     std::fs::write(dir.join("report.md"), md).context("writing report.md")?;
     write_json(&dir.join("results.json"), records)
+}
+
+/// Draws `p` into the SVG file `file`.
+pub fn draw(p: &PlotSpec, file: &Path) -> Result<()> {
+    plot::line_plot(
+        file, &p.title, &p.x_label, &p.y_label, &p.series, p.log_x, p.log_y,
+    )
+    .with_context(|| format!("drawing {}", file.display()))
+}
+
+/// Writes `records` to `path` as one pretty-printed JSON array.
+pub fn write_json(path: &Path, records: &[Record]) -> Result<()> {
+    let text = serde_json::to_string_pretty(records)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
 }

@@ -1,6 +1,7 @@
 //! The physical reference: how fast this machine copies memory, measured in
 //! the same run as everything it is printed beside.
 
+use std::hint::black_box;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -9,8 +10,8 @@ use super::crew::{Crew, WorkerSpec};
 use super::ctx::BenchCtx;
 use super::record::Record;
 use super::stats::{median, spread, Summary};
-use crate::worker::plan::{Pattern, Plan, Touch, Wait};
-use crate::worker::Role;
+use crate::protocol::{Pattern, Plan, Role, Sample, SampleKind, Touch, Wait};
+use crate::sys::now_ns;
 
 /// Bytes per copy: far beyond the caches, so this is memory bandwidth.
 pub const SIZE: usize = 64 << 20;
@@ -85,4 +86,36 @@ impl Memcpy {
             self.ns_per_page() / 1000.0
         )
     }
+}
+
+/// The worker role ([`Role::Memcpy`]): times `msgs` copies of each size between two
+/// prefaulted buffers.
+pub fn worker(plan: &Plan) -> Vec<Sample> {
+    let mut out = Vec::new();
+    let (mut src, mut dst) = (Vec::new(), Vec::new());
+    for step in plan.steps() {
+        let size = step.size;
+        if src.len() < size {
+            src.resize(size, 0x5au8);
+            dst.resize(size, 0xa5u8);
+        }
+        let mut ns = Vec::with_capacity(step.timed as usize);
+        for i in 0..step.total() {
+            let t = now_ns();
+            dst[..size].copy_from_slice(black_box(&src[..size]));
+            black_box(&mut dst);
+            if i >= step.warmup {
+                ns.push(now_ns() - t);
+            }
+        }
+        out.push(Sample {
+            kind: SampleKind::Memcpy,
+            size,
+            trial: step.trial,
+            bytes: size as u64,
+            ns,
+            syscalls: None,
+        });
+    }
+    out
 }

@@ -5,8 +5,7 @@ use std::net::UdpSocket;
 
 use anyhow::{Context, Result};
 
-use super::plan::Sample;
-use super::WorkerArgs;
+use crate::protocol::{Sample, WorkerArgs};
 use crate::sys;
 
 /// The datagram that ends the peer (no measured message has this length and content).

@@ -16,10 +16,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 
+use crate::protocol::{Plan, Role, Sample, WorkerTransport};
 use crate::sys;
-use crate::transport::{Endpoint, WorkerTransport};
-use crate::worker::plan::{Plan, Sample};
-use crate::worker::Role;
+use crate::transport::Endpoint;
 
 /// How one worker is started.
 pub struct WorkerSpec {

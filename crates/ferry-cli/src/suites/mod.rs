@@ -1,0 +1,33 @@
+//! The benchmark suites, one folder each: its plan (what to run, on the
+//! [`crate::harness`]), its worker role where it has its own, and its report text.
+//!
+//! | suite | command | worker role |
+//! |---|---|---|
+//! | [`fbufs`] | `ferry bench fbufs` | the chain's ([`crate::harness::chain::roles`]) |
+//! | [`fbufs_path`] | `ferry bench fbufs-path` | the chain's |
+//! | [`container`] | `ferry bench container` | [`container::domain`] |
+//! | [`xlate`] | `ferry bench xlate` | none: one process |
+//! | [`vcm`] | `ferry bench vcm` | [`vcm::echo`] |
+//!
+//! Adding a benchmark: write `suites/<name>/mod.rs` with
+//! `pub const BENCH: BenchDef = BenchDef { name, about, run }`, where `run`
+//! measures through [`crate::harness::chain`] (or its own workers) and returns a
+//! [`crate::harness::BenchOutput`]; then list it in [`BENCHES`]. `ferry bench <name>`,
+//! `ferry bench all` and the report pick it up from there.
+
+pub mod container;
+pub mod fbufs;
+pub mod fbufs_path;
+pub mod vcm;
+pub mod xlate;
+
+use crate::harness::BenchDef;
+
+/// Every benchmark, in the order `all` runs them.
+pub const BENCHES: &[BenchDef] = &[
+    fbufs::BENCH,
+    fbufs_path::BENCH,
+    container::BENCH,
+    xlate::BENCH,
+    vcm::BENCH,
+];
