@@ -4,7 +4,7 @@
 
 use super::*;
 
-use crate::uring::{notif_zc_copied, SEND_ZC_REPORT_USAGE};
+use crate::uring::ring::{notif_zc_copied, SEND_ZC_REPORT_USAGE};
 
 pub(super) const PART_MAIN: u64 = 0;
 pub(super) const PART_REPLY: u64 = 1;
