@@ -166,11 +166,22 @@ impl Ring {
         self.sqpoll && self.ring.submission().need_wakeup()
     }
 
+    /// Entries the submission queue holds in all.
+    pub(crate) fn sq_capacity(&mut self) -> usize {
+        self.ring.submission().capacity()
+    }
+
     /// Entries free in the submission queue right now.
     pub(crate) fn sq_free(&mut self) -> usize {
         let mut sq = self.ring.submission();
         sq.sync();
         sq.capacity() - sq.len()
+    }
+
+    /// Whether the kernel holds completions that did not fit the completion queue
+    /// (`IORING_SQ_CQ_OVERFLOW`); a [`Ring::flush`] moves them in.
+    pub(crate) fn cq_overflow(&mut self) -> bool {
+        self.ring.submission().cq_overflow()
     }
 
     /// Places one entry in the submission queue (not yet seen by the kernel without
