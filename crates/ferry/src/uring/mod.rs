@@ -2,9 +2,10 @@
 //! carry VCM command vectors.
 //!
 //! Everything here sits on the [`io_uring`] crate, through one ring core (`ring.rs`): the
-//! only place that owns an `IoUring`, pushes entries, enters the kernel (counted, with one
-//! retry policy), reaps completions and drains on drop. The driver, xlate and the VCM
-//! endpoint each keep only their own per-operation state on top of it.
+//! only place that keeps an `IoUring`, pushes entries, enters the kernel (counted, with one
+//! retry policy), reaps completions and drains on drop ([`probe`] only builds rings, to
+//! probe them or for [`RingOptions::build`]). The driver, xlate and the VCM endpoint each
+//! keep only their own per-operation state on top of it.
 //! [`Features::probe`] finds out once per process what the running kernel offers; each
 //! layer either refuses clearly ([`crate::Error::Unsupported`]) or falls back and counts
 //! the fallback in its stats.
@@ -12,6 +13,7 @@
 //! | piece | paper | module |
 //! |---|---|---|
 //! | ring set-up, probing | - | [`probe`] |
+//! | the ring core: push, counted enter, reap, `user_data`, drain on drop | - | `ring` (crate-private) |
 //! | owned-buffer I/O on files and sockets, SEND_ZC | ADC (thesis ch. 6) | [`driver`] |
 //! | registration cache with single-copy fallback | Schoinas & Hill | [`xlate`] |
 
