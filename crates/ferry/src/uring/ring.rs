@@ -46,13 +46,13 @@ pub(crate) const SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
 
 /// Whether a SEND_ZC notification's `res` carries `IORING_NOTIF_USAGE_ZC_COPIED`: the
 /// kernel copied the data instead of sending the pages (always the case on loopback).
-pub(crate) fn notif_zc_copied(res: i32) -> bool {
+fn notif_zc_copied(res: i32) -> bool {
     res as u32 & (1 << 31) != 0
 }
 
 /// `user_data` of the core's own cancel requests; [`user_data`] never produces it for a
 /// slot below `u32::MAX`, and [`Ring::reap`] never hands its completions on.
-pub(crate) const CANCEL: u64 = u64::MAX;
+const CANCEL: u64 = u64::MAX;
 
 /// How long [`drain`] waits for the kernel to answer for cancelled operations before the
 /// owner leaks their memory. A cancel is normally answered within microseconds; what can
