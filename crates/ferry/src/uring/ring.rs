@@ -474,4 +474,34 @@ mod tests {
         r.reap(|c| seen.push(c.slot_tag()));
         assert_eq!(seen, vec![(3, 9)]);
     }
+
+    #[test]
+    fn a_full_queue_is_reported_and_a_flush_empties_it() {
+        if !super::super::Features::probe().ring {
+            eprintln!("skipped: no io_uring here");
+            return;
+        }
+        let mut r = Ring::new(&RingOptions::new(4)).unwrap();
+        let cap = r.sq_capacity();
+        let nop = io_uring::opcode::Nop::new()
+            .build()
+            .user_data(user_data(0, 0));
+        for _ in 0..cap {
+            // SAFETY: a nop points to no memory.
+            unsafe { r.push(&nop) }.unwrap();
+        }
+        assert_eq!(r.sq_free(), 0);
+        // SAFETY: as above.
+        assert_eq!(unsafe { r.push(&nop) }, Err(SqFull));
+        assert!(r.flush().unwrap());
+        assert_eq!(r.sq_free(), cap);
+        let mut done = 0;
+        while done < cap {
+            done += r.reap(|c| assert_eq!(c.result, 0));
+            if done < cap {
+                r.wait(1, None).unwrap();
+            }
+        }
+        assert_eq!(done, cap);
+    }
 }
