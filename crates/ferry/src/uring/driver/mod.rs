@@ -272,11 +272,7 @@ mod tests {
     use super::*;
 
     fn ring() -> Option<Uring> {
-        if !Features::probe().ring {
-            eprintln!("skipped: no io_uring here");
-            return None;
-        }
-        Some(Uring::new(&RingOptions::new(8)).unwrap())
+        crate::uring::probe::have_ring_or_skip().then(|| Uring::new(&RingOptions::new(8)).unwrap())
     }
 
     #[test]
