@@ -232,6 +232,16 @@ impl Default for RingOptions {
     }
 }
 
+/// For unit tests: whether this kernel has io_uring; if not, says the test is skipped.
+#[cfg(test)]
+pub(crate) fn have_ring_or_skip() -> bool {
+    let have = Features::probe().ring;
+    if !have {
+        eprintln!("skipped: no io_uring here");
+    }
+    have
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

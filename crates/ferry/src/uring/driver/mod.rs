@@ -45,29 +45,24 @@
 //! plain send and counts [`UringStats::zc_fallbacks`].
 
 mod buf;
+mod inflight;
 mod ops;
-mod ring;
+mod submit;
 mod values;
 
 pub use buf::{AlignedBuf, FixedBuf, FixedPool, IoBuf, IoBufMut};
 pub use values::{Completion, Refused, Target, Ticket, UringStats};
 
-use values::Slot;
+use inflight::Slot;
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use io_uring::IoUring;
-
 use super::probe::{Features, RingOptions};
+use super::ring::Ring;
 use crate::error::{Error, Result};
-
-/// user_data of ferry's own cancel requests; never a ticket (generations skip it).
-const CANCEL_UD: u64 = u64::MAX;
-/// How long `Drop` waits for cancelled operations before leaking their buffers.
-const DROP_PATIENCE: Duration = Duration::from_secs(5);
 
 static NEXT_RING_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -76,12 +71,11 @@ static NEXT_RING_ID: AtomicU64 = AtomicU64::new(1);
 /// Not `Sync`: one thread drives a ring (several rings can run on several threads).
 pub struct Uring {
     // Field order matters: the ring is closed before the pool's memory is freed.
-    ring: IoUring,
+    ring: Ring,
     slots: Vec<Slot>,
     free: Vec<u32>,
     in_flight: usize,
     id: u64,
-    sqpoll: bool,
     spin: Duration,
     features: Features,
     files: Vec<bool>,
@@ -93,9 +87,9 @@ impl std::fmt::Debug for Uring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Uring")
             .field("id", &self.id)
-            .field("sqpoll", &self.sqpoll)
+            .field("sqpoll", &self.ring.is_sqpoll())
             .field("in_flight", &self.in_flight)
-            .field("stats", &self.stats)
+            .field("stats", &self.stats())
             .finish()
     }
 }
@@ -109,15 +103,14 @@ impl Uring {
     /// As [`Uring::new`], but acting as if the kernel offered only `features`. Lets a
     /// program (or a test) take the fallback paths on a kernel that has everything.
     pub fn with_features(opts: &RingOptions, features: Features) -> Result<Uring> {
-        let ring = opts.build()?;
-        let sqpoll = ring.params().is_setup_sqpoll();
+        let ring = Ring::new(opts)?;
+        let sqpoll = ring.is_sqpoll();
         Ok(Uring {
             ring,
             slots: Vec::new(),
             free: Vec::new(),
             in_flight: 0,
             id: NEXT_RING_ID.fetch_add(1, Ordering::Relaxed),
-            sqpoll,
             spin: if sqpoll {
                 Duration::from_micros(50)
             } else {
@@ -132,7 +125,11 @@ impl Uring {
 
     /// The counters so far.
     pub fn stats(&self) -> UringStats {
-        self.stats
+        UringStats {
+            enters: self.ring.enters(),
+            sqpoll_wakeups: self.ring.wakeups(),
+            ..self.stats
+        }
     }
 
     /// The features this ring acts on.
@@ -142,7 +139,7 @@ impl Uring {
 
     /// Whether the ring has an SQPOLL kernel thread.
     pub fn is_sqpoll(&self) -> bool {
-        self.sqpoll
+        self.ring.is_sqpoll()
     }
 
     /// Operations whose buffers the ring still holds.
@@ -160,7 +157,7 @@ impl Uring {
     /// Whether the SQPOLL thread has gone to sleep (`IORING_SQ_NEED_WAKEUP`), so the next
     /// submission costs an `io_uring_enter`. Always false without SQPOLL.
     pub fn sq_thread_asleep(&mut self) -> bool {
-        self.sqpoll && self.ring.submission().need_wakeup()
+        self.ring.sq_thread_asleep()
     }
 
     /// Sets up a sparse registered-file table of `slots` entries
@@ -179,8 +176,7 @@ impl Uring {
                 "a file table needs at least one slot",
             ));
         }
-        crate::sys::count();
-        self.ring.submitter().register_files_sparse(slots)?;
+        self.ring.register_files_sparse(slots)?;
         self.files = vec![false; slots as usize];
         Ok(())
     }
@@ -194,8 +190,7 @@ impl Uring {
         if fd < 0 {
             return Err(Error::InvalidArgument("negative file descriptor"));
         }
-        crate::sys::count();
-        self.ring.submitter().register_files_update(index, &[fd])?;
+        self.ring.register_files_update(index, &[fd])?;
         self.files[index as usize] = true;
         Ok(())
     }
@@ -205,8 +200,7 @@ impl Uring {
         if index as usize >= self.files.len() {
             return Err(Error::InvalidArgument("fixed file index out of range"));
         }
-        crate::sys::count();
-        self.ring.submitter().register_files_update(index, &[-1])?;
+        self.ring.register_files_update(index, &[-1])?;
         self.files[index as usize] = false;
         Ok(())
     }
@@ -238,10 +232,9 @@ impl Uring {
                 iov_len: slot_size,
             })
             .collect();
-        crate::sys::count();
         // SAFETY: the iovecs cover `inner.region`, which `self.pool` keeps alive (and in
         // place) until after the ring is closed: `ring` is dropped before `pool`.
-        unsafe { self.ring.submitter().register_buffers(&iovecs)? };
+        unsafe { self.ring.register_buffers(&iovecs)? };
         self.pool = Some(Arc::clone(&inner));
         Ok(FixedPool { inner })
     }
@@ -279,11 +272,7 @@ mod tests {
     use super::*;
 
     fn ring() -> Option<Uring> {
-        if !Features::probe().ring {
-            eprintln!("skipped: no io_uring here");
-            return None;
-        }
-        Some(Uring::new(&RingOptions::new(8)).unwrap())
+        crate::uring::probe::have_ring_or_skip().then(|| Uring::new(&RingOptions::new(8)).unwrap())
     }
 
     #[test]

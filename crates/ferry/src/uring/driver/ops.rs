@@ -3,59 +3,14 @@
 //! `recvmsg` with a `msghdr` the ring owns until completion.
 
 use std::io;
-use std::mem;
 use std::net::SocketAddr;
 
 use io_uring::{opcode, squeue, types};
 
-use super::values::{InFlight, Kind};
+use super::inflight::{InFlight, Kind, MsgState};
 use super::{IoBuf, IoBufMut, Refused, Target, Ticket, Uring};
 use crate::error::{Error, Result};
-use crate::sys::sockaddr::{read_sockaddr, write_sockaddr};
-use crate::uring::SEND_ZC_REPORT_USAGE;
-
-/// A `msghdr` with its one `iovec` and its address, boxed so the kernel's pointers into it
-/// stay valid while the operation runs.
-pub(super) struct MsgState {
-    hdr: libc::msghdr,
-    iov: libc::iovec,
-    addr: libc::sockaddr_storage,
-}
-
-// SAFETY: the raw pointers in `hdr` and `iov` point into this same box and into the
-// operation's buffer, both owned by the operation; nothing else shares them.
-unsafe impl Send for MsgState {}
-
-impl MsgState {
-    /// A boxed header for one buffer, with `addr` as destination (or room for the source).
-    fn boxed(ptr: *mut u8, len: usize, addr: Option<SocketAddr>) -> Box<MsgState> {
-        // SAFETY: msghdr, iovec and sockaddr_storage are plain C structs; all-zero is valid.
-        let mut m: Box<MsgState> = Box::new(unsafe { mem::zeroed() });
-        m.iov = libc::iovec {
-            iov_base: ptr.cast(),
-            iov_len: len,
-        };
-        let addr_len = match addr {
-            Some(a) => write_sockaddr(&mut m.addr, a),
-            None => mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t,
-        };
-        m.hdr.msg_name = (&mut m.addr as *mut libc::sockaddr_storage).cast();
-        m.hdr.msg_namelen = addr_len;
-        m.hdr.msg_iov = &mut m.iov;
-        m.hdr.msg_iovlen = 1;
-        m
-    }
-
-    /// The source address the kernel wrote, if it is IPv4 or IPv6.
-    pub(super) fn peer(&self) -> Option<SocketAddr> {
-        read_sockaddr(&self.addr, self.hdr.msg_namelen)
-    }
-
-    /// Whether the datagram did not fit (`MSG_TRUNC` in the returned flags).
-    pub(super) fn truncated(&self) -> bool {
-        self.hdr.msg_flags & libc::MSG_TRUNC != 0
-    }
-}
+use crate::uring::ring::SEND_ZC_REPORT_USAGE;
 
 fn fd_of(t: Target) -> FdArg {
     match t {
@@ -266,7 +221,7 @@ impl Uring {
         let t = fd.into();
         let msg = MsgState::boxed(buf.stable_ptr().cast_mut(), buf.bytes_init(), Some(addr));
         self.submit_op(Some(t), buf, Some(msg), Kind::Plain, false, |m| {
-            let hdr: *const libc::msghdr = &m.expect("msg given").hdr;
+            let hdr = m.expect("msg given").hdr();
             Ok(with_fd!(t, |fd| opcode::SendMsg::new(fd, hdr)
                 .flags(libc::MSG_NOSIGNAL as u32)
                 .build()))
@@ -283,7 +238,7 @@ impl Uring {
         let t = fd.into();
         let msg = MsgState::boxed(buf.stable_mut_ptr(), buf.bytes_total(), None);
         self.submit_op(Some(t), buf, Some(msg), Kind::RecvFrom, false, |m| {
-            let hdr = (&m.expect("msg given").hdr as *const libc::msghdr).cast_mut();
+            let hdr = m.expect("msg given").hdr().cast_mut();
             Ok(with_fd!(t, |fd| opcode::RecvMsg::new(fd, hdr).build()))
         })
     }

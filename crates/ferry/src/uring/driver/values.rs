@@ -1,13 +1,10 @@
-//! The driver's values: tickets, completions, refusals, targets and counters, plus the
-//! per-operation state the ring keeps while the kernel owns a buffer.
+//! The driver's public values: tickets, completions, refusals, targets and counters.
 
-use std::any::Any;
 use std::io;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 
-use super::ops;
 use crate::error::Error;
 
 /// Counters of one [`Uring`](super::Uring), read with [`Uring::stats`](super::Uring::stats).
@@ -72,7 +69,7 @@ pub struct Ticket<B> {
 
 impl<B> Ticket<B> {
     pub(super) fn user_data(&self) -> u64 {
-        (u64::from(self.gen) << 32) | u64::from(self.slot)
+        crate::uring::ring::user_data(self.slot, self.gen)
     }
 }
 
@@ -124,33 +121,4 @@ impl<B> From<Refused<B>> for Error {
     fn from(r: Refused<B>) -> Error {
         r.error
     }
-}
-
-/// What kind of operation a slot holds, for completion handling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    Plain,
-    SendZc,
-    RecvFrom,
-}
-
-/// An operation the kernel may still be working on; owns everything the SQE points to.
-pub(super) struct InFlight {
-    pub(super) buf: Box<dyn Any + Send>,
-    pub(super) msg: Option<Box<ops::MsgState>>,
-    pub(super) kind: Kind,
-    pub(super) result: Option<i32>,
-    pub(super) notif_pending: bool,
-    pub(super) zc_copied: bool,
-}
-
-impl InFlight {
-    pub(super) fn done(&self) -> bool {
-        self.result.is_some() && !self.notif_pending
-    }
-}
-
-pub(super) struct Slot {
-    pub(super) gen: u32,
-    pub(super) op: Option<InFlight>,
 }

@@ -101,20 +101,21 @@
 mod submit;
 pub mod table;
 
-use submit::*;
+use submit::cqe_result;
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use io_uring::{opcode, types};
 
 use crate::error::{Error, Result};
 use crate::sys::fd::memfd;
 use crate::sys::mem::{Access, Mapping};
+use crate::sys::page_size;
 use crate::sys::uffd::Watcher;
-use crate::sys::{count, page_size};
+use crate::uring::ring::Ring;
 use crate::uring::{Features, RingOptions};
 
 use table::Table;
@@ -335,7 +336,7 @@ impl Shared {
 
 /// A registration cache bound to its own io_uring. See the [module docs](self).
 pub struct Xlate {
-    ring: IoUring,
+    ring: Ring,
     bounce: Mapping,
     cfg: XlateConfig,
     bounce_size: usize,
@@ -397,9 +398,8 @@ impl Xlate {
         let bounce_len = bounce_size
             .checked_mul(cfg.bounce_buffers as usize)
             .ok_or(Error::InvalidArgument("bounce region overflows"))?;
-        let ring = RingOptions::new((cfg.bounce_buffers * 2 + 2).max(8)).build()?;
-        count();
-        ring.submitter().register_buffers_sparse(total)?;
+        let mut ring = Ring::new(&RingOptions::new((cfg.bounce_buffers * 2 + 2).max(8)))?;
+        ring.register_buffers_sparse(total)?;
         let mfd = memfd("ferry-xlate-bounce", bounce_len as u64)?;
         let bounce = Mapping::shared(mfd.as_fd(), bounce_len, Access::ReadWrite)?;
         let iovecs: Vec<libc::iovec> = (0..cfg.bounce_buffers as usize)
@@ -409,10 +409,9 @@ impl Xlate {
                 iov_len: bounce_size,
             })
             .collect();
-        count();
         // SAFETY: the bounce mapping lives in `Xlate` and is declared after `ring`, so it
         // is unmapped only after the ring (and with it the registration) is gone.
-        unsafe { ring.submitter().register_buffers_update(0, &iovecs, None)? };
+        unsafe { ring.register_buffers_update(0, &iovecs)? };
 
         let send_op = if cfg.zero_copy_send {
             SendOp::SendZc
@@ -594,14 +593,9 @@ impl Xlate {
                     iov_base: ptr.cast(),
                     iov_len: len.max(1),
                 };
-                count();
                 // SAFETY: the range is the caller's borrowed buffer; the registration pins
                 // its pages, so the kernel never touches memory that is not mapped.
-                match unsafe {
-                    self.ring
-                        .submitter()
-                        .register_buffers_update(scratch, &[iov], None)
-                } {
+                match unsafe { self.ring.register_buffers_update(scratch, &[iov]) } {
                     Ok(()) => {
                         self.stats.registrations += 1;
                         self.fixed(fd, kind, ptr, len, scratch)?
@@ -702,15 +696,10 @@ impl Xlate {
             iov_base: start as *mut libc::c_void,
             iov_len: end - start,
         };
-        count();
         // SAFETY: registration pins the pages mapped at `[start, end)` now (the kernel
         // fails it if any is unmapped); those pages stay valid memory for as long as the
         // slot holds them, whatever the process later maps there.
-        let r = unsafe {
-            self.ring
-                .submitter()
-                .register_buffers_update(base + v.slot, &[iov], None)
-        };
+        let r = unsafe { self.ring.register_buffers_update(base + v.slot, &[iov]) };
         if r.is_err() {
             self.stats.register_failures += 1;
             return None;

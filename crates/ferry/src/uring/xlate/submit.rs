@@ -2,7 +2,14 @@
 //! the submit-and-wait that never returns before the kernel is done with the caller's
 //! memory.
 
-use super::*;
+use std::io;
+use std::os::fd::RawFd;
+
+use io_uring::{opcode, squeue, types};
+
+use super::{Kind, SendOp, Xlate};
+use crate::error::{Error, Result};
+use crate::uring::ring;
 
 impl Xlate {
     /// One I/O from the fixed buffer `index`, which covers `[ptr, ptr + len)`.
@@ -140,47 +147,38 @@ impl Xlate {
         serve: Option<(usize, usize)>,
         res: &mut [i32],
     ) -> Result<()> {
-        {
-            let mut sq = self.ring.submission();
-            for (i, e) in sqes.iter().enumerate() {
-                let e = e.clone().user_data(i as u64);
-                // SAFETY: the caller keeps every buffer valid until we return, and we
-                // return only after the completions arrived.
-                if unsafe { sq.push(&e) }.is_err() {
-                    // Nothing was submitted yet; drop what we queued by never entering
-                    // the ring again.
-                    self.poisoned = true;
-                    return Err(Error::Io(io::Error::other("xlate ring full")));
-                }
+        for (i, e) in sqes.iter().enumerate() {
+            let e = e.clone().user_data(ring::user_data(i as u32, 0));
+            // SAFETY: the caller keeps every buffer valid until we return, and we return
+            // only after the completions arrived.
+            if unsafe { self.ring.push(&e) }.is_err() {
+                // Nothing was submitted yet; drop what we queued by never entering the
+                // ring again.
+                self.poisoned = true;
+                return Err(Error::Io(io::Error::other("xlate ring full")));
             }
         }
         let mut submitted = false;
-        if serve.is_some() {
-            count();
-            match self.ring.submit() {
-                Ok(_) => submitted = true,
-                Err(e) if retryable(&e) => {}
+        if let Some((addr, len)) = serve {
+            match self.ring.flush() {
+                Ok(took) => submitted = took,
                 Err(e) => {
                     self.poisoned = true;
-                    return Err(e.into());
+                    return Err(e);
                 }
             }
-            if let Some((addr, len)) = serve {
-                let _ = self.install(addr, len, 0);
-            }
+            let _ = self.install(addr, len, 0);
         }
         let mut pending = sqes.len();
         let mut notifs: i64 = 0;
         while pending > 0 || notifs > 0 {
-            count();
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => submitted = true,
-                Err(e) if retryable(&e) => continue,
+            match self.ring.wait(1, None) {
+                Ok(took) => submitted |= took,
                 Err(e) if !submitted => {
                     // io_uring_enter consumed nothing: the SQEs stay queued, and we never
                     // enter this ring again, so the kernel never sees them.
                     self.poisoned = true;
-                    return Err(e.into());
+                    return Err(e);
                 }
                 Err(e) => {
                     // Some I/O is in flight on borrowed memory and we cannot wait for it:
@@ -189,33 +187,26 @@ impl Xlate {
                     std::process::abort();
                 }
             }
-            for cqe in self.ring.completion() {
-                if cqueue::notif(cqe.flags()) {
+            let stats = &mut self.stats;
+            self.ring.reap(|c| {
+                if c.notif() {
                     notifs -= 1;
-                    if crate::uring::notif_zc_copied(cqe.result()) {
-                        self.stats.zc_copied += 1;
+                    if c.zc_copied() {
+                        stats.zc_copied += 1;
                     }
-                    continue;
+                    return;
                 }
-                let i = cqe.user_data() as usize;
-                if let Some(r) = res.get_mut(i) {
-                    *r = cqe.result();
+                if let Some(r) = res.get_mut(c.slot_tag().0 as usize) {
+                    *r = c.result;
                 }
                 pending = pending.saturating_sub(1);
-                if cqueue::more(cqe.flags()) {
+                if c.more() {
                     notifs += 1;
                 }
-            }
+            });
         }
         Ok(())
     }
-}
-
-pub(super) fn retryable(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
-    )
 }
 
 pub(super) fn cqe_result(r: i32) -> Result<usize> {
@@ -246,7 +237,7 @@ pub(super) fn build(fd: RawFd, kind: Kind, ptr: *mut u8, len: usize, index: u16)
         Kind::Send(SendOp::SendZc) => opcode::SendZc::new(fd, ptr.cast_const(), len as u32)
             .buf_index(Some(index))
             .flags(libc::MSG_NOSIGNAL)
-            .zc_flags(crate::uring::SEND_ZC_REPORT_USAGE)
+            .zc_flags(ring::SEND_ZC_REPORT_USAGE)
             .build(),
         Kind::Send(SendOp::Plain) => opcode::Send::new(fd, ptr.cast_const(), len as u32)
             .flags(libc::MSG_NOSIGNAL)

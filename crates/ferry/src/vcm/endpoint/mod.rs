@@ -31,21 +31,21 @@
 use std::mem::ManuallyDrop;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-
-use io_uring::types::{CancelBuilder, Fixed, SubmitArgs, Timespec};
-use io_uring::{opcode, squeue, IoUring};
 
 use super::command::{BufRange, Command, CommandId, Placed, SockHandle, Vector};
 use super::status::{Status, StatusWord};
 use crate::error::{Error, Result};
 use crate::sys::mem::{Access, Mapping};
-use crate::sys::sockaddr::{read_sockaddr, write_sockaddr};
+use crate::uring::ring::{Cqe, Ring};
 use crate::uring::RingOptions;
 
-mod kernel;
-use kernel::*;
+mod activation;
+mod sqe;
+use sqe::MsgSpace;
+#[cfg(test)]
+use sqe::{split_user_data, user_data, PART_CANCEL, PART_MAIN, PART_REPLY};
 
 /// How to build an [`Endpoint`].
 #[derive(Debug, Clone)]
@@ -167,9 +167,8 @@ static NEXT_ENDPOINT: AtomicU32 = AtomicU32::new(1);
 /// One application's channel to the kernel: a ring, a registered buffer region, owned
 /// sockets, and command status words. See the [module docs](self).
 pub struct Endpoint {
-    ring: IoUring,
+    ring: Ring,
     id: u32,
-    sqpoll: bool,
     zero_copy: bool,
     spin: Duration,
     sockets: Vec<SockSlot>,
@@ -187,9 +186,9 @@ impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint")
             .field("id", &self.id)
-            .field("sqpoll", &self.sqpoll)
+            .field("sqpoll", &self.ring.is_sqpoll())
             .field("region_len", &self.region.len())
-            .field("stats", &self.stats)
+            .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
 }
@@ -208,26 +207,22 @@ impl Endpoint {
         let len = crate::sys::round_up_pages(opts.region_len.max(1))
             .filter(|&l| l <= u32::MAX as usize)
             .ok_or(refuse("region_len must fit in 32 bits"))?;
-        let ring = opts.ring.build()?;
+        let mut ring = Ring::new(&opts.ring)?;
         let fd = crate::sys::fd::memfd("ferry-vcm", len as u64)?;
         let region = Mapping::shared(fd.as_fd(), len, Access::ReadWrite)?;
-        crate::sys::count();
-        ring.submitter()
-            .register_files_sparse(opts.max_sockets.max(1))?;
+        ring.register_files_sparse(opts.max_sockets.max(1))?;
         let iov = libc::iovec {
             iov_base: region.as_ptr().cast(),
             iov_len: len,
         };
-        crate::sys::count();
         // SAFETY: the region stays mapped until after the ring is dropped (field order, and
         // `Drop` drains the ring first), so the registered pages outlive the registration.
-        let registered = unsafe { ring.submitter().register_buffers(&[iov]) }.is_ok();
+        let registered = unsafe { ring.register_buffers(&[iov]) }.is_ok();
         let n = opts.max_commands as usize;
         let zero_copy =
             opts.zero_copy_send && registered && crate::uring::Features::probe().send_zc;
         Ok(Endpoint {
             zero_copy,
-            sqpoll: opts.ring.sqpoll_idle_ms.is_some(),
             ring,
             id: NEXT_ENDPOINT.fetch_add(1, Ordering::Relaxed),
             spin: opts.spin,
@@ -259,19 +254,22 @@ impl Endpoint {
 
     /// True when this endpoint's ring has an SQPOLL kernel thread.
     pub fn is_sqpoll(&self) -> bool {
-        self.sqpoll
+        self.ring.is_sqpoll()
     }
 
     /// True when the SQPOLL thread has gone to sleep (the next activation must wake it
     /// with one `io_uring_enter`). Always false without SQPOLL.
     pub fn sqpoll_asleep(&mut self) -> bool {
-        fence(Ordering::SeqCst);
-        self.sqpoll && self.ring.submission().need_wakeup()
+        self.ring.sq_thread_asleep()
     }
 
     /// Counters so far.
     pub fn stats(&self) -> EndpointStats {
-        self.stats
+        EndpointStats {
+            enters: self.ring.enters(),
+            wakeups: self.ring.wakeups(),
+            ..self.stats
+        }
     }
 
     /// Takes ownership of a socket and registers it in the ring's file table
@@ -286,9 +284,7 @@ impl Endpoint {
             .ok_or(Error::Full)?;
         crate::sys::count();
         let dgram = rustix::net::sockopt::socket_type(&fd)? == rustix::net::SocketType::DGRAM;
-        crate::sys::count();
         self.ring
-            .submitter()
             .register_files_update(slot as u32, &[fd.as_raw_fd()])?;
         let s = &mut self.sockets[slot];
         s.generation = s.generation.wrapping_add(1);
@@ -319,8 +315,7 @@ impl Endpoint {
         {
             return Err(refuse("socket has commands in flight"));
         }
-        crate::sys::count();
-        self.ring.submitter().register_files_update(h.slot, &[-1])?;
+        self.ring.register_files_update(h.slot, &[-1])?;
         Ok(self.sockets[h.slot as usize].fd.take().unwrap())
     }
 
@@ -542,14 +537,10 @@ impl Endpoint {
         let mut reposted = false;
         let mut flushes = 0;
         loop {
-            let mut batch = [(0u64, 0i32, 0u32); 32];
-            let mut n = 0;
-            for c in self.ring.completion().take(batch.len()) {
-                batch[n] = (c.user_data(), c.result(), c.flags());
-                n += 1;
-            }
-            for &(ud, res, flags) in &batch[..n] {
-                reposted |= self.complete(ud, res, flags);
+            let mut batch = [Cqe::default(); 32];
+            let (n, _) = self.ring.reap_into(&mut batch);
+            for c in &batch[..n] {
+                reposted |= self.complete(c.user_data, c.result, c.flags);
             }
             total += n;
             if n == batch.len() {
@@ -557,13 +548,11 @@ impl Endpoint {
             }
             // Completions the ring had no room for wait in the kernel (IORING_FEAT_NODROP)
             // until an enter flushes them: a rare syscall, counted like the others.
-            if flushes == 4 || !self.ring.submission().cq_overflow() {
+            if flushes == 4 || !self.ring.cq_overflow() {
                 break;
             }
             flushes += 1;
-            crate::sys::count();
-            self.stats.enters += 1;
-            self.ring.submitter().submit()?;
+            self.ring.flush()?;
         }
         if reposted {
             self.flush()?;
@@ -594,20 +583,8 @@ impl Endpoint {
                 Some(t) => (t - waited).min(slice),
                 None => slice,
             };
-            let ts = Timespec::from(step);
-            let args = SubmitArgs::new().timespec(&ts);
-            crate::sys::count();
-            self.stats.enters += 1;
             self.stats.waits += 1;
-            match self.ring.submitter().submit_with_args(1, &args) {
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
-                    ) => {}
-                Err(e) => return Err(e.into()),
-            }
+            self.ring.wait(1, Some(step))?;
         }
     }
 

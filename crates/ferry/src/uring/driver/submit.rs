@@ -1,18 +1,17 @@
-//! Submission and completion: parking an operation's state, pushing entries, entering
-//! the kernel (counted), reaping completions (SEND_ZC notifications included), waiting,
-//! cancelling, and the cancel-and-wait that runs on close and drop.
+//! The driver's submission and completion on the ring core: parking an operation's state
+//! under a ticket, pushing its entry, filing completions (SEND_ZC notifications included)
+//! with their operations, waiting, cancelling, and the drain that runs on close and drop.
 
 use std::io;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
-use io_uring::{cqueue, opcode, squeue, types};
+use io_uring::{squeue, types};
 
-use super::values::{InFlight, Kind, Slot};
+use super::inflight::{InFlight, Kind, Slot};
 use super::{Completion, Ticket, Uring, UringStats};
-use super::{CANCEL_UD, DROP_PATIENCE};
 use crate::error::{Error, Result};
-use crate::uring::notif_zc_copied;
+use crate::uring::ring::{self, Cqe, Drain, Ring};
 
 impl Uring {
     /// Takes a free slot and parks the operation's owned state in it.
@@ -42,7 +41,7 @@ impl Uring {
         gen: u32,
         entry: squeue::Entry,
     ) -> Result<Ticket<B>> {
-        let entry = entry.user_data((u64::from(gen) << 32) | u64::from(slot));
+        let entry = entry.user_data(ring::user_data(slot, gen));
         self.push(&entry)?;
         self.stats.submitted += 1;
         Ok(Ticket {
@@ -69,17 +68,15 @@ impl Uring {
             // SAFETY: every pointer in `entry` points into state parked in `self.slots`
             // (buffer, msghdr, sockaddr) or into the pool region, which stays alive and in
             // place until the operation's last completion is reaped, or forever if `Drop`
-            // gives up waiting.
-            if unsafe { self.ring.submission().push(entry) }.is_ok() {
+            // gives up waiting. A cancel entry points nowhere.
+            if unsafe { self.ring.push(entry) }.is_ok() {
                 return Ok(());
             }
-            self.enter(0, None)?;
-            if self.sqpoll && self.ring.submission().is_full() {
+            self.ring.flush()?;
+            if self.ring.is_sqpoll() && self.ring.sq_free() == 0 {
                 // The kernel thread is awake but behind: block until it frees an entry
                 // (IORING_ENTER_SQ_WAIT) rather than spin.
-                self.stats.enters += 1;
-                crate::sys::count();
-                self.ring.submitter().squeue_wait()?;
+                self.ring.sq_wait()?;
             }
             self.reap();
         }
@@ -92,100 +89,16 @@ impl Uring {
     /// Makes queued entries visible to the kernel: `io_uring_enter` without SQPOLL, and
     /// under SQPOLL only when the kernel thread sleeps.
     pub fn flush(&mut self) -> Result<()> {
-        self.enter(0, None)
-    }
-
-    /// Enters the kernel if needed to submit and, if `want > 0`, to wait for a completion.
-    fn enter(&mut self, want: usize, timeout: Option<Duration>) -> Result<()> {
-        let (pending, need_wakeup, kick) = {
-            let sq = self.ring.submission();
-            (
-                !sq.is_empty(),
-                sq.need_wakeup(),
-                sq.cq_overflow() || sq.taskrun(),
-            )
-        };
-        if self.sqpoll {
-            // The kernel thread takes queued entries by itself unless it sleeps. The
-            // SeqCst fence in need_wakeup() pairs with the kernel's barrier between
-            // setting IORING_SQ_NEED_WAKEUP and re-reading the SQ tail.
-            if want == 0 && !(pending && need_wakeup) && !kick {
-                return Ok(());
-            }
-            if pending && need_wakeup {
-                self.stats.sqpoll_wakeups += 1;
-            }
-        } else if want == 0 && !pending {
-            return Ok(());
-        }
-        self.stats.enters += 1;
-        crate::sys::count();
-        let submitter = self.ring.submitter();
-        let r = match timeout {
-            None => submitter.submit_and_wait(want),
-            Some(t) => {
-                let ts = types::Timespec::from(t);
-                let args = types::SubmitArgs::new().timespec(&ts);
-                submitter.submit_with_args(want, &args)
-            }
-        };
-        match r {
-            Ok(_) => Ok(()),
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
-                ) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(Error::Io(e)),
-        }
+        self.ring.flush().map(drop)
     }
 
     /// Takes every completion the kernel has posted and files it with its operation.
     /// Returns how many completion entries were seen. Never blocks, makes no syscall.
     pub fn reap(&mut self) -> usize {
-        let mut seen = 0;
-        let mut cq = self.ring.completion();
-        cq.sync();
-        for cqe in &mut cq {
-            seen += 1;
-            let ud = cqe.user_data();
-            if ud == CANCEL_UD {
-                continue;
-            }
-            let (slot, gen) = ((ud & 0xffff_ffff) as u32, (ud >> 32) as u32);
-            let Some(s) = self.slots.get_mut(slot as usize) else {
-                continue;
-            };
-            if s.gen != gen {
-                continue;
-            }
-            let Some(op) = s.op.as_mut() else { continue };
-            let flags = cqe.flags();
-            let res = cqe.result();
-            if cqueue::notif(flags) {
-                op.notif_pending = false;
-                if notif_zc_copied(res) {
-                    op.zc_copied = true;
-                    self.stats.zc_copied += 1;
-                }
-            } else {
-                op.result = Some(res);
-                op.notif_pending = op.kind == Kind::SendZc && cqueue::more(flags);
-                if op.kind == Kind::SendZc && res >= 0 {
-                    self.stats.zc_sent += 1;
-                }
-                if res == -libc::ECANCELED {
-                    self.stats.cancelled += 1;
-                }
-            }
-            if op.done() {
-                self.stats.completed += 1;
-            }
-        }
-        seen
+        let Uring {
+            ring, slots, stats, ..
+        } = self;
+        ring.reap(|c| file(slots, stats, c))
     }
 
     fn lookup<B>(&self, t: &Ticket<B>) -> Result<&InFlight> {
@@ -209,10 +122,9 @@ impl Uring {
     /// completes with `ECANCELED`, or normally if it was already done. Wait for it as usual.
     pub fn cancel<B>(&mut self, t: &Ticket<B>) -> Result<()> {
         self.lookup(t)?;
-        let e = opcode::AsyncCancel2::new(types::CancelBuilder::user_data(t.user_data()))
-            .build()
-            .user_data(CANCEL_UD);
-        self.push(&e)?;
+        self.push(&ring::cancel_entry(types::CancelBuilder::user_data(
+            t.user_data(),
+        )))?;
         self.flush()
     }
 
@@ -233,7 +145,7 @@ impl Uring {
                 std::hint::spin_loop();
                 continue;
             }
-            self.enter(1, None)?;
+            self.ring.wait(1, None)?;
         }
         let op = self.unpark(t.slot).expect("looked up above");
         Ok(finish(op))
@@ -259,8 +171,40 @@ impl Uring {
             if now >= deadline {
                 return Ok(Err(t));
             }
-            self.enter(1, Some(deadline - now))?;
+            self.ring.wait(1, Some(deadline - now))?;
         }
+    }
+}
+
+/// Files one completion with the operation its `user_data` names; a completion for a
+/// slot that has moved on (another generation) is ignored.
+fn file(slots: &mut [Slot], stats: &mut UringStats, c: Cqe) {
+    let (slot, gen) = c.slot_tag();
+    let Some(s) = slots.get_mut(slot as usize) else {
+        return;
+    };
+    if s.gen != gen {
+        return;
+    }
+    let Some(op) = s.op.as_mut() else { return };
+    if c.notif() {
+        op.notif_pending = false;
+        if c.zc_copied() {
+            op.zc_copied = true;
+            stats.zc_copied += 1;
+        }
+    } else {
+        op.result = Some(c.result);
+        op.notif_pending = op.kind == Kind::SendZc && c.more();
+        if op.kind == Kind::SendZc && c.result >= 0 {
+            stats.zc_sent += 1;
+        }
+        if c.result == -libc::ECANCELED {
+            stats.cancelled += 1;
+        }
+    }
+    if op.done() {
+        stats.completed += 1;
     }
 }
 
@@ -297,42 +241,28 @@ impl Uring {
             .count()
     }
 
-    /// Cancels everything still running (`IORING_OP_ASYNC_CANCEL` matching any request)
-    /// and waits for every completion and every SEND_ZC notification, for at most
-    /// `patience`. True when the kernel has answered for all of them.
-    fn quiesce(&mut self, patience: Duration) -> bool {
-        if self.running() == 0 {
-            return true;
-        }
-        let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::any())
-            .build()
-            .user_data(CANCEL_UD);
-        let _ = self.push(&cancel);
-        let deadline = Instant::now() + patience;
-        loop {
-            self.reap();
-            if self.running() == 0 {
-                return true;
-            }
-            let now = Instant::now();
-            let step = (deadline.saturating_duration_since(now)).min(Duration::from_millis(100));
-            if now >= deadline || self.enter(1, Some(step)).is_err() {
-                return false;
-            }
-        }
-    }
-
     /// Cancels what is still running, waits for the kernel to let go of every buffer
     /// (as `Drop` does), and returns the final counters.
     pub fn close(mut self) -> UringStats {
-        self.quiesce(DROP_PATIENCE);
-        self.stats
+        ring::drain(&mut self);
+        self.stats()
+    }
+}
+
+impl Drain for Uring {
+    fn ring(&mut self) -> &mut Ring {
+        &mut self.ring
+    }
+
+    fn settled(&mut self) -> bool {
+        self.reap();
+        self.running() == 0
     }
 }
 
 impl Drop for Uring {
     fn drop(&mut self) {
-        if self.quiesce(DROP_PATIENCE) {
+        if ring::drain(self) {
             return; // the slots (and buffers) drop normally after the ring is closed
         }
         // The kernel did not answer: it may still write into these buffers after the ring

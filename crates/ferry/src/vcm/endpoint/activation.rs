@@ -1,66 +1,34 @@
-//! The endpoint's kernel side: user data, the boxed `msghdr`s, making room in the
-//! submission ring, arming commands, and turning completions into status words; and the
-//! cancel-and-wait on drop.
+//! Arming a command's entries on the ring core and applying its completions to its status
+//! word (SEND_ZC results and notifications, accept-multiple's probing, accept-stop's
+//! cancels); and the drain that runs on drop.
 
-use super::*;
+use std::mem::ManuallyDrop;
+use std::time::{Duration, Instant};
 
-use crate::uring::{notif_zc_copied, SEND_ZC_REPORT_USAGE};
+use io_uring::types::CancelBuilder;
+use io_uring::{opcode, squeue};
 
-pub(super) const PART_MAIN: u64 = 0;
-pub(super) const PART_REPLY: u64 = 1;
-pub(super) const PART_CANCEL: u64 = 2;
-
-pub(super) fn user_data(slot: u32, generation: u32, part: u64) -> u64 {
-    (u64::from(slot) << 32) | (u64::from(generation & 0x00ff_ffff) << 8) | part
-}
-
-pub(super) fn split_user_data(ud: u64) -> (u32, u32, u64) {
-    (
-        (ud >> 32) as u32,
-        ((ud >> 8) & 0x00ff_ffff) as u32,
-        ud & 0xff,
-    )
-}
-
-/// The `msghdr`, `iovec` and addresses one command hands the kernel. Boxed, so their
-/// addresses stay put while the slot vector grows.
-pub(super) struct MsgSpace {
-    hdr: libc::msghdr,
-    iov: libc::iovec,
-    from: libc::sockaddr_storage,
-    to: libc::sockaddr_storage,
-    to_len: libc::socklen_t,
-}
-
-// SAFETY: the raw pointers inside point into this same box or into the endpoint's region;
-// both move with the endpoint and are only used by the thread that owns it.
-unsafe impl Send for MsgSpace {}
-
-impl MsgSpace {
-    pub(super) fn new() -> Box<MsgSpace> {
-        // SAFETY: msghdr, iovec and sockaddr_storage are plain C structs for which all-zero
-        // bytes are a valid (empty) value.
-        Box::new(unsafe { std::mem::zeroed() })
-    }
-}
+use super::sqe::{recv_entry, send_entry, split_user_data, user_data};
+use super::sqe::{PART_CANCEL, PART_MAIN, PART_REPLY};
+use super::Endpoint;
+use crate::error::{Error, Result};
+use crate::uring::ring::{self, Cqe, Drain, Ring};
+use crate::vcm::command::Command;
+use crate::vcm::status::Status;
 
 impl Endpoint {
     /// Makes room for `n` submissions: flushes (or, under SQPOLL, lets the kernel thread
     /// drain) the submission ring, and fails with [`Error::Full`] if it stays full.
     pub(super) fn reserve(&mut self, n: usize) -> Result<()> {
-        let cap = self.ring.submission().capacity();
-        if n > cap {
+        if n > self.ring.sq_capacity() {
             return Err(Error::Full);
         }
         let start = Instant::now();
         loop {
-            let mut sq = self.ring.submission();
-            sq.sync();
-            if cap - sq.len() >= n {
+            if self.ring.sq_free() >= n {
                 return Ok(());
             }
-            drop(sq);
-            if !self.sqpoll {
+            if !self.ring.is_sqpoll() {
                 self.flush()?;
             } else if start.elapsed() > Duration::from_secs(1) {
                 return Err(Error::Full);
@@ -74,24 +42,7 @@ impl Endpoint {
     /// Hands pushed submissions to the kernel: `io_uring_enter` without SQPOLL, nothing
     /// under SQPOLL unless its thread sleeps (or the kernel asks for a completion flush).
     pub(super) fn flush(&mut self) -> Result<()> {
-        let enter = if self.sqpoll {
-            fence(Ordering::SeqCst);
-            let sq = self.ring.submission();
-            if sq.need_wakeup() {
-                self.stats.wakeups += 1;
-                true
-            } else {
-                sq.cq_overflow() || sq.taskrun()
-            }
-        } else {
-            !self.ring.submission().is_empty()
-        };
-        if enter {
-            crate::sys::count();
-            self.stats.enters += 1;
-            self.ring.submitter().submit()?;
-        }
-        Ok(())
+        self.ring.flush().map(drop)
     }
 
     /// Pushes the submissions of slot `slot`'s current activation. Space was reserved.
@@ -157,7 +108,6 @@ impl Endpoint {
             }
             Command::AcceptStop { .. } => {}
         }
-        let mut sq = self.ring.submission();
         for e in entries.into_iter().flatten() {
             let e = if link_next {
                 e.flags(squeue::Flags::IO_LINK)
@@ -168,7 +118,7 @@ impl Endpoint {
             // checked) or into this slot's boxed MsgSpace; both stay valid and untouched by
             // safe code until the completion is reaped (`busy` guards the region, a slot is
             // not reused while `inflight > 0`, and `Drop` drains the ring before unmapping).
-            unsafe { sq.push(&e) }.expect("space was reserved");
+            unsafe { self.ring.push(&e) }.expect("space was reserved");
             s.inflight += 1;
             self.inflight += 1;
         }
@@ -185,9 +135,14 @@ impl Endpoint {
     /// Applies one completion; returns true when it re-posted a receive.
     pub(super) fn complete(&mut self, ud: u64, res: i32, flags: u32) -> bool {
         self.stats.completions += 1;
+        let cqe = Cqe {
+            user_data: ud,
+            result: res,
+            flags,
+        };
         // The result of a zero-copy send: its notification follows, and until then the
         // kernel may still read the buffer, so the submission stays outstanding.
-        let more = io_uring::cqueue::more(flags);
+        let more = cqe.more();
         if !more {
             self.inflight = self.inflight.saturating_sub(1);
         }
@@ -213,9 +168,9 @@ impl Endpoint {
             return false;
         }
         s.inflight = s.inflight.saturating_sub(1);
-        if io_uring::cqueue::notif(flags) {
+        if cqe.notif() {
             self.stats.zc_sends += 1;
-            if notif_zc_copied(res) {
+            if cqe.zc_copied() {
                 self.stats.zc_copied += 1;
             }
             if s.inflight > 0 {
@@ -275,8 +230,8 @@ impl Endpoint {
                         self.stats.discarded += 1;
                     }
                     let _ = flags;
-                    s.source = read_sockaddr(&s.msg.from, s.msg.hdr.msg_namelen);
-                    s.last = if s.msg.hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                    s.source = s.msg.source();
+                    s.last = if s.msg.truncated() {
                         Status::Truncated(res as u32)
                     } else {
                         Status::Done(res as u32)
@@ -305,8 +260,8 @@ impl Endpoint {
                         Status::Failed(-res)
                     }
                 } else {
-                    s.source = read_sockaddr(&s.msg.from, s.msg.hdr.msg_namelen);
-                    if s.msg.hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                    s.source = s.msg.source();
+                    if s.msg.truncated() {
                         Status::Truncated(res as u32)
                     } else {
                         Status::Done(res as u32)
@@ -338,92 +293,24 @@ impl Endpoint {
     }
 }
 
-pub(super) fn send_entry(
-    m: &mut MsgSpace,
-    base: *mut u8,
-    r: BufRange,
-    sock: SockHandle,
-    to: Option<SocketAddr>,
-    zero_copy: bool,
-) -> squeue::Entry {
-    // `base + offset` stays inside the region: callers checked the range.
-    let ptr = base.wrapping_add(r.offset as usize);
-    if zero_copy {
-        let mut op = opcode::SendZc::new(Fixed(sock.slot), ptr, r.len)
-            .buf_index(Some(0))
-            .zc_flags(SEND_ZC_REPORT_USAGE)
-            .flags(libc::MSG_NOSIGNAL);
-        if let Some(to) = to {
-            m.to_len = write_sockaddr(&mut m.to, to);
-            op = op
-                .dest_addr(std::ptr::addr_of!(m.to).cast())
-                .dest_addr_len(m.to_len);
-        }
-        return op.build();
+impl Drain for Endpoint {
+    fn ring(&mut self) -> &mut Ring {
+        &mut self.ring
     }
-    let mut op = opcode::Send::new(Fixed(sock.slot), ptr, r.len).flags(libc::MSG_NOSIGNAL);
-    if let Some(to) = to {
-        m.to_len = write_sockaddr(&mut m.to, to);
-        op = op
-            .dest_addr(std::ptr::addr_of!(m.to).cast())
-            .dest_addr_len(m.to_len);
-    }
-    op.build()
-}
 
-pub(super) fn recv_entry(
-    m: &mut MsgSpace,
-    base: *mut u8,
-    r: BufRange,
-    sock: SockHandle,
-    nowait: bool,
-    dgram: bool,
-) -> squeue::Entry {
-    m.iov = libc::iovec {
-        iov_base: base.wrapping_add(r.offset as usize).cast(),
-        iov_len: r.len as usize,
-    };
-    m.hdr.msg_name = std::ptr::addr_of_mut!(m.from).cast();
-    m.hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    m.hdr.msg_iov = std::ptr::addr_of_mut!(m.iov);
-    m.hdr.msg_iovlen = 1;
-    m.hdr.msg_control = std::ptr::null_mut();
-    m.hdr.msg_controllen = 0;
-    m.hdr.msg_flags = 0;
-    // MSG_TRUNC: the result is the datagram's full length even when it did not fit. On a
-    // stream socket it would discard the bytes instead, so only datagrams get it.
-    let trunc = if dgram { libc::MSG_TRUNC } else { 0 };
-    opcode::RecvMsg::new(Fixed(sock.slot), std::ptr::addr_of_mut!(m.hdr))
-        .flags((trunc | if nowait { libc::MSG_DONTWAIT } else { 0 }) as u32)
-        .build()
+    fn settled(&mut self) -> bool {
+        let _ = self.poll();
+        self.inflight == 0
+    }
 }
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        if self.inflight > 0 {
-            let cancel = opcode::AsyncCancel2::new(CancelBuilder::any())
-                .build()
-                .user_data(u64::MAX);
-            let mut sq = self.ring.submission();
-            // SAFETY: a cancel entry carries no pointer.
-            let pushed = unsafe { sq.push(&cancel) }.is_ok();
-            drop(sq);
-            if pushed {
-                self.inflight += 1;
-            }
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while self.inflight > 0 && Instant::now() < deadline {
-                crate::sys::count();
-                let ts = Timespec::from(Duration::from_millis(10));
-                let args = SubmitArgs::new().timespec(&ts);
-                let _ = self.ring.submitter().submit_with_args(1, &args);
-                let _ = self.poll();
-            }
-        }
-        if self.inflight == 0 {
+        if ring::drain(self) {
             // SAFETY: no request into the region is left in the kernel, and the region is
             // not used after this point. With requests left (a kernel that would not cancel
-            // within 2 s), the mapping is leaked instead of unmapped under the kernel.
+            // within the ring core's patience), the mapping is leaked instead of unmapped
+            // under the kernel.
             unsafe { ManuallyDrop::drop(&mut self.region) };
         } else {
             // The kernel may still write a receive's source address and flags into the
