@@ -39,7 +39,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Layers, bottom up: [`sys`] (thin syscall wrappers), [`region`] (groups, domains, lots,
+//! Layers, bottom up: `sys` (thin syscall wrappers, private to the crate; [`diagnostics`]
+//! re-exports its syscall counters and page size), [`region`] (groups, domains, lots,
 //! fbufs), [`segment`] and [`iodata`] (handles), [`channel`] (rings and endpoints).
 //! Errors are one enum, [`Error`]; a descriptor that fails validation is
 //! [`Error::BadDescriptor`], a dead peer [`Error::PeerGone`].
@@ -73,6 +74,7 @@
 #[allow(unsafe_code)]
 pub mod channel;
 pub mod container;
+pub mod diagnostics;
 pub mod error;
 #[allow(unsafe_code)]
 pub mod iodata;
@@ -82,7 +84,7 @@ pub mod region;
 pub mod segment;
 pub(crate) mod sync;
 #[allow(unsafe_code)]
-pub mod sys;
+pub(crate) mod sys;
 #[allow(unsafe_code)]
 pub mod uring;
 #[allow(unsafe_code)]
