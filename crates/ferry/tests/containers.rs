@@ -3,13 +3,17 @@
 //! and the tests count descriptors and mappings process-wide.
 
 use std::fs::File;
-use std::io::{Read, Seek, Write};
+use std::io::{IoSlice, Read, Seek, Write};
+use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Mutex, MutexGuard};
 
 use ferry::container::{self, Container};
 use ferry::{BadDescriptor, Error};
+use rustix::fs::{memfd_create, MemfdFlags};
+use rustix::mm::{mmap, munmap, MapFlags, ProtFlags};
+use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 
 static LOCK: Mutex<()> = Mutex::new(());
 
@@ -18,7 +22,7 @@ fn lock() -> MutexGuard<'static, ()> {
 }
 
 fn page() -> usize {
-    ferry::sys::page_size()
+    rustix::param::page_size()
 }
 
 fn open_fds() -> usize {
@@ -62,7 +66,7 @@ fn temp_file(bytes: &[u8]) -> File {
 }
 
 fn pipe() -> (File, File) {
-    let (r, w) = ferry::sys::splice::pipe().unwrap();
+    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
     (File::from(r), File::from(w))
 }
 
@@ -310,17 +314,22 @@ fn send_raw(sock: &UnixStream, count: u32, entries: &[[u64; 4]], fds: &[&dyn AsF
         }
     }
     let fds: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
-    assert_eq!(
-        ferry::sys::scm::send_fds(sock.as_fd(), &h, &fds).unwrap(),
-        h.len()
-    );
+    let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(fds.len()))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    assert!(fds.is_empty() || control.push(SendAncillaryMessage::ScmRights(&fds)));
+    let sent = rustix::net::sendmsg(sock, &[IoSlice::new(&h)], &mut control, SendFlags::NOSIGNAL);
+    assert_eq!(sent.unwrap(), h.len());
 }
 
 #[test]
 fn receive_rejects_bad_messages_and_closes_their_fds() {
     let _g = lock();
     let p = page() as u64;
-    let memfd = move || -> OwnedFd { ferry::sys::fd::memfd("test", p).unwrap() };
+    let memfd = move || -> OwnedFd {
+        let fd = memfd_create("test", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).unwrap();
+        rustix::fs::ftruncate(&fd, p).unwrap();
+        fd
+    };
     let baseline = open_fds();
     let cases: Vec<(&str, Sender<'_>)> = vec![
         (
@@ -461,14 +470,16 @@ fn seal_fails_while_another_holder_maps_the_pallet_writable() {
     let _g = lock();
     let mut c = Container::alloc(&[page()]).unwrap();
     let fd = c.pallet(0).unwrap().as_fd().try_clone_to_owned().unwrap();
-    let m =
-        ferry::sys::mem::Mapping::shared(fd.as_fd(), page(), ferry::sys::mem::Access::ReadWrite)
-            .unwrap();
+    let (prot, flags) = (ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED);
+    // SAFETY: a null hint without MAP_FIXED cannot replace any existing mapping; nothing
+    // reads or writes through `m`, which is unmapped below.
+    let m = unsafe { mmap(std::ptr::null_mut(), page(), prot, flags, &fd, 0) }.unwrap();
     match c.seal() {
         Err(Error::Io(e)) => assert_eq!(e.raw_os_error(), Some(libc::EBUSY)),
         other => panic!("expected EBUSY, got {other:?}"),
     }
-    drop(m);
+    // SAFETY: `m` is the page mapped above, and nothing refers to it.
+    unsafe { munmap(m, page()) }.unwrap();
     c.seal().unwrap();
     assert!(c.info().unwrap().pallets[0].sealed);
 }

@@ -316,7 +316,7 @@ fn check_message(d: &IoData) -> Result<u64, String> {
 
 /// Bytes a path accounts for an fbuf of `n` bytes: a power-of-two number of pages.
 fn class_size(n: usize) -> usize {
-    let p = ferry::sys::page_size();
+    let p = rustix::param::page_size();
     p * n.div_ceil(p).max(1).next_power_of_two()
 }
 

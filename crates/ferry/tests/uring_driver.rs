@@ -686,7 +686,7 @@ fn sqpoll_steady_state_makes_no_syscalls() {
     let t = ring.submit_nop().unwrap();
     ring.wait(t).unwrap().result.unwrap();
     let before = ring.stats();
-    let sys_before = ferry::sys::thread_syscall_count();
+    let sys_before = ferry::diagnostics::thread_syscall_count();
     for _ in 0..200 {
         let t = ring.submit_nop().unwrap();
         assert_eq!(ring.wait(t).unwrap().result.unwrap(), 0);
@@ -694,5 +694,5 @@ fn sqpoll_steady_state_makes_no_syscalls() {
     let after = ring.stats();
     assert_eq!(after.completed - before.completed, 200);
     assert_eq!(after.enters, before.enters, "{after:?}");
-    assert_eq!(ferry::sys::thread_syscall_count(), sys_before);
+    assert_eq!(ferry::diagnostics::thread_syscall_count(), sys_before);
 }

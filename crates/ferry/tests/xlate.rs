@@ -223,7 +223,7 @@ fn unmap_and_remap_never_send_stale_bytes() {
     if !watching(&x) {
         return;
     }
-    let len = 2 * ferry::sys::page_size();
+    let len = 2 * rustix::param::page_size();
     let f = temp_file("remap");
     let p = anon(len);
     let buf = |v: u8| {
@@ -325,7 +325,7 @@ fn two_caches_share_the_watcher() {
     if !watching(&a) {
         return;
     }
-    let len = ferry::sys::page_size();
+    let len = rustix::param::page_size();
     let f = temp_file("two");
     let p = anon(len);
     for (v, off) in [(b'x', 0u64), (b'y', 4096)] {
@@ -454,7 +454,7 @@ fn memory_that_cannot_be_registered_bounces_and_is_counted() {
     // A shared mapping of a file on the temp directory's disk filesystem: neither
     // userfaultfd nor io_uring accept it.
     let backing = temp_file("backing");
-    let len = 4 * ferry::sys::page_size();
+    let len = 4 * rustix::param::page_size();
     backing.set_len(len as u64).unwrap();
     // SAFETY: maps the file just created; unmapped below.
     let p = unsafe {
@@ -491,7 +491,7 @@ fn rate_limit_bounds_registrations() {
     if !have_xlate() {
         return;
     }
-    let page = ferry::sys::page_size();
+    let page = rustix::param::page_size();
     let n = 64usize << 10;
     for limit in [Some(n), None] {
         let mut x = Xlate::new(XlateConfig {
@@ -756,7 +756,7 @@ fn socket_send_after_remap_carries_the_new_bytes() {
         return;
     }
     let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
-    let len = 2 * ferry::sys::page_size();
+    let len = 2 * rustix::param::page_size();
     let p = anon(len);
     let mut send_and_check = |x: &mut Xlate, v: u8, what: &str| {
         // SAFETY: `p..p+len` is mapped read-write by this test whenever a slice is made,

@@ -346,7 +346,7 @@ impl TxEnd for FerryTx {
     }
 
     fn syscalls(&self) -> Option<u64> {
-        Some(ferry::sys::thread_syscall_count())
+        Some(ferry::diagnostics::thread_syscall_count())
     }
 }
 
@@ -359,6 +359,6 @@ impl RxEnd for FerryRx {
     }
 
     fn syscalls(&self) -> Option<u64> {
-        Some(ferry::sys::thread_syscall_count())
+        Some(ferry::diagnostics::thread_syscall_count())
     }
 }

@@ -74,7 +74,7 @@ impl Container {
     /// ```
     /// # fn main() -> ferry::Result<()> {
     /// let c = ferry::container::Container::alloc(&[1, 4096, 10_000])?;
-    /// let page = ferry::sys::page_size();
+    /// let page = ferry::diagnostics::page_size();
     /// assert_eq!(c.pallet(0)?.size(), page);
     /// assert_eq!(c.info()?.pallets[2].valid, 0..0);
     /// # Ok(()) }

@@ -28,7 +28,7 @@ impl Container {
     /// ```
     /// # fn main() -> ferry::Result<()> {
     /// use std::io::Read;
-    /// let (r, w) = ferry::sys::splice::pipe()?;
+    /// let (r, w) = rustix::pipe::pipe().map_err(std::io::Error::from)?;
     /// let mut c = ferry::container::Container::alloc(&[4096])?;
     /// {
     ///     let mut p = c.unload(0)?;

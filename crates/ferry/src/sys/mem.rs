@@ -121,11 +121,6 @@ impl Mapping {
         self.len
     }
 
-    /// True for a zero-length mapping (never produced by the constructors).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Changes the protection of the pages in `offset..offset+len` (`mprotect(2)`).
     /// Both must be page multiples inside the mapping.
     pub fn protect(&self, offset: usize, len: usize, access: Access) -> io::Result<()> {

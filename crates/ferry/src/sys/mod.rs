@@ -1,8 +1,10 @@
 //! Thin, safe wrappers over the Linux calls ferry uses.
 //!
-//! Most of ferry's `unsafe` lives here. Every wrapper names the call it makes. Each call
-//! made through this layer is also counted (see [`syscall_count`]), so benchmarks can show
-//! that the steady-state data path makes none.
+//! Private to the crate: [`crate::diagnostics`] re-exports what callers outside it may
+//! observe. The `unsafe` of syscalls lives here; the crate docs list the other modules
+//! that need `unsafe` and why. Every wrapper names the call it makes. Each call made
+//! through this layer is also counted (see [`syscall_count`]), so benchmarks can show that
+//! the steady-state data path makes none.
 
 pub mod fd;
 pub mod futex;

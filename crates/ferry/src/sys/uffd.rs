@@ -22,7 +22,6 @@ const UFFD_API: u64 = 0xAA;
 const UFFD_USER_MODE_ONLY: libc::c_int = 1;
 const UFFDIO_API: libc::c_ulong = 0xC018_AA3F;
 const UFFDIO_REGISTER: libc::c_ulong = 0xC020_AA00;
-const UFFDIO_UNREGISTER: libc::c_ulong = 0x8010_AA01;
 const UFFDIO_REGISTER_MODE_WP: u64 = 1 << 1;
 
 const FEATURE_EVENT_REMAP: u64 = 1 << 2;
@@ -188,27 +187,6 @@ impl Watcher {
                 self.fd.as_raw_fd(),
                 UFFDIO_REGISTER,
                 &mut r as *mut UffdioRegister,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    }
-
-    /// Stops watching `[start, start + len)` (`UFFDIO_UNREGISTER`).
-    pub fn unwatch(&self, start: usize, len: usize) -> io::Result<()> {
-        let mut r = UffdioRange {
-            start: start as u64,
-            len: len as u64,
-        };
-        count();
-        // SAFETY: UFFDIO_UNREGISTER reads one `struct uffdio_range`.
-        let rc = unsafe {
-            libc::ioctl(
-                self.fd.as_raw_fd(),
-                UFFDIO_UNREGISTER,
-                &mut r as *mut UffdioRange,
             )
         };
         if rc < 0 {

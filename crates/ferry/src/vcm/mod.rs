@@ -17,7 +17,7 @@
 //!   ([`Endpoint::activate`], a new offset and length) is a store of submission entries into
 //!   that shared ring: no system call under SQPOLL while the kernel thread is awake, one
 //!   `io_uring_enter` to wake it after it idled, one per activation without SQPOLL. Every
-//!   enter is counted in [`EndpointStats`] and by [`crate::sys::thread_syscall_count`].
+//!   enter is counted in [`EndpointStats`] and by [`crate::diagnostics::thread_syscall_count`].
 //! - Status words are written by [`Endpoint::poll`], which moves completions from the
 //!   completion ring (shared memory) into them; neither polling nor reading them makes a
 //!   system call.

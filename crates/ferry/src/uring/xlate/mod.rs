@@ -25,7 +25,7 @@
 //! A registered buffer pins the pages that were mapped when it was registered. If the
 //! application `munmap`s the range and maps new memory at the same address, a cache keyed
 //! by address would keep sending the *old* pages. xlate watches every cached range with a
-//! userfaultfd ([`crate::sys::uffd`]) registered in write-protect mode with nothing
+//! userfaultfd (`sys::uffd`) registered in write-protect mode with nothing
 //! protected, so no access ever faults; it only asks for the unmap, remove
 //! (`MADV_DONTNEED`, `MADV_FREE`, `MADV_REMOVE`) and remap events. The kernel makes the
 //! thread that unmaps wait until the event has been read (checked on 6.18: the
