@@ -238,12 +238,21 @@ impl Lots for DomainLots<'_> {
             .expect("read only after check")
             .1
             .base();
-        for (i, b) in out.iter_mut().enumerate() {
-            // SAFETY: `check` verified `offset..offset+out.len()` lies inside the lot's
-            // mapping, which `seen` keeps alive. The owner may write concurrently, so
-            // read each byte volatile into our own buffer and validate that copy.
-            *b = unsafe { base.add(offset as usize + i).read_volatile() };
-        }
+        // SAFETY: `check` verified `offset..offset+out.len()` lies inside the lot's
+        // mapping, which `seen` keeps alive.
+        unsafe { copy_shared(base.add(offset as usize), out) };
+    }
+}
+
+/// Copies `out.len()` bytes from `src`, memory another process may be writing: each byte
+/// is read volatile into our own buffer, and only that copy is used.
+///
+/// # Safety
+/// `src..src+out.len()` must be mapped and readable for the whole call.
+unsafe fn copy_shared(src: *const u8, out: &mut [u8]) {
+    for (i, b) in out.iter_mut().enumerate() {
+        // SAFETY: the caller vouches for the whole range.
+        *b = unsafe { src.add(i).read_volatile() };
     }
 }
 
@@ -354,12 +363,9 @@ impl Receiver {
             total += f.len;
             if copies.contains(&i) {
                 let mut v = vec![0u8; f.len as usize];
-                for (j, b) in v.iter_mut().enumerate() {
-                    // SAFETY: decode checked the span lies inside the lot, which `base`
-                    // keeps mapped; another process may write it, so read each byte
-                    // volatile into our own buffer.
-                    *b = unsafe { base.base().add(f.offset as usize + j).read_volatile() };
-                }
+                // SAFETY: decode checked the span lies inside the lot, which `base` keeps
+                // mapped.
+                unsafe { copy_shared(base.base().add(f.offset as usize), &mut v) };
                 Counters::add(&c.stats.copied, f.len);
                 fragments.push(Fragment::whole(Arc::new(Segment::from_vec(v))));
                 continue;
