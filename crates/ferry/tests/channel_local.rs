@@ -641,3 +641,55 @@ fn messages_racing_a_receivers_close_come_back() {
         assert_eq!(path.outstanding(), 0, "round {round}");
     }
 }
+
+/// A receiver records every forwarded fragment it holds in its ledger; when the ledger is
+/// full (4096 entries) it copies further forwarded fragments instead, counts the copy,
+/// and goes back to zero copy once entries are free again.
+#[test]
+fn a_full_ledger_makes_the_receiver_copy_forwarded_fragments() {
+    let g = group("ledgerfull");
+    let (a, b, c) = (g.join().unwrap(), g.join().unwrap(), g.join().unwrap());
+    let connect = |from: &Domain, to: &Domain| {
+        let (from, to_id) = (from.clone(), to.id());
+        let t = std::thread::spawn(move || from.connect(to_id, T).unwrap());
+        let rx = to.accept(T).unwrap();
+        (t.join().unwrap(), rx)
+    };
+    let (a_to_b, mut b_from_a) = connect(&a, &b);
+    let (b_to_c, mut c_from_b) = connect(&b, &c);
+    let path = a.path(PathConfig::default()).unwrap();
+    // 4096 fragments: every other 16-byte piece of one fbuf, so none merge.
+    let mut m = path.alloc(4096 * 32).unwrap();
+    m.fill_from(&(0..4096 * 32).map(|i| i as u8).collect::<Vec<_>>());
+    let whole = m.freeze();
+    let mut many = IoData::new();
+    for i in 0..4096 {
+        many.append(whole.slice(i * 32..i * 32 + 16));
+    }
+    assert_eq!(many.num_fragments(), 4096);
+    let mut forward = |d: &IoData, rx: &mut Receiver| {
+        a_to_b.send(d).unwrap();
+        b_to_c.send(&b_from_a.recv().unwrap()).unwrap();
+        rx.recv().unwrap()
+    };
+    let held = forward(&many, &mut c_from_b);
+    assert_eq!(held, many);
+    assert_eq!(c_from_b.stats().copied_bytes, 0, "recorded, not copied");
+    // The ledger is full: the next forwarded fragment is copied, and reads the same.
+    let one = whole.slice(8..24);
+    let copied = forward(&one, &mut c_from_b);
+    assert_eq!(copied, one);
+    assert_eq!(c_from_b.stats().copied_bytes, 16);
+    assert_ne!(
+        copied.fragments()[0].as_slice().as_ptr(),
+        one.fragments()[0].as_slice().as_ptr()
+    );
+    // Entries come back when the held message goes.
+    drop(held);
+    let again = forward(&one, &mut c_from_b);
+    assert_eq!(c_from_b.stats().copied_bytes, 16, "zero copy again");
+    assert_eq!(
+        again.fragments()[0].as_slice().as_ptr(),
+        one.fragments()[0].as_slice().as_ptr()
+    );
+}
