@@ -55,7 +55,7 @@
 //!
 //! | module | why it needs `unsafe` |
 //! |---|---|
-//! | `sys` | the syscall wrappers: `mmap`/`mremap`, `userfaultfd` ioctls, futex, `SCM_RIGHTS` control messages, `splice`; a `Mapping` is raw memory |
+//! | `sys` | the syscall wrappers that rustix leaves `unsafe`: `mmap`/`munmap`/`mprotect` and the `Mapping` they return, `userfaultfd` ioctls and event reads, socket address conversions |
 //! | [`region`] | the group control block read and initialised in place through its mapping; fbufs of the domain's own lot made into [`Segment`]s |
 //! | [`segment`] | a [`Segment`] is a pointer and length into a mapping, kept alive by its keeper: the one `unsafe` constructor and the slices over it |
 //! | [`iodata`] | [`IoDataMut`] implements `bytes::BufMut`, an `unsafe` trait |
@@ -64,13 +64,13 @@
 //! | [`uring`] | io_uring: pushing entries whose buffers the kernel uses until completion, registered buffers, the `IoBuf` traits, aligned allocations, xlate's bounce buffers |
 //! | [`vcm`] | its io_uring ring (pushes, registered region), `msghdr` space, slices over the registered region |
 //!
-//! [`error`] and the `sync` shim contain none.
+//! [`error`], [`diagnostics`] and the `sync` shim contain none.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-// `unsafe` is denied at the root; each module below that needs it says so here, in one
-// place (see "Where `unsafe` lives" in the crate docs).
+// `unsafe` is denied at the root; each module below that needs it says so here (container
+// on its `unload` submodule), as listed under "Where `unsafe` lives" in the crate docs.
 #[allow(unsafe_code)]
 pub mod channel;
 pub mod container;
