@@ -56,7 +56,7 @@
 //! | module | why it needs `unsafe` |
 //! |---|---|
 //! | `sys` | the syscall wrappers that rustix leaves `unsafe`: `mmap`/`munmap`/`mprotect` and the `Mapping` they return, `userfaultfd` ioctls and event reads, socket address conversions |
-//! | [`region`] | the group control block read and initialised in place through its mapping; fbufs of the domain's own lot made into [`Segment`]s |
+//! | [`region`] | the group control block read and initialised in place through its mapping; fbufs of the domain's own lot made into [`Segment`]s; the `atexit` hook that leaves groups at exit |
 //! | [`segment`] | a [`Segment`] is a pointer and length into a mapping, kept alive by its keeper: the one `unsafe` constructor and the slices over it |
 //! | [`iodata`] | [`IoDataMut`] implements `bytes::BufMut`, an `unsafe` trait |
 //! | [`channel`] | the SPSC ring and its slots in shared memory (volatile reads of what the peer writes), the channel mapping's layout, segments built from validated descriptors |

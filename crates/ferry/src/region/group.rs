@@ -545,7 +545,6 @@ fn register_open(g: &Arc<Group>) {
     HOOK.call_once(|| {
         // SAFETY: atexit(3) takes a plain `extern "C" fn()` with no preconditions; the
         // handler only takes a lock and makes system calls.
-        #[allow(unsafe_code)]
         unsafe {
             libc::atexit(leave_at_exit);
         }
