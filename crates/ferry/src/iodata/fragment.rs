@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::segment::{LotSpan, Segment};
 
-/// One contiguous piece of an [`IoData`]: `len` bytes starting `offset` bytes into a
+/// One contiguous piece of an [`IoData`](super::IoData): `len` bytes starting `offset` bytes into a
 /// shared [`Segment`].
 ///
 /// Cloning a fragment clones the `Arc`, not the bytes. Fragments held by an `IoData` are

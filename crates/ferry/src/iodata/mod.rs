@@ -468,8 +468,8 @@ impl IoData {
 
     /// Iterates over consecutive `n`-byte application units (the last may be shorter).
     ///
-    /// A unit that lies inside one fragment is returned as [`Cow::Borrowed`] without
-    /// copying; only a unit that straddles fragments is copied into a [`Cow::Owned`]
+    /// A unit that lies inside one fragment is returned as [`Cow::Borrowed`](std::borrow::Cow::Borrowed) without
+    /// copying; only a unit that straddles fragments is copied into a [`Cow::Owned`](std::borrow::Cow::Owned)
     /// vector. [`Units::borrowed_units`] and [`Units::copied_units`] count the two cases.
     ///
     /// # Panics

@@ -5,7 +5,7 @@ use std::io::{self, IoSlice};
 use super::Fragment;
 use bytes::Buf;
 
-/// A non-consuming reader over a borrowed [`IoData`]; see [`IoData::cursor`].
+/// A non-consuming reader over a borrowed [`IoData`](super::IoData); see [`IoData::cursor`](super::IoData::cursor).
 ///
 /// Implements [`io::Read`], [`io::BufRead`] and [`bytes::Buf`]; reading moves only the
 /// reader's position, never touching the `IoData`.

@@ -5,7 +5,7 @@ use std::iter::FusedIterator;
 
 use super::Fragment;
 
-/// Iterator over consecutive fixed-size units of an [`IoData`]; see [`IoData::units`].
+/// Iterator over consecutive fixed-size units of an [`IoData`](super::IoData); see [`IoData::units`](super::IoData::units).
 #[derive(Clone, Debug)]
 pub struct Units<'a> {
     pub(super) frags: &'a [Fragment],
