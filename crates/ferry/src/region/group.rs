@@ -24,6 +24,8 @@
 //! | SlotRaw[0]:  state, generation, pid, start time, lot fd,     |
 //! |              OfferRaw[MAX_OFFERS] (channels offered by slot) |
 //! | SlotRaw[1] ...                                               |
+//! | LedgerRaw[MAX_SLOTS]: each domain's holds and inbound        |
+//! |              channels (see `ledger.rs`), sparse              |
 //! +--------------------------------------------------------------+
 //! ```
 //! Slot `i`'s lot lives at `base_addr + i * lot_stride` in every process of the group.
@@ -43,7 +45,9 @@
 //!
 //! Leaving: when a [`Group`] is dropped it locks the file, clears its door and, if no
 //! other door and no slot of the control block belongs to a live process, unlinks the
-//! file. A process is alive if `pidfd_open` succeeds, its start time still matches the
+//! file. A process that exits normally does the same for every group it still has open
+//! (an `atexit` hook), after giving up its own slots, so that two members exiting at
+//! once do not each leave the file to the other. A process is alive if `pidfd_open` succeeds, its start time still matches the
 //! one recorded (pid reuse), and the pidfd is not readable yet: a zombie is dead.
 //!
 //! What a hostile member can do (it runs as the same user): write anything into the
