@@ -16,6 +16,7 @@ use crate::iodata::{Fragment, IoData};
 use crate::region::domain::{DomainInner, LotRef, PendingReleases, ReleaseSource, SETTLE_PERIOD};
 use crate::region::group::DomainId;
 use crate::segment::{Keep, LotId, LotSpan, Segment};
+use crate::sync::lock;
 use crate::sys::fd::wait_readable;
 use crate::sys::mem::{Access, Mapping};
 
@@ -85,11 +86,9 @@ impl Drop for RecvCore {
 
 impl RecvCore {
     pub(super) fn release(&self, token: u64) {
-        let mut r = self.rel.lock().unwrap_or_else(|p| p.into_inner());
+        let mut r = lock(&self.rel);
         r.pending.push(token);
-        Self::flush(&mut r, &self.stats, &self.link);
-        self.has_pending
-            .store(!r.pending.is_empty(), Ordering::Release);
+        self.send_pending(&mut r);
     }
 
     /// Sends releases that did not fit before, if any (one atomic load if none).
@@ -97,10 +96,7 @@ impl RecvCore {
         if !self.has_pending.load(Ordering::Acquire) {
             return;
         }
-        let mut r = self.rel.lock().unwrap_or_else(|p| p.into_inner());
-        Self::flush(&mut r, &self.stats, &self.link);
-        self.has_pending
-            .store(!r.pending.is_empty(), Ordering::Release);
+        self.send_pending(&mut lock(&self.rel));
     }
 
     /// Prepares to sleep with releases still pending: `Some(true)` once the sender will
@@ -110,10 +106,8 @@ impl RecvCore {
         if !self.has_pending.load(Ordering::Acquire) {
             return None;
         }
-        let mut r = self.rel.lock().unwrap_or_else(|p| p.into_inner());
-        Self::flush(&mut r, &self.stats, &self.link);
-        self.has_pending
-            .store(!r.pending.is_empty(), Ordering::Release);
+        let mut r = lock(&self.rel);
+        self.send_pending(&mut r);
         if r.pending.is_empty() {
             return None;
         }
@@ -122,29 +116,22 @@ impl RecvCore {
     }
 
     pub(super) fn cancel_wait_for_room(&self) {
-        self.rel
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .rev
-            .cancel_wait();
+        lock(&self.rel).rev.cancel_wait();
     }
 
     /// The sender can send no more and the ring is empty: drop our ledger entry.
     pub(super) fn end_inbound(&self) {
-        if let Some(i) = self
-            .inbound
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+        if let Some(i) = lock(&self.inbound).take() {
             self.domain.remove_inbound(i);
         }
     }
 
     /// Sends pending releases: through the reverse ring while it has room, then into
     /// the overflow area (the sender collects those itself). What fits neither (a token
-    /// index beyond the area, or a ring the sender broke) stays pending.
-    pub(super) fn flush(r: &mut RelState, stats: &Counters, link: &Link) {
+    /// index beyond the area, or a ring the sender broke) stays pending, and
+    /// `has_pending` says so.
+    fn send_pending(&self, r: &mut RelState) {
+        let (stats, link) = (&self.stats, &self.link);
         let mut sent = 0;
         let mut spilled = false;
         let mut i = 0;
@@ -181,6 +168,8 @@ impl RecvCore {
             link.rel_efd.notify();
         }
         Counters::add(&stats.releases, sent);
+        self.has_pending
+            .store(!r.pending.is_empty(), Ordering::Release);
     }
 }
 
@@ -537,12 +526,7 @@ impl Receiver {
     /// Releases waiting in this receiver because neither the reverse ring nor the
     /// overflow area could take them.
     pub fn pending_releases(&self) -> usize {
-        self.core
-            .rel
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pending
-            .len()
+        lock(&self.core.rel).pending.len()
     }
 
     /// Process id of the sender.

@@ -16,6 +16,7 @@ use crate::region::domain::{DomainInner, ReleaseSource};
 use crate::region::group::DomainId;
 use crate::region::PathAllocator;
 use crate::segment::{LotSpan, Segment};
+use crate::sync::lock;
 use crate::sys::fd::wait_readable;
 
 /// Fragments a dead peer held that no domain of this process could quarantine.
@@ -56,7 +57,7 @@ pub(super) struct SendCore {
 
 impl SendCore {
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, SendState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     /// Drains the reverse ring; returns fbufs of released messages.
@@ -149,10 +150,7 @@ impl SendCore {
             // This process dropped its domain and so cannot read the ledgers any more.
             // Releasing could let an owner reuse spans a domain downstream of the dead
             // peer still reads: keep them until this process exits instead.
-            None => ORPHANS
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend(frags),
+            None => lock(&ORPHANS).extend(frags),
         }
         if let Some(d) = domain {
             d.forget_dead_peers();

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::group::{DomainId, Group};
@@ -11,6 +11,7 @@ use super::lot::{Lot, PeerLot};
 use super::path::{PathAllocator, PathConfig};
 use crate::error::{BadDescriptor, Error, Result};
 use crate::segment::{LotId, LotSpan, Segment};
+use crate::sync::lock;
 
 /// A lot that descriptors may point into, resolved in this process.
 #[derive(Clone, Debug)]
@@ -104,10 +105,6 @@ pub(crate) struct DomainInner {
     last_settle: Mutex<Instant>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl std::fmt::Debug for dyn ReleaseSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ReleaseSource")
@@ -130,7 +127,7 @@ impl DomainInner {
         if let Some(l) = super::lot::local_lot(&self.group, id) {
             return Ok(LotRef::Own(l));
         }
-        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut peers = lock(&self.peers);
         let mut unmapping = false;
         if let Some(w) = peers.get(&id.slot) {
             match w.upgrade() {
@@ -244,16 +241,7 @@ impl DomainInner {
             *last = Instant::now();
         }
         let g = &self.group;
-        let live: Vec<u16> = g
-            .live_slots()
-            .filter(|&i| {
-                let s = g.slot(i);
-                g.domain_live(LotId {
-                    slot: i,
-                    generation: s.generation.load(Ordering::Acquire),
-                })
-            })
-            .collect();
+        let live: Vec<u16> = g.members().iter().map(|m| m.id.slot).collect();
         // A live domain that has not yet taken every message a dead sender left in a ring
         // may still record holds of them: wait for it, if that sender may have had any of
         // what we keep (it is one of the peers whose death put it here, or its ledger says
@@ -316,7 +304,7 @@ impl DomainInner {
 
     /// Registers a sending channel whose releases allocators should drain.
     pub fn add_source(&self, s: Weak<dyn ReleaseSource>) {
-        let mut v = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v = lock(&self.sources);
         v.retain(|w| w.strong_count() > 0);
         v.push(s);
     }
@@ -324,38 +312,26 @@ impl DomainInner {
     /// Drains releases from every sending channel of this domain, flushes releases its
     /// receivers could not send yet, and settles the quarantine now and then.
     pub fn collect_releases(&self) {
-        let sinks: Vec<_> = lock(&self.sinks).iter().filter_map(Weak::upgrade).collect();
-        for s in sinks {
+        // Under the lock and with no allocation, as below: this runs on every idle receive
+        // and every allocation that finds its free list empty, and flushing takes only the
+        // receiver's release lock.
+        for s in lock(&self.sinks).iter().filter_map(Weak::upgrade) {
             s.flush();
         }
         self.settle(false);
         // Collected under the lock, with no allocation: dropping released fbufs takes
         // only path and release-ring locks, never this one.
-        for s in self
-            .sources
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-        {
+        for s in lock(&self.sources).iter() {
             if let Some(s) = s.upgrade() {
                 s.collect();
             }
         }
-        if self
-            .parked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_empty()
-        {
+        if lock(&self.parked).is_empty() {
             return;
         }
-        let parked: Vec<_> =
-            std::mem::take(&mut *self.parked.lock().unwrap_or_else(|p| p.into_inner()));
+        let parked: Vec<_> = std::mem::take(&mut *lock(&self.parked));
         let keep: Vec<_> = parked.into_iter().filter(|s| s.collect()).collect();
-        self.parked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(keep);
+        lock(&self.parked).extend(keep);
     }
 
     /// Arms every sender of this domain that waits for releases, so that a thread about
@@ -364,20 +340,11 @@ impl DomainInner {
     /// releases on even while it waits for input. Returns the armed senders, or `None`
     /// if releases are already waiting (collect them instead of sleeping).
     pub fn arm_sources(&self) -> Option<Vec<Arc<dyn ReleaseSource>>> {
-        let mut all: Vec<Arc<dyn ReleaseSource>> = self
-            .sources
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let mut all: Vec<Arc<dyn ReleaseSource>> = lock(&self.sources)
             .iter()
             .filter_map(Weak::upgrade)
             .collect();
-        all.extend(
-            self.parked
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .cloned(),
-        );
+        all.extend(lock(&self.parked).iter().cloned());
         let mut armed = Vec::new();
         for s in all {
             match s.arm() {
@@ -396,27 +363,24 @@ impl DomainInner {
 
     /// Keeps a closed sender alive until its receiver has released everything.
     pub fn park(&self, s: Arc<dyn ReleaseSource>) {
-        self.parked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(s);
+        lock(&self.parked).push(s);
     }
 
     /// Closed senders still waiting for releases.
     pub fn parked(&self) -> usize {
-        self.parked.lock().unwrap_or_else(|p| p.into_inner()).len()
+        lock(&self.parked).len()
     }
 
     /// Forgets table entries of lots no longer mapped (they unmap themselves as soon as
     /// nothing here uses them).
     pub fn forget_dead_peers(&self) {
-        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut peers = lock(&self.peers);
         peers.retain(|_, p| p.strong_count() > 0);
     }
 
     /// Number of peer lots mapped in this process.
     pub fn mapped_peers(&self) -> usize {
-        let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let peers = lock(&self.peers);
         peers.values().filter(|p| p.strong_count() > 0).count()
     }
 }

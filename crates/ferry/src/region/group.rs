@@ -371,11 +371,6 @@ impl Group {
             )
     }
 
-    /// Slots whose state says live (their processes may have died since).
-    pub(crate) fn live_slots(&self) -> impl Iterator<Item = u16> + '_ {
-        (0..MAX_SLOTS as u16).filter(|&i| self.slot(i).state.load(Ordering::Acquire) == SLOT_LIVE)
-    }
-
     /// The group's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use super::group::{DomainId, Group};
 use crate::error::{BadDescriptor, Error, Result};
 use crate::segment::LotId;
+use crate::sync::lock;
 use crate::sys::fd::{memfd, open_peer_fd};
 use crate::sys::mem::{Access, Mapping};
 use crate::sys::page_size;
@@ -34,7 +35,7 @@ fn local_lots() -> &'static LocalLots {
 
 /// The lot `id` of `group` if a domain of this process owns it.
 pub(crate) fn local_lot(group: &Group, id: LotId) -> Option<Arc<Lot>> {
-    let m = local_lots().lock().unwrap_or_else(|p| p.into_inner());
+    let m = lock(local_lots());
     m.get(&(group.path().to_owned(), id))
         .and_then(Weak::upgrade)
 }
@@ -90,7 +91,7 @@ impl Lot {
                 free: vec![Vec::new(); CLASSES],
             }),
         });
-        let mut m = local_lots().lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = lock(local_lots());
         m.retain(|_, w| w.strong_count() > 0);
         m.insert(key, Arc::downgrade(&lot));
         Ok(lot)
@@ -123,7 +124,7 @@ impl Lot {
     /// Takes a span of class `k` from the lot, or `None` if the lot is exhausted.
     pub fn take(&self, k: usize) -> Option<u64> {
         let size = (page_size() as u64) << k;
-        let mut s = self.spans.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = lock(&self.spans);
         if let Some(off) = s.free[k].pop() {
             return Some(off);
         }
@@ -138,7 +139,7 @@ impl Lot {
 
     /// Gives spans of class `k` back to the lot.
     pub fn give(&self, k: usize, offs: impl IntoIterator<Item = u64>) {
-        let mut s = self.spans.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = lock(&self.spans);
         s.free[k].extend(offs);
     }
 }

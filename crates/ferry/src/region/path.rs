@@ -15,6 +15,7 @@ use super::domain::DomainInner;
 use super::lot::{class_of, Lot, CLASSES};
 use crate::error::{Error, Result};
 use crate::segment::{Keep, LotSpan, Segment};
+use crate::sync::lock;
 use crate::sys::mem::Access;
 
 /// Settings of one data path.
@@ -154,7 +155,7 @@ impl PathAllocator {
     }
 
     fn pop(&self, k: usize) -> Option<u64> {
-        self.inner.free.lock().unwrap_or_else(|p| p.into_inner())[k].pop()
+        lock(&self.inner.free)[k].pop()
     }
 
     fn collect(&self) {
@@ -228,7 +229,7 @@ impl Drop for Fbuf {
                 return;
             }
         }
-        self.path.free.lock().unwrap_or_else(|p| p.into_inner())[self.class].push(self.off);
+        lock(&self.path.free)[self.class].push(self.off);
         self.path
             .outstanding
             .fetch_sub(self.size(), Ordering::Relaxed);
