@@ -45,6 +45,21 @@
 //! Errors are one enum, [`Error`]; a descriptor that fails validation is
 //! [`Error::BadDescriptor`], a dead peer [`Error::PeerGone`].
 //!
+//! # Conventions
+//!
+//! - **Timeouts.** A call that blocks and takes a timeout (`recv_timeout`, `recv_spin`,
+//!   `Uring::wait_timeout`, `vcm::Endpoint::wait`, `connect`/`accept`) returns
+//!   `Err(`[`Error::Timeout`]`)` when it expires. A `try_*` call never blocks: a receive
+//!   with nothing ready gives `Ok(None)`, a send into a full ring `Err(`[`Error::Full`]`)`.
+//!   An expired wait is an error because the caller asked for something that did not
+//!   happen, while "nothing yet" is the ordinary answer of a poll; one rule for each
+//!   lets callers use `?` on waits and a `match` on polls. Where a timed-out call must
+//!   not lose what it was waiting for (an io_uring ticket owns its buffer), it borrows
+//!   the handle instead of taking it.
+//! - **Settings** are plain structs named `*Config` with a `Default` and builder methods.
+//! - **Errors.** A state the operation cannot proceed in has its own [`Error`] variant;
+//!   [`Error::InvalidArgument`] is kept for arguments out of range.
+//!
 //! # Where `unsafe` lives
 //!
 //! The crate root denies `unsafe_code`; only the modules below allow it, each on its

@@ -134,7 +134,7 @@ fn full_ring_then_disconnect() {
     }
     assert!(matches!(tx.try_send(&d), Err(Error::Full)));
     assert!(matches!(
-        tx.send_timeout(&d, Some(Duration::from_millis(50))),
+        tx.send_timeout(&d, Duration::from_millis(50)),
         Err(Error::Timeout)
     ));
     for _ in 0..4 {
@@ -159,10 +159,7 @@ fn blocking_receiver_is_woken() {
         tx
     });
     for i in 0..50u8 {
-        let d = rx
-            .recv_timeout(Some(T))
-            .unwrap()
-            .expect("woken before the timeout");
+        let d = rx.recv_timeout(T).expect("woken before the timeout");
         assert!(d.eq_bytes(&[i; 100]));
     }
     let tx = t.join().unwrap();
@@ -490,8 +487,8 @@ fn overflowing_releases_are_flushed_by_every_receive_style() {
                 while held.len() < 8 {
                     let m = match style {
                         "recv" => rx.recv().unwrap(),
-                        "recv_timeout" => rx.recv_timeout(Some(T)).unwrap().expect("no timeout"),
-                        "recv_spin" => rx.recv_spin(T).unwrap().expect("no timeout"),
+                        "recv_timeout" => rx.recv_timeout(T).expect("no timeout"),
+                        "recv_spin" => rx.recv_spin(T).expect("no timeout"),
                         _ => loop {
                             if let Some(m) = rx.try_recv().unwrap() {
                                 break m;
@@ -558,8 +555,8 @@ fn a_release_wakes_the_remaining_sleeper_when_another_leaves() {
             to_b.send(&from_x.recv().unwrap()).unwrap();
         }
         // Asleep in recv (x sends no more) while b holds everything.
-        let r = from_x.recv_timeout(Some(Duration::from_secs(8)));
-        (r.map(|m| m.is_some()), to_b)
+        let r = from_x.recv_timeout(Duration::from_secs(8));
+        (r.map(|_| true), to_b)
     });
     let listener = std::thread::spawn(move || from_h.recv().map(|_| ()));
     let path = x.path(PathConfig::default()).unwrap();

@@ -240,9 +240,9 @@ fn sender_killed_at_random_points() {
         peer.kill9();
         let t0 = Instant::now();
         let err = loop {
-            match rx.recv_timeout(Some(Duration::from_secs(2))) {
-                Ok(Some(m)) => verify(&m).map(|_| ()).unwrap(),
-                Ok(None) => panic!("no PeerGone within 2 s"),
+            match rx.recv_timeout(Duration::from_secs(2)) {
+                Ok(m) => verify(&m).map(|_| ()).unwrap(),
+                Err(Error::Timeout) => panic!("no PeerGone within 2 s"),
                 Err(e) => break e,
             }
         };

@@ -650,7 +650,7 @@ fn send_with(tx: &Sender, d: &IoData, mode: u8, rng: &mut Rng) -> ferry::Result<
         },
         _ => loop {
             let t = Duration::from_millis(1 + rng.below(10));
-            match tx.send_timeout(d, Some(t)) {
+            match tx.send_timeout(d, t) {
                 Err(Error::Timeout) => {}
                 r => return r,
             }
@@ -663,7 +663,10 @@ fn recv_with(rx: &mut Receiver, mode: u8, timeout: Duration) -> ferry::Result<Op
     match mode {
         b'b' => rx.recv().map(Some),
         b't' => rx.try_recv(),
-        _ => rx.recv_timeout(Some(timeout)),
+        _ => match rx.recv_timeout(timeout) {
+            Err(Error::Timeout) => Ok(None),
+            r => r.map(Some),
+        },
     }
 }
 
@@ -945,12 +948,12 @@ impl Drain {
         let thread = std::thread::spawn(move || {
             let (mut bad, mut ok) = (0u64, 0u64);
             while !s.load(Ordering::Relaxed) {
-                match rx.recv_timeout(Some(Duration::from_millis(20))) {
-                    Ok(Some(d)) => {
+                match rx.recv_timeout(Duration::from_millis(20)) {
+                    Ok(d) => {
                         ok += 1;
                         drop(d);
                     }
-                    Ok(None) => {}
+                    Err(Error::Timeout) => {}
                     Err(Error::BadDescriptor(_)) => bad += 1,
                     Err(e) if gone(&e) => break,
                     Err(e) => {
@@ -1714,15 +1717,16 @@ fn uring_child(role: &str) {
         let deadline = Instant::now() + hang_limit();
         for (what, t) in [("read on a FIFO", tc), ("recv on TCP", ts)] {
             let left = deadline.saturating_duration_since(Instant::now());
-            match ring.wait_timeout(t, left) {
-                Ok(Ok(c)) => match c.result {
-                    Ok(0) => {}
-                    Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) => {}
-                    r => say(&format!(
+            match ring.wait_timeout(&t, left) {
+                Ok(()) => match ring.wait(t).map(|c| c.result) {
+                    Ok(Ok(0)) => {}
+                    Ok(Err(e)) if e.raw_os_error() == Some(libc::ECONNRESET) => {}
+                    Ok(r) => say(&format!(
                         "error upeer: {what} ended with {r:?}, want 0 (end of file)"
                     )),
+                    Err(e) => die(format!("upeer: wait: {e}")),
                 },
-                Ok(Err(t)) => {
+                Err(Error::Timeout) => {
                     say(&format!(
                         "hang upeer: {what} not complete {:?} after its peer went away",
                         hang_limit()

@@ -430,22 +430,32 @@ impl Receiver {
     }
 
     /// Receives the next message, blocking until one arrives.
+    ///
+    /// # Errors
+    /// As [`try_recv`](Self::try_recv); never [`Error::Timeout`].
     pub fn recv(&mut self) -> Result<IoData> {
-        self.recv_timeout(None)?.ok_or(Error::Timeout)
+        self.recv_until(None)
     }
 
-    /// Receives the next message, blocking at most `timeout` (`None`: forever). Returns
-    /// `Ok(None)` on timeout.
-    pub fn recv_timeout(&mut self, timeout: Option<Duration>) -> Result<Option<IoData>> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+    /// Receives the next message, blocking at most `timeout`.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when `timeout` passes with no message; otherwise as
+    /// [`try_recv`](Self::try_recv).
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<IoData> {
+        self.recv_until(Some(Instant::now() + timeout))
+    }
+
+    /// Blocks until a message arrives or `deadline` (`None`: never) passes.
+    fn recv_until(&mut self, deadline: Option<Instant>) -> Result<IoData> {
         loop {
             if let Some(d) = self.try_recv()? {
-                return Ok(Some(d));
+                return Ok(d);
             }
             let left = match deadline {
                 Some(d) => match d.checked_duration_since(Instant::now()) {
                     Some(l) => Some(l),
-                    None => return Ok(None),
+                    None => return Err(Error::Timeout),
                 },
                 None => None,
             };
@@ -502,14 +512,18 @@ impl Receiver {
 
     /// Busy-polls for the next message (no system call while the sender is alive),
     /// giving up after `timeout`.
-    pub fn recv_spin(&mut self, timeout: Duration) -> Result<Option<IoData>> {
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when `timeout` passes with no message; otherwise as
+    /// [`try_recv`](Self::try_recv).
+    pub fn recv_spin(&mut self, timeout: Duration) -> Result<IoData> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(d) = self.try_recv()? {
-                return Ok(Some(d));
+                return Ok(d);
             }
             if Instant::now() >= deadline {
-                return Ok(None);
+                return Err(Error::Timeout);
             }
             std::hint::spin_loop();
         }

@@ -388,12 +388,16 @@ impl Sender {
     /// Sends `data`, waiting while the ring is full. The receiver wakes this sender when
     /// the ring drains to half.
     pub fn send(&self, data: &IoData) -> Result<()> {
-        self.send_timeout(data, None)
+        self.send_until(data, None)
     }
 
     /// Like [`send`](Self::send), giving up with [`Error::Timeout`] after `timeout`.
-    pub fn send_timeout(&self, data: &IoData, timeout: Option<Duration>) -> Result<()> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+    pub fn send_timeout(&self, data: &IoData, timeout: Duration) -> Result<()> {
+        self.send_until(data, Some(Instant::now() + timeout))
+    }
+
+    /// Sends, waiting for room until `deadline` (`None`: for ever).
+    fn send_until(&self, data: &IoData, deadline: Option<Instant>) -> Result<()> {
         loop {
             match self.try_send(data) {
                 Err(Error::Full) => {}

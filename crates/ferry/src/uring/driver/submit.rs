@@ -151,25 +151,29 @@ impl Uring {
         Ok(finish(op))
     }
 
-    /// Waits for the operation at most `timeout`; gives the ticket back if it is still
-    /// running.
-    pub fn wait_timeout<B: 'static>(
-        &mut self,
-        t: Ticket<B>,
-        timeout: Duration,
-    ) -> Result<std::result::Result<Completion<B>, Ticket<B>>> {
-        self.lookup(&t)?;
+    /// Waits at most `timeout` for the operation to finish. `Ok(())` means it is done:
+    /// collect its result and buffer with [`Uring::wait`], which then returns at once.
+    ///
+    /// The ticket is borrowed rather than taken because it stands for the buffer the
+    /// kernel may still be writing: on a timeout the caller keeps it, to wait again,
+    /// [`cancel`](Uring::cancel) the operation, or drop it (the ring then keeps the buffer
+    /// until the kernel lets go of it).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when `timeout` passes first; [`Error::InvalidArgument`] for a
+    /// ticket this ring does not hold.
+    pub fn wait_timeout<B>(&mut self, t: &Ticket<B>, timeout: Duration) -> Result<()> {
+        self.lookup(t)?;
         self.flush()?;
         let deadline = Instant::now() + timeout;
         loop {
             self.reap();
-            if self.lookup(&t)?.done() {
-                let op = self.unpark(t.slot).expect("looked up above");
-                return Ok(Ok(finish(op)));
+            if self.lookup(t)?.done() {
+                return Ok(());
             }
             let now = Instant::now();
             if now >= deadline {
-                return Ok(Err(t));
+                return Err(Error::Timeout);
             }
             self.ring.wait(1, Some(deadline - now))?;
         }
