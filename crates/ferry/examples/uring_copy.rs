@@ -12,7 +12,7 @@ use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use ferry::uring::driver::{FixedBuf, Uring};
-use ferry::uring::{Features, RingOptions};
+use ferry::uring::{Features, RingConfig};
 
 const BLOCK: usize = 256 * 1024;
 const DEPTH: u16 = 8;
@@ -49,7 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let output = std::fs::File::create(&dst)?;
     let len = input.metadata()?.len();
 
-    let mut opts = RingOptions::new(2 * DEPTH as u32);
+    let mut opts = RingConfig::new(2 * DEPTH as u32);
     if sqpoll {
         opts = opts.sqpoll(50);
     }

@@ -11,7 +11,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::Instant;
 
 use ferry::uring::driver::Uring;
-use ferry::uring::{Features, RingOptions};
+use ferry::uring::{Features, RingConfig};
 
 const TOTAL: usize = 64 << 20;
 
@@ -40,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
                 got
             });
-            let mut ring = Uring::new(&RingOptions::new(16))?;
+            let mut ring = Uring::new(&RingConfig::new(16))?;
             let mut buf = vec![0xa5u8; chunk];
             let start = Instant::now();
             let mut sent = 0;

@@ -11,7 +11,7 @@
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
-use ferry::vcm::{BufRange, Command, Endpoint, EndpointOptions, Status, Vector};
+use ferry::vcm::{BufRange, Command, Endpoint, EndpointConfig, Status, Vector};
 
 fn main() -> ferry::Result<()> {
     let sqpoll = std::env::args().any(|a| a == "--sqpoll");
@@ -27,7 +27,7 @@ fn main() -> ferry::Result<()> {
         }
     });
 
-    let mut opts = EndpointOptions::new(64 * 1024);
+    let mut opts = EndpointConfig::new(64 * 1024);
     if sqpoll {
         // Spin on the status word for up to 1 ms before blocking in io_uring_enter: a
         // round trip through a thread woken on the other CPU takes tens of µs here.

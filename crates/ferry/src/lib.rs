@@ -56,7 +56,8 @@
 //!   lets callers use `?` on waits and a `match` on polls. Where a timed-out call must
 //!   not lose what it was waiting for (an io_uring ticket owns its buffer), it borrows
 //!   the handle instead of taking it.
-//! - **Settings** are plain structs named `*Config` with a `Default` and builder methods.
+//! - **Settings** structs are named `*Config` ([`PathConfig`], `uring::RingConfig`,
+//!   `vcm::EndpointConfig`, ...).
 //! - **Errors.** A state the operation cannot proceed in has its own [`Error`] variant;
 //!   [`Error::InvalidArgument`] is kept for arguments out of range.
 //!

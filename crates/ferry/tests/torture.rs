@@ -65,7 +65,7 @@ use std::time::{Duration, Instant};
 use ferry::channel::desc::{RawDesc, RawFrag, RawRef};
 use ferry::container::Container;
 use ferry::region::group::MAX_SLOTS;
-use ferry::uring::{Features, RingOptions, Uring};
+use ferry::uring::{Features, RingConfig, Uring};
 use ferry::{
     ChannelConfig, Domain, DomainId, Error, Group, IoData, IoDataMut, PathAllocator, PathConfig,
     Receiver, Sender,
@@ -1703,7 +1703,7 @@ fn uring_child(role: &str) {
         let (s2, _) = l.accept().unwrap_or_else(|e| die(format!("accept: {e}")));
         set_blocking(&c);
         let mut ring =
-            Uring::new(&RingOptions::new(8)).unwrap_or_else(|e| die(format!("upeer: ring: {e}")));
+            Uring::new(&RingConfig::new(8)).unwrap_or_else(|e| die(format!("upeer: ring: {e}")));
         let tc = ring
             .submit_read_at(&c, vec![0u8; 4096], 0)
             .unwrap_or_else(|e| die(format!("upeer: read: {e}")));
@@ -1757,7 +1757,7 @@ fn uring_child(role: &str) {
     set_blocking(&a);
     let (fds0, memfds0) = (fd_count(), memfd_count());
     let mut rng = ctx.rng.clone();
-    let mut ring = Uring::new(&RingOptions::new(rng.pick(&[8, 16, 32])))
+    let mut ring = Uring::new(&RingConfig::new(rng.pick(&[8, 16, 32])))
         .unwrap_or_else(|e| die(format!("uvictim: ring: {e}")));
     let mut tickets = Vec::new();
     let mut push = |r: Result<_, ferry::uring::driver::Refused<Vec<u8>>>| match r {

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use ferry::uring::driver::{AlignedBuf, Target, Uring};
-use ferry::uring::{Features, RingOptions};
+use ferry::uring::{Features, RingConfig};
 use ferry::Error;
 
 /// Skips the test (with a printed reason) unless `$cond` holds.
@@ -113,7 +113,7 @@ fn file_blocks_survive_a_round_trip_with_checksums() {
     require!(features().ring, "no io_uring");
     let file = temp_file("blocks", false).unwrap();
     let fd = file.as_raw_fd();
-    let mut ring = Uring::new(&RingOptions::new(32)).unwrap();
+    let mut ring = Uring::new(&RingConfig::new(32)).unwrap();
     let pool = if features().fixed_rw {
         Some(ring.register_pool(16 * 1024, 8).unwrap())
     } else {
@@ -195,7 +195,7 @@ fn o_direct_file_io_with_aligned_and_fixed_buffers() {
         Err(e) => panic!("open O_DIRECT: {e}"),
     };
     let fd = file.as_raw_fd();
-    let mut ring = Uring::new(&RingOptions::new(8)).unwrap();
+    let mut ring = Uring::new(&RingConfig::new(8)).unwrap();
     let data = random_bytes(11, 64 * 1024);
     let mut a = AlignedBuf::zeroed(32 * 1024, 4096);
     a.copy_from_slice(&data[..32 * 1024]);
@@ -240,7 +240,7 @@ fn peer_process_tcp() {
     };
     let s = TcpStream::connect(addr).unwrap();
     let fd = s.as_raw_fd();
-    let mut ring = Uring::new(&RingOptions::new(16)).unwrap();
+    let mut ring = Uring::new(&RingConfig::new(16)).unwrap();
     let got = recv_exact(&mut ring, fd, TO_PEER);
     assert_eq!(
         fnv(&got),
@@ -274,7 +274,7 @@ fn tcp_stream_both_ways_with_a_peer_process() {
         .unwrap();
     let (s, _) = listener.accept().unwrap();
     let fd = s.as_raw_fd();
-    let mut ring = Uring::new(&RingOptions::new(16)).unwrap();
+    let mut ring = Uring::new(&RingConfig::new(16)).unwrap();
     let data = random_bytes(1, TO_PEER);
     // First half with plain sends, second half with zero-copy sends.
     send_all(&mut ring, fd, &data[..TO_PEER / 2], 64 * 1024, false);
@@ -317,7 +317,7 @@ fn send_zc_from_a_registered_buffer_and_its_fallback() {
     // A registered buffer sent with SEND_ZC (its buf_index form).
     if features().send_zc && features().fixed_rw {
         let (a, mut b) = tcp_pair();
-        let mut ring = Uring::new(&RingOptions::new(8)).unwrap();
+        let mut ring = Uring::new(&RingConfig::new(8)).unwrap();
         let pool = ring.register_pool(4096, 2).unwrap();
         let mut fb = pool.get().unwrap();
         let data = random_bytes(5, 4096);
@@ -342,7 +342,7 @@ fn send_zc_from_a_registered_buffer_and_its_fallback() {
         send_zc: false,
         ..features().clone()
     };
-    let mut ring = Uring::with_features(&RingOptions::new(8), no_zc).unwrap();
+    let mut ring = Uring::with_features(&RingConfig::new(8), no_zc).unwrap();
     let (r, _) = ring.send_zc(&a, b"fallback".to_vec());
     assert_eq!(r.unwrap(), 8);
     let mut got = [0u8; 8];
@@ -358,7 +358,7 @@ fn udp_send_to_and_recv_from_carry_addresses_and_report_truncation() {
     let a = UdpSocket::bind("127.0.0.1:0").unwrap();
     let b = UdpSocket::bind("127.0.0.1:0").unwrap();
     let (aa, ba): (SocketAddr, SocketAddr) = (a.local_addr().unwrap(), b.local_addr().unwrap());
-    let mut ring = Uring::new(&RingOptions::new(8)).unwrap();
+    let mut ring = Uring::new(&RingConfig::new(8)).unwrap();
     // Post the receive first, then send: the receive completes with the datagram.
     let rx = ring.submit_recv_from(&b, vec![0u8; 2048]).unwrap();
     let payload = random_bytes(3, 1400);
@@ -393,7 +393,7 @@ fn sqpoll_thread_sleeps_when_idle_and_is_woken_by_a_submission() {
         features().sqpoll,
         format!("no SQPOLL: {:?}", features().why_not)
     );
-    let mut ring = Uring::new(&RingOptions::new(8).sqpoll(10)).unwrap();
+    let mut ring = Uring::new(&RingConfig::new(8).sqpoll(10)).unwrap();
     assert!(ring.is_sqpoll());
     let t = ring.submit_nop().unwrap();
     assert_eq!(ring.wait(t).unwrap().result.unwrap(), 0);
@@ -493,7 +493,7 @@ fn drop_child() {
     let (mut a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
     let freed = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(0));
     {
-        let mut ring = Uring::new(&RingOptions::new(8)).unwrap();
+        let mut ring = Uring::new(&RingConfig::new(8)).unwrap();
         let tracked = Tracked {
             bytes: vec![0u8; 512],
             rx: a.as_raw_fd(),
@@ -515,7 +515,7 @@ fn drop_child() {
     }
     {
         // close() is the same cancel-and-wait, with the final counters as evidence.
-        let mut ring = Uring::new(&RingOptions::new(8)).unwrap();
+        let mut ring = Uring::new(&RingConfig::new(8)).unwrap();
         let _t = ring.submit_recv(&a, vec![0u8; 64]).unwrap();
         let _u = ring.submit_recv(&a, vec![0u8; 64]).unwrap();
         let st = ring.close();
@@ -573,7 +573,7 @@ fn drop_with_ops_in_flight_leaks_no_fds() {
 #[test]
 fn bad_descriptors_are_rejected() {
     require!(features().ring, "no io_uring");
-    let mut ring = Uring::new(&RingOptions::new(8)).unwrap();
+    let mut ring = Uring::new(&RingConfig::new(8)).unwrap();
     // A descriptor that is not open: the kernel answers EBADF and the buffer comes back.
     let (r, buf) = ring.read_at(1 << 20, vec![7u8; 16], 0);
     assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EBADF));
@@ -610,7 +610,7 @@ fn bad_descriptors_are_rejected() {
 
     // A registered buffer of another ring is refused too.
     if features().fixed_rw {
-        let mut other = Uring::new(&RingOptions::new(8)).unwrap();
+        let mut other = Uring::new(&RingConfig::new(8)).unwrap();
         let pool = other.register_pool(4096, 1).unwrap();
         let e = ring
             .submit_read_at(&file, pool.get().unwrap(), 0)
@@ -630,7 +630,7 @@ fn missing_features_give_clear_errors() {
         why_not: Some("pretend kernel".into()),
         ..features().clone()
     };
-    let mut ring = Uring::with_features(&RingOptions::new(4), none).unwrap();
+    let mut ring = Uring::with_features(&RingConfig::new(4), none).unwrap();
     match ring.register_files(4) {
         Err(Error::Unsupported { feature, why }) => {
             assert_eq!(feature, "registered files");
@@ -647,7 +647,7 @@ fn missing_features_give_clear_errors() {
     ));
     if !features().sqpoll {
         assert!(matches!(
-            Uring::new(&RingOptions::new(4).sqpoll(10)),
+            Uring::new(&RingConfig::new(4).sqpoll(10)),
             Err(Error::Unsupported { .. })
         ));
     }
@@ -657,7 +657,7 @@ fn missing_features_give_clear_errors() {
 fn cancel_and_wait_timeout() {
     require!(features().ring, "no io_uring");
     let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-    let mut ring = Uring::new(&RingOptions::new(8)).unwrap();
+    let mut ring = Uring::new(&RingConfig::new(8)).unwrap();
     let t = ring.submit_recv(&a, vec![0u8; 64]).unwrap();
     assert!(
         matches!(
@@ -690,7 +690,7 @@ fn sqpoll_steady_state_makes_no_syscalls() {
     );
     // A long idle time keeps the kernel thread awake for the whole batch, and a long spin
     // makes wait() poll the completion queue instead of blocking in the kernel.
-    let mut ring = Uring::new(&RingOptions::new(8).sqpoll(2000)).unwrap();
+    let mut ring = Uring::new(&RingConfig::new(8).sqpoll(2000)).unwrap();
     ring.set_spin(Duration::from_secs(1));
     let t = ring.submit_nop().unwrap();
     ring.wait(t).unwrap().result.unwrap();

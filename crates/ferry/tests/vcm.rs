@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ferry::uring::Features;
-use ferry::vcm::{BufRange, Command, DatagramSocket, Endpoint, EndpointOptions, Status, Vector};
+use ferry::vcm::{BufRange, Command, DatagramSocket, Endpoint, EndpointConfig, Status, Vector};
 use ferry::Error;
 
 const T: Duration = Duration::from_secs(10);
@@ -200,7 +200,7 @@ fn request_loop_under_sqpoll_carries_checksummed_data() {
     }
     let mut peer = spawn_peer("echo");
     let to: SocketAddr = ([127, 0, 0, 1], peer_port(&mut peer)).into();
-    let mut ep = Endpoint::new(EndpointOptions::new(256 * 1024).sqpoll(1000)).unwrap();
+    let mut ep = Endpoint::new(EndpointConfig::new(256 * 1024).sqpoll(1000)).unwrap();
     let sock = ep.add_socket(loopback().into()).unwrap();
     let reply = BufRange::new(128 * 1024, 65536);
     let mut v = Vector::new();
@@ -246,8 +246,8 @@ fn foreign_buffers_sockets_and_targets_are_refused_before_submission() {
     if !have_ring() {
         return;
     }
-    let mut a = Endpoint::new(EndpointOptions::new(8192)).unwrap();
-    let mut b = Endpoint::new(EndpointOptions::new(8192)).unwrap();
+    let mut a = Endpoint::new(EndpointConfig::new(8192)).unwrap();
+    let mut b = Endpoint::new(EndpointConfig::new(8192)).unwrap();
     let sa = a.add_socket(loopback().into()).unwrap();
     let sb = b.add_socket(loopback().into()).unwrap();
     let to = loopback().local_addr().unwrap();
@@ -341,7 +341,7 @@ fn sends_of_a_vector_arrive_in_order_and_polling_makes_no_syscall() {
     let rx = loopback();
     rx.set_read_timeout(Some(T)).unwrap();
     let to = rx.local_addr().unwrap();
-    let mut ep = Endpoint::new(EndpointOptions::new(64 * 1024)).unwrap();
+    let mut ep = Endpoint::new(EndpointConfig::new(64 * 1024)).unwrap();
     let s = ep.add_socket(loopback().into()).unwrap();
     let mut v = Vector::new();
     for i in 0..16u32 {
@@ -396,7 +396,7 @@ fn loop_accept_is_rearmed_by_a_new_offset_and_length() {
     let tx = loopback();
     let rxs = loopback();
     let to = rxs.local_addr().unwrap();
-    let mut ep = Endpoint::new(EndpointOptions::new(16 * 1024)).unwrap();
+    let mut ep = Endpoint::new(EndpointConfig::new(16 * 1024)).unwrap();
     let s = ep.add_socket(rxs.into()).unwrap();
     let mut v = Vector::new();
     v.push_loop(Command::Accept {
@@ -438,7 +438,7 @@ fn accept_multiple_keeps_only_the_newest_message() {
     let tx = loopback();
     let rxs = loopback();
     let to = rxs.local_addr().unwrap();
-    let mut ep = Endpoint::new(EndpointOptions::new(16 * 1024)).unwrap();
+    let mut ep = Endpoint::new(EndpointConfig::new(16 * 1024)).unwrap();
     let s = ep.add_socket(rxs.into()).unwrap();
     // Five messages are queued before the command is placed.
     for i in 1..=5u8 {
@@ -471,7 +471,7 @@ fn accept_stop_cancels_an_armed_loop_and_nothing_leaks() {
     }
     let fds0 = fd_count();
     {
-        let mut ep = Endpoint::new(EndpointOptions::new(16 * 1024)).unwrap();
+        let mut ep = Endpoint::new(EndpointConfig::new(16 * 1024)).unwrap();
         let s = ep.add_socket(loopback().into()).unwrap();
         let mut v = Vector::new();
         v.push_loop(Command::Accept {
@@ -511,7 +511,7 @@ fn sqpoll_thread_sleeps_when_idle_and_one_enter_wakes_it() {
     }
     let rxs = loopback();
     let to = rxs.local_addr().unwrap();
-    let mut ep = Endpoint::new(EndpointOptions::new(16 * 1024).sqpoll(10)).unwrap();
+    let mut ep = Endpoint::new(EndpointConfig::new(16 * 1024).sqpoll(10)).unwrap();
     let tx = ep.add_socket(loopback().into()).unwrap();
     let rx = ep.add_socket(rxs.into()).unwrap();
     ep.buf_mut(BufRange::new(0, 3))
@@ -572,7 +572,7 @@ fn garbage_and_oversize_datagrams_from_a_peer_are_errors_not_crashes() {
     if !have_ring() {
         return;
     }
-    let mut s = DatagramSocket::bind_with("127.0.0.1:0", EndpointOptions::new(0), 4096).unwrap();
+    let mut s = DatagramSocket::bind_with("127.0.0.1:0", EndpointConfig::new(0), 4096).unwrap();
     s.set_read_timeout(Some(T));
     let port = s.local_addr().unwrap().port();
     let mut peer = spawn_peer(&format!("garbage:{port}"));
@@ -624,7 +624,7 @@ fn zero_copy_sends_deliver_intact_data_and_report_kernel_copies() {
     let rx = loopback();
     rx.set_read_timeout(Some(T)).unwrap();
     let to = rx.local_addr().unwrap();
-    let mut opts = EndpointOptions::new(256 * 1024);
+    let mut opts = EndpointConfig::new(256 * 1024);
     opts.zero_copy_send = true;
     let mut ep = Endpoint::new(opts).unwrap();
     if ep.stats().zc_fallback {
@@ -670,7 +670,7 @@ fn reactivated_accept_stop_never_stops_the_new_owner_of_a_released_slot() {
     if !have_ring() {
         return;
     }
-    let mut ep = Endpoint::new(EndpointOptions::new(16 * 1024)).unwrap();
+    let mut ep = Endpoint::new(EndpointConfig::new(16 * 1024)).unwrap();
     let rx = loopback();
     let to = rx.local_addr().unwrap();
     let s = ep.add_socket(rx.into()).unwrap();
@@ -719,7 +719,7 @@ fn accept_on_a_stream_socket_receives_the_bytes() {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let mut peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
     let (conn, _) = l.accept().unwrap();
-    let mut ep = Endpoint::new(EndpointOptions::new(16 * 1024)).unwrap();
+    let mut ep = Endpoint::new(EndpointConfig::new(16 * 1024)).unwrap();
     let s = ep.add_socket(conn.into()).unwrap();
     ep.buf_mut(BufRange::new(0, 100)).unwrap().fill(0xee);
     let mut v = Vector::new();
@@ -742,7 +742,7 @@ fn huge_receive_capacity_is_an_error_not_an_overflow() {
         return;
     }
     for cap in [u32::MAX, u32::MAX - 4095] {
-        let r = DatagramSocket::bind_with("127.0.0.1:0", EndpointOptions::new(0), cap);
+        let r = DatagramSocket::bind_with("127.0.0.1:0", EndpointConfig::new(0), cap);
         assert!(matches!(r, Err(Error::InvalidArgument(_))), "{cap}: {r:?}");
     }
 }

@@ -4,7 +4,7 @@
 //! Everything here sits on the [`io_uring`] crate, through one ring core (`ring.rs`): the
 //! only place that keeps an `IoUring`, pushes entries, enters the kernel (counted, with one
 //! retry policy), reaps completions and drains on drop ([`probe`] only builds rings, to
-//! probe them or for [`RingOptions::build`]). The driver, xlate and the VCM endpoint each
+//! probe them or for [`RingConfig::build`]). The driver, xlate and the VCM endpoint each
 //! keep only their own per-operation state on top of it.
 //! [`Features::probe`] finds out once per process what the running kernel offers; each
 //! layer either refuses clearly ([`crate::Error::Unsupported`]) or falls back and counts
@@ -23,4 +23,4 @@ pub(crate) mod ring;
 pub mod xlate;
 
 pub use driver::{Completion, FixedBuf, FixedPool, Target, Ticket, Uring, UringStats};
-pub use probe::{Features, RingOptions};
+pub use probe::{Features, RingConfig};

@@ -1,5 +1,5 @@
 //! Which io_uring features the running kernel has, probed once per process, and one
-//! place that builds rings from [`RingOptions`].
+//! place that builds rings from [`RingConfig`].
 //!
 //! Probing makes real calls: `io_uring_setup(2)` for a plain and an SQPOLL ring,
 //! `io_uring_register(2)` with `IORING_REGISTER_PROBE` for the opcode list, and
@@ -163,15 +163,15 @@ fn socket_write_fixed() -> bool {
 /// How to build a ring. The defaults are a plain 256-entry ring.
 ///
 /// ```
-/// use ferry::uring::RingOptions;
+/// use ferry::uring::RingConfig;
 /// # fn main() -> ferry::Result<()> {
 /// # if !ferry::uring::Features::probe().ring { return Ok(()); }
-/// let ring = RingOptions::new(64).build()?;
+/// let ring = RingConfig::new(64).build()?;
 /// assert!(ring.params().sq_entries() >= 64);
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RingOptions {
+pub struct RingConfig {
     /// Submission queue entries (rounded up to a power of two by the kernel).
     pub entries: u32,
     /// Completion queue entries; `None` lets the kernel pick twice `entries`.
@@ -183,10 +183,10 @@ pub struct RingOptions {
     pub sqpoll_cpu: Option<u32>,
 }
 
-impl RingOptions {
+impl RingConfig {
     /// A plain ring of `entries` submission entries.
-    pub fn new(entries: u32) -> RingOptions {
-        RingOptions {
+    pub fn new(entries: u32) -> RingConfig {
+        RingConfig {
             entries,
             cq_entries: None,
             sqpoll_idle_ms: None,
@@ -195,7 +195,7 @@ impl RingOptions {
     }
 
     /// Asks for an SQPOLL ring whose kernel thread sleeps after `idle_ms` without work.
-    pub fn sqpoll(mut self, idle_ms: u32) -> RingOptions {
+    pub fn sqpoll(mut self, idle_ms: u32) -> RingConfig {
         self.sqpoll_idle_ms = Some(idle_ms);
         self
     }
@@ -226,9 +226,9 @@ impl RingOptions {
     }
 }
 
-impl Default for RingOptions {
+impl Default for RingConfig {
     fn default() -> Self {
-        RingOptions::new(256)
+        RingConfig::new(256)
     }
 }
 
@@ -266,7 +266,7 @@ mod tests {
             return;
         }
         assert!(matches!(
-            RingOptions::new(0).build(),
+            RingConfig::new(0).build(),
             Err(Error::InvalidArgument(_))
         ));
     }

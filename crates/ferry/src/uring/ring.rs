@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use super::probe::RingOptions;
+use super::probe::RingConfig;
 use crate::error::{Error, Result};
 
 /// `IORING_SEND_ZC_REPORT_USAGE`: asks a SEND_ZC notification to say whether the kernel
@@ -132,7 +132,7 @@ pub(crate) struct Ring {
 
 impl Ring {
     /// Builds a ring from `opts` (one `io_uring_setup(2)`).
-    pub(crate) fn new(opts: &RingOptions) -> Result<Ring> {
+    pub(crate) fn new(opts: &RingConfig) -> Result<Ring> {
         let ring = opts.build()?;
         let sqpoll = ring.params().is_setup_sqpoll();
         Ok(Ring {
@@ -454,7 +454,7 @@ mod tests {
 
     /// A plain ring of 4 entries, or `None` (said why) where there is no io_uring.
     fn ring4() -> Option<Ring> {
-        super::super::probe::have_ring_or_skip().then(|| Ring::new(&RingOptions::new(4)).unwrap())
+        super::super::probe::have_ring_or_skip().then(|| Ring::new(&RingConfig::new(4)).unwrap())
     }
 
     #[test]

@@ -25,7 +25,7 @@ use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::Duration;
 
 use super::command::{BufRange, Command, CommandId, SockHandle, Vector};
-use super::endpoint::{Endpoint, EndpointOptions, EndpointStats};
+use super::endpoint::{Endpoint, EndpointConfig, EndpointStats};
 use super::status::Status;
 use crate::error::{Error, Result};
 
@@ -68,10 +68,10 @@ impl DatagramSocket {
     /// Binds a socket on a plain ring (one `io_uring_enter` per operation), receiving
     /// datagrams up to the UDP maximum.
     pub fn bind(addr: impl ToSocketAddrs) -> Result<DatagramSocket> {
-        let opts = EndpointOptions {
+        let opts = EndpointConfig {
             max_commands: 16,
             max_sockets: 1,
-            ..EndpointOptions::new(0)
+            ..EndpointConfig::new(0)
         };
         Self::bind_with(addr, opts, MAX_DATAGRAM)
     }
@@ -81,7 +81,7 @@ impl DatagramSocket {
     /// caller's `region_len` is ignored.
     pub fn bind_with(
         addr: impl ToSocketAddrs,
-        mut opts: EndpointOptions,
+        mut opts: EndpointConfig,
         recv_capacity: u32,
     ) -> Result<DatagramSocket> {
         if recv_capacity == 0 {

@@ -52,5 +52,5 @@ pub mod status;
 
 pub use command::{BufRange, Command, CommandId, SockHandle, Vector};
 pub use datagram::DatagramSocket;
-pub use endpoint::{Endpoint, EndpointOptions, EndpointStats};
+pub use endpoint::{Endpoint, EndpointConfig, EndpointStats};
 pub use status::{Status, StatusWord};

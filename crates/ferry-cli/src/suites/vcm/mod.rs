@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use ferry::uring::Features;
-use ferry::vcm::{BufRange, Command, Endpoint as VcmEndpoint, EndpointOptions, Status, Vector};
+use ferry::vcm::{BufRange, Command, Endpoint as VcmEndpoint, EndpointConfig, Status, Vector};
 
 use crate::harness::crew::{Crew, WorkerSpec};
 use crate::harness::ctx::BenchCtx;
@@ -138,7 +138,7 @@ impl Peer {
 }
 
 fn vcm_endpoint(sqpoll_cpu: usize) -> Result<VcmEndpoint> {
-    let mut o = EndpointOptions::new(2 * 65536).sqpoll(100);
+    let mut o = EndpointConfig::new(2 * 65536).sqpoll(100);
     o.ring.sqpoll_cpu = Some(sqpoll_cpu as u32);
     // Spin on the status word; never block in the kernel.
     o.spin = Duration::from_secs(3600);
@@ -284,7 +284,7 @@ fn syscall_bursts(sink: SocketAddr, size: usize, bursts: usize) -> Result<Vec<f6
 /// Zero-copy sends of the largest size to the sink: (sends, reported copied by the kernel,
 /// whether SEND_ZC was available).
 fn zc_probe(sink: SocketAddr, sends: usize) -> Result<(u64, u64, bool)> {
-    let mut o = EndpointOptions::new(65536);
+    let mut o = EndpointConfig::new(65536);
     o.zero_copy_send = true;
     let mut ep = VcmEndpoint::new(o)?;
     if ep.stats().zc_fallback {

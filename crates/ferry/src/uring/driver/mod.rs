@@ -19,12 +19,12 @@
 //! ```
 //! use std::io::Write;
 //! use std::os::fd::AsRawFd;
-//! use ferry::uring::{driver::Uring, RingOptions};
+//! use ferry::uring::{driver::Uring, RingConfig};
 //!
 //! # fn main() -> ferry::Result<()> {
 //! # if !ferry::uring::Features::probe().ring { return Ok(()); }
 //! let file = tempfile_in_tmp()?;
-//! let mut ring = Uring::new(&RingOptions::new(8))?;
+//! let mut ring = Uring::new(&RingConfig::new(8))?;
 //! let (res, buf) = ring.write_at(file.as_raw_fd(), b"hello, ring".to_vec(), 0);
 //! assert_eq!(res?, 11);
 //! assert_eq!(buf.len(), 11);                       // the buffer comes back
@@ -60,7 +60,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::probe::{Features, RingOptions};
+use super::probe::{Features, RingConfig};
 use super::ring::Ring;
 use crate::error::{Error, Result};
 
@@ -96,13 +96,13 @@ impl std::fmt::Debug for Uring {
 
 impl Uring {
     /// Builds a ring (one `io_uring_setup(2)`); SQPOLL if the options ask for it.
-    pub fn new(opts: &RingOptions) -> Result<Uring> {
+    pub fn new(opts: &RingConfig) -> Result<Uring> {
         Uring::with_features(opts, Features::probe().clone())
     }
 
     /// As [`Uring::new`], but acting as if the kernel offered only `features`. Lets a
     /// program (or a test) take the fallback paths on a kernel that has everything.
-    pub fn with_features(opts: &RingOptions, features: Features) -> Result<Uring> {
+    pub fn with_features(opts: &RingConfig, features: Features) -> Result<Uring> {
         let ring = Ring::new(opts)?;
         let sqpoll = ring.is_sqpoll();
         Ok(Uring {
@@ -272,7 +272,7 @@ mod tests {
     use super::*;
 
     fn ring() -> Option<Uring> {
-        crate::uring::probe::have_ring_or_skip().then(|| Uring::new(&RingOptions::new(8)).unwrap())
+        crate::uring::probe::have_ring_or_skip().then(|| Uring::new(&RingConfig::new(8)).unwrap())
     }
 
     #[test]
@@ -296,9 +296,9 @@ mod tests {
         // 4 SQ entries (8 CQ entries) and 100 operations in flight: pushing flushes a full
         // submission queue, and completions beyond the CQ size wait in the kernel's
         // overflow list until reaped.
-        let mut opts = vec![RingOptions::new(4)];
+        let mut opts = vec![RingConfig::new(4)];
         if Features::probe().sqpoll {
-            opts.push(RingOptions::new(4).sqpoll(10));
+            opts.push(RingConfig::new(4).sqpoll(10));
         } else {
             eprintln!("skipped part: no SQPOLL");
         }
@@ -318,7 +318,7 @@ mod tests {
     #[test]
     fn tickets_are_checked() {
         let Some(mut a) = ring() else { return };
-        let mut b = Uring::new(&RingOptions::new(8)).unwrap();
+        let mut b = Uring::new(&RingConfig::new(8)).unwrap();
         let t = a.submit_nop().unwrap();
         assert!(matches!(b.wait(t), Err(Error::InvalidArgument(_))));
         // The op stays with `a`, which drops cleanly with it in flight or done.

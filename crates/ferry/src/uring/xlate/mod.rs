@@ -116,7 +116,7 @@ use crate::sys::mem::{Access, Mapping};
 use crate::sys::page_size;
 use crate::sys::uffd::Watcher;
 use crate::uring::ring::Ring;
-use crate::uring::{Features, RingOptions};
+use crate::uring::{Features, RingConfig};
 
 use table::Table;
 
@@ -398,7 +398,7 @@ impl Xlate {
         let bounce_len = bounce_size
             .checked_mul(cfg.bounce_buffers as usize)
             .ok_or(Error::InvalidArgument("bounce region overflows"))?;
-        let mut ring = Ring::new(&RingOptions::new((cfg.bounce_buffers * 2 + 2).max(8)))?;
+        let mut ring = Ring::new(&RingConfig::new((cfg.bounce_buffers * 2 + 2).max(8)))?;
         ring.register_buffers_sparse(total)?;
         let mfd = memfd("ferry-xlate-bounce", bounce_len as u64)?;
         let bounce = Mapping::shared(mfd.as_fd(), bounce_len, Access::ReadWrite)?;

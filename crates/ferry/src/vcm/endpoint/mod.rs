@@ -3,13 +3,13 @@
 //!
 //! ```
 //! use std::net::UdpSocket;
-//! use ferry::vcm::{BufRange, Command, Endpoint, EndpointOptions, Status, Vector};
+//! use ferry::vcm::{BufRange, Command, Endpoint, EndpointConfig, Status, Vector};
 //! # fn main() -> ferry::Result<()> {
 //! # if !ferry::uring::Features::probe().ring { return Ok(()); }
 //! let a = UdpSocket::bind("127.0.0.1:0")?;
 //! let b = UdpSocket::bind("127.0.0.1:0")?;
 //! let to = b.local_addr()?;
-//! let mut ep = Endpoint::new(EndpointOptions::new(64 * 1024))?;
+//! let mut ep = Endpoint::new(EndpointConfig::new(64 * 1024))?;
 //! let sa = ep.add_socket(a.into())?;
 //! let sb = ep.add_socket(b.into())?;
 //! ep.buf_mut(BufRange::new(0, 5))?.copy_from_slice(b"hello");
@@ -39,7 +39,7 @@ use super::status::{Status, StatusWord};
 use crate::error::{Error, Result};
 use crate::sys::mem::{Access, Mapping};
 use crate::uring::ring::{Cqe, Ring};
-use crate::uring::RingOptions;
+use crate::uring::RingConfig;
 
 mod activation;
 mod sqe;
@@ -49,10 +49,10 @@ use sqe::{split_user_data, user_data, PART_CANCEL, PART_MAIN, PART_REPLY};
 
 /// How to build an [`Endpoint`].
 #[derive(Debug, Clone)]
-pub struct EndpointOptions {
+pub struct EndpointConfig {
     /// The ring (set `sqpoll_idle_ms` for a kernel thread that polls the submission queue,
     /// so that activating commands needs no system call).
-    pub ring: RingOptions,
+    pub ring: RingConfig,
     /// Bytes of buffer region (rounded up to pages).
     pub region_len: usize,
     /// Most commands (status words) alive at once.
@@ -71,12 +71,12 @@ pub struct EndpointOptions {
     pub zero_copy_send: bool,
 }
 
-impl EndpointOptions {
+impl EndpointConfig {
     /// A plain ring of 256 entries, `region_len` bytes of region, 256 commands, 16 sockets,
     /// 20 µs of spinning before blocking.
-    pub fn new(region_len: usize) -> EndpointOptions {
-        EndpointOptions {
-            ring: RingOptions::new(256),
+    pub fn new(region_len: usize) -> EndpointConfig {
+        EndpointConfig {
+            ring: RingConfig::new(256),
             region_len,
             max_commands: 256,
             max_sockets: 16,
@@ -86,7 +86,7 @@ impl EndpointOptions {
     }
 
     /// Uses an SQPOLL ring whose kernel thread sleeps after `idle_ms` without work.
-    pub fn sqpoll(mut self, idle_ms: u32) -> EndpointOptions {
+    pub fn sqpoll(mut self, idle_ms: u32) -> EndpointConfig {
         self.ring = self.ring.sqpoll(idle_ms);
         self
     }
@@ -200,7 +200,7 @@ fn refuse(what: &'static str) -> Error {
 impl Endpoint {
     /// Builds the ring, maps and registers the region, and makes sparse tables for
     /// `max_sockets` registered files. Missing kernel features are [`Error::Unsupported`].
-    pub fn new(opts: EndpointOptions) -> Result<Endpoint> {
+    pub fn new(opts: EndpointConfig) -> Result<Endpoint> {
         if opts.max_commands == 0 || opts.max_commands > 1 << 24 {
             return Err(refuse("max_commands must be 1 ..= 2^24"));
         }
@@ -658,7 +658,7 @@ mod tests {
             eprintln!("skipped: no io_uring here");
             return;
         }
-        let mut ep = Endpoint::new(EndpointOptions::new(16 * 1024)).unwrap();
+        let mut ep = Endpoint::new(EndpointConfig::new(16 * 1024)).unwrap();
         let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let s = ep.add_socket(sock.into()).unwrap();
         let mut v = Vector::new();
@@ -698,7 +698,7 @@ mod tests {
             eprintln!("skipped: no io_uring here");
             return;
         }
-        let mut ep = Endpoint::new(EndpointOptions::new(16 * 1024)).unwrap();
+        let mut ep = Endpoint::new(EndpointConfig::new(16 * 1024)).unwrap();
         let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let to = sock.local_addr().unwrap();
         let s = ep.add_socket(sock.into()).unwrap();
