@@ -47,10 +47,10 @@ pub struct WorkerArgs {
     pub cpu: Option<usize>,
     #[arg(long, value_enum, default_value = "fd-stream")]
     pub transport: WorkerTransport,
-    /// Spec of the sending endpoint.
+    /// Spec of the sending link end.
     #[arg(long)]
     pub tx: Option<String>,
-    /// Spec of the receiving endpoint.
+    /// Spec of the receiving link end.
     #[arg(long)]
     pub rx: Option<String>,
     /// Spec of this worker's end of the acknowledgement pipe (ping-pong).

@@ -41,7 +41,7 @@
 //!
 //! Layers, bottom up: `sys` (thin syscall wrappers, private to the crate; [`diagnostics`]
 //! re-exports its syscall counters and page size), [`region`] (groups, domains, lots,
-//! fbufs), [`segment`] and [`iodata`] (handles), [`channel`] (rings and endpoints).
+//! fbufs), [`segment`] and [`iodata`] (handles), [`channel`] (rings, senders and receivers).
 //! Errors are one enum, [`Error`]; a descriptor that fails validation is
 //! [`Error::BadDescriptor`], a dead peer [`Error::PeerGone`].
 //!

@@ -612,7 +612,7 @@ fn messages_left_in_a_dropped_receivers_ring_come_back() {
 
 /// The same while the sender keeps sending as the receiver closes: every fbuf must come
 /// back each time. (The narrow case of a message pushed after the receiver released what
-/// was in its ring is tested directly by a unit test in `channel/endpoint.rs`.)
+/// was in its ring is tested directly by a unit test in `channel/sender.rs`.)
 #[test]
 fn messages_racing_a_receivers_close_come_back() {
     let g = group("closerace");

@@ -18,16 +18,16 @@ use clap::ValueEnum;
 
 use crate::protocol::{Plan, Role, Sample, WorkerTransport};
 use crate::sys;
-use crate::transport::Endpoint;
+use crate::transport::LinkEnd;
 
 /// How one worker is started.
 pub struct WorkerSpec {
     pub role: Role,
     pub cpu: usize,
     pub transport: WorkerTransport,
-    pub tx: Option<Endpoint>,
-    pub rx: Option<Endpoint>,
-    pub ack: Option<Endpoint>,
+    pub tx: Option<LinkEnd>,
+    pub rx: Option<LinkEnd>,
+    pub ack: Option<LinkEnd>,
 }
 
 impl WorkerSpec {

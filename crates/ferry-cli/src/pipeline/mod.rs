@@ -17,8 +17,8 @@
 //! socket close before that exits with [`EXIT_NEIGHBOUR_GONE`], so the pipeline can tell
 //! the stage that failed from the ones that stopped because of it.
 
-mod endpoint;
 mod stage;
+mod stream_spec;
 
 use std::fs::File;
 use std::io::{IsTerminal, Write};
@@ -36,8 +36,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use ferry::container::Container;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use endpoint::Endpoint;
 use stage::{StageConfig, StageError};
+use stream_spec::StreamSpec;
 
 /// Exit status of a stage process that stopped because a neighbour went away first.
 const EXIT_NEIGHBOUR_GONE: i32 = 3;
@@ -51,12 +51,12 @@ const KILL_STAGE_ENV: &str = "FERRY_PIPELINE_KILL_STAGE";
 pub struct PipelineArgs {
     /// Input: a file, `-` for stdin, `tcp:HOST:PORT` to connect, `tcp-listen:PORT` to
     /// accept one connection. Must be a file, pipe or socket (not a terminal).
-    #[arg(value_parser = Endpoint::parse)]
-    input: Endpoint,
+    #[arg(value_parser = StreamSpec::parse)]
+    input: StreamSpec,
     /// Output: a file (created or truncated), `-` for stdout, `tcp:HOST:PORT`,
     /// `tcp-listen:PORT`.
-    #[arg(value_parser = Endpoint::parse)]
-    output: Endpoint,
+    #[arg(value_parser = StreamSpec::parse)]
+    output: StreamSpec,
     /// Number of stages between the source and the sink.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=64))]
     stages: u16,

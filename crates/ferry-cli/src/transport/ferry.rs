@@ -5,7 +5,7 @@
 //! Rendezvous: every link of one chain shares one group (so a stage forwards
 //! without copying). A link is a plain pipe used once: the receiving worker
 //! joins the group, writes its [`DomainId`] into the pipe and accepts; the
-//! sending worker reads that id and connects. The endpoint spec is
+//! sending worker reads that id and connects. The link end spec is
 //! `GROUP,FD,FLAGS` with FLAGS a subset of `s` (secured fbufs, on the sender's
 //! path) and `u` (uncached: the receiver maps every fragment afresh).
 
@@ -20,7 +20,7 @@ use std::time::Duration;
 use ferry::{Domain, DomainId, Group, IoData, PathAllocator, PathConfig, Receiver, Sender};
 use rustix::pipe::{pipe_with, PipeFlags};
 
-use super::{Endpoint, Link, RxEnd, Transport, TxEnd};
+use super::{Link, LinkEnd, RxEnd, Transport, TxEnd};
 use crate::protocol::Wait;
 use crate::sys;
 
@@ -122,11 +122,11 @@ pub fn links(n: usize, v: Variant) -> io::Result<(Vec<Link>, PathBuf)> {
             )
         };
         out.push(Link {
-            tx: Endpoint {
+            tx: LinkEnd {
                 spec: spec(&r),
                 fds: vec![r],
             },
-            rx: Endpoint {
+            rx: LinkEnd {
                 spec: spec(&w),
                 fds: vec![w],
             },
@@ -175,7 +175,7 @@ fn domain(group: &str) -> io::Result<Domain> {
 }
 
 /// Drops this process's reference to its domain; the domain leaves the group
-/// once every endpoint is dropped too (and the group file goes with the last).
+/// once every link end is dropped too (and the group file goes with the last).
 pub fn leave() {
     DOMAIN.lock().unwrap_or_else(|p| p.into_inner()).take();
 }

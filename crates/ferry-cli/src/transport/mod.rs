@@ -2,9 +2,9 @@
 //!
 //! A transport has two halves:
 //! - the harness half, [`TransportKind`], creates a one-way [`Link`] whose two
-//!   [`Endpoint`]s are handed to two worker processes (as inherited
+//!   [`LinkEnd`]s are handed to two worker processes (as inherited
 //!   descriptors and a short spec string);
-//! - the worker half, the [`Transport`] trait, opens an endpoint from its spec
+//! - the worker half, the [`Transport`] trait, opens a link end from its spec
 //!   and moves messages. Worker code ([`crate::harness::chain::roles`]) is generic over
 //!   it, so every transport runs the very same loops.
 //!
@@ -69,7 +69,7 @@ impl TransportKind {
         }
     }
 
-    /// Which worker-side implementation opens this kind's endpoints.
+    /// Which worker-side implementation opens this kind's link ends.
     pub fn worker(self) -> WorkerTransport {
         match self {
             TransportKind::Pipe | TransportKind::Unix => WorkerTransport::FdStream,
@@ -104,21 +104,21 @@ impl TransportKind {
 
 /// A one-way link between two workers, before it is handed out.
 pub struct Link {
-    pub tx: Endpoint,
-    pub rx: Endpoint,
+    pub tx: LinkEnd,
+    pub rx: LinkEnd,
     /// Bytes the link buffers in the kernel, where that is known.
     pub capacity: Option<usize>,
 }
 
 /// One end of a link: what its worker is told, and what it inherits.
-pub struct Endpoint {
+pub struct LinkEnd {
     /// Passed to the worker as `--tx SPEC` or `--rx SPEC`.
     pub spec: String,
     /// Descriptors the worker must inherit.
     pub fds: Vec<OwnedFd>,
 }
 
-/// Worker-side transport: opens endpoints and moves messages.
+/// Worker-side transport: opens link ends and moves messages.
 pub trait Transport {
     type Tx: TxEnd;
     type Rx: RxEnd;

@@ -10,7 +10,7 @@ use std::os::fd::OwnedFd;
 use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
 use rustix::pipe::{fcntl_setpipe_size, pipe_with, PipeFlags};
 
-use super::{Endpoint, Link, RxEnd, Transport, TxEnd};
+use super::{Link, LinkEnd, RxEnd, Transport, TxEnd};
 use crate::protocol::Wait;
 use crate::sys;
 
@@ -25,8 +25,8 @@ pub fn pipe_link() -> io::Result<Link> {
         .or_else(|_| rustix::pipe::fcntl_getpipe_size(&w))
         .ok();
     Ok(Link {
-        tx: fd_endpoint(w),
-        rx: fd_endpoint(r),
+        tx: fd_link_end(w),
+        rx: fd_link_end(r),
         capacity,
     })
 }
@@ -40,14 +40,14 @@ pub fn unix_link() -> io::Result<Link> {
         None,
     )?;
     Ok(Link {
-        tx: fd_endpoint(a),
-        rx: fd_endpoint(b),
+        tx: fd_link_end(a),
+        rx: fd_link_end(b),
         capacity: None,
     })
 }
 
-fn fd_endpoint(fd: OwnedFd) -> Endpoint {
-    Endpoint {
+fn fd_link_end(fd: OwnedFd) -> LinkEnd {
+    LinkEnd {
         spec: format!("{}", std::os::fd::AsRawFd::as_raw_fd(&fd)),
         fds: vec![fd],
     }

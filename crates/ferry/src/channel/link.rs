@@ -11,7 +11,7 @@ use crate::error::{BadDescriptor, Error, Result};
 use crate::sys::fd::{exited, EventFd};
 use crate::sys::mem::Mapping;
 
-/// How often an idle busy-polling endpoint checks, with one `poll(2)`, that its peer
+/// How often an idle busy-polling sender or receiver checks, with one `poll(2)`, that its peer
 /// still lives.
 pub(super) const LIVENESS_PERIOD: Duration = Duration::from_millis(10);
 
@@ -37,7 +37,7 @@ impl Default for ChannelConfig {
     }
 }
 
-/// Counters of one endpoint.
+/// Counters of one end of a channel (a [`Sender`](super::Sender) or [`Receiver`](super::Receiver)).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChannelStats {
     /// Messages sent or received.
@@ -46,9 +46,9 @@ pub struct ChannelStats {
     pub bytes: u64,
     /// Bytes copied because a fragment was not in a shared lot (the plain fallback).
     pub copied_bytes: u64,
-    /// Wake-ups this endpoint sent to its peer (eventfd writes).
+    /// Wake-ups this end sent to its peer (eventfd writes).
     pub wakeups: u64,
-    /// Times this endpoint blocked.
+    /// Times this end blocked.
     pub sleeps: u64,
     /// Releases sent (receiver) or collected (sender).
     pub releases: u64,

@@ -548,7 +548,7 @@ impl Receiver {
         self.core.link.peer_pid
     }
 
-    /// This endpoint's counters.
+    /// This receiver's counters.
     pub fn stats(&self) -> ChannelStats {
         self.core.stats.snapshot()
     }

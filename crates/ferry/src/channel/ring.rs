@@ -636,7 +636,7 @@ mod loom_tests {
         transfer(3, false, true);
     }
 
-    /// (b) and (c) at once, as a channel's two endpoints run.
+    /// (b) and (c) at once, as a channel's sender and receiver run.
     #[test]
     fn both_sides_block_without_lost_wakeups() {
         transfer(3, true, true);

@@ -497,7 +497,7 @@ impl Sender {
         self.core.link.peer_pid
     }
 
-    /// This endpoint's counters.
+    /// This sender's counters.
     pub fn stats(&self) -> ChannelStats {
         self.core.stats.snapshot()
     }

@@ -281,9 +281,9 @@ impl Group {
                 continue;
             }
             let (mut doors, fresh) = match read_table(file.as_fd())? {
-                Table::Valid(doors) => (doors, false),
-                Table::Empty => (vec![Door::default(); DOORS], true),
-                Table::Invalid => {
+                DoorTable::Valid(doors) => (doors, false),
+                DoorTable::Empty => (vec![Door::default(); DOORS], true),
+                DoorTable::Invalid => {
                     // Not a door table: maybe garbage, maybe a control block an older
                     // ferry maps. Leave its inode alone and start a new file.
                     crate::sys::count();
@@ -590,7 +590,7 @@ impl Group {
             }
         }
         let mut doors = match read_table(self.file.as_fd()) {
-            Ok(Table::Valid(doors)) => doors,
+            Ok(DoorTable::Valid(doors)) => doors,
             _ => Vec::new(),
         };
         if let Some((i, mine)) = self.door {
@@ -783,7 +783,7 @@ impl Door {
 
 /// What a named file holds.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Table {
+pub(crate) enum DoorTable {
     /// A door table.
     Valid(Vec<Door>),
     /// Nothing yet: a file just created.
@@ -793,18 +793,18 @@ pub(crate) enum Table {
 }
 
 /// Decodes the bytes of a named file.
-pub(crate) fn parse_table(b: &[u8]) -> Table {
+pub(crate) fn parse_table(b: &[u8]) -> DoorTable {
     if b.is_empty() {
-        return Table::Empty;
+        return DoorTable::Empty;
     }
     if b.len() != TABLE_LEN
         || b[0..8] != TABLE_MAGIC.to_ne_bytes()
         || b[8..12] != TABLE_VERSION.to_ne_bytes()
         || b[12..16] != (DOORS as u32).to_ne_bytes()
     {
-        return Table::Invalid;
+        return DoorTable::Invalid;
     }
-    Table::Valid(
+    DoorTable::Valid(
         b[TABLE_HEAD..]
             .chunks_exact(DOOR_LEN)
             .map(Door::decode)
@@ -814,7 +814,7 @@ pub(crate) fn parse_table(b: &[u8]) -> Table {
 
 /// Reads the named file open as `fd` (`pread`; one byte more than a table, to notice a
 /// longer file).
-fn read_table(fd: BorrowedFd<'_>) -> io::Result<Table> {
+fn read_table(fd: BorrowedFd<'_>) -> io::Result<DoorTable> {
     let mut buf = vec![0u8; TABLE_LEN + 1];
     let n = read_at(fd, &mut buf, 0)?;
     Ok(parse_table(&buf[..n]))
@@ -1061,7 +1061,7 @@ mod tests {
 
     #[test]
     fn door_tables_round_trip_and_garbage_is_invalid() {
-        assert_eq!(parse_table(&[]), Table::Empty);
+        assert_eq!(parse_table(&[]), DoorTable::Empty);
         let mut rng = 0x1234_5678_9abc_def1u64;
         let mut next = || {
             rng ^= rng << 13;
@@ -1081,7 +1081,7 @@ mod tests {
         ] {
             for _ in 0..20 {
                 let b: Vec<u8> = (0..len).map(|_| next() as u8).collect();
-                assert_eq!(parse_table(&b), Table::Invalid, "{len} garbage bytes");
+                assert_eq!(parse_table(&b), DoorTable::Invalid, "{len} garbage bytes");
             }
         }
         let doors: Vec<Door> = (0..DOORS)
@@ -1094,18 +1094,21 @@ mod tests {
         let fd = memfd("unit-table", 0).unwrap();
         write_table(fd.as_fd(), &doors).unwrap();
         assert_eq!(file_len(fd.as_fd()).unwrap(), TABLE_LEN as u64);
-        assert_eq!(read_table(fd.as_fd()).unwrap(), Table::Valid(doors.clone()));
+        assert_eq!(
+            read_table(fd.as_fd()).unwrap(),
+            DoorTable::Valid(doors.clone())
+        );
         write_door(fd.as_fd(), 7, Door::default()).unwrap();
-        let Table::Valid(back) = read_table(fd.as_fd()).unwrap() else {
+        let DoorTable::Valid(back) = read_table(fd.as_fd()).unwrap() else {
             panic!("table lost")
         };
         assert_eq!(back[7], Door::default());
         assert_eq!(back[8], doors[8]);
         // A table with a byte more, or less, is not a table.
         rustix::fs::ftruncate(&fd, TABLE_LEN as u64 + 1).unwrap();
-        assert_eq!(read_table(fd.as_fd()).unwrap(), Table::Invalid);
+        assert_eq!(read_table(fd.as_fd()).unwrap(), DoorTable::Invalid);
         rustix::fs::ftruncate(&fd, TABLE_LEN as u64 - 1).unwrap();
-        assert_eq!(read_table(fd.as_fd()).unwrap(), Table::Invalid);
+        assert_eq!(read_table(fd.as_fd()).unwrap(), DoorTable::Invalid);
     }
 
     #[test]

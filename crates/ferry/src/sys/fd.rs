@@ -177,7 +177,7 @@ pub fn wait_readable(
     }
 }
 
-/// A non-blocking eventfd (`eventfd(2)`), used to wake a sleeping endpoint.
+/// A non-blocking eventfd (`eventfd(2)`), used to wake a sleeping sender or receiver.
 #[derive(Debug)]
 pub struct EventFd(OwnedFd);
 

@@ -1,7 +1,7 @@
 //! The ring core: the one place in ferry that owns an [`io_uring::IoUring`] and drives it.
 //!
 //! The driver ([`crate::uring::driver`]), the registration cache ([`crate::uring::xlate`])
-//! and the VCM endpoint ([`crate::vcm`]) each keep their own per-operation state; this
+//! and the VCM [`Endpoint`](crate::vcm::Endpoint) each keep their own per-operation state; this
 //! module does the part they share, once:
 //!
 //! - **push**: [`Ring::push`] places one entry and reports a full submission queue

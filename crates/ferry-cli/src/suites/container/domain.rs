@@ -13,9 +13,9 @@
 //! copy, one byte) to the first over a return socket, and the first domain sends the
 //! next message only then. The first domain stamps when it starts a message, the last
 //! when it has received it; the harness pairs the stamps (the clock is system-wide).
-//! Both sides derive the same schedule from the [`Plan`] ([`groups`]).
+//! Both sides derive the same schedule from the [`Plan`] ([`batches`]).
 //!
-//! Endpoints (the worker's `--rx`, `--tx`, `--ack`):
+//! Link ends (the worker's `--rx`, `--tx`, `--ack`):
 //! - `--rx sock=FD,pipe=FD`: from the previous domain (the first domain's `sock` is the
 //!   return socket from the last);
 //! - `--tx sock=FD,pipe=FD`: to the next domain (the last domain's `sock` is the return
@@ -33,12 +33,12 @@ use std::os::unix::net::UnixStream;
 use anyhow::{bail, Context, Result};
 use ferry::container::Container;
 
-use super::schedule::{groups, pallet_layout, Method, ACCESSOR, CHUNK, DOMAINS, PALLETS};
+use super::schedule::{batches, pallet_layout, Method, ACCESSOR, CHUNK, DOMAINS, PALLETS};
 use crate::harness::chain::touch::read_words;
 use crate::protocol::{Plan, Sample, SampleKind, WorkerArgs};
 use crate::sys;
 
-/// Parsed `key=value,key=value` endpoint spec.
+/// Parsed `key=value,key=value` link end spec.
 fn field(spec: &str, key: &str) -> Option<String> {
     spec.split(',').find_map(|kv| {
         let (k, v) = kv.split_once('=')?;
@@ -206,7 +206,7 @@ pub fn run(args: &WorkerArgs, plan: &Plan) -> Result<Vec<Sample>> {
     let mut buf = vec![0x5au8; CHUNK.min(size.max(1))];
 
     let mut out = Vec::new();
-    for g in groups(plan) {
+    for g in batches(plan) {
         let mut stamps = Vec::with_capacity(g.timed as usize);
         let accessor = (index == ACCESSOR && g.access > 0).then_some(g.access);
         for k in 0..g.warmup + g.timed {

@@ -27,10 +27,10 @@ use crate::harness::record::Record;
 use crate::harness::stats::{median, spread, Summary};
 use crate::harness::BenchDef;
 use crate::protocol::{Pattern, Plan, Role, Sample, Touch, Wait};
-use crate::transport::{stream, Endpoint};
+use crate::transport::{stream, LinkEnd};
 use report::{markdown, plot};
 use schedule::{
-    groups, pallet_layout, resolve, Method, ACCESSES, ACCESSOR, DOMAINS, METHODS, PALLETS,
+    batches, pallet_layout, resolve, Method, ACCESSES, ACCESSOR, DOMAINS, METHODS, PALLETS,
 };
 
 pub const BENCH: BenchDef = BenchDef {
@@ -145,13 +145,13 @@ fn sock_pair() -> Result<(OwnedFd, OwnedFd)> {
 }
 
 /// `key=FD,key=FD`, and the descriptors to inherit.
-fn endpoint(fds: Vec<(&str, OwnedFd)>) -> Endpoint {
+fn link_end(fds: Vec<(&str, OwnedFd)>) -> LinkEnd {
     let spec = fds
         .iter()
         .map(|(k, fd)| format!("{k}={}", fd.as_raw_fd()))
         .collect::<Vec<_>>()
         .join(",");
-    Endpoint {
+    LinkEnd {
         spec,
         fds: fds.into_iter().map(|(_, fd)| fd).collect(),
     }
@@ -172,20 +172,20 @@ fn measure(ctx: &BenchCtx, run: SizeRun) -> Result<Measured> {
     let fds_before = open_fds();
     let samples = {
         // Links between consecutive domains: a socket pair for containers, a pipe for copies.
-        let mut into: Vec<Option<Endpoint>> = (0..DOMAINS).map(|_| None).collect();
-        let mut out_of: Vec<Option<Endpoint>> = (0..DOMAINS).map(|_| None).collect();
+        let mut into: Vec<Option<LinkEnd>> = (0..DOMAINS).map(|_| None).collect();
+        let mut out_of: Vec<Option<LinkEnd>> = (0..DOMAINS).map(|_| None).collect();
         for i in 0..DOMAINS - 1 {
             let (a, b) = sock_pair()?;
             let pipe = stream::pipe_link()?;
             let mut wr = pipe.tx.fds;
             let mut rd = pipe.rx.fds;
-            out_of[i] = Some(endpoint(vec![("sock", a), ("pipe", wr.remove(0))]));
-            into[i + 1] = Some(endpoint(vec![("sock", b), ("pipe", rd.remove(0))]));
+            out_of[i] = Some(link_end(vec![("sock", a), ("pipe", wr.remove(0))]));
+            into[i + 1] = Some(link_end(vec![("sock", b), ("pipe", rd.remove(0))]));
         }
         // The return socket: the last domain sends the container (or a byte) back.
         let (a, b) = sock_pair()?;
-        out_of[DOMAINS - 1] = Some(endpoint(vec![("sock", a)]));
-        into[0] = Some(endpoint(vec![("sock", b)]));
+        out_of[DOMAINS - 1] = Some(link_end(vec![("sock", a)]));
+        into[0] = Some(link_end(vec![("sock", b)]));
 
         // Lifelines: each domain inherits a read end; the harness keeps the write ends
         // (close-on-exec, so no other child gets them) until the crew is done.
@@ -198,8 +198,8 @@ fn measure(ctx: &BenchCtx, run: SizeRun) -> Result<Measured> {
             let mut spec = WorkerSpec::new(Role::Domain, cpu);
             spec.rx = into[i].take();
             spec.tx = out_of[i].take();
-            let ack = endpoint(vec![("lifeline", r)]);
-            spec.ack = Some(Endpoint {
+            let ack = link_end(vec![("lifeline", r)]);
+            spec.ack = Some(LinkEnd {
                 spec: format!("domain={i},{}", ack.spec),
                 fds: ack.fds,
             });
@@ -222,10 +222,10 @@ fn measure(ctx: &BenchCtx, run: SizeRun) -> Result<Measured> {
 
 /// Latencies per (method, access), from the schedule both domains followed.
 fn pair(plan: &Plan, t0s: &[Sample], t1s: &[Sample]) -> Result<Vec<Cell>> {
-    let gs = groups(plan);
+    let gs = batches(plan);
     if t0s.len() != gs.len() || t1s.len() != gs.len() {
         bail!(
-            "expected {} groups of stamps, got {} and {}",
+            "expected {} batches of stamps, got {} and {}",
             gs.len(),
             t0s.len(),
             t1s.len()
@@ -435,10 +435,10 @@ mod tests {
             trials: 2,
             hops: 3,
         };
-        let gs = groups(&plan);
-        // Copy only at 0 and all above 64 MiB: 4 x 3 - 2 groups per trial.
+        let gs = batches(&plan);
+        // Copy only at 0 and all above 64 MiB: 4 x 3 - 2 batches per trial.
         assert_eq!(gs.len(), 2 * 10);
-        let fake = |g: &schedule::Group, t: u64| Sample {
+        let fake = |g: &schedule::Batch, t: u64| Sample {
             kind: crate::protocol::SampleKind::OneWay,
             size: 1 << 30,
             trial: g.trial,

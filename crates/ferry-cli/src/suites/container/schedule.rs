@@ -1,6 +1,6 @@
 //! The schedule of `ferry bench container`, which the harness side ([`super`]) and every
 //! domain ([`super::domain`]) derive from the same [`Plan`]: the chain's shape, the
-//! access amounts, the methods, the order of the groups of messages, and how a message
+//! access amounts, the methods, the order of the batches of messages, and how a message
 //! is cut into pallets.
 
 use crate::protocol::Plan;
@@ -58,7 +58,7 @@ pub fn resolve(access: usize, size: usize) -> usize {
 
 /// Messages of one method at one access amount in one trial.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Group {
+pub struct Batch {
     pub trial: u32,
     /// Bytes accessed (resolved).
     pub access: usize,
@@ -70,7 +70,7 @@ pub struct Group {
 /// Container shipping that does not access everything costs microseconds, so it always
 /// gets at least this many timed messages, after at least [`CHEAP_WARMUP`] warm-ups.
 pub const CHEAP_MSGS: u32 = 30;
-/// Warm-up messages before the cheap groups' timed ones.
+/// Warm-up messages before the cheap batches' timed ones.
 pub const CHEAP_WARMUP: u32 = 2;
 
 /// Above this size the copy runs only with nothing and with everything accessed: it takes
@@ -85,7 +85,7 @@ pub fn runs(method: Method, access: usize, size: usize) -> bool {
 /// The schedule: trials, then access amounts, then methods, so that the three methods
 /// at one access amount run back to back. Uses the plan's first size, message count and
 /// warm-up count (see [`CHEAP_MSGS`] and [`runs`] for the exceptions).
-pub fn groups(plan: &Plan) -> Vec<Group> {
+pub fn batches(plan: &Plan) -> Vec<Batch> {
     let size = plan.sizes.first().copied().unwrap_or(0);
     let warmup = plan.warmup.first().copied().unwrap_or(0);
     let timed = plan.msgs.first().copied().unwrap_or(1).max(1);
@@ -98,7 +98,7 @@ pub fn groups(plan: &Plan) -> Vec<Group> {
                     continue;
                 }
                 let cheap = method == Method::Container && access < size;
-                out.push(Group {
+                out.push(Batch {
                     trial,
                     access,
                     method,

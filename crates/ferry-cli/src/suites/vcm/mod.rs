@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use ferry::uring::Features;
-use ferry::vcm::{BufRange, Command, Endpoint as VcmEndpoint, EndpointConfig, Status, Vector};
+use ferry::vcm::{BufRange, Command, Endpoint, EndpointConfig, Status, Vector};
 
 use crate::harness::crew::{Crew, WorkerSpec};
 use crate::harness::ctx::BenchCtx;
@@ -36,7 +36,7 @@ use crate::harness::stats::{mean, spread, Summary};
 use crate::harness::BenchDef;
 use crate::protocol::{Pattern, Plan, Role, Touch, Wait};
 use crate::sys;
-use crate::transport::Endpoint;
+use crate::transport::LinkEnd;
 use echo::STOP;
 use report::{markdown, plots, skipped};
 
@@ -101,7 +101,7 @@ impl Peer {
         let (addr, sink_addr) = (echo.local_addr()?, sink.local_addr()?);
         let fd: OwnedFd = echo.into();
         let mut spec = WorkerSpec::new(Role::VcmEcho, cpu);
-        spec.rx = Some(Endpoint {
+        spec.rx = Some(LinkEnd {
             spec: fd.as_raw_fd().to_string(),
             fds: vec![fd],
         });
@@ -137,12 +137,12 @@ impl Peer {
     }
 }
 
-fn vcm_endpoint(sqpoll_cpu: usize) -> Result<VcmEndpoint> {
+fn vcm_endpoint(sqpoll_cpu: usize) -> Result<Endpoint> {
     let mut o = EndpointConfig::new(2 * 65536).sqpoll(100);
     o.ring.sqpoll_cpu = Some(sqpoll_cpu as u32);
     // Spin on the status word; never block in the kernel.
     o.spin = Duration::from_secs(3600);
-    Ok(VcmEndpoint::new(o)?)
+    Ok(Endpoint::new(o)?)
 }
 
 const REPLY: BufRange = BufRange::new(65536, 65536);
@@ -286,7 +286,7 @@ fn syscall_bursts(sink: SocketAddr, size: usize, bursts: usize) -> Result<Vec<f6
 fn zc_probe(sink: SocketAddr, sends: usize) -> Result<(u64, u64, bool)> {
     let mut o = EndpointConfig::new(65536);
     o.zero_copy_send = true;
-    let mut ep = VcmEndpoint::new(o)?;
+    let mut ep = Endpoint::new(o)?;
     if ep.stats().zc_fallback {
         return Ok((0, 0, false));
     }

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 
 /// An input or output as named on the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Endpoint {
+pub enum StreamSpec {
     /// `-`: stdin for the input, stdout for the output.
     Std,
     /// `tcp:HOST:PORT`: connect.
@@ -20,7 +20,7 @@ pub enum Endpoint {
     File(String),
 }
 
-impl Endpoint {
+impl StreamSpec {
     /// Parses the command-line form.
     pub fn parse(s: &str) -> Result<Self, String> {
         if s == "-" {
@@ -38,7 +38,7 @@ impl Endpoint {
         }
     }
 
-    /// Opens the endpoint for reading. Returns the descriptor and, for a regular file, the
+    /// Opens the stream for reading. Returns the descriptor and, for a regular file, the
     /// number of bytes left to read (for the progress bar).
     pub fn open_input(&self) -> Result<(File, Option<u64>)> {
         let f = match self {
@@ -64,7 +64,7 @@ impl Endpoint {
         Ok((f, left))
     }
 
-    /// Opens the endpoint for writing (a file is created or truncated). Returns the
+    /// Opens the stream for writing (a file is created or truncated). Returns the
     /// descriptor and whether pallets can go out to it unmapped (a file, pipe or socket);
     /// anything else (a terminal, `/dev/null`) gets `write(2)` from a read-only mapping.
     pub fn open_output(&self) -> Result<(File, bool)> {
