@@ -109,12 +109,57 @@ pub enum Error {
     BadGroup(String),
     /// A descriptor from another domain failed validation.
     BadDescriptor(BadDescriptor),
-    /// The ring is full (non-blocking send).
+    /// A channel's ring has no free slot: [`Sender::try_send`](crate::Sender::try_send)
+    /// would have to wait. Not used for other tables (see [`Error::TableFull`]).
     Full,
-    /// Timed out waiting.
+    /// A blocking call's timeout passed before what it waited for happened.
     Timeout,
-    /// An argument was out of range.
+    /// An argument was out of range, or does not name the kind of thing the call needs.
+    ///
+    /// Only for arguments: a state the call cannot proceed in has its own variant.
     InvalidArgument(&'static str),
+    /// A table of fixed size has no free entry: a vcm endpoint's socket or command table,
+    /// its submission queue, a domain's channel offers or its inbound-channel ledger.
+    TableFull {
+        /// Which table.
+        table: &'static str,
+    },
+    /// The resource is used by an operation still in flight (a vcm socket, command or
+    /// buffer range); try again once it completes.
+    Busy {
+        /// What is busy.
+        what: &'static str,
+    },
+    /// An io_uring ticket whose operation its ring no longer holds: it was collected
+    /// already.
+    StaleTicket,
+    /// A ticket or registered buffer that belongs to another io_uring ring.
+    WrongRing,
+    /// A handle that is not a live handle of this vcm endpoint: another endpoint's, or one
+    /// released or removed since.
+    UnknownHandle {
+        /// What kind of handle.
+        what: &'static str,
+    },
+    /// Something a ring registers once (its file table, its buffer pool) is registered
+    /// already.
+    AlreadyRegistered {
+        /// What was registered.
+        what: &'static str,
+    },
+    /// A registered-file slot that holds no file.
+    EmptySlot {
+        /// Index of the slot.
+        index: u32,
+    },
+    /// A vcm loop command that was stopped; it cannot be activated again.
+    Stopped,
+    /// Channel memory a peer handed over is not a ferry channel this side can trust
+    /// (wrong size, unsealed, bad magic or version, or a header that does not match the
+    /// offer). The channel is refused.
+    BadChannel(&'static str),
+    /// A segment that is read-only where a writable one is needed.
+    NotWritable,
     /// A container operation needs a pallet that is unloaded (mapped) right now.
     PalletUnloaded {
         /// Index of the pallet.
@@ -168,6 +213,18 @@ impl fmt::Display for Error {
             Self::Full => write!(f, "channel ring is full"),
             Self::Timeout => write!(f, "timed out"),
             Self::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Self::TableFull { table } => write!(f, "the {table} is full"),
+            Self::Busy { what } => write!(f, "{what} is in use by an operation in flight"),
+            Self::StaleTicket => write!(f, "stale ticket: its operation was collected already"),
+            Self::WrongRing => write!(f, "ticket or buffer belongs to another io_uring ring"),
+            Self::UnknownHandle { what } => {
+                write!(f, "{what} handle is not live in this endpoint")
+            }
+            Self::AlreadyRegistered { what } => write!(f, "{what} is already registered"),
+            Self::EmptySlot { index } => write!(f, "registered-file slot {index} is empty"),
+            Self::Stopped => write!(f, "the loop command was stopped"),
+            Self::BadChannel(why) => write!(f, "not a usable ferry channel: {why}"),
+            Self::NotWritable => write!(f, "segment is not writable"),
             Self::PalletUnloaded { pallet } => {
                 write!(f, "pallet {pallet} is unloaded (mapped); reload it first")
             }

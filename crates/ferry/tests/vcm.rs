@@ -220,7 +220,7 @@ fn request_loop_under_sqpoll_carries_checksummed_data() {
             .copy_from_slice(&msg);
         ep.activate(req, BufRange::new(0, n as u32)).unwrap();
         // The reply range belongs to the kernel until the request completes.
-        assert!(ep.buf(reply).is_err());
+        assert!(matches!(ep.buf(reply), Err(Error::Busy { .. })));
         assert_eq!(ep.wait(req, Some(T)).unwrap(), Status::Done(n as u32 + 8));
         let got = ep.buf(BufRange::new(reply.offset, n as u32 + 8)).unwrap();
         assert_eq!(&got[..n], &msg[..], "request {i}");
@@ -291,7 +291,11 @@ fn foreign_buffers_sockets_and_targets_are_refused_before_submission() {
         });
         v.push(*c);
         let e = a.submit(&v).unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument(_)), "{c:?}: {e}");
+        if c.socket() == Some(sb) {
+            assert!(matches!(e, Error::UnknownHandle { .. }), "{c:?}: {e}");
+        } else {
+            assert!(matches!(e, Error::InvalidArgument(_)), "{c:?}: {e}");
+        }
     }
     let after = a.stats();
     assert_eq!(after.refused, before.refused + bad.len() as u64);
@@ -309,7 +313,7 @@ fn foreign_buffers_sockets_and_targets_are_refused_before_submission() {
     let one_shot = a.submit(&v).unwrap()[0];
     let mut v = Vector::new();
     v.push(Command::AcceptStop { target: one_shot });
-    assert!(a.submit(&v).is_err());
+    assert!(matches!(a.submit(&v), Err(Error::UnknownHandle { .. })));
     let mut vb = Vector::new();
     vb.push_dormant(Command::Accept {
         sock: sb,
@@ -318,8 +322,11 @@ fn foreign_buffers_sockets_and_targets_are_refused_before_submission() {
     let foreign = b.submit(&vb).unwrap()[0];
     let mut v = Vector::new();
     v.push(Command::AcceptStop { target: foreign });
-    assert!(a.submit(&v).is_err());
-    assert!(a.activate(foreign, BufRange::new(0, 8)).is_err());
+    assert!(matches!(a.submit(&v), Err(Error::UnknownHandle { .. })));
+    assert!(matches!(
+        a.activate(foreign, BufRange::new(0, 8)),
+        Err(Error::UnknownHandle { what: "command" })
+    ));
     // A removed socket's handle is dead.
     let fd = a.remove_socket(sa).unwrap();
     drop(fd);
@@ -329,7 +336,10 @@ fn foreign_buffers_sockets_and_targets_are_refused_before_submission() {
         buf: BufRange::new(0, 1),
         to: Some(to),
     });
-    assert!(a.submit(&v).is_err());
+    assert!(matches!(
+        a.submit(&v),
+        Err(Error::UnknownHandle { what: "socket" })
+    ));
 }
 
 #[test]
@@ -405,7 +415,10 @@ fn loop_accept_is_rearmed_by_a_new_offset_and_length() {
     });
     let acc = ep.submit(&v).unwrap()[0];
     assert!(
-        ep.activate(acc, BufRange::new(0, 8)).is_err(),
+        matches!(
+            ep.activate(acc, BufRange::new(0, 8)),
+            Err(Error::Busy { what: "command" })
+        ),
         "active command re-activated"
     );
     tx.send_to(b"first", to).unwrap();
@@ -424,7 +437,10 @@ fn loop_accept_is_rearmed_by_a_new_offset_and_length() {
     );
     assert_eq!(ep.status_word(acc).unwrap().load().1, seq1 + 1);
     assert!(
-        ep.activate(acc, BufRange::new(16 * 1024, 1)).is_err(),
+        matches!(
+            ep.activate(acc, BufRange::new(16 * 1024, 1)),
+            Err(Error::InvalidArgument(_))
+        ),
         "range outside region"
     );
 }
@@ -488,13 +504,19 @@ fn accept_stop_cancels_an_armed_loop_and_nothing_leaks() {
         let stop = ep.submit(&v).unwrap()[0];
         assert_eq!(ep.wait(stop, Some(T)).unwrap(), Status::Done(0));
         assert_eq!(ep.wait(ids[0], Some(T)).unwrap(), Status::Stopped);
-        assert!(ep.activate(ids[0], BufRange::new(0, 10)).is_err());
+        assert!(matches!(
+            ep.activate(ids[0], BufRange::new(0, 10)),
+            Err(Error::Stopped)
+        ));
         assert!(
             ep.buf_mut(BufRange::new(0, 100)).is_ok(),
             "range free after the stop"
         );
         assert!(
-            ep.buf_mut(BufRange::new(4096, 100)).is_err(),
+            matches!(
+                ep.buf_mut(BufRange::new(4096, 100)),
+                Err(Error::Busy { .. })
+            ),
             "armed accept-multiple"
         );
         ep.release(ids[0]).unwrap();
@@ -692,7 +714,10 @@ fn reactivated_accept_stop_never_stops_the_new_owner_of_a_released_slot() {
     let new = ep.submit(&v).unwrap()[0];
     assert_eq!(ep.status(new).unwrap(), Status::Pending);
     assert!(
-        ep.activate(stop, BufRange::new(0, 0)).is_err(),
+        matches!(
+            ep.activate(stop, BufRange::new(0, 0)),
+            Err(Error::UnknownHandle { .. })
+        ),
         "the stop's target is gone"
     );
     ep.poll().unwrap();
@@ -745,4 +770,53 @@ fn huge_receive_capacity_is_an_error_not_an_overflow() {
         let r = DatagramSocket::bind_with("127.0.0.1:0", EndpointConfig::new(0), cap);
         assert!(matches!(r, Err(Error::InvalidArgument(_))), "{cap}: {r:?}");
     }
+}
+
+/// Full tables and busy sockets have their own errors: a third socket in a table of two
+/// and a vector larger than the free command slots are `TableFull`; removing a socket
+/// with a receive in flight is `Busy` until the receive completes.
+#[test]
+fn full_tables_and_busy_sockets_have_their_own_errors() {
+    let _g = serial();
+    if !have_ring() {
+        return;
+    }
+    let mut cfg = EndpointConfig::new(8192);
+    cfg.max_sockets = 2;
+    cfg.max_commands = 2;
+    let mut ep = Endpoint::new(cfg).unwrap();
+    let rx = loopback();
+    let to = rx.local_addr().unwrap();
+    let s = ep.add_socket(rx.into()).unwrap();
+    ep.add_socket(loopback().into()).unwrap();
+    assert!(matches!(
+        ep.add_socket(loopback().into()),
+        Err(Error::TableFull {
+            table: "socket table"
+        })
+    ));
+    let mut v = Vector::new();
+    v.push(Command::Accept {
+        sock: s,
+        buf: BufRange::new(0, 64),
+    });
+    let acc = ep.submit(&v).unwrap()[0];
+    v.push(Command::Accept {
+        sock: s,
+        buf: BufRange::new(64, 64),
+    });
+    assert!(matches!(
+        ep.submit(&v),
+        Err(Error::TableFull {
+            table: "command table"
+        })
+    ));
+    assert!(matches!(
+        ep.remove_socket(s),
+        Err(Error::Busy { what: "socket" })
+    ));
+    loopback().send_to(b"done", to).unwrap();
+    assert_eq!(ep.wait(acc, Some(T)).unwrap(), Status::Done(4));
+    ep.release(acc).unwrap();
+    drop(ep.remove_socket(s).unwrap());
 }

@@ -204,20 +204,18 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Resul
     let rel_efd = EventFd::from_owned(get(fds.rel)?);
     let len = crate::sys::fd::file_len(chan_fd.as_fd())? as usize;
     if len < layout::SLOTS || len > layout::channel_bytes(layout::MAX_CAP, layout::MAX_CAP) {
-        return Err(Error::InvalidArgument("channel memory has a bad size"));
+        return Err(Error::BadChannel("its memory has a bad size"));
     }
     // Unsealed, the sender could truncate it under our mapping (SIGBUS on the next read).
     if crate::sys::seal::check_fixed_size(chan_fd.as_fd(), len as u64).is_err() {
-        return Err(Error::InvalidArgument(
-            "channel memory's size is not sealed",
-        ));
+        return Err(Error::BadChannel("its memory's size is not sealed"));
     }
     let map = Mapping::shared(chan_fd.as_fd(), len, Access::ReadWrite)?;
     let base = NonNull::new(map.as_ptr()).expect("non-null");
     // SAFETY: at least the header lies inside the mapping (len >= SLOTS).
     let h = unsafe { &*base.as_ptr().cast::<ChanHeader>() };
     if h.magic.load(Ordering::Acquire) != layout::MAGIC || h.version != layout::VERSION {
-        return Err(Error::InvalidArgument("not a ferry channel"));
+        return Err(Error::BadChannel("bad magic or version"));
     }
     let (fwd_cap, rev_cap) = (h.fwd_cap, h.rev_cap);
     let me = domain.lot.id;
@@ -231,9 +229,7 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Resul
         || h.rx_generation != me.generation
         || h.tx_slot != peer.slot as u32
     {
-        return Err(Error::InvalidArgument(
-            "channel header does not match its offer",
-        ));
+        return Err(Error::BadChannel("its header does not match its offer"));
     }
     // SAFETY: `len == channel_bytes(fwd_cap, rev_cap)`, checked above.
     let parts = unsafe { layout::parts(base, fwd_cap, rev_cap) };
@@ -262,9 +258,9 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Resul
     })?;
     // Record the channel in our ledger before the sender may send: from now until we have
     // taken its last message, a death upstream must not get forwarded spans reused.
-    let inbound = domain.add_inbound(peer).ok_or(Error::InvalidArgument(
-        "too many receiving channels in this domain",
-    ))?;
+    let inbound = domain.add_inbound(peer).ok_or(Error::TableFull {
+        table: "inbound-channel ledger",
+    })?;
     link.header()
         .rx_pid
         .store(std::process::id(), Ordering::Relaxed);
@@ -294,4 +290,56 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Resul
         lots: Vec::new(),
         frags: Vec::new(),
     })
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::region::group::MAX_OFFERS;
+    use crate::region::Group;
+
+    /// Memory offered as a channel that is not one is refused with `BadChannel` (accept
+    /// skips such offers, so this opens them directly), and a domain that offers more
+    /// channels at once than its slot has entries for gets `TableFull`.
+    #[test]
+    fn foreign_memory_is_refused_and_offers_run_out() {
+        let g = Group::open(&format!("unit-badchan-{}", std::process::id())).unwrap();
+        let (a, b) = (g.join().unwrap(), g.join().unwrap());
+        let efd = EventFd::new().unwrap();
+        let size = layout::channel_bytes(4, 4) as u64;
+        let unsealed = memfd("not-a-channel", size).unwrap();
+        let sealed = memfd("not-a-channel", size).unwrap();
+        crate::sys::seal::fix_size(sealed.as_fd()).unwrap();
+        let fds = |chan: &std::os::fd::OwnedFd| OfferFds {
+            chan: chan.as_raw_fd(),
+            rx: efd.as_raw_fd(),
+            tx: efd.as_raw_fd(),
+            rel: efd.as_raw_fd(),
+        };
+        for (chan, why) in [(&unsealed, "sealed"), (&sealed, "magic")] {
+            let r = open_offer(&b.inner, a.id(), fds(chan));
+            assert!(
+                matches!(&r, Err(Error::BadChannel(w)) if w.contains(why)),
+                "{r:?}"
+            );
+        }
+        let group = &a.inner.group;
+        let offers: Vec<_> = (0..MAX_OFFERS)
+            .map(|_| group.offer(a.id().slot, b.id(), fds(&sealed)).unwrap())
+            .collect();
+        let r = group.offer(a.id().slot, b.id(), fds(&sealed));
+        assert!(
+            matches!(
+                r,
+                Err(Error::TableFull {
+                    table: "offer table"
+                })
+            ),
+            "{:?}",
+            r.err()
+        );
+        // Withdrawn offers free their entries.
+        drop(offers);
+        drop(group.offer(a.id().slot, b.id(), fds(&sealed)).unwrap());
+    }
 }

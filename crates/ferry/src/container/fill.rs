@@ -125,7 +125,10 @@ fn fill_socket(
             let mut off = (*done + moved) as u64;
             let n = sys::splice::splice(pr.as_fd(), None, pallet, Some(&mut off), got - moved)?;
             if n == 0 {
-                return Err(Error::InvalidArgument("private pipe ran dry"));
+                return Err(Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "private pipe ran dry",
+                )));
             }
             moved += n;
         }

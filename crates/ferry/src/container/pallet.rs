@@ -174,9 +174,10 @@ impl Pallet {
                 let n =
                     sys::splice::sendfile(fresh.fd.as_fd(), self.fd.as_fd(), Some(&mut off), left)?;
                 if n == 0 {
-                    return Err(Error::InvalidArgument(
+                    return Err(Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
                         "pallet shorter than its valid range",
-                    ));
+                    )));
                 }
             }
             fresh.valid = self.valid.clone();

@@ -43,13 +43,13 @@ impl IoDataMut {
     /// hold more than `len` bytes in total; the excess is dropped on freeze).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if a segment is not writable or the segments hold fewer
-    /// than `len` bytes.
+    /// [`Error::NotWritable`] if a segment is read-only; [`Error::InvalidArgument`] if the
+    /// segments hold fewer than `len` bytes.
     pub fn from_segments(mut segs: Vec<Segment>, len: usize) -> Result<IoDataMut> {
         let mut total = 0usize;
         for s in &mut segs {
             if s.as_mut_slice().is_none() {
-                return Err(Error::InvalidArgument("segment is not writable"));
+                return Err(Error::NotWritable);
             }
             total = total.saturating_add(s.len());
         }

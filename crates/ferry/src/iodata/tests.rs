@@ -417,3 +417,17 @@ fn many_fragments() {
     assert_eq!(sum, 3 * (0..k).map(|i| i % 256).sum::<usize>());
     assert_eq!(s.len(), 3 * k);
 }
+
+#[test]
+fn from_segments_refuses_read_only_segments() {
+    let mut ro = Segment::from_vec(vec![0; 8]);
+    ro.freeze();
+    assert!(matches!(
+        IoDataMut::from_segments(vec![ro], 8),
+        Err(Error::NotWritable)
+    ));
+    assert!(matches!(
+        IoDataMut::from_segments(vec![Segment::from_vec(vec![0; 4])], 8),
+        Err(Error::InvalidArgument(_))
+    ));
+}

@@ -96,7 +96,7 @@ impl Group {
     /// acceptors.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if all of the slot's entries are in use.
+    /// [`Error::TableFull`] if all of the slot's entries are in use.
     pub(crate) fn offer(&self, from: u16, to: DomainId, fds: OfferFds) -> Result<Offer<'_>> {
         let raw = self
             .slot(from)
@@ -112,7 +112,9 @@ impl Group {
                     )
                     .is_ok()
             })
-            .ok_or(Error::InvalidArgument("too many channels offered at once"))?;
+            .ok_or(Error::TableFull {
+                table: "offer table",
+            })?;
         let put = |a: &AtomicU32, v: u32| a.store(v, Ordering::Relaxed);
         put(&raw.to_slot, to.slot as u32);
         put(&raw.to_generation, to.generation);

@@ -167,9 +167,7 @@ impl Uring {
         self.features
             .require(self.features.fixed_files, "registered files")?;
         if !self.files.is_empty() {
-            return Err(Error::InvalidArgument(
-                "the file table is already registered",
-            ));
+            return Err(Error::AlreadyRegistered { what: "file table" });
         }
         if slots == 0 {
             return Err(Error::InvalidArgument(
@@ -211,9 +209,9 @@ impl Uring {
         self.features
             .require(self.features.fixed_rw, "registered buffers")?;
         if self.pool.is_some() {
-            return Err(Error::InvalidArgument(
-                "this ring already has a buffer pool",
-            ));
+            return Err(Error::AlreadyRegistered {
+                what: "buffer pool",
+            });
         }
         let page = crate::sys::page_size();
         if slot_size == 0 || slot_size % page != 0 || slot_size > (1 << 30) {
@@ -246,7 +244,7 @@ impl Uring {
             Target::Fd(_) => Ok(()),
             Target::Fixed(i) => match self.files.get(i as usize) {
                 None => Err(Error::InvalidArgument("fixed file index out of range")),
-                Some(false) => Err(Error::InvalidArgument("fixed file slot is empty")),
+                Some(false) => Err(Error::EmptySlot { index: i }),
                 Some(true) => {
                     self.stats.fixed_file_ops += 1;
                     Ok(())
@@ -260,9 +258,7 @@ impl Uring {
         match b.fixed_slot() {
             None => Ok(None),
             Some((ring, idx)) if ring == self.id => Ok(Some(idx)),
-            Some(_) => Err(Error::InvalidArgument(
-                "the FixedBuf was registered with another ring",
-            )),
+            Some(_) => Err(Error::WrongRing),
         }
     }
 }
@@ -320,9 +316,24 @@ mod tests {
         let Some(mut a) = ring() else { return };
         let mut b = Uring::new(&RingConfig::new(8)).unwrap();
         let t = a.submit_nop().unwrap();
-        assert!(matches!(b.wait(t), Err(Error::InvalidArgument(_))));
+        assert!(matches!(b.wait(t), Err(Error::WrongRing)));
         // The op stays with `a`, which drops cleanly with it in flight or done.
         drop(a);
+        // A ticket whose operation was collected already (here a copy of one; the public
+        // API moves tickets, so only a forged one can be stale).
+        let t = b.submit_nop().unwrap();
+        let copy = Ticket::<()> {
+            ring: t.ring,
+            slot: t.slot,
+            gen: t.gen,
+            _buf: std::marker::PhantomData,
+        };
+        b.wait(t).unwrap();
+        assert!(matches!(b.is_done(&copy), Err(Error::StaleTicket)));
+        assert!(matches!(
+            b.wait_timeout(&copy, Duration::ZERO),
+            Err(Error::StaleTicket)
+        ));
     }
 
     #[test]

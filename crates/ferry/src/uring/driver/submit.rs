@@ -103,11 +103,11 @@ impl Uring {
 
     fn lookup<B>(&self, t: &Ticket<B>) -> Result<&InFlight> {
         if t.ring != self.id {
-            return Err(Error::InvalidArgument("ticket from another ring"));
+            return Err(Error::WrongRing);
         }
         match self.slots.get(t.slot as usize) {
             Some(Slot { gen, op: Some(op) }) if *gen == t.gen => Ok(op),
-            _ => Err(Error::InvalidArgument("stale ticket")),
+            _ => Err(Error::StaleTicket),
         }
     }
 
@@ -160,8 +160,8 @@ impl Uring {
     /// until the kernel lets go of it).
     ///
     /// # Errors
-    /// [`Error::Timeout`] when `timeout` passes first; [`Error::InvalidArgument`] for a
-    /// ticket this ring does not hold.
+    /// [`Error::Timeout`] when `timeout` passes first; [`Error::WrongRing`] or
+    /// [`Error::StaleTicket`] for a ticket this ring does not hold.
     pub fn wait_timeout<B>(&mut self, t: &Ticket<B>, timeout: Duration) -> Result<()> {
         self.lookup(t)?;
         self.flush()?;

@@ -18,10 +18,12 @@ use crate::vcm::status::Status;
 
 impl Endpoint {
     /// Makes room for `n` submissions: flushes (or, under SQPOLL, lets the kernel thread
-    /// drain) the submission ring, and fails with [`Error::Full`] if it stays full.
+    /// drain) the submission ring, and fails with [`Error::TableFull`] if it stays full.
     pub(super) fn reserve(&mut self, n: usize) -> Result<()> {
         if n > self.ring.sq_capacity() {
-            return Err(Error::Full);
+            return Err(Error::TableFull {
+                table: "submission queue",
+            });
         }
         let start = Instant::now();
         loop {
@@ -31,7 +33,9 @@ impl Endpoint {
             if !self.ring.is_sqpoll() {
                 self.flush()?;
             } else if start.elapsed() > Duration::from_secs(1) {
-                return Err(Error::Full);
+                return Err(Error::TableFull {
+                    table: "submission queue",
+                });
             } else {
                 self.flush()?;
                 std::hint::spin_loop();

@@ -193,20 +193,16 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
-fn refuse(what: &'static str) -> Error {
-    Error::InvalidArgument(what)
-}
-
 impl Endpoint {
     /// Builds the ring, maps and registers the region, and makes sparse tables for
     /// `max_sockets` registered files. Missing kernel features are [`Error::Unsupported`].
     pub fn new(opts: EndpointConfig) -> Result<Endpoint> {
         if opts.max_commands == 0 || opts.max_commands > 1 << 24 {
-            return Err(refuse("max_commands must be 1 ..= 2^24"));
+            return Err(Error::InvalidArgument("max_commands must be 1 ..= 2^24"));
         }
         let len = crate::sys::round_up_pages(opts.region_len.max(1))
             .filter(|&l| l <= u32::MAX as usize)
-            .ok_or(refuse("region_len must fit in 32 bits"))?;
+            .ok_or(Error::InvalidArgument("region_len must fit in 32 bits"))?;
         let mut ring = Ring::new(&opts.ring)?;
         let fd = crate::sys::fd::memfd("ferry-vcm", len as u64)?;
         let region = Mapping::shared(fd.as_fd(), len, Access::ReadWrite)?;
@@ -281,7 +277,9 @@ impl Endpoint {
             .sockets
             .iter()
             .position(|s| s.fd.is_none())
-            .ok_or(Error::Full)?;
+            .ok_or(Error::TableFull {
+                table: "socket table",
+            })?;
         crate::sys::count();
         let dgram = rustix::net::sockopt::socket_type(&fd)? == rustix::net::SocketType::DGRAM;
         self.ring
@@ -313,7 +311,7 @@ impl Endpoint {
             .iter()
             .any(|s| s.inflight > 0 && s.cmd.and_then(|c| c.socket()) == Some(h))
         {
-            return Err(refuse("socket has commands in flight"));
+            return Err(Error::Busy { what: "socket" });
         }
         self.ring.register_files_update(h.slot, &[-1])?;
         Ok(self.sockets[h.slot as usize].fd.take().unwrap())
@@ -324,16 +322,18 @@ impl Endpoint {
             Some(s) if h.endpoint == self.id && s.fd.is_some() && s.generation == h.generation => {
                 Ok(())
             }
-            _ => Err(refuse("socket handle is not owned by this endpoint")),
+            _ => Err(Error::UnknownHandle { what: "socket" }),
         }
     }
 
     fn check_range(&self, r: BufRange, receive: bool) -> Result<()> {
         if r.end() > self.region.len() as u64 {
-            return Err(refuse("buffer range lies outside the endpoint's region"));
+            return Err(Error::InvalidArgument(
+                "buffer range lies outside the endpoint's region",
+            ));
         }
         if receive && r.len == 0 {
-            return Err(refuse("a receive buffer must not be empty"));
+            return Err(Error::InvalidArgument("a receive buffer must not be empty"));
         }
         Ok(())
     }
@@ -345,7 +345,7 @@ impl Endpoint {
             {
                 Ok(s)
             }
-            _ => Err(refuse("command is not a live command of this endpoint")),
+            _ => Err(Error::UnknownHandle { what: "command" }),
         }
     }
 
@@ -364,7 +364,9 @@ impl Endpoint {
             }
             Command::AcceptStop { target } => {
                 if !self.slot_of(target).is_ok_and(|s| s.looped) {
-                    return Err(refuse("accept-stop names no loop command of this endpoint"));
+                    return Err(Error::UnknownHandle {
+                        what: "accept-stop target (loop command)",
+                    });
                 }
             }
         }
@@ -391,7 +393,9 @@ impl Endpoint {
             }
         }
         if v.commands.len() > self.free.len() {
-            return Err(Error::Full);
+            return Err(Error::TableFull {
+                table: "command table",
+            });
         }
         let need: usize = v.commands.iter().map(|p| self.sqes_needed(p)).sum();
         self.reserve(need)?;
@@ -462,13 +466,15 @@ impl Endpoint {
     pub fn activate(&mut self, id: CommandId, range: BufRange) -> Result<()> {
         let s = self.slot_of(id)?;
         if !s.looped {
-            return Err(refuse("only loop commands are re-activated"));
+            return Err(Error::InvalidArgument(
+                "only loop commands are re-activated",
+            ));
         }
         if s.inflight > 0 {
-            return Err(refuse("command is still active"));
+            return Err(Error::Busy { what: "command" });
         }
         if s.stopping || self.status[id.slot as usize].load().0 == Status::Stopped {
-            return Err(refuse("command was stopped"));
+            return Err(Error::Stopped);
         }
         let cmd = s.cmd.unwrap();
         if let Some(h) = cmd.socket() {
@@ -478,7 +484,9 @@ impl Endpoint {
             // The target may have been released (and its slot reused) since the stop was
             // placed: check it again, as `submit` does.
             if !self.slot_of(target).is_ok_and(|t| t.looped) {
-                return Err(refuse("accept-stop names no loop command of this endpoint"));
+                return Err(Error::UnknownHandle {
+                    what: "accept-stop target (loop command)",
+                });
             }
         }
         self.check_range(
@@ -519,7 +527,7 @@ impl Endpoint {
     pub fn release(&mut self, id: CommandId) -> Result<()> {
         self.poll()?;
         if self.slot_of(id)?.inflight > 0 {
-            return Err(refuse("command is still in flight"));
+            return Err(Error::Busy { what: "command" });
         }
         let s = &mut self.slots[id.slot as usize];
         s.cmd = None;
@@ -592,7 +600,9 @@ impl Endpoint {
     pub fn buf(&self, r: BufRange) -> Result<&[u8]> {
         self.check_range(r, false)?;
         if self.busy(r, true) {
-            return Err(refuse("a receive in flight may still write this range"));
+            return Err(Error::Busy {
+                what: "buffer range (a receive may still write it)",
+            });
         }
         // SAFETY: the range lies inside the mapping (checked), no in-flight command writes
         // it (checked), and no new one can start while `&self` is borrowed (`activate` and
@@ -606,7 +616,9 @@ impl Endpoint {
     pub fn buf_mut(&mut self, r: BufRange) -> Result<&mut [u8]> {
         self.check_range(r, false)?;
         if self.busy(r, false) {
-            return Err(refuse("a command in flight uses this range"));
+            return Err(Error::Busy {
+                what: "buffer range",
+            });
         }
         // SAFETY: inside the mapping, no in-flight command reads or writes it (checked),
         // and `&mut self` keeps new commands and other slices out while this one lives.
