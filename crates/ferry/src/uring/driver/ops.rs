@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use io_uring::{opcode, squeue, types};
 
 use super::inflight::{InFlight, Kind, MsgState};
-use super::{IoBuf, IoBufMut, Refused, Target, Ticket, Uring};
+use super::{Completion, IoBuf, IoBufMut, Refused, Target, Ticket, Uring};
 use crate::error::{Error, Result};
 use crate::uring::ring::SEND_ZC_REPORT_USAGE;
 
@@ -32,6 +32,13 @@ macro_rules! with_fd {
             FdArg::Fixed($fd) => $build,
         }
     };
+}
+
+/// Which way a positioned transfer goes.
+#[derive(Clone, Copy)]
+enum Rw {
+    Read,
+    Write,
 }
 
 fn len32(n: usize) -> Result<u32> {
@@ -104,23 +111,8 @@ impl Uring {
         mut buf: B,
         offset: u64,
     ) -> std::result::Result<Ticket<B>, Refused<B>> {
-        let t = fd.into();
-        let fixed = match self.fixed_index(&buf) {
-            Ok(f) => f,
-            Err(error) => return Err(Refused { error, buf }),
-        };
         let (ptr, len) = (buf.stable_mut_ptr(), buf.bytes_total());
-        self.submit_op(Some(t), buf, None, Kind::Plain, fixed.is_some(), |_| {
-            let len = len32(len)?;
-            Ok(match fixed {
-                Some(idx) => with_fd!(t, |fd| opcode::ReadFixed::new(fd, ptr, len, idx)
-                    .offset(offset)
-                    .build()),
-                None => with_fd!(t, |fd| opcode::Read::new(fd, ptr, len)
-                    .offset(offset)
-                    .build()),
-            })
-        })
+        self.submit_rw(fd.into(), buf, ptr, len, offset, Rw::Read)
     }
 
     /// Queues a write of `buf.bytes_init()` bytes at `offset` (`IORING_OP_WRITE`, or
@@ -131,19 +123,43 @@ impl Uring {
         buf: B,
         offset: u64,
     ) -> std::result::Result<Ticket<B>, Refused<B>> {
-        let t = fd.into();
+        let (ptr, len) = (buf.stable_ptr().cast_mut(), buf.bytes_init());
+        self.submit_rw(fd.into(), buf, ptr, len, offset, Rw::Write)
+    }
+
+    /// Queues a positioned read or write of the `len` bytes at `ptr`, which lie in `buf`;
+    /// with the fixed-buffer opcode when `buf` is a registered buffer of this ring.
+    fn submit_rw<B: IoBuf>(
+        &mut self,
+        t: Target,
+        buf: B,
+        ptr: *mut u8,
+        len: usize,
+        offset: u64,
+        rw: Rw,
+    ) -> std::result::Result<Ticket<B>, Refused<B>> {
         let fixed = match self.fixed_index(&buf) {
             Ok(f) => f,
             Err(error) => return Err(Refused { error, buf }),
         };
-        let (ptr, len) = (buf.stable_ptr(), buf.bytes_init());
         self.submit_op(Some(t), buf, None, Kind::Plain, fixed.is_some(), |_| {
             let len = len32(len)?;
-            Ok(match fixed {
-                Some(idx) => with_fd!(t, |fd| opcode::WriteFixed::new(fd, ptr, len, idx)
+            let c = ptr.cast_const();
+            Ok(match (rw, fixed) {
+                (Rw::Read, Some(i)) => {
+                    with_fd!(t, |fd| opcode::ReadFixed::new(fd, ptr, len, i)
+                        .offset(offset)
+                        .build())
+                }
+                (Rw::Read, None) => with_fd!(t, |fd| opcode::Read::new(fd, ptr, len)
                     .offset(offset)
                     .build()),
-                None => with_fd!(t, |fd| opcode::Write::new(fd, ptr, len)
+                (Rw::Write, Some(i)) => {
+                    with_fd!(t, |fd| opcode::WriteFixed::new(fd, c, len, i)
+                        .offset(offset)
+                        .build())
+                }
+                (Rw::Write, None) => with_fd!(t, |fd| opcode::Write::new(fd, c, len)
                     .offset(offset)
                     .build()),
             })
@@ -243,17 +259,29 @@ impl Uring {
         })
     }
 
+    /// Waits for an operation just submitted: its completion, or the error and buffer of
+    /// a refused submission.
+    fn complete<B: 'static>(
+        &mut self,
+        submitted: std::result::Result<Ticket<B>, Refused<B>>,
+    ) -> std::result::Result<Completion<B>, (io::Error, B)> {
+        match submitted {
+            Err(r) => Err((to_io(r.error), r.buf)),
+            Ok(t) => match self.wait(t) {
+                Ok(c) => Ok(c),
+                // wait() fails only for a foreign or stale ticket, impossible here.
+                Err(e) => panic!("waiting for a ticket this ring just issued: {e}"),
+            },
+        }
+    }
+
     fn run<B: 'static>(
         &mut self,
         submitted: std::result::Result<Ticket<B>, Refused<B>>,
     ) -> (io::Result<usize>, B) {
-        match submitted {
-            Err(r) => (Err(to_io(r.error)), r.buf),
-            Ok(t) => match self.wait(t) {
-                Ok(c) => (c.result, c.buf),
-                // wait() fails only for a foreign or stale ticket, impossible here.
-                Err(e) => panic!("waiting for a ticket this ring just issued: {e}"),
-            },
+        match self.complete(submitted) {
+            Ok(c) => (c.result, c.buf),
+            Err((e, buf)) => (Err(e), buf),
         }
     }
 
@@ -315,13 +343,10 @@ impl Uring {
         fd: impl Into<Target>,
         buf: B,
     ) -> (io::Result<(usize, SocketAddr)>, B) {
-        let t = match self.submit_recv_from(fd, buf) {
-            Ok(t) => t,
-            Err(r) => return (Err(to_io(r.error)), r.buf),
-        };
-        let c = match self.wait(t) {
+        let s = self.submit_recv_from(fd, buf);
+        let c = match self.complete(s) {
             Ok(c) => c,
-            Err(e) => panic!("waiting for a ticket this ring just issued: {e}"),
+            Err((e, buf)) => return (Err(e), buf),
         };
         let r = match c.result {
             Err(e) => Err(e),
