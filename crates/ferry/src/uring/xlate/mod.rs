@@ -98,12 +98,11 @@
 //! # }
 //! ```
 
-mod submit;
+mod engine;
 pub mod table;
 
-use submit::cqe_result;
+use engine::{cqe_result, Engine};
 
-use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -111,12 +110,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use io_uring::{opcode, types};
 
 use crate::error::{Error, Result};
-use crate::sys::fd::memfd;
-use crate::sys::mem::{Access, Mapping};
 use crate::sys::page_size;
 use crate::sys::uffd::Watcher;
 use crate::uring::ring::Ring;
-use crate::uring::{Features, RingConfig};
+use crate::uring::Features;
 
 use table::Table;
 
@@ -336,21 +333,25 @@ impl Shared {
 
 /// A registration cache bound to its own io_uring. See the [module docs](self).
 pub struct Xlate {
-    ring: Ring,
-    bounce: Mapping,
+    io: Engine,
+    cache: Cache,
     cfg: XlateConfig,
-    bounce_size: usize,
+    invalidation: Invalidation,
+    stats: XlateStats,
+    /// How sends go out.
+    send_op: SendOp,
+}
+
+/// This cache's side of the registration: its table (shared with the monitor), and the
+/// kernel buffer slots from `base` up that hold its entries.
+struct Cache {
     shared: Arc<Shared>,
     /// Our place in the hub's table list, if we cache.
     hub_slot: Option<usize>,
-    invalidation: Invalidation,
     /// Bytes moved since the last registration (starts full, so the first miss is served).
     credit: usize,
-    stats: XlateStats,
-    /// A ring call failed with SQEs left unsubmitted: never enter the ring again.
-    poisoned: bool,
-    /// How sends go out.
-    send_op: SendOp,
+    /// Kernel buffer slot of table slot 0 (the bounce buffers and scratch lie below).
+    base: u32,
 }
 
 impl std::fmt::Debug for Xlate {
@@ -395,23 +396,7 @@ impl Xlate {
             ))?;
         let bounce_size = crate::sys::round_up_pages(cfg.bounce_size)
             .ok_or(Error::InvalidArgument("bounce size overflows"))?;
-        let bounce_len = bounce_size
-            .checked_mul(cfg.bounce_buffers as usize)
-            .ok_or(Error::InvalidArgument("bounce region overflows"))?;
-        let mut ring = Ring::new(&RingConfig::new((cfg.bounce_buffers * 2 + 2).max(8)))?;
-        ring.register_buffers_sparse(total)?;
-        let mfd = memfd("ferry-xlate-bounce", bounce_len as u64)?;
-        let bounce = Mapping::shared(mfd.as_fd(), bounce_len, Access::ReadWrite)?;
-        let iovecs: Vec<libc::iovec> = (0..cfg.bounce_buffers as usize)
-            .map(|i| libc::iovec {
-                // SAFETY: `i * bounce_size` lies inside the mapping of `bounce_len` bytes.
-                iov_base: unsafe { bounce.as_ptr().add(i * bounce_size) }.cast(),
-                iov_len: bounce_size,
-            })
-            .collect();
-        // SAFETY: the bounce mapping lives in `Xlate` and is declared after `ring`, so it
-        // is unmapped only after the ring (and with it the registration) is gone.
-        unsafe { ring.register_buffers_update(0, &iovecs)? };
+        let io = Engine::new(cfg.bounce_buffers, bounce_size, total)?;
 
         let send_op = if cfg.zero_copy_send {
             SendOp::SendZc
@@ -466,16 +451,16 @@ impl Xlate {
             _ => 0,
         };
         Ok(Xlate {
-            ring,
-            bounce,
-            bounce_size,
+            io,
+            cache: Cache {
+                shared,
+                hub_slot,
+                credit,
+                base: cfg.bounce_buffers + 1,
+            },
             cfg,
-            shared,
-            hub_slot,
             invalidation,
-            credit,
             stats: XlateStats::default(),
-            poisoned: false,
             send_op,
         })
     }
@@ -493,7 +478,9 @@ impl Xlate {
     /// The counters so far.
     pub fn stats(&self) -> XlateStats {
         let mut s = self.stats;
-        let inner = self.shared.lock();
+        s.fallbacks = self.io.fallbacks;
+        s.zc_copied = self.io.zc_copied;
+        let inner = self.cache.shared.lock();
         s.invalidations = inner.invalidations;
         s.events = inner.events;
         s
@@ -501,7 +488,7 @@ impl Xlate {
 
     /// Number of ranges the cache holds right now.
     pub fn cached(&self) -> usize {
-        self.shared.lock().table.live()
+        self.cache.shared.lock().table.live()
     }
 
     /// Writes `buf` to `fd` at offset `off` (like `pwrite(2)`); returns the bytes written.
@@ -550,7 +537,7 @@ impl Xlate {
     /// Straight into `buf` with `IORING_OP_RECV`: the cache plays no part
     /// ([`XlateStats::direct`]).
     pub fn recv(&mut self, fd: impl AsFd, buf: &mut [u8]) -> Result<usize> {
-        self.check(buf.len())?;
+        self.io.check(buf.len())?;
         self.stats.ios += 1;
         self.stats.direct += 1;
         let e = opcode::Recv::new(
@@ -561,32 +548,18 @@ impl Xlate {
         .build();
         let mut res = [0i32; 1];
         // SAFETY: `buf` is borrowed mutably until `complete` has seen the completion.
-        unsafe { self.submit(&[e], None, &mut res)? };
+        unsafe { self.io.submit(&[e], None, &mut res)? };
         let n = cqe_result(res[0])?;
         self.stats.bytes += n as u64;
         Ok(n)
     }
 
-    fn check(&self, len: usize) -> Result<()> {
-        if self.poisoned {
-            return Err(Error::Io(io::Error::other(
-                "this xlate ring failed earlier and is no longer used",
-            )));
-        }
-        if len > MAX_REGISTER {
-            return Err(Error::InvalidArgument(
-                "xlate I/O is limited to 1 GiB per call",
-            ));
-        }
-        Ok(())
-    }
-
     fn run(&mut self, fd: BorrowedFd<'_>, kind: Kind, ptr: *mut u8, len: usize) -> Result<usize> {
-        self.check(len)?;
+        self.io.check(len)?;
         self.stats.ios += 1;
         let fd = fd.as_raw_fd();
         let n = match self.cfg.mode {
-            Mode::BounceOnly => self.bounce(fd, kind, ptr, len, false)?,
+            Mode::BounceOnly => self.io.bounce(fd, kind, ptr, len, None)?,
             Mode::RegisterEveryIo => {
                 let scratch = self.cfg.bounce_buffers;
                 let iov = libc::iovec {
@@ -595,14 +568,14 @@ impl Xlate {
                 };
                 // SAFETY: the range is the caller's borrowed buffer; the registration pins
                 // its pages, so the kernel never touches memory that is not mapped.
-                match unsafe { self.ring.register_buffers_update(scratch, &[iov]) } {
+                match unsafe { self.io.ring().register_buffers_update(scratch, &[iov]) } {
                     Ok(()) => {
                         self.stats.registrations += 1;
-                        self.fixed(fd, kind, ptr, len, scratch)?
+                        self.io.fixed(fd, kind, ptr, len, scratch)?
                     }
                     Err(_) => {
                         self.stats.register_failures += 1;
-                        self.bounce(fd, kind, ptr, len, false)?
+                        self.io.bounce(fd, kind, ptr, len, None)?
                     }
                 }
             }
@@ -620,51 +593,70 @@ impl Xlate {
         len: usize,
         miss: Miss,
     ) -> Result<usize> {
-        let base = self.cfg.bounce_buffers + 1;
+        let Xlate {
+            io, cache, stats, ..
+        } = self;
+        let base = cache.base;
         let hit = {
-            let mut inner = self.shared.lock();
-            if self.hub_slot.is_none() || inner.broken {
+            let mut inner = cache.shared.lock();
+            if cache.hub_slot.is_none() || inner.broken {
                 None
             } else {
                 Some(inner.table.lookup(ptr as usize, len))
             }
         };
         let Some(hit) = hit else {
-            self.stats.uncached += 1;
-            return self.bounce(fd, kind, ptr, len, false);
+            stats.uncached += 1;
+            return io.bounce(fd, kind, ptr, len, None);
         };
         if let Some(h) = hit {
-            self.stats.hits += 1;
-            self.credit = self.credit.saturating_add(len);
-            let r = self.fixed(fd, kind, ptr, len, base + h.slot);
-            self.shared.lock().table.done(h.slot);
+            stats.hits += 1;
+            cache.credit = cache.credit.saturating_add(len);
+            let r = io.fixed(fd, kind, ptr, len, base + h.slot);
+            cache.shared.lock().table.done(h.slot);
             return r;
         }
-        self.stats.misses += 1;
+        stats.misses += 1;
         match miss {
-            Miss::RegisterFirst => match self.install(ptr as usize, len, 1) {
+            Miss::RegisterFirst => match cache.install(io.ring(), stats, ptr as usize, len, 1) {
                 Some(slot) => {
-                    let r = self.fixed(fd, kind, ptr, len, base + slot);
-                    self.shared.lock().table.done(slot);
+                    let r = io.fixed(fd, kind, ptr, len, base + slot);
+                    cache.shared.lock().table.done(slot);
                     r
                 }
-                None => self.bounce(fd, kind, ptr, len, false),
+                None => io.bounce(fd, kind, ptr, len, None),
             },
             Miss::Fallback { rate_limit } => {
-                self.credit = self.credit.saturating_add(len);
+                cache.credit = cache.credit.saturating_add(len);
                 let serve = match rate_limit {
                     None => true,
-                    Some(n) => self.credit >= n,
+                    Some(n) => cache.credit >= n,
                 };
-                self.bounce(fd, kind, ptr, len, serve)
+                if !serve {
+                    return io.bounce(fd, kind, ptr, len, None);
+                }
+                let mut install = |ring: &mut Ring| {
+                    let _ = cache.install(ring, stats, ptr as usize, len, 0);
+                };
+                io.bounce(fd, kind, ptr, len, Some(&mut install))
             }
         }
     }
+}
 
-    /// Registers the pages around `[addr, addr + len)` into a cache slot, watched for
-    /// unmaps; returns the slot, with `inflight` I/Os counted on it. `None` (counted) when
-    /// the memory cannot be watched or registered, or every slot is busy.
-    fn install(&mut self, addr: usize, len: usize, inflight: u32) -> Option<u32> {
+impl Cache {
+    /// Registers the pages around `[addr, addr + len)` on `ring` into a cache slot,
+    /// watched for unmaps; returns the slot, with `inflight` I/Os counted on it. `None`
+    /// (counted in `stats`) when the memory cannot be watched or registered, or every
+    /// slot is busy.
+    fn install(
+        &mut self,
+        ring: &mut Ring,
+        stats: &mut XlateStats,
+        addr: usize,
+        len: usize,
+        inflight: u32,
+    ) -> Option<u32> {
         let p = page_size();
         let start = addr & !(p - 1);
         let end = addr
@@ -672,24 +664,23 @@ impl Xlate {
             .and_then(|e| e.checked_add(p - 1))?
             & !(p - 1);
         if end - start > MAX_REGISTER {
-            self.stats.register_failures += 1;
+            stats.register_failures += 1;
             return None;
         }
         self.credit = 0;
-        let base = self.cfg.bounce_buffers + 1;
         // Watch, install and insert under one lock, so the monitor cannot read an unmap
         // event for this range before the entry exists (it would then miss it).
         let mut inner = self.shared.lock();
         let Some(v) = inner.table.victim() else {
-            self.stats.register_failures += 1;
+            stats.register_failures += 1;
             return None;
         };
         if v.evicted {
-            self.stats.evictions += 1;
+            stats.evictions += 1;
         }
         let hub = self.shared.hub.as_ref()?;
         if hub.watcher.watch(start, end - start).is_err() {
-            self.stats.register_failures += 1;
+            stats.register_failures += 1;
             return None;
         }
         let iov = libc::iovec {
@@ -699,20 +690,20 @@ impl Xlate {
         // SAFETY: registration pins the pages mapped at `[start, end)` now (the kernel
         // fails it if any is unmapped); those pages stay valid memory for as long as the
         // slot holds them, whatever the process later maps there.
-        let r = unsafe { self.ring.register_buffers_update(base + v.slot, &[iov]) };
+        let r = unsafe { ring.register_buffers_update(self.base + v.slot, &[iov]) };
         if r.is_err() {
-            self.stats.register_failures += 1;
+            stats.register_failures += 1;
             return None;
         }
         inner.table.insert(v.slot, start, end, inflight);
-        self.stats.registrations += 1;
+        stats.registrations += 1;
         Some(v.slot)
     }
 }
 
 impl Drop for Xlate {
     fn drop(&mut self) {
-        if let (Some(h), Some(i)) = (&self.shared.hub, self.hub_slot) {
+        if let (Some(h), Some(i)) = (&self.cache.shared.hub, self.cache.hub_slot) {
             // Take our entry out under the lock, drop it after: not the last reference
             // (`self.shared` is), and nothing is freed under the lock anyway.
             let mine = h.tables.lock().unwrap_or_else(|e| e.into_inner())[i].take();

@@ -1,17 +1,95 @@
-//! How one I/O runs: from a registered slot, or copied through the bounce buffers, and
-//! the submit-and-wait that never returns before the kernel is done with the caller's
-//! memory.
+//! How one I/O runs on xlate's ring: from a registered slot, or copied through the bounce
+//! buffers, and the submit-and-wait that never returns before the kernel is done with the
+//! caller's memory. [`Engine`] owns the ring and the bounce buffers; the cache in the
+//! parent module decides which way an I/O goes and registers ranges on
+//! [`Engine::ring`].
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, RawFd};
 
 use io_uring::{opcode, squeue, types};
 
-use super::{Kind, SendOp, Xlate};
+use super::{Kind, SendOp, MAX_REGISTER};
 use crate::error::{Error, Result};
-use crate::uring::ring;
+use crate::sys::fd::memfd;
+use crate::sys::mem::{Access, Mapping};
+use crate::uring::ring::{self, Ring};
+use crate::uring::RingConfig;
 
-impl Xlate {
+/// Called once the first chunks of a bounced I/O are in the kernel, with the ring, to
+/// register the caller's range while the copy runs.
+pub(super) type Serve<'a> = &'a mut dyn FnMut(&mut Ring);
+
+/// xlate's ring and bounce buffers: kernel buffer slots `0..bounce_buffers` hold the
+/// bounce buffers, slot `bounce_buffers` is scratch, and the slots above it belong to
+/// the cache.
+pub(super) struct Engine {
+    /// Declared before `bounce`: the ring (and with it the registration) goes first.
+    ring: Ring,
+    bounce: Mapping,
+    bounce_size: usize,
+    bounce_buffers: u32,
+    /// A ring call failed with SQEs left unsubmitted: never enter the ring again.
+    poisoned: bool,
+    /// I/Os copied through the bounce buffers ([`XlateStats::fallbacks`](super::XlateStats::fallbacks)).
+    pub(super) fallbacks: u64,
+    /// Zero-copy sends the kernel copied anyway ([`XlateStats::zc_copied`](super::XlateStats::zc_copied)).
+    pub(super) zc_copied: u64,
+}
+
+impl Engine {
+    /// Builds a ring with `slots` sparse kernel buffer slots and registers
+    /// `bounce_buffers` bounce buffers of `bounce_size` bytes (a page multiple) in the
+    /// first of them.
+    pub(super) fn new(bounce_buffers: u32, bounce_size: usize, slots: u32) -> Result<Engine> {
+        let bounce_len = bounce_size
+            .checked_mul(bounce_buffers as usize)
+            .ok_or(Error::InvalidArgument("bounce region overflows"))?;
+        let mut ring = Ring::new(&RingConfig::new((bounce_buffers * 2 + 2).max(8)))?;
+        ring.register_buffers_sparse(slots)?;
+        let mfd = memfd("ferry-xlate-bounce", bounce_len as u64)?;
+        let bounce = Mapping::shared(mfd.as_fd(), bounce_len, Access::ReadWrite)?;
+        let iovecs: Vec<libc::iovec> = (0..bounce_buffers as usize)
+            .map(|i| libc::iovec {
+                // SAFETY: `i * bounce_size` lies inside the mapping of `bounce_len` bytes.
+                iov_base: unsafe { bounce.as_ptr().add(i * bounce_size) }.cast(),
+                iov_len: bounce_size,
+            })
+            .collect();
+        // SAFETY: the bounce mapping lives in the `Engine` and is declared after `ring`, so
+        // it is unmapped only after the ring (and with it the registration) is gone.
+        unsafe { ring.register_buffers_update(0, &iovecs)? };
+        Ok(Engine {
+            ring,
+            bounce,
+            bounce_size,
+            bounce_buffers,
+            poisoned: false,
+            fallbacks: 0,
+            zc_copied: 0,
+        })
+    }
+
+    /// The ring, for registering buffers in its slots.
+    pub(super) fn ring(&mut self) -> &mut Ring {
+        &mut self.ring
+    }
+
+    /// Refuses I/O once the ring failed, and I/O larger than a registration may cover.
+    pub(super) fn check(&self, len: usize) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::Io(io::Error::other(
+                "this xlate ring failed earlier and is no longer used",
+            )));
+        }
+        if len > MAX_REGISTER {
+            return Err(Error::InvalidArgument(
+                "xlate I/O is limited to 1 GiB per call",
+            ));
+        }
+        Ok(())
+    }
+
     /// One I/O from the fixed buffer `index`, which covers `[ptr, ptr + len)`.
     pub(super) fn fixed(
         &mut self,
@@ -45,17 +123,17 @@ impl Xlate {
     }
 
     /// Copies through the bounce buffers, in chunks of `bounce_size`, `bounce_buffers` in
-    /// flight at a time (one for socket sends). With `serve`, registers `[ptr, ptr + len)` once the first chunks
-    /// are submitted, so the registration overlaps the I/O.
+    /// flight at a time (one for socket sends). `serve`, if given, runs once the first
+    /// chunks are submitted, so that registering the caller's range overlaps the I/O.
     pub(super) fn bounce(
         &mut self,
         fd: RawFd,
         kind: Kind,
         ptr: *mut u8,
         len: usize,
-        mut serve: bool,
+        mut serve: Option<Serve<'_>>,
     ) -> Result<usize> {
-        self.stats.fallbacks += 1;
+        self.fallbacks += 1;
         let bs = self.bounce_size;
         // A send on a stream socket may complete short (`WRITE_FIXED`, and `SEND` /
         // `SEND_ZC` without `MSG_WAITALL`), and a short result does not break an io_uring
@@ -64,7 +142,7 @@ impl Xlate {
         let nb = if kind.is_socket() {
             1
         } else {
-            self.cfg.bounce_buffers as usize
+            self.bounce_buffers as usize
         };
         let mut done = 0usize;
         loop {
@@ -98,8 +176,7 @@ impl Xlate {
             let mut res = vec![0i32; chunks.len()];
             // SAFETY: the SQEs name only bounce buffers, which `self` owns and which stay
             // mapped until the ring is dropped.
-            unsafe { self.submit(&sqes, serve.then_some((ptr as usize, len)), &mut res)? };
-            serve = false;
+            unsafe { self.submit(&sqes, serve.take(), &mut res)? };
             let mut short = false;
             for (&(b, at, clen), &r) in chunks.iter().zip(&res) {
                 if r < 0 {
@@ -134,7 +211,7 @@ impl Xlate {
         }
     }
 
-    /// Pushes `sqes`, submits, optionally serves the pending miss while they run, and
+    /// Pushes `sqes`, submits, runs `serve` (if given) while they are in the kernel, and
     /// waits for every completion, writing results into `res` by `user_data` index.
     ///
     /// # Safety
@@ -144,7 +221,7 @@ impl Xlate {
     pub(super) unsafe fn submit(
         &mut self,
         sqes: &[squeue::Entry],
-        serve: Option<(usize, usize)>,
+        serve: Option<Serve<'_>>,
         res: &mut [i32],
     ) -> Result<()> {
         for (i, e) in sqes.iter().enumerate() {
@@ -159,7 +236,7 @@ impl Xlate {
             }
         }
         let mut submitted = false;
-        if let Some((addr, len)) = serve {
+        if let Some(serve) = serve {
             match self.ring.flush() {
                 Ok(took) => submitted = took,
                 Err(e) => {
@@ -167,7 +244,7 @@ impl Xlate {
                     return Err(e);
                 }
             }
-            let _ = self.install(addr, len, 0);
+            serve(&mut self.ring);
         }
         let mut pending = sqes.len();
         let mut notifs: i64 = 0;
@@ -187,12 +264,12 @@ impl Xlate {
                     std::process::abort();
                 }
             }
-            let stats = &mut self.stats;
+            let zc_copied = &mut self.zc_copied;
             self.ring.reap(|c| {
                 if c.notif() {
                     notifs -= 1;
                     if c.zc_copied() {
-                        stats.zc_copied += 1;
+                        *zc_copied += 1;
                     }
                     return;
                 }
