@@ -38,11 +38,12 @@ use super::command::{BufRange, Command, CommandId, Placed, SockHandle, Vector};
 use super::status::{Status, StatusWord};
 use crate::error::{Error, Result};
 use crate::sys::mem::{Access, Mapping};
-use crate::uring::ring::{Cqe, Ring};
+use crate::uring::ring::{self, Cqe, Drain, Ring};
 use crate::uring::RingConfig;
 
-mod activation;
+mod commands;
 mod sqe;
+use commands::{Arming, Commands, Slot};
 use sqe::MsgSpace;
 #[cfg(test)]
 use sqe::{split_user_data, user_data, PART_CANCEL, PART_MAIN, PART_REPLY};
@@ -129,32 +130,6 @@ pub struct EndpointStats {
     pub zc_copied: u64,
 }
 
-struct Slot {
-    generation: u32,
-    cmd: Option<Command>,
-    looped: bool,
-    /// Submissions whose completions have not been reaped.
-    inflight: u8,
-    seq: u32,
-    stopping: bool,
-    /// Errno of a request's failed send (its linked receive then reports ECANCELED).
-    send_err: i32,
-    /// The range the current activation uses (send range for Send and Request, receive
-    /// range for the accepts).
-    cur: BufRange,
-    /// Source of the last message received.
-    source: Option<SocketAddr>,
-    /// Accept-multiple: a message is in the buffer and a non-waiting receive is looking
-    /// for a newer one.
-    probing: bool,
-    /// Accept-multiple: the result of the message in the buffer.
-    last: Status,
-    /// The result to publish once the last outstanding completion (a zero-copy send's
-    /// notification) arrives.
-    stash: Option<Status>,
-    msg: Box<MsgSpace>,
-}
-
 struct SockSlot {
     fd: Option<OwnedFd>,
     generation: u32,
@@ -172,10 +147,7 @@ pub struct Endpoint {
     zero_copy: bool,
     spin: Duration,
     sockets: Vec<SockSlot>,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
-    status: Box<[StatusWord]>,
-    inflight: u32,
+    cmds: Commands,
     stats: EndpointStats,
     /// Unmapped in `Drop` only once the kernel holds no request into it.
     region: ManuallyDrop<Mapping>,
@@ -229,10 +201,7 @@ impl Endpoint {
                     dgram: false,
                 })
                 .collect(),
-            slots: Vec::new(),
-            free: (0..n as u32).rev().collect(),
-            status: (0..n).map(|_| StatusWord::default()).collect(),
-            inflight: 0,
+            cmds: Commands::new(n),
             stats: EndpointStats {
                 region_registered: registered,
                 zc_fallback: opts.zero_copy_send && !zero_copy,
@@ -307,6 +276,7 @@ impl Endpoint {
         self.check_socket(h)?;
         self.poll()?;
         if self
+            .cmds
             .slots
             .iter()
             .any(|s| s.inflight > 0 && s.cmd.and_then(|c| c.socket()) == Some(h))
@@ -339,7 +309,7 @@ impl Endpoint {
     }
 
     fn slot_of(&self, id: CommandId) -> Result<&Slot> {
-        match self.slots.get(id.slot as usize) {
+        match self.cmds.slots.get(id.slot as usize) {
             Some(s)
                 if id.endpoint == self.id && s.generation == id.generation && s.cmd.is_some() =>
             {
@@ -392,7 +362,7 @@ impl Endpoint {
                 return Err(e);
             }
         }
-        if v.commands.len() > self.free.len() {
+        if v.commands.len() > self.cmds.free.len() {
             return Err(Error::TableFull {
                 table: "command table",
             });
@@ -401,8 +371,9 @@ impl Endpoint {
         self.reserve(need)?;
         let mut ids = Vec::with_capacity(v.commands.len());
         for (i, p) in v.commands.iter().enumerate() {
-            let slot = self.free.pop().expect("checked above");
+            let slot = self.cmds.free.pop().expect("checked above");
             let generation = self
+                .cmds
                 .slots
                 .get(slot as usize)
                 .map_or(1, |s| s.generation.wrapping_add(1));
@@ -428,17 +399,17 @@ impl Endpoint {
                 stash: None,
                 msg: MsgSpace::new(),
             };
-            if (slot as usize) < self.slots.len() {
-                self.slots[slot as usize] = s;
+            if (slot as usize) < self.cmds.slots.len() {
+                self.cmds.slots[slot as usize] = s;
             } else {
-                self.slots.push(s);
+                self.cmds.slots.push(s);
             }
             let id = CommandId {
                 endpoint: self.id,
                 slot,
                 generation,
             };
-            self.status[slot as usize].store(Status::Idle, 0);
+            self.cmds.status[slot as usize].store(Status::Idle, 0);
             if p.arm {
                 // Link a send to the next command when that one is a send too.
                 let link = matches!(p.cmd, Command::Send { .. })
@@ -473,7 +444,7 @@ impl Endpoint {
         if s.inflight > 0 {
             return Err(Error::Busy { what: "command" });
         }
-        if s.stopping || self.status[id.slot as usize].load().0 == Status::Stopped {
+        if s.stopping || self.cmds.status[id.slot as usize].load().0 == Status::Stopped {
             return Err(Error::Stopped);
         }
         let cmd = s.cmd.unwrap();
@@ -498,7 +469,7 @@ impl Endpoint {
             looped: true,
             arm: true,
         }))?;
-        self.slots[id.slot as usize].cur = range;
+        self.cmds.slots[id.slot as usize].cur = range;
         self.arm(id.slot, false);
         self.stats.activations += 1;
         self.flush()
@@ -508,13 +479,13 @@ impl Endpoint {
     /// [`Endpoint::poll`] to move finished completions into the status words.
     pub fn status(&self, id: CommandId) -> Result<Status> {
         self.slot_of(id)?;
-        Ok(self.status[id.slot as usize].load().0)
+        Ok(self.cmds.status[id.slot as usize].load().0)
     }
 
     /// The status word itself, for applications that poll it directly.
     pub fn status_word(&self, id: CommandId) -> Result<&StatusWord> {
         self.slot_of(id)?;
-        Ok(&self.status[id.slot as usize])
+        Ok(&self.cmds.status[id.slot as usize])
     }
 
     /// Where the last message an accept (or request) received came from.
@@ -529,10 +500,10 @@ impl Endpoint {
         if self.slot_of(id)?.inflight > 0 {
             return Err(Error::Busy { what: "command" });
         }
-        let s = &mut self.slots[id.slot as usize];
+        let s = &mut self.cmds.slots[id.slot as usize];
         s.cmd = None;
-        self.status[id.slot as usize].store(Status::Idle, 0);
-        self.free.push(id.slot);
+        self.cmds.status[id.slot as usize].store(Status::Idle, 0);
+        self.cmds.free.push(id.slot);
         Ok(())
     }
 
@@ -630,9 +601,81 @@ impl Endpoint {
         })
     }
 
+    /// Makes room for `n` submissions: flushes (or, under SQPOLL, lets the kernel thread
+    /// drain) the submission ring, and fails with [`Error::TableFull`] if it stays full.
+    pub(super) fn reserve(&mut self, n: usize) -> Result<()> {
+        if n > self.ring.sq_capacity() {
+            return Err(Error::TableFull {
+                table: "submission queue",
+            });
+        }
+        let start = Instant::now();
+        loop {
+            if self.ring.sq_free() >= n {
+                return Ok(());
+            }
+            if !self.ring.is_sqpoll() {
+                self.flush()?;
+            } else if start.elapsed() > Duration::from_secs(1) {
+                return Err(Error::TableFull {
+                    table: "submission queue",
+                });
+            } else {
+                self.flush()?;
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Hands pushed submissions to the kernel: `io_uring_enter` without SQPOLL, nothing
+    /// under SQPOLL unless its thread sleeps (or the kernel asks for a completion flush).
+    pub(super) fn flush(&mut self) -> Result<()> {
+        self.ring.flush().map(drop)
+    }
+
+    /// Pushes the submissions of slot `slot`'s current activation. Space was reserved.
+    fn arm(&mut self, slot: u32, link_next: bool) {
+        let dgram = self.cmds.slots[slot as usize]
+            .cmd
+            .and_then(|c| c.socket())
+            .is_some_and(|h| self.sockets[h.slot as usize].dgram);
+        let arming = Arming {
+            base: self.region.as_ptr(),
+            zc: self.zero_copy,
+            dgram,
+        };
+        for e in self
+            .cmds
+            .activate(slot, link_next, arming)
+            .into_iter()
+            .flatten()
+        {
+            // SAFETY: every pointer in the entry points into the endpoint's region (range
+            // checked) or into this slot's boxed MsgSpace; both stay valid and untouched by
+            // safe code until the completion is reaped (`busy` guards the region, a slot is
+            // not reused while `inflight > 0`, and `Drop` drains the ring before unmapping).
+            unsafe { self.ring.push(&e) }.expect("space was reserved");
+        }
+    }
+
+    /// Applies one completion; returns true when it re-posted a receive (accept-multiple
+    /// looking for a newer message).
+    fn complete(&mut self, ud: u64, res: i32, flags: u32) -> bool {
+        let Some(slot) = self.cmds.complete(&mut self.stats, ud, res, flags) else {
+            return false;
+        };
+        if self.reserve(1).is_ok() {
+            self.arm(slot, false);
+            true
+        } else {
+            self.cmds.stop_probing(&mut self.stats, slot);
+            false
+        }
+    }
+
     /// True when an in-flight command touches `r` (only receives when `writes_only`).
     fn busy(&self, r: BufRange, writes_only: bool) -> bool {
-        self.slots.iter().any(|s| {
+        self.cmds.slots.iter().any(|s| {
             if s.inflight == 0 {
                 return false;
             }
@@ -647,6 +690,33 @@ impl Endpoint {
                 _ => false,
             }
         })
+    }
+}
+
+impl Drain for Endpoint {
+    fn ring(&mut self) -> &mut Ring {
+        &mut self.ring
+    }
+
+    fn settled(&mut self) -> bool {
+        let _ = self.poll();
+        self.cmds.inflight == 0
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        if ring::drain(self) {
+            // SAFETY: no request into the region is left in the kernel, and the region is
+            // not used after this point. With requests left (a kernel that would not cancel
+            // within the ring core's patience), the mapping is leaked instead of unmapped
+            // under the kernel.
+            unsafe { ManuallyDrop::drop(&mut self.region) };
+        } else {
+            // The kernel may still write a receive's source address and flags into the
+            // slots' boxed msghdrs: leak them with the region rather than free them.
+            std::mem::forget(std::mem::take(&mut self.cmds.slots));
+        }
     }
 }
 
@@ -686,8 +756,8 @@ mod tests {
         assert_eq!(ep.wait(stop, t).unwrap(), Status::Done(0));
         assert_eq!(ep.wait(target, t).unwrap(), Status::Stopped);
         // Model one of the stop's two cancel completions as still outstanding.
-        ep.slots[stop.slot as usize].inflight = 1;
-        ep.inflight += 1;
+        ep.cmds.slots[stop.slot as usize].inflight = 1;
+        ep.cmds.inflight += 1;
         ep.release(target).unwrap();
         let mut v = Vector::new();
         v.push_dormant(Command::Accept {
@@ -724,11 +794,11 @@ mod tests {
         // Model a zero-copy send whose result (with F_MORE) was reaped and whose
         // notification is still to come.
         {
-            let sl = &mut ep.slots[send.slot as usize];
+            let sl = &mut ep.cmds.slots[send.slot as usize];
             sl.inflight = 1;
             sl.stash = Some(Status::Done(5));
         }
-        ep.inflight += 1;
+        ep.cmds.inflight += 1;
         let mut v = Vector::new();
         v.push(Command::AcceptStop { target: send });
         let stop = ep.submit(&v).unwrap()[0];
@@ -737,7 +807,7 @@ mod tests {
         let notif = 1 << 3; // IORING_CQE_F_NOTIF
         ep.complete(user_data(send.slot, send.generation, PART_MAIN), 0, notif);
         assert_eq!(ep.status(send).unwrap(), Status::Stopped);
-        assert_eq!(ep.slots[send.slot as usize].inflight, 0);
+        assert_eq!(ep.cmds.slots[send.slot as usize].inflight, 0);
     }
 
     #[test]

@@ -1,56 +1,85 @@
-//! Arming a command's entries on the ring core and applying its completions to its status
-//! word (SEND_ZC results and notifications, accept-multiple's probing, accept-stop's
-//! cancels); and the drain that runs on drop.
+//! The command table: each placed command's slot and status word, arming a command's
+//! submissions, and applying its completions to its status word (SEND_ZC results and
+//! notifications, accept-multiple's probing, accept-stop's cancels). It builds entries and
+//! reads completions; the [`Endpoint`](super::Endpoint) pushes them on its ring.
 
-use std::mem::ManuallyDrop;
-use std::time::{Duration, Instant};
+use std::net::SocketAddr;
 
 use io_uring::types::CancelBuilder;
 use io_uring::{opcode, squeue};
 
-use super::sqe::{recv_entry, send_entry, split_user_data, user_data};
+use super::sqe::{recv_entry, send_entry, split_user_data, user_data, MsgSpace};
 use super::sqe::{PART_CANCEL, PART_MAIN, PART_REPLY};
-use super::Endpoint;
-use crate::error::{Error, Result};
-use crate::uring::ring::{self, Cqe, Drain, Ring};
-use crate::vcm::command::Command;
-use crate::vcm::status::Status;
+use super::EndpointStats;
+use crate::uring::ring::Cqe;
+use crate::vcm::command::{BufRange, Command};
+use crate::vcm::status::{Status, StatusWord};
 
-impl Endpoint {
-    /// Makes room for `n` submissions: flushes (or, under SQPOLL, lets the kernel thread
-    /// drain) the submission ring, and fails with [`Error::TableFull`] if it stays full.
-    pub(super) fn reserve(&mut self, n: usize) -> Result<()> {
-        if n > self.ring.sq_capacity() {
-            return Err(Error::TableFull {
-                table: "submission queue",
-            });
-        }
-        let start = Instant::now();
-        loop {
-            if self.ring.sq_free() >= n {
-                return Ok(());
-            }
-            if !self.ring.is_sqpoll() {
-                self.flush()?;
-            } else if start.elapsed() > Duration::from_secs(1) {
-                return Err(Error::TableFull {
-                    table: "submission queue",
-                });
-            } else {
-                self.flush()?;
-                std::hint::spin_loop();
-            }
+/// The submissions of one activation (a request has two).
+pub(super) type Entries = [Option<squeue::Entry>; 2];
+
+/// Where an activation's buffers lie and how it sends.
+#[derive(Clone, Copy)]
+pub(super) struct Arming {
+    /// Start of the endpoint's region.
+    pub base: *mut u8,
+    /// Send with SEND_ZC from the registered region.
+    pub zc: bool,
+    /// The command's socket is a datagram socket.
+    pub dgram: bool,
+}
+
+/// The commands placed on an endpoint.
+pub(super) struct Commands {
+    pub(super) slots: Vec<Slot>,
+    pub(super) free: Vec<u32>,
+    pub(super) status: Box<[StatusWord]>,
+    /// Submissions in the kernel, over all slots.
+    pub(super) inflight: u32,
+}
+
+/// One command's state.
+pub(super) struct Slot {
+    pub(super) generation: u32,
+    pub(super) cmd: Option<Command>,
+    pub(super) looped: bool,
+    /// Submissions whose completions have not been reaped.
+    pub(super) inflight: u8,
+    pub(super) seq: u32,
+    pub(super) stopping: bool,
+    /// Errno of a request's failed send (its linked receive then reports ECANCELED).
+    pub(super) send_err: i32,
+    /// The range the current activation uses (send range for Send and Request, receive
+    /// range for the accepts).
+    pub(super) cur: BufRange,
+    /// Source of the last message received.
+    pub(super) source: Option<SocketAddr>,
+    /// Accept-multiple: a message is in the buffer and a non-waiting receive is looking
+    /// for a newer one.
+    pub(super) probing: bool,
+    /// Accept-multiple: the result of the message in the buffer.
+    pub(super) last: Status,
+    /// The result to publish once the last outstanding completion (a zero-copy send's
+    /// notification) arrives.
+    pub(super) stash: Option<Status>,
+    pub(super) msg: Box<MsgSpace>,
+}
+
+impl Commands {
+    /// A table of `n` free commands.
+    pub(super) fn new(n: usize) -> Commands {
+        Commands {
+            slots: Vec::new(),
+            free: (0..n as u32).rev().collect(),
+            status: (0..n).map(|_| StatusWord::default()).collect(),
+            inflight: 0,
         }
     }
 
-    /// Hands pushed submissions to the kernel: `io_uring_enter` without SQPOLL, nothing
-    /// under SQPOLL unless its thread sleeps (or the kernel asks for a completion flush).
-    pub(super) fn flush(&mut self) -> Result<()> {
-        self.ring.flush().map(drop)
-    }
-
-    /// Pushes the submissions of slot `slot`'s current activation. Space was reserved.
-    pub(super) fn arm(&mut self, slot: u32, link_next: bool) {
+    /// Starts slot `slot`'s current activation: returns the submissions to push (none
+    /// for an accept-stop whose target is idle: it is done at once), counted in flight,
+    /// and marks the command pending. `arm` says where its buffers lie.
+    pub(super) fn activate(&mut self, slot: u32, link_next: bool, arm: Arming) -> Entries {
         let cmd = self.slots[slot as usize]
             .cmd
             .expect("armed slot holds a command");
@@ -62,7 +91,7 @@ impl Endpoint {
                 let s = &mut self.slots[slot as usize];
                 s.seq += 1;
                 self.status[slot as usize].store(Status::Done(0), s.seq);
-                return;
+                return [None, None];
             }
             t.stopping = true;
             let t_gen = t.generation;
@@ -76,11 +105,7 @@ impl Endpoint {
                 );
             }
         }
-        let base = self.region.as_ptr();
-        let zc = self.zero_copy;
-        let dgram = cmd
-            .socket()
-            .is_some_and(|h| self.sockets[h.slot as usize].dgram);
+        let Arming { base, zc, dgram } = arm;
         let s = &mut self.slots[slot as usize];
         s.stash = None;
         let main = user_data(slot, s.generation, PART_MAIN);
@@ -112,23 +137,18 @@ impl Endpoint {
             }
             Command::AcceptStop { .. } => {}
         }
-        for e in entries.into_iter().flatten() {
-            let e = if link_next {
-                e.flags(squeue::Flags::IO_LINK)
-            } else {
-                e
-            };
-            // SAFETY: every pointer in the entry points into the endpoint's region (range
-            // checked) or into this slot's boxed MsgSpace; both stay valid and untouched by
-            // safe code until the completion is reaped (`busy` guards the region, a slot is
-            // not reused while `inflight > 0`, and `Drop` drains the ring before unmapping).
-            unsafe { self.ring.push(&e) }.expect("space was reserved");
+        for e in entries.iter_mut().flatten() {
+            if link_next {
+                *e = e.clone().flags(squeue::Flags::IO_LINK);
+            }
             s.inflight += 1;
             self.inflight += 1;
         }
         self.status[slot as usize].store(Status::Pending, s.seq);
+        entries
     }
 
+    /// Ends a stopped loop command: its status word says Stopped.
     pub(super) fn finish_stop(&mut self, slot: u32) {
         let t = &mut self.slots[slot as usize];
         t.stopping = true;
@@ -136,9 +156,18 @@ impl Endpoint {
         self.status[slot as usize].store(Status::Stopped, t.seq);
     }
 
-    /// Applies one completion; returns true when it re-posted a receive.
-    pub(super) fn complete(&mut self, ud: u64, res: i32, flags: u32) -> bool {
-        self.stats.completions += 1;
+    /// Applies one completion to its command's status word. Returns the slot of an
+    /// accept-multiple that got a message and wants a non-waiting receive posted to look
+    /// for a newer one: post it with [`activate`](Self::activate), or, if the ring has no
+    /// room, call [`stop_probing`](Self::stop_probing).
+    pub(super) fn complete(
+        &mut self,
+        stats: &mut EndpointStats,
+        ud: u64,
+        res: i32,
+        flags: u32,
+    ) -> Option<u32> {
+        stats.completions += 1;
         let cqe = Cqe {
             user_data: ud,
             result: res,
@@ -152,10 +181,10 @@ impl Endpoint {
         }
         let (slot, generation, part) = split_user_data(ud);
         let Some(s) = self.slots.get_mut(slot as usize) else {
-            return false;
+            return None;
         };
         if s.generation & 0x00ff_ffff != generation || s.cmd.is_none() {
-            return false;
+            return None;
         }
         let cmd = s.cmd.unwrap();
         if more {
@@ -169,39 +198,39 @@ impl Endpoint {
                     Status::Done(res as u32)
                 });
             }
-            return false;
+            return None;
         }
         s.inflight = s.inflight.saturating_sub(1);
         if cqe.notif() {
-            self.stats.zc_sends += 1;
+            stats.zc_sends += 1;
             if cqe.zc_copied() {
-                self.stats.zc_copied += 1;
+                stats.zc_copied += 1;
             }
             if s.inflight > 0 {
-                return false;
+                return None;
             }
             if s.stopping && !matches!(cmd, Command::AcceptStop { .. }) {
                 // Stopped while the notification was outstanding: end as any stopped loop.
                 s.stash = None;
                 self.finish_stop(slot);
-                return false;
+                return None;
             }
             let Some(outcome) = s.stash.take() else {
-                return false;
+                return None;
             };
             match outcome {
-                Status::Failed(_) => self.stats.failed += 1,
-                Status::Truncated(_) => self.stats.truncated += 1,
+                Status::Failed(_) => stats.failed += 1,
+                Status::Truncated(_) => stats.truncated += 1,
                 _ => {}
             }
             s.seq += 1;
             self.status[slot as usize].store(outcome, s.seq);
-            return false;
+            return None;
         }
         let outcome = match (cmd, part) {
             (Command::AcceptStop { .. }, _) => {
                 if s.inflight > 0 {
-                    return false;
+                    return None;
                 }
                 if let Command::AcceptStop { target } = cmd {
                     // Only if the target still holds its slot: once it finished it may
@@ -217,7 +246,7 @@ impl Endpoint {
                 if res < 0 {
                     s.send_err = -res;
                 }
-                return false;
+                return None;
             }
             (Command::Send { .. }, _) => {
                 if res < 0 {
@@ -231,7 +260,7 @@ impl Endpoint {
                     // Something arrived. Remember it and probe, without waiting, for a
                     // newer datagram: one that arrives overwrites this one in the buffer.
                     if s.probing {
-                        self.stats.discarded += 1;
+                        stats.discarded += 1;
                     }
                     let _ = flags;
                     s.source = s.msg.source();
@@ -241,12 +270,7 @@ impl Endpoint {
                         Status::Done(res as u32)
                     };
                     s.probing = true;
-                    if self.reserve(1).is_ok() {
-                        self.arm(slot, false);
-                        return true;
-                    }
-                    self.slots[slot as usize].probing = false;
-                    self.slots[slot as usize].last
+                    return Some(slot);
                 } else if s.probing && res == -libc::EAGAIN {
                     // Nothing newer is queued: the buffer holds the newest message.
                     s.probing = false;
@@ -273,53 +297,42 @@ impl Endpoint {
                 }
             }
         };
+        self.publish(stats, slot, outcome);
+        None
+    }
+
+    /// Publishes `outcome` in `slot`'s status word, unless the command is being stopped
+    /// or a zero-copy notification is still to come.
+    fn publish(&mut self, stats: &mut EndpointStats, slot: u32, outcome: Status) {
         let s = &mut self.slots[slot as usize];
+        let cmd = s.cmd.expect("a live command");
         if s.stopping && !matches!(cmd, Command::AcceptStop { .. }) {
             if s.inflight == 0 {
                 self.finish_stop(slot);
             }
-            return false;
+            return;
         }
         if s.inflight > 0 {
             // A zero-copy send's notification is still to come.
             s.stash = Some(outcome);
-            return false;
+            return;
         }
         match outcome {
-            Status::Truncated(_) => self.stats.truncated += 1,
-            Status::Failed(_) => self.stats.failed += 1,
+            Status::Truncated(_) => stats.truncated += 1,
+            Status::Failed(_) => stats.failed += 1,
             _ => {}
         }
         let s = &mut self.slots[slot as usize];
         s.seq += 1;
         self.status[slot as usize].store(outcome, s.seq);
-        false
-    }
-}
-
-impl Drain for Endpoint {
-    fn ring(&mut self) -> &mut Ring {
-        &mut self.ring
     }
 
-    fn settled(&mut self) -> bool {
-        let _ = self.poll();
-        self.inflight == 0
-    }
-}
-
-impl Drop for Endpoint {
-    fn drop(&mut self) {
-        if ring::drain(self) {
-            // SAFETY: no request into the region is left in the kernel, and the region is
-            // not used after this point. With requests left (a kernel that would not cancel
-            // within the ring core's patience), the mapping is leaked instead of unmapped
-            // under the kernel.
-            unsafe { ManuallyDrop::drop(&mut self.region) };
-        } else {
-            // The kernel may still write a receive's source address and flags into the
-            // slots' boxed msghdrs: leak them with the region rather than free them.
-            std::mem::forget(std::mem::take(&mut self.slots));
-        }
+    /// Gives up looking for a newer message for accept-multiple `slot` (no room to post
+    /// the receive): the message in its buffer is the result.
+    pub(super) fn stop_probing(&mut self, stats: &mut EndpointStats, slot: u32) {
+        let s = &mut self.slots[slot as usize];
+        s.probing = false;
+        let outcome = s.last;
+        self.publish(stats, slot, outcome);
     }
 }
