@@ -16,6 +16,23 @@ fn ferry() -> Command {
     cmd
 }
 
+/// Spawns `ferry pipeline - - ARGS` reading a piped stdin, with stderr piped and stdout
+/// piped (`capture_stdout`) or discarded.
+fn spawn_stdio_pipeline(args: &[&str], capture_stdout: bool) -> std::process::Child {
+    ferry()
+        .args(["pipeline", "-", "-"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(if capture_stdout {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn scratch(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("ferry-pipeline-{}-{name}", std::process::id()))
 }
@@ -156,21 +173,7 @@ fn stdin_to_stdout() {
     let input = scratch("stdio-in");
     let _i = write_pattern(&input, 7, len);
     // stdin is a pipe, so the source splices rather than sendfiles.
-    let mut child = ferry()
-        .args([
-            "pipeline",
-            "-",
-            "-",
-            "--stages",
-            "2",
-            "--pallet-size",
-            "16K",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_stdio_pipeline(&["--stages", "2", "--pallet-size", "16K"], true);
     let mut stdin = child.stdin.take().unwrap();
     let feeder = std::thread::spawn(move || {
         let mut f = File::open(input).unwrap();
@@ -269,23 +272,18 @@ fn wait_bounded(child: &mut std::process::Child, secs: u64) -> std::process::Exi
 
 #[test]
 fn stopped_stage_is_named_after_the_stall_timeout() {
-    let mut child = ferry()
-        .args([
-            "pipeline",
-            "-",
-            "-",
+    let mut child = spawn_stdio_pipeline(
+        &[
             "--stages",
             "3",
             "--pallet-size",
             "64K",
             "-v",
-        ])
-        .args(["--stall-timeout", "1"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+            "--stall-timeout",
+            "1",
+        ],
+        false,
+    );
     // Read stderr on a thread, handing over each line, so the stage pids arrive while the
     // pipeline runs.
     let stderr = child.stderr.take().unwrap();
@@ -336,21 +334,7 @@ fn stopped_stage_is_named_after_the_stall_timeout() {
 
 #[test]
 fn idle_input_without_a_stopped_stage_says_so() {
-    let mut child = ferry()
-        .args([
-            "pipeline",
-            "-",
-            "-",
-            "--stages",
-            "2",
-            "--stall-timeout",
-            "0.5",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_stdio_pipeline(&["--stages", "2", "--stall-timeout", "0.5"], false);
     let stdin = child.stdin.take().unwrap(); // open, and silent
     let status = wait_bounded(&mut child, 60);
     drop(stdin);

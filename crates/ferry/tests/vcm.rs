@@ -31,6 +31,12 @@ fn have_ring() -> bool {
     f.ring
 }
 
+/// Serialises the test and checks that it can run here: `None` (the skip printed) if not.
+fn begin() -> Option<MutexGuard<'static, ()>> {
+    let g = serial();
+    have_ring().then_some(g)
+}
+
 fn have_sqpoll() -> bool {
     let f = Features::probe();
     if !f.sqpoll {
@@ -158,10 +164,7 @@ fn peer_port(child: &mut Child) -> u16 {
 
 #[test]
 fn datagrams_keep_their_checksums_through_an_echo_process() {
-    let _g = serial();
-    if !have_ring() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     let mut peer = spawn_peer("echo");
     let to: SocketAddr = ([127, 0, 0, 1], peer_port(&mut peer)).into();
     let mut s = DatagramSocket::bind("127.0.0.1:0").unwrap();
@@ -242,10 +245,7 @@ fn request_loop_under_sqpoll_carries_checksummed_data() {
 
 #[test]
 fn foreign_buffers_sockets_and_targets_are_refused_before_submission() {
-    let _g = serial();
-    if !have_ring() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     let mut a = Endpoint::new(EndpointConfig::new(8192)).unwrap();
     let mut b = Endpoint::new(EndpointConfig::new(8192)).unwrap();
     let sa = a.add_socket(loopback().into()).unwrap();
@@ -344,10 +344,7 @@ fn foreign_buffers_sockets_and_targets_are_refused_before_submission() {
 
 #[test]
 fn sends_of_a_vector_arrive_in_order_and_polling_makes_no_syscall() {
-    let _g = serial();
-    if !have_ring() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     let rx = loopback();
     rx.set_read_timeout(Some(T)).unwrap();
     let to = rx.local_addr().unwrap();
@@ -399,10 +396,7 @@ fn sends_of_a_vector_arrive_in_order_and_polling_makes_no_syscall() {
 
 #[test]
 fn loop_accept_is_rearmed_by_a_new_offset_and_length() {
-    let _g = serial();
-    if !have_ring() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     let tx = loopback();
     let rxs = loopback();
     let to = rxs.local_addr().unwrap();
@@ -447,10 +441,7 @@ fn loop_accept_is_rearmed_by_a_new_offset_and_length() {
 
 #[test]
 fn accept_multiple_keeps_only_the_newest_message() {
-    let _g = serial();
-    if !have_ring() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     let tx = loopback();
     let rxs = loopback();
     let to = rxs.local_addr().unwrap();
@@ -481,10 +472,7 @@ fn accept_multiple_keeps_only_the_newest_message() {
 
 #[test]
 fn accept_stop_cancels_an_armed_loop_and_nothing_leaks() {
-    let _g = serial();
-    if !have_ring() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     let fds0 = fd_count();
     {
         let mut ep = Endpoint::new(EndpointConfig::new(16 * 1024)).unwrap();
@@ -590,10 +578,7 @@ fn sqpoll_thread_sleeps_when_idle_and_one_enter_wakes_it() {
 
 #[test]
 fn garbage_and_oversize_datagrams_from_a_peer_are_errors_not_crashes() {
-    let _g = serial();
-    if !have_ring() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     let mut s = DatagramSocket::bind_with("127.0.0.1:0", EndpointConfig::new(0), 4096).unwrap();
     s.set_read_timeout(Some(T));
     let port = s.local_addr().unwrap().port();
@@ -639,10 +624,7 @@ fn garbage_and_oversize_datagrams_from_a_peer_are_errors_not_crashes() {
 
 #[test]
 fn zero_copy_sends_deliver_intact_data_and_report_kernel_copies() {
-    let _g = serial();
-    if !have_ring() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     let rx = loopback();
     rx.set_read_timeout(Some(T)).unwrap();
     let to = rx.local_addr().unwrap();
@@ -688,10 +670,7 @@ fn zero_copy_sends_deliver_intact_data_and_report_kernel_copies() {
 /// the new command armed, rather than cancelling a command it never named.
 #[test]
 fn reactivated_accept_stop_never_stops_the_new_owner_of_a_released_slot() {
-    let _g = serial();
-    if !have_ring() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     let mut ep = Endpoint::new(EndpointConfig::new(16 * 1024)).unwrap();
     let rx = loopback();
     let to = rx.local_addr().unwrap();
@@ -737,10 +716,7 @@ fn reactivated_accept_stop_never_stops_the_new_owner_of_a_released_slot() {
 /// data, so it must be used on datagram sockets only.)
 #[test]
 fn accept_on_a_stream_socket_receives_the_bytes() {
-    let _g = serial();
-    if !have_ring() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let mut peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
     let (conn, _) = l.accept().unwrap();
@@ -762,10 +738,7 @@ fn accept_on_a_stream_socket_receives_the_bytes() {
 /// error (it overflowed: a panic in debug builds, a send area at offset 0 in release).
 #[test]
 fn huge_receive_capacity_is_an_error_not_an_overflow() {
-    let _g = serial();
-    if !have_ring() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     for cap in [u32::MAX, u32::MAX - 4095] {
         let r = DatagramSocket::bind_with("127.0.0.1:0", EndpointConfig::new(0), cap);
         assert!(matches!(r, Err(Error::InvalidArgument(_))), "{cap}: {r:?}");
@@ -777,10 +750,7 @@ fn huge_receive_capacity_is_an_error_not_an_overflow() {
 /// with a receive in flight is `Busy` until the receive completes.
 #[test]
 fn full_tables_and_busy_sockets_have_their_own_errors() {
-    let _g = serial();
-    if !have_ring() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     let mut cfg = EndpointConfig::new(8192);
     cfg.max_sockets = 2;
     cfg.max_commands = 2;

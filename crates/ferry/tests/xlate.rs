@@ -27,6 +27,12 @@ fn have_xlate() -> bool {
     true
 }
 
+/// Serialises the test and checks that it can run here: `None` (the skip printed) if not.
+fn begin() -> Option<MutexGuard<'static, ()>> {
+    let g = serial();
+    have_xlate().then_some(g)
+}
+
 fn watching(x: &Xlate) -> bool {
     match x.invalidation() {
         Invalidation::Userfaultfd => true,
@@ -35,6 +41,12 @@ fn watching(x: &Xlate) -> bool {
             false
         }
     }
+}
+
+/// An `Xlate` built with `cfg`, if it watches unmaps (`None`, the skip printed, if not).
+fn watched(cfg: XlateConfig) -> Option<Xlate> {
+    let x = Xlate::new(cfg).unwrap();
+    watching(&x).then_some(x)
 }
 
 fn temp_file(tag: &str) -> File {
@@ -129,10 +141,7 @@ fn modes() -> Vec<(&'static str, Mode)> {
 
 #[test]
 fn file_data_survives_hits_misses_bounces_and_evictions() {
-    let _g = serial();
-    if !have_xlate() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     // 12 distinct buffers, 4 slots: eviction is constant. Sizes cross the 16 KiB bounce
     // size, so large I/Os also run in chunks.
     let sizes = [512usize, 2048, 4096, 5000, 40_000, 70_000];
@@ -210,19 +219,14 @@ fn read_bytes(expect: &[(u64, u64, usize)]) -> u64 {
 /// old pages.
 #[test]
 fn unmap_and_remap_never_send_stale_bytes() {
-    let _g = serial();
-    if !have_xlate() {
-        return;
-    }
-    let mut x = Xlate::new(XlateConfig {
+    let Some(_g) = begin() else { return };
+    let Some(mut x) = watched(XlateConfig {
         table_slots: 8,
         mode: Mode::Cache(Miss::Fallback { rate_limit: None }),
         ..XlateConfig::default()
-    })
-    .unwrap();
-    if !watching(&x) {
+    }) else {
         return;
-    }
+    };
     let len = 2 * rustix::param::page_size();
     let f = temp_file("remap");
     let p = anon(len);
@@ -312,10 +316,7 @@ fn unmap_and_remap_never_send_stale_bytes() {
 /// process's one userfaultfd), and an unmap invalidates it in both.
 #[test]
 fn two_caches_share_the_watcher() {
-    let _g = serial();
-    if !have_xlate() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     let cfg = XlateConfig {
         mode: Mode::Cache(Miss::RegisterFirst),
         ..XlateConfig::default()
@@ -358,10 +359,7 @@ fn two_caches_share_the_watcher() {
 /// nothing may deadlock (a watchdog aborts the test after 60 s).
 #[test]
 fn allocator_reuse_never_goes_stale_or_deadlocks() {
-    let _g = serial();
-    if !have_xlate() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let d = std::sync::Arc::clone(&done);
     std::thread::spawn(move || {
@@ -410,10 +408,7 @@ fn allocator_reuse_never_goes_stale_or_deadlocks() {
 
 #[test]
 fn without_a_watcher_nothing_is_cached_and_every_io_bounces() {
-    let _g = serial();
-    if !have_xlate() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     let mut x = Xlate::new(XlateConfig {
         watch_unmaps: false,
         mode: Mode::Cache(Miss::Fallback { rate_limit: None }),
@@ -439,18 +434,13 @@ fn without_a_watcher_nothing_is_cached_and_every_io_bounces() {
 
 #[test]
 fn memory_that_cannot_be_registered_bounces_and_is_counted() {
-    let _g = serial();
-    if !have_xlate() {
-        return;
-    }
-    let mut x = Xlate::new(XlateConfig {
+    let Some(_g) = begin() else { return };
+    let Some(mut x) = watched(XlateConfig {
         mode: Mode::Cache(Miss::Fallback { rate_limit: None }),
         ..XlateConfig::default()
-    })
-    .unwrap();
-    if !watching(&x) {
+    }) else {
         return;
-    }
+    };
     // A shared mapping of a file on the temp directory's disk filesystem: neither
     // userfaultfd nor io_uring accept it.
     let backing = temp_file("backing");
@@ -487,10 +477,7 @@ fn memory_that_cannot_be_registered_bounces_and_is_counted() {
 
 #[test]
 fn rate_limit_bounds_registrations() {
-    let _g = serial();
-    if !have_xlate() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     let page = rustix::param::page_size();
     let n = 64usize << 10;
     for limit in [Some(n), None] {
@@ -534,10 +521,7 @@ fn rate_limit_bounds_registrations() {
 
 #[test]
 fn no_descriptors_leak() {
-    let _g = serial();
-    if !have_xlate() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     let count = || std::fs::read_dir("/proc/self/fd").unwrap().count();
     // The process-wide userfaultfd is opened once, by the first cache; open it first.
     drop(Xlate::new(XlateConfig::default()).unwrap());
@@ -634,10 +618,7 @@ fn socket_cfg() -> XlateConfig {
 /// no zero-copy notification.
 #[test]
 fn fixed_write_send_to_a_child_process_keeps_every_byte() {
-    let _g = serial();
-    if !have_xlate() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     let f = Features::probe();
     if !f.socket_write_fixed {
         eprintln!("skipped: WRITE_FIXED on a socket refused here");
@@ -653,10 +634,7 @@ fn fixed_write_send_to_a_child_process_keeps_every_byte() {
 /// `zero_copy_send`: `SEND_ZC` from the fixed buffer, waiting for notifications.
 #[test]
 fn zero_copy_send_to_a_child_process_keeps_every_byte() {
-    let _g = serial();
-    if !have_xlate() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     if !Features::probe().send_zc {
         eprintln!("skipped: no SEND_ZC here");
         return;
@@ -678,10 +656,7 @@ fn zero_copy_send_to_a_child_process_keeps_every_byte() {
 /// (`SEND_ZC`, else a plain `SEND`), still carry every byte, and every call is counted.
 #[test]
 fn send_fallback_is_taken_and_counted_when_fixed_write_is_off() {
-    let _g = serial();
-    if !have_xlate() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     let (x, calls) = socket_to_a_child(XlateConfig {
         socket_write_fixed: false,
         ..socket_cfg()
@@ -742,19 +717,14 @@ unsafe fn child_sink(port: u16, total: usize) -> ! {
 /// sends the pinned old pages after the range is unmapped and mapped anew.
 #[test]
 fn socket_send_after_remap_carries_the_new_bytes() {
-    let _g = serial();
-    if !have_xlate() {
-        return;
-    }
-    let mut x = Xlate::new(XlateConfig {
+    let Some(_g) = begin() else { return };
+    let Some(mut x) = watched(XlateConfig {
         table_slots: 8,
         mode: Mode::Cache(Miss::Fallback { rate_limit: None }),
         ..XlateConfig::default()
-    })
-    .unwrap();
-    if !watching(&x) {
+    }) else {
         return;
-    }
+    };
     let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
     let len = 2 * rustix::param::page_size();
     let p = anon(len);
@@ -802,10 +772,7 @@ fn xlate_is_send() {
 /// short sends common; the child checks every byte.
 #[test]
 fn bounced_zero_copy_sends_through_a_small_send_buffer_keep_every_byte() {
-    let _g = serial();
-    if !have_xlate() {
-        return;
-    }
+    let Some(_g) = begin() else { return };
     if !Features::probe().send_zc {
         eprintln!("skipped: no SEND_ZC here");
         return;

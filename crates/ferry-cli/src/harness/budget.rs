@@ -1,6 +1,8 @@
 //! How many messages each size gets, so that every size costs about the same
 //! time: a byte budget per trial, bounded by a minimum and a maximum count.
 
+use crate::protocol::{Pattern, Plan, Touch, Wait};
+
 /// Per-trial message counts for a size sweep.
 #[derive(Debug, Clone, Copy)]
 pub struct Budget {
@@ -31,6 +33,21 @@ impl Budget {
             .iter()
             .map(|&s| (self.warm_bytes / s.max(1)).min(self.warm_max as usize) as u32)
             .collect()
+    }
+
+    /// A plan over `sizes` with this budget's message counts: `trials` trials, the sink
+    /// reading one word per page, no in-process stages.
+    pub fn plan(&self, pattern: Pattern, wait: Wait, sizes: Vec<usize>, trials: u32) -> Plan {
+        Plan {
+            pattern,
+            wait,
+            touch: Touch::Word,
+            msgs: self.msgs(&sizes),
+            warmup: self.warmup(&sizes),
+            sizes,
+            trials,
+            hops: 0,
+        }
     }
 }
 

@@ -145,21 +145,32 @@ fn le_u64(b: &[u8]) -> u64 {
     u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))
 }
 
+/// A fragment's wire form is a [`RawRef`]'s (slot, pad, generation, offset) followed by
+/// its length.
 impl RawFrag {
     fn parse(b: &[u8]) -> RawFrag {
+        let RawRef {
+            slot,
+            pad,
+            generation,
+            offset,
+        } = RawRef::parse(b);
         RawFrag {
-            slot: le_u16(b),
-            pad: le_u16(&b[2..]),
-            generation: le_u32(&b[4..]),
-            offset: le_u64(&b[8..]),
+            slot,
+            pad,
+            generation,
+            offset,
             len: le_u64(&b[16..]),
         }
     }
     fn write(&self, b: &mut [u8]) {
-        b[0..2].copy_from_slice(&self.slot.to_le_bytes());
-        b[2..4].copy_from_slice(&0u16.to_le_bytes());
-        b[4..8].copy_from_slice(&self.generation.to_le_bytes());
-        b[8..16].copy_from_slice(&self.offset.to_le_bytes());
+        RawRef {
+            slot: self.slot,
+            pad: 0,
+            generation: self.generation,
+            offset: self.offset,
+        }
+        .write(b);
         b[16..24].copy_from_slice(&self.len.to_le_bytes());
     }
 }

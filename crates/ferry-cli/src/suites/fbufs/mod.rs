@@ -24,7 +24,7 @@ use crate::harness::points::{pooled, syscalls_per_msg, Point};
 use crate::harness::record::Record;
 use crate::harness::stats::{linear_fit, spread, Fit, Summary};
 use crate::harness::BenchDef;
-use crate::protocol::{Pattern, Plan, Touch, Wait};
+use crate::protocol::{Pattern, Wait};
 use crate::transport::ferry::Variant;
 use crate::transport::TransportKind;
 use report::{markdown, plot, PAPER_COPY_US};
@@ -80,16 +80,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
             warm_max: 50,
         },
     );
-    let plan = Plan {
-        pattern: Pattern::PingPong,
-        wait: Wait::Spin,
-        touch: Touch::Word,
-        msgs: budget.msgs(&sizes),
-        warmup: budget.warmup(&sizes),
-        sizes,
-        trials: ctx.pick(3, 5),
-        hops: 0,
-    };
+    let plan = budget.plan(Pattern::PingPong, Wait::Spin, sizes, ctx.pick(3, 5));
 
     let mut measured = Vec::new();
     for &kind in TRANSPORTS {

@@ -107,16 +107,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
             warm_max: 64,
         },
     );
-    let base = Plan {
-        pattern: Pattern::Stream,
-        wait: Wait::Block,
-        touch: Touch::Word,
-        msgs: budget.msgs(&sizes),
-        warmup: budget.warmup(&sizes),
-        sizes: sizes.clone(),
-        trials: ctx.pick(3, 5),
-        hops: 0,
-    };
+    let base = budget.plan(Pattern::Stream, Wait::Block, sizes.clone(), ctx.pick(3, 5));
 
     let mut curves = Vec::new();
     for &touch in TOUCHES {

@@ -91,16 +91,7 @@ pub fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
             warm_max: 50,
         },
     );
-    let base = Plan {
-        pattern: Pattern::PingPong,
-        wait: Wait::Spin,
-        touch: Touch::Word,
-        msgs: budget.msgs(&sizes),
-        warmup: budget.warmup(&sizes),
-        sizes: sizes.clone(),
-        trials: ctx.pick(3, 5),
-        hops: 0,
-    };
+    let base = budget.plan(Pattern::PingPong, Wait::Spin, sizes.clone(), ctx.pick(3, 5));
     let mut runs: Vec<(TransportKind, Wait, Touch)> = Vec::new();
     for &kind in TRANSPORTS {
         for &wait in WAITS {
