@@ -202,13 +202,7 @@ fn bad_descriptors_are_rejected_and_the_channel_goes_on() {
     let (a, _b, tx, mut rx) = pair(&g);
     let me = a.id();
     let lot = g.lot_size() as u64;
-    let frag = |slot: u16, generation: u32, offset: u64, len: u64| RawFrag {
-        slot,
-        pad: 0,
-        generation,
-        offset,
-        len,
-    };
+    let frag = RawFrag::new;
     let one = |f: RawFrag| encode(0, &[f], &mut [], RawRef::NONE);
     let mut bad: Vec<(RawDesc, &str)> = vec![
         (

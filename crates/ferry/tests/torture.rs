@@ -1240,13 +1240,7 @@ fn garbage(
         offset: data + rng.below(4096),
         len: 1 + rng.below(4096),
     };
-    let frag = |slot: u16, generation: u32, offset: u64, len: u64| RawFrag {
-        slot,
-        pad: 0,
-        generation,
-        offset,
-        len,
-    };
+    let frag = RawFrag::new;
     let mut d = RawDesc {
         token: rng.next(),
         nfrags: 1,
@@ -1971,6 +1965,17 @@ impl Kids {
             }
             self.pump(until)?;
         }
+    }
+
+    /// Waits (up to `limit`) for kid `i`'s "report" line; without one, a hang saying
+    /// `what` and where the kid's threads are.
+    fn report_or_hang(&mut self, i: usize, limit: Duration, what: &str) -> Option<(Kind, String)> {
+        self.wait_line(i, "report", 0, limit).is_none().then(|| {
+            (
+                Kind::Hang,
+                format!("{what} (threads {})", where_is(self.v[i].pid)),
+            )
+        })
     }
 
     /// Neither exited nor killed (a killed child may not be reaped yet).
@@ -2920,17 +2925,12 @@ fn uring_trial(seed: u64, out: &mut Outcome) {
         }
         std::thread::sleep(Duration::from_micros(delay_us));
         if fate_drop {
-            if kids
-                .wait_line(victim, "report", 0, hang + Duration::from_secs(6))
-                .is_none()
-            {
-                fails.push((
-                    Kind::Hang,
-                    format!(
-                        "uvictim: dropping a ring with operations in flight did not return (threads {})",
-                        where_is(kids.v[victim].pid)
-                    ),
-                ));
+            if let Some(f) = kids.report_or_hang(
+                victim,
+                hang + Duration::from_secs(6),
+                "uvictim: dropping a ring with operations in flight did not return",
+            ) {
+                fails.push(f);
             }
             kids.reap(victim, hang);
         } else {
@@ -2941,17 +2941,10 @@ fn uring_trial(seed: u64, out: &mut Outcome) {
             kids.kill_all();
         } else {
             kids.tell(peer, "check");
-            if kids
-                .wait_line(peer, "report", 0, hang + Duration::from_secs(2))
-                .is_none()
+            if let Some(f) =
+                kids.report_or_hang(peer, hang + Duration::from_secs(2), "upeer did not report")
             {
-                fails.push((
-                    Kind::Hang,
-                    format!(
-                        "upeer did not report (threads {})",
-                        where_is(kids.v[peer].pid)
-                    ),
-                ));
+                fails.push(f);
             }
             kids.reap(peer, hang);
         }

@@ -548,18 +548,7 @@ fn socket_to_a_child(cfg: XlateConfig) -> (Xlate, u64) {
     // repeat is the hit that does not depend on heap layout.
     let order: Vec<usize> = (0..bufs.len()).chain([bufs.len() - 1]).collect();
     let total: usize = order.iter().map(|&i| bufs[i].len()).sum::<usize>() * rounds;
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-
-    // SAFETY: the child calls only async-signal-safe libc functions on stack memory and
-    // leaves with _exit.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0);
-    if pid == 0 {
-        // SAFETY: plain socket calls on stack memory.
-        unsafe { child_sink(port, total) };
-    }
-    let (mut conn, _) = listener.accept().unwrap();
+    let (mut conn, pid) = fork_sink(total);
     let mut x = Xlate::new(cfg).unwrap();
     let mut calls = 0u64;
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -589,13 +578,7 @@ fn socket_to_a_child(cfg: XlateConfig) -> (Xlate, u64) {
     }
     let mut rest = Vec::new();
     conn.read_to_end(&mut rest).unwrap();
-    let mut status = 0;
-    // SAFETY: waits for our own child.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "child status {status}"
-    );
+    reap_sink(pid);
     assert_eq!(u64::from_le_bytes(answer), h, "checksum of {total} bytes");
     let s = x.stats();
     assert_eq!(s.direct, 1);
@@ -671,6 +654,33 @@ fn send_fallback_is_taken_and_counted_when_fixed_write_is_off() {
     assert_eq!(x.send_op(), want);
     assert_eq!(s.send_fallbacks, calls, "{s:?}");
     assert!(calls >= 30, "{calls}");
+}
+
+/// Forks a child that connects to a fresh listener here, reads `total` bytes and sends
+/// back their FNV-1a hash ([`child_sink`]); returns the accepted connection and its pid.
+fn fork_sink(total: usize) -> (std::net::TcpStream, libc::pid_t) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // SAFETY: the child calls only async-signal-safe libc functions on stack memory and
+    // leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        // SAFETY: plain socket calls on stack memory.
+        unsafe { child_sink(port, total) };
+    }
+    (listener.accept().unwrap().0, pid)
+}
+
+/// Waits for the child of [`fork_sink`] and checks that it exited cleanly.
+fn reap_sink(pid: libc::pid_t) {
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child status {status}"
+    );
 }
 
 /// Runs in the forked child: connects, reads `total` bytes, sends back their FNV-1a hash.
@@ -784,17 +794,7 @@ fn bounced_zero_copy_sends_through_a_small_send_buffer_keep_every_byte() {
     // SAFETY: `mem` is a fresh private mapping of `total` bytes, unmapped at the end.
     let data = unsafe { std::slice::from_raw_parts_mut(mem, total) };
     fill(data, 4242);
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    // SAFETY: the child calls only async-signal-safe libc functions on stack memory and
-    // leaves with _exit.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0);
-    if pid == 0 {
-        // SAFETY: plain socket calls on stack memory.
-        unsafe { child_sink(port, total) };
-    }
-    let (mut conn, _) = listener.accept().unwrap();
+    let (mut conn, pid) = fork_sink(total);
     let small: libc::c_int = 4096;
     // SAFETY: setsockopt reads one c_int from the stack.
     let rc = unsafe {
@@ -824,13 +824,7 @@ fn bounced_zero_copy_sends_through_a_small_send_buffer_keep_every_byte() {
     }
     let mut answer = [0u8; 8];
     conn.read_exact(&mut answer).unwrap();
-    let mut status = 0;
-    // SAFETY: waits for our own child.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "child status {status}"
-    );
+    reap_sink(pid);
     assert_eq!(
         u64::from_le_bytes(answer),
         fnv(data),

@@ -45,6 +45,19 @@ pub struct RawFrag {
     pub len: u64,
 }
 
+impl RawFrag {
+    /// The fragment of `len` bytes at `offset` in the lot of `(slot, generation)`.
+    pub const fn new(slot: u16, generation: u32, offset: u64, len: u64) -> RawFrag {
+        RawFrag {
+            slot,
+            pad: 0,
+            generation,
+            offset,
+            len,
+        }
+    }
+}
+
 /// A pointer to a continuation block; `slot == u16::MAX` means none.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
