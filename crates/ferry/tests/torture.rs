@@ -2203,6 +2203,20 @@ struct Outcome {
 }
 
 impl Outcome {
+    /// Ends a trial: judges every kid, scans their lines for failures, keeps the lines,
+    /// records `fails` with the rest, and removes the trial's directory.
+    fn close_trial(&mut self, kids: &mut Kids, mut fails: Vec<(Kind, String)>, dir: &Path) {
+        for i in 0..kids.v.len() {
+            if let Some(f) = kids.judge(i) {
+                fails.push(f);
+            }
+        }
+        scan_lines(kids, &mut fails);
+        self.keep_lines(kids);
+        self.failures.append(&mut fails);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     fn keep_lines(&mut self, kids: &Kids) {
         for k in &kids.v {
             for l in &k.lines {
@@ -2851,15 +2865,7 @@ fn container_trial(seed: u64, out: &mut Outcome) {
             }
         }
     }
-    for i in 0..kids.v.len() {
-        if let Some(f) = kids.judge(i) {
-            fails.push(f);
-        }
-    }
-    scan_lines(&kids, &mut fails);
-    out.keep_lines(&kids);
-    out.failures.append(&mut fails);
-    let _ = std::fs::remove_dir_all(&dir);
+    out.close_trial(&mut kids, fails, &dir);
 }
 
 // --------------------------------------------------------------------- harness: uring
@@ -2952,15 +2958,7 @@ fn uring_trial(seed: u64, out: &mut Outcome) {
         fails.push((Kind::Error, "uring set-up failed".into()));
     }
     kids.kill_all();
-    for i in 0..kids.v.len() {
-        if let Some(f) = kids.judge(i) {
-            fails.push(f);
-        }
-    }
-    scan_lines(&kids, &mut fails);
-    out.keep_lines(&kids);
-    out.failures.append(&mut fails);
-    let _ = std::fs::remove_dir_all(&dir);
+    out.close_trial(&mut kids, fails, &dir);
 }
 
 // ---------------------------------------------------------------------------- main

@@ -43,6 +43,16 @@ fn watching(x: &Xlate) -> bool {
     }
 }
 
+/// A cache of `table_slots` entries that bounces a miss and registers its range while
+/// the copy runs.
+fn serve_every_miss(table_slots: u32) -> XlateConfig {
+    XlateConfig {
+        table_slots,
+        mode: Mode::Cache(Miss::Fallback { rate_limit: None }),
+        ..XlateConfig::default()
+    }
+}
+
 /// An `Xlate` built with `cfg`, if it watches unmaps (`None`, the skip printed, if not).
 fn watched(cfg: XlateConfig) -> Option<Xlate> {
     let x = Xlate::new(cfg).unwrap();
@@ -220,11 +230,7 @@ fn read_bytes(expect: &[(u64, u64, usize)]) -> u64 {
 #[test]
 fn unmap_and_remap_never_send_stale_bytes() {
     let Some(_g) = begin() else { return };
-    let Some(mut x) = watched(XlateConfig {
-        table_slots: 8,
-        mode: Mode::Cache(Miss::Fallback { rate_limit: None }),
-        ..XlateConfig::default()
-    }) else {
+    let Some(mut x) = watched(serve_every_miss(8)) else {
         return;
     };
     let len = 2 * rustix::param::page_size();
@@ -369,12 +375,7 @@ fn allocator_reuse_never_goes_stale_or_deadlocks() {
             std::process::abort();
         }
     });
-    let mut x = Xlate::new(XlateConfig {
-        table_slots: 16,
-        mode: Mode::Cache(Miss::Fallback { rate_limit: None }),
-        ..XlateConfig::default()
-    })
-    .unwrap();
+    let mut x = Xlate::new(serve_every_miss(16)).unwrap();
     let f = temp_file("reuse");
     let sizes = [4096usize, 20_000, 150_000, 300_000, 1 << 20];
     let mut seen = std::collections::HashSet::new();
@@ -411,8 +412,7 @@ fn without_a_watcher_nothing_is_cached_and_every_io_bounces() {
     let Some(_g) = begin() else { return };
     let mut x = Xlate::new(XlateConfig {
         watch_unmaps: false,
-        mode: Mode::Cache(Miss::Fallback { rate_limit: None }),
-        ..XlateConfig::default()
+        ..serve_every_miss(256)
     })
     .unwrap();
     assert!(matches!(x.invalidation(), Invalidation::Off(_)));
@@ -435,10 +435,7 @@ fn without_a_watcher_nothing_is_cached_and_every_io_bounces() {
 #[test]
 fn memory_that_cannot_be_registered_bounces_and_is_counted() {
     let Some(_g) = begin() else { return };
-    let Some(mut x) = watched(XlateConfig {
-        mode: Mode::Cache(Miss::Fallback { rate_limit: None }),
-        ..XlateConfig::default()
-    }) else {
+    let Some(mut x) = watched(serve_every_miss(256)) else {
         return;
     };
     // A shared mapping of a file on the temp directory's disk filesystem: neither
@@ -589,11 +586,7 @@ fn socket_to_a_child(cfg: XlateConfig) -> (Xlate, u64) {
 }
 
 fn socket_cfg() -> XlateConfig {
-    XlateConfig {
-        table_slots: 4,
-        mode: Mode::Cache(Miss::Fallback { rate_limit: None }),
-        ..XlateConfig::default()
-    }
+    serve_every_miss(4)
 }
 
 /// The default send path: `WRITE_FIXED` on the socket from the registered buffer (hits)
@@ -728,11 +721,7 @@ unsafe fn child_sink(port: u16, total: usize) -> ! {
 #[test]
 fn socket_send_after_remap_carries_the_new_bytes() {
     let Some(_g) = begin() else { return };
-    let Some(mut x) = watched(XlateConfig {
-        table_slots: 8,
-        mode: Mode::Cache(Miss::Fallback { rate_limit: None }),
-        ..XlateConfig::default()
-    }) else {
+    let Some(mut x) = watched(serve_every_miss(8)) else {
         return;
     };
     let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();

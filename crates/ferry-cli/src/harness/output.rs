@@ -33,9 +33,9 @@ pub struct Table {
 }
 
 impl Table {
-    pub fn new(headers: &[&str]) -> Table {
+    pub fn new<S: AsRef<str>>(headers: &[S]) -> Table {
         Table {
-            headers: headers.iter().map(|h| h.to_string()).collect(),
+            headers: headers.iter().map(|h| h.as_ref().to_string()).collect(),
             rows: Vec::new(),
         }
     }

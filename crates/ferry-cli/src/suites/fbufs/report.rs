@@ -124,7 +124,7 @@ pub(super) fn markdown(ctx: &BenchCtx, measured: &[Measured], plan: &Plan) -> St
         headers.push(format!("{} median", m.kind.label()));
         headers.push(format!("{} p99", m.kind.label()));
     }
-    let mut t = Table::new(&headers.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut t = Table::new(&headers);
     for (i, size) in plan.sizes.iter().enumerate() {
         let mut row = vec![(size / PAGE).to_string()];
         for m in measured {

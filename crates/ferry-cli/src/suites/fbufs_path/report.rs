@@ -103,7 +103,7 @@ fn throughput_table(curves: &[Curve], touch: Touch, sizes: &[usize], memcpy: f64
             }
         }
     }
-    let mut t = Table::new(&headers.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut t = Table::new(&headers);
     for (i, &size) in sizes.iter().enumerate() {
         let mut row = vec![bytes(size)];
         for (c, local) in &cols {

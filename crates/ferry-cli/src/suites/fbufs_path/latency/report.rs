@@ -43,7 +43,7 @@ pub(super) fn markdown(ctx: &BenchCtx, all: &[Curve], sizes: &[usize], trials: u
     for (spin, _) in &pairs {
         headers.push(format!("{}: blocking / busy-poll", spin.kind.label()));
     }
-    let mut t = Table::new(&headers.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut t = Table::new(&headers);
     for (i, &size) in sizes.iter().enumerate() {
         let mut row = vec![bytes(size)];
         for c in curves {
@@ -88,14 +88,9 @@ fn header_only(all: &[Curve], sizes: &[usize]) -> String {
         headers.push(format!("{} median", c.label()));
         headers.push("p99".into());
     }
-    let mut t = Table::new(&headers.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut t = Table::new(&headers);
     for (i, &size) in sizes.iter().enumerate() {
-        let mut row = vec![bytes(size)];
-        for c in &curves {
-            row.push(num(c.points[i].summary.median));
-            row.push(num(c.points[i].summary.p99));
-        }
-        t.row(row);
+        t.row(median_p99_row(size, i, &curves));
     }
     md.push_str(&t.render());
     let mut t = Table::new(&[
@@ -160,6 +155,16 @@ fn bars(all: &[Curve], header: &[&Curve]) -> String {
 }
 
 /// The median of `c` at `size`.
+/// A row's first cells: the size, then each curve's median and p99 at its point `i`.
+fn median_p99_row(size: usize, i: usize, curves: &[&Curve]) -> Vec<String> {
+    let mut row = vec![bytes(size)];
+    for c in curves {
+        row.push(num(c.points[i].summary.median));
+        row.push(num(c.points[i].summary.p99));
+    }
+    row
+}
+
 fn median_at(c: &Curve, size: usize) -> Option<f64> {
     c.points
         .iter()
@@ -187,7 +192,7 @@ fn ratios(curves: &[&Curve], sizes: &[usize]) -> String {
         "ferry largest / smallest median".to_string(),
         "ferry syscalls/msg (sender, receiver)".to_string(),
     ]);
-    let mut t = Table::new(&headers.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut t = Table::new(&headers);
     for &wait in WAITS {
         let (Some(pipe), Some(f)) = (find(TransportKind::Pipe, wait), find(FERRY, wait)) else {
             continue;
@@ -242,13 +247,9 @@ fn every_byte(ctx: &BenchCtx, all: &[Curve], sizes: &[usize]) -> String {
     for c in &curves {
         headers.push(format!("{} / memcpy", c.kind.label()));
     }
-    let mut t = Table::new(&headers.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut t = Table::new(&headers);
     for (i, &size) in sizes.iter().enumerate() {
-        let mut row = vec![bytes(size)];
-        for c in &curves {
-            row.push(num(c.points[i].summary.median));
-            row.push(num(c.points[i].summary.p99));
-        }
+        let mut row = median_p99_row(size, i, &curves);
         let limit = size as f64 / gbps / 1000.0;
         row.push(num(limit));
         for c in &curves {
