@@ -12,7 +12,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ferry::uring::Features;
-use ferry::vcm::{BufRange, Command, DatagramSocket, Endpoint, EndpointConfig, Status, Vector};
+use ferry::vcm::{
+    BufRange, Command, CommandId, DatagramSocket, Endpoint, EndpointConfig, Status, Vector,
+};
 use ferry::Error;
 
 const T: Duration = Duration::from_secs(10);
@@ -67,6 +69,18 @@ impl Rng {
     fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next() as u8).collect()
     }
+}
+
+/// Submits a vector of the one command `c`, placed by `place` (`Vector::push`,
+/// `push_loop` or `push_dormant`), and returns its id.
+fn submit_one(
+    ep: &mut Endpoint,
+    place: fn(&mut Vector, Command) -> &mut Vector,
+    c: Command,
+) -> CommandId {
+    let mut v = Vector::new();
+    place(&mut v, c);
+    ep.submit(&v).unwrap()[0]
 }
 
 fn loopback() -> UdpSocket {
@@ -206,14 +220,16 @@ fn request_loop_under_sqpoll_carries_checksummed_data() {
     let mut ep = Endpoint::new(EndpointConfig::new(256 * 1024).sqpoll(1000)).unwrap();
     let sock = ep.add_socket(loopback().into()).unwrap();
     let reply = BufRange::new(128 * 1024, 65536);
-    let mut v = Vector::new();
-    v.push_dormant(Command::Request {
-        sock,
-        send: BufRange::new(0, 0),
-        to: Some(to),
-        reply,
-    });
-    let req = ep.submit(&v).unwrap()[0];
+    let req = submit_one(
+        &mut ep,
+        Vector::push_dormant,
+        Command::Request {
+            sock,
+            send: BufRange::new(0, 0),
+            to: Some(to),
+            reply,
+        },
+    );
     let mut rng = Rng(7);
     for i in 0..100 {
         let n = 1 + (rng.next() % 60_000) as usize;
@@ -232,13 +248,15 @@ fn request_loop_under_sqpoll_carries_checksummed_data() {
     }
     let quit = BufRange::new(0, 4);
     ep.buf_mut(quit).unwrap().copy_from_slice(b"quit");
-    let mut v = Vector::new();
-    v.push(Command::Send {
-        sock,
-        buf: quit,
-        to: Some(to),
-    });
-    let q = ep.submit(&v).unwrap()[0];
+    let q = submit_one(
+        &mut ep,
+        Vector::push,
+        Command::Send {
+            sock,
+            buf: quit,
+            to: Some(to),
+        },
+    );
     assert_eq!(ep.wait(q, Some(T)).unwrap(), Status::Done(4));
     assert!(peer.wait().unwrap().success());
 }
@@ -304,22 +322,26 @@ fn foreign_buffers_sockets_and_targets_are_refused_before_submission() {
         (before.vectors, before.commands, before.enters)
     );
     // Accept-stop of a one-shot command or of another endpoint's command.
-    let mut v = Vector::new();
-    v.push(Command::Send {
-        sock: sa,
-        buf: BufRange::new(0, 1),
-        to: Some(to),
-    });
-    let one_shot = a.submit(&v).unwrap()[0];
+    let one_shot = submit_one(
+        &mut a,
+        Vector::push,
+        Command::Send {
+            sock: sa,
+            buf: BufRange::new(0, 1),
+            to: Some(to),
+        },
+    );
     let mut v = Vector::new();
     v.push(Command::AcceptStop { target: one_shot });
     assert!(matches!(a.submit(&v), Err(Error::UnknownHandle { .. })));
-    let mut vb = Vector::new();
-    vb.push_dormant(Command::Accept {
-        sock: sb,
-        buf: BufRange::new(0, 64),
-    });
-    let foreign = b.submit(&vb).unwrap()[0];
+    let foreign = submit_one(
+        &mut b,
+        Vector::push_dormant,
+        Command::Accept {
+            sock: sb,
+            buf: BufRange::new(0, 64),
+        },
+    );
     let mut v = Vector::new();
     v.push(Command::AcceptStop { target: foreign });
     assert!(matches!(a.submit(&v), Err(Error::UnknownHandle { .. })));
@@ -377,12 +399,14 @@ fn sends_of_a_vector_arrive_in_order_and_polling_makes_no_syscall() {
     }
     // An armed accept with nothing arriving: polling and reading status words are plain
     // memory accesses.
-    let mut v = Vector::new();
-    v.push(Command::Accept {
-        sock: s,
-        buf: BufRange::new(32 * 1024, 1024),
-    });
-    let acc = ep.submit(&v).unwrap()[0];
+    let acc = submit_one(
+        &mut ep,
+        Vector::push,
+        Command::Accept {
+            sock: s,
+            buf: BufRange::new(32 * 1024, 1024),
+        },
+    );
     let sys0 = ferry::diagnostics::thread_syscall_count();
     let st0 = ep.stats();
     for _ in 0..10_000 {
@@ -402,12 +426,14 @@ fn loop_accept_is_rearmed_by_a_new_offset_and_length() {
     let to = rxs.local_addr().unwrap();
     let mut ep = Endpoint::new(EndpointConfig::new(16 * 1024)).unwrap();
     let s = ep.add_socket(rxs.into()).unwrap();
-    let mut v = Vector::new();
-    v.push_loop(Command::Accept {
-        sock: s,
-        buf: BufRange::new(0, 100),
-    });
-    let acc = ep.submit(&v).unwrap()[0];
+    let acc = submit_one(
+        &mut ep,
+        Vector::push_loop,
+        Command::Accept {
+            sock: s,
+            buf: BufRange::new(0, 100),
+        },
+    );
     assert!(
         matches!(
             ep.activate(acc, BufRange::new(0, 8)),
@@ -451,12 +477,14 @@ fn accept_multiple_keeps_only_the_newest_message() {
     for i in 1..=5u8 {
         tx.send_to(&[i; 10], to).unwrap();
     }
-    let mut v = Vector::new();
-    v.push(Command::AcceptMultiple {
-        sock: s,
-        buf: BufRange::new(0, 64),
-    });
-    let am = ep.submit(&v).unwrap()[0];
+    let am = submit_one(
+        &mut ep,
+        Vector::push,
+        Command::AcceptMultiple {
+            sock: s,
+            buf: BufRange::new(0, 64),
+        },
+    );
     assert_eq!(ep.wait(am, Some(T)).unwrap(), Status::Done(10));
     assert_eq!(ep.buf(BufRange::new(0, 10)).unwrap(), &[5u8; 10]);
     assert_eq!(ep.stats().discarded, 4);
@@ -487,9 +515,11 @@ fn accept_stop_cancels_an_armed_loop_and_nothing_leaks() {
             buf: BufRange::new(4096, 100),
         });
         let ids = ep.submit(&v).unwrap();
-        let mut v = Vector::new();
-        v.push(Command::AcceptStop { target: ids[0] });
-        let stop = ep.submit(&v).unwrap()[0];
+        let stop = submit_one(
+            &mut ep,
+            Vector::push,
+            Command::AcceptStop { target: ids[0] },
+        );
         assert_eq!(ep.wait(stop, Some(T)).unwrap(), Status::Done(0));
         assert_eq!(ep.wait(ids[0], Some(T)).unwrap(), Status::Stopped);
         assert!(matches!(
@@ -636,13 +666,15 @@ fn zero_copy_sends_deliver_intact_data_and_report_kernel_copies() {
         return;
     }
     let s = ep.add_socket(loopback().into()).unwrap();
-    let mut v = Vector::new();
-    v.push_dormant(Command::Send {
-        sock: s,
-        buf: BufRange::new(0, 0),
-        to: Some(to),
-    });
-    let id = ep.submit(&v).unwrap()[0];
+    let id = submit_one(
+        &mut ep,
+        Vector::push_dormant,
+        Command::Send {
+            sock: s,
+            buf: BufRange::new(0, 0),
+            to: Some(to),
+        },
+    );
     let mut rng = Rng(99);
     let mut got = vec![0u8; 65536];
     for i in 0..30 {
@@ -675,22 +707,28 @@ fn reactivated_accept_stop_never_stops_the_new_owner_of_a_released_slot() {
     let rx = loopback();
     let to = rx.local_addr().unwrap();
     let s = ep.add_socket(rx.into()).unwrap();
-    let mut v = Vector::new();
-    v.push_dormant(Command::Accept {
-        sock: s,
-        buf: BufRange::new(0, 100),
-    });
-    let old = ep.submit(&v).unwrap()[0];
-    let mut v = Vector::new();
-    v.push_dormant(Command::AcceptStop { target: old });
-    let stop = ep.submit(&v).unwrap()[0];
+    let old = submit_one(
+        &mut ep,
+        Vector::push_dormant,
+        Command::Accept {
+            sock: s,
+            buf: BufRange::new(0, 100),
+        },
+    );
+    let stop = submit_one(
+        &mut ep,
+        Vector::push_dormant,
+        Command::AcceptStop { target: old },
+    );
     ep.release(old).unwrap();
-    let mut v = Vector::new();
-    v.push_loop(Command::Accept {
-        sock: s,
-        buf: BufRange::new(4096, 100),
-    });
-    let new = ep.submit(&v).unwrap()[0];
+    let new = submit_one(
+        &mut ep,
+        Vector::push_loop,
+        Command::Accept {
+            sock: s,
+            buf: BufRange::new(4096, 100),
+        },
+    );
     assert_eq!(ep.status(new).unwrap(), Status::Pending);
     assert!(
         matches!(
@@ -723,12 +761,14 @@ fn accept_on_a_stream_socket_receives_the_bytes() {
     let mut ep = Endpoint::new(EndpointConfig::new(16 * 1024)).unwrap();
     let s = ep.add_socket(conn.into()).unwrap();
     ep.buf_mut(BufRange::new(0, 100)).unwrap().fill(0xee);
-    let mut v = Vector::new();
-    v.push(Command::Accept {
-        sock: s,
-        buf: BufRange::new(0, 100),
-    });
-    let id = ep.submit(&v).unwrap()[0];
+    let id = submit_one(
+        &mut ep,
+        Vector::push,
+        Command::Accept {
+            sock: s,
+            buf: BufRange::new(0, 100),
+        },
+    );
     std::io::Write::write_all(&mut peer, b"stream bytes").unwrap();
     assert_eq!(ep.wait(id, Some(T)).unwrap(), Status::Done(12));
     assert_eq!(ep.buf(BufRange::new(0, 12)).unwrap(), b"stream bytes");
@@ -765,16 +805,22 @@ fn full_tables_and_busy_sockets_have_their_own_errors() {
             table: "socket table"
         })
     ));
+    let acc = submit_one(
+        &mut ep,
+        Vector::push,
+        Command::Accept {
+            sock: s,
+            buf: BufRange::new(0, 64),
+        },
+    );
+    // One free command slot left, two asked for.
     let mut v = Vector::new();
-    v.push(Command::Accept {
-        sock: s,
-        buf: BufRange::new(0, 64),
-    });
-    let acc = ep.submit(&v).unwrap()[0];
-    v.push(Command::Accept {
-        sock: s,
-        buf: BufRange::new(64, 64),
-    });
+    for at in [64, 128] {
+        v.push(Command::Accept {
+            sock: s,
+            buf: BufRange::new(at, 64),
+        });
+    }
     assert!(matches!(
         ep.submit(&v),
         Err(Error::TableFull {
