@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use ferry::uring::Features;
 use ferry::vcm::{
-    BufRange, Command, CommandId, DatagramSocket, Endpoint, EndpointConfig, Status, Vector,
+    BufRange, Command, CommandId, DatagramSocket, Endpoint, EndpointConfig, SockHandle, Status,
+    Vector,
 };
 use ferry::Error;
 
@@ -69,6 +70,16 @@ impl Rng {
     fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next() as u8).collect()
     }
+}
+
+/// A 16 KiB endpoint owning a loopback UDP socket: the endpoint, the socket's handle and
+/// its address.
+fn endpoint_with_udp() -> (Endpoint, SockHandle, SocketAddr) {
+    let mut ep = Endpoint::new(EndpointConfig::new(16 * 1024)).unwrap();
+    let rx = loopback();
+    let to = rx.local_addr().unwrap();
+    let s = ep.add_socket(rx.into()).unwrap();
+    (ep, s, to)
 }
 
 /// Submits a vector of the one command `c`, placed by `place` (`Vector::push`,
@@ -422,10 +433,7 @@ fn sends_of_a_vector_arrive_in_order_and_polling_makes_no_syscall() {
 fn loop_accept_is_rearmed_by_a_new_offset_and_length() {
     let Some(_g) = begin() else { return };
     let tx = loopback();
-    let rxs = loopback();
-    let to = rxs.local_addr().unwrap();
-    let mut ep = Endpoint::new(EndpointConfig::new(16 * 1024)).unwrap();
-    let s = ep.add_socket(rxs.into()).unwrap();
+    let (mut ep, s, to) = endpoint_with_udp();
     let acc = submit_one(
         &mut ep,
         Vector::push_loop,
@@ -469,10 +477,7 @@ fn loop_accept_is_rearmed_by_a_new_offset_and_length() {
 fn accept_multiple_keeps_only_the_newest_message() {
     let Some(_g) = begin() else { return };
     let tx = loopback();
-    let rxs = loopback();
-    let to = rxs.local_addr().unwrap();
-    let mut ep = Endpoint::new(EndpointConfig::new(16 * 1024)).unwrap();
-    let s = ep.add_socket(rxs.into()).unwrap();
+    let (mut ep, s, to) = endpoint_with_udp();
     // Five messages are queued before the command is placed.
     for i in 1..=5u8 {
         tx.send_to(&[i; 10], to).unwrap();
@@ -703,10 +708,7 @@ fn zero_copy_sends_deliver_intact_data_and_report_kernel_copies() {
 #[test]
 fn reactivated_accept_stop_never_stops_the_new_owner_of_a_released_slot() {
     let Some(_g) = begin() else { return };
-    let mut ep = Endpoint::new(EndpointConfig::new(16 * 1024)).unwrap();
-    let rx = loopback();
-    let to = rx.local_addr().unwrap();
-    let s = ep.add_socket(rx.into()).unwrap();
+    let (mut ep, s, to) = endpoint_with_udp();
     let old = submit_one(
         &mut ep,
         Vector::push_dormant,
