@@ -180,9 +180,7 @@ impl Commands {
             self.inflight = self.inflight.saturating_sub(1);
         }
         let (slot, generation, part) = split_user_data(ud);
-        let Some(s) = self.slots.get_mut(slot as usize) else {
-            return None;
-        };
+        let s = self.slots.get_mut(slot as usize)?;
         if s.generation & 0x00ff_ffff != generation || s.cmd.is_none() {
             return None;
         }
@@ -215,9 +213,7 @@ impl Commands {
                 self.finish_stop(slot);
                 return None;
             }
-            let Some(outcome) = s.stash.take() else {
-                return None;
-            };
+            let outcome = s.stash.take()?;
             match outcome {
                 Status::Failed(_) => stats.failed += 1,
                 Status::Truncated(_) => stats.truncated += 1,
