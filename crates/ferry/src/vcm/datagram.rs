@@ -246,7 +246,11 @@ impl DatagramSocket {
                 if k < data.len() {
                     return Err(truncated(n, buf.len()));
                 }
-                let from = from.ok_or(Error::InvalidArgument("datagram without a source"))?;
+                let from = from.ok_or_else(|| {
+                    Error::Io(io::Error::other(
+                        "datagram from a non-IP address (no source)",
+                    ))
+                })?;
                 Ok((k, from))
             }
             Status::Truncated(n) => Err(truncated(n, self.recv_cap as usize)),
