@@ -2,7 +2,11 @@
 //! req-resp semantics, and the zero-syscall steady state. The same guarantees across
 //! real processes are in `services.rs`.
 
+mod common;
+
 use std::sync::Arc;
+
+use common::Reverse;
 use std::time::Duration;
 
 use ferry::service::{Kind, Request};
@@ -11,7 +15,7 @@ use ferry::{
     ServiceConfig, SlowSubscriber, Subscriber,
 };
 
-const T: Duration = Duration::from_secs(10);
+use common::T;
 
 fn group(tag: &str) -> Arc<Group> {
     Group::open(&format!("svc-{tag}-{}", std::process::id())).unwrap()
@@ -275,27 +279,6 @@ fn steady_state_services_make_no_system_calls() {
     assert_eq!(ferry::diagnostics::thread_syscall_count() - before, 0);
 }
 
-/// The handler the location-transparency tests run: reverses the payload into a new
-/// fbuf and appends a running count, so that its state matters.
-struct Reverse {
-    calls: u64,
-}
-
-impl ferry::Handler for Reverse {
-    fn handle(&mut self, request: &IoData, out: &PathAllocator) -> ferry::Result<IoData> {
-        self.calls += 1;
-        if request.is_empty() {
-            return Err(Error::InvalidArgument("empty request"));
-        }
-        let mut bytes = request.to_vec();
-        bytes.reverse();
-        bytes.extend_from_slice(&self.calls.to_le_bytes());
-        let mut m = out.alloc(bytes.len())?;
-        m.write_at(0, &bytes);
-        Ok(m.freeze())
-    }
-}
-
 #[test]
 fn request_response_with_several_clients_and_errors() {
     let g = group("rr");
@@ -401,13 +384,17 @@ fn a_handler_runs_in_process_or_remotely_with_the_same_results() {
     for placement in ["in-process", "remote"] {
         let d = g.join().unwrap();
         let placement: Placement = placement.parse().unwrap();
-        let mut caller =
-            Caller::bind(&d, "place", placement, || Reverse { calls: 0 }, T).unwrap();
+        let mut caller = Caller::bind(&d, "place", placement, || Reverse { calls: 0 }, T).unwrap();
         assert_eq!(caller.is_local(), placement == Placement::InProcess);
         let path = d.path(PathConfig::default()).unwrap();
         let mut out = Vec::new();
         for i in 0..20 {
-            out.push(caller.call(&msg(&path, i, 10 + i as usize * 100), T).unwrap().to_vec());
+            out.push(
+                caller
+                    .call(&msg(&path, i, 10 + i as usize * 100), T)
+                    .unwrap()
+                    .to_vec(),
+            );
         }
         answers.push(out);
     }

@@ -39,11 +39,9 @@ impl Admit for PubShared {
     }
 
     fn admit(&self, m: Member) -> Result<()> {
-        let tx = self.domain.connect_with(
-            m.id,
-            self.config.channel_config(),
-            HANDSHAKE_PATIENCE,
-        )?;
+        let tx =
+            self.domain
+                .connect_with(m.id, self.config.channel_config(), HANDSHAKE_PATIENCE)?;
         lock(&self.subs).push(Sub {
             member: m,
             tx,
@@ -235,11 +233,16 @@ impl Publisher {
     }
 
     /// Takes back now every fbuf subscribers have released (publishing and allocating
-    /// do this too).
-    pub fn collect_releases(&self) {
-        for s in lock(&self.shared.subs).iter() {
+    /// do this too), and checks (one `poll(2)` per subscriber) that each subscriber
+    /// lives: one that died or left is dropped and everything it held is reclaimed.
+    pub fn collect_releases(&mut self) {
+        let mut subs = lock(&self.shared.subs);
+        let before = subs.len();
+        subs.retain(|s| {
             let _ = s.tx.collect_releases();
-        }
+            s.tx.check_peer().is_ok()
+        });
+        self.stats.departed += (before - subs.len()) as u64;
     }
 
     /// Subscribers connected now.

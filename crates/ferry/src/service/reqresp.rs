@@ -89,9 +89,9 @@ impl Admit for SrvShared {
     fn admit(&self, m: Member) -> Result<()> {
         // The server connects first (responses), then accepts (requests); the client
         // does the opposite, so neither waits for the other's second step.
-        let tx = self
-            .domain
-            .connect_with(m.id, self.config.channel_config(), HANDSHAKE_PATIENCE)?;
+        let tx =
+            self.domain
+                .connect_with(m.id, self.config.channel_config(), HANDSHAKE_PATIENCE)?;
         let rx = self.domain.accept_from(m.id, HANDSHAKE_PATIENCE)?;
         epoll::add(
             &self.epoll,

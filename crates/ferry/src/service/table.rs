@@ -308,7 +308,10 @@ impl<'g> Table<'g> {
         let mut bytes = [0u8; MAX_NAME];
         bytes[..name.len()].copy_from_slice(name.as_bytes());
         for (k, chunk) in bytes.chunks_exact(4).enumerate() {
-            put(E_NAME + k, u32::from_ne_bytes(chunk.try_into().expect("4 bytes")));
+            put(
+                E_NAME + k,
+                u32::from_ne_bytes(chunk.try_into().expect("4 bytes")),
+            );
         }
         put(E_NAME_LEN, name.len() as u32);
         for m in 0..MAX_MEMBERS {
@@ -459,7 +462,13 @@ mod tests {
         let w = member_word(id);
         assert_eq!(w & 0xff, 64);
         assert_eq!(w >> 8, 0x34_5678);
-        assert_ne!(member_word(DomainId { slot: 0, generation: 0 }), 0);
+        assert_ne!(
+            member_word(DomainId {
+                slot: 0,
+                generation: 0
+            }),
+            0
+        );
     }
 
     #[test]
@@ -476,7 +485,11 @@ mod tests {
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
                 // Mostly small values, so that some fields look almost right.
-                let v = if round % 2 == 0 { rng as u32 } else { (rng % 5) as u32 };
+                let v = if round % 2 == 0 {
+                    rng as u32
+                } else {
+                    (rng % 5) as u32
+                };
                 w.store(v, Ordering::Relaxed);
             }
             let (_, _) = t.entries();
