@@ -181,10 +181,7 @@ impl Publisher {
             if full & 1 << i == 0 {
                 continue;
             }
-            let left = match deadline {
-                Some(d) => Some(d.saturating_duration_since(Instant::now())),
-                None => None,
-            };
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             match s.tx.send_timeout(&data, left) {
                 Ok(()) => {
                     s.delivered += 1;
