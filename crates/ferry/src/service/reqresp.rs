@@ -218,7 +218,9 @@ impl Server {
                 Err(e) => return Err(e),
             }
         }
-        for &i in gone.iter().rev() {
+        // Highest index first, so that each swap_remove leaves the others in place.
+        gone.sort_unstable_by(|a, b| b.cmp(a));
+        for &i in &gone {
             let c = conns.swap_remove(i);
             let _ = epoll::delete(&self.shared.epoll, c.rx.as_fd());
             self.stats.departed += 1;
