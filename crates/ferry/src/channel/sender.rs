@@ -368,21 +368,9 @@ impl Sender {
 
     /// Copies fragments that are not in any lot into one fbuf (the fallback path).
     pub(super) fn shareable(&self, data: &IoData) -> Result<IoData> {
-        if data.fragments().iter().all(|f| f.lot_span().is_some()) {
-            return Ok(data.clone());
-        }
-        let mut out = IoData::new();
-        for f in data.fragments() {
-            if f.lot_span().is_some() {
-                out.append(IoData::from_fragments([f.clone()]));
-            } else {
-                let mut m = self.core.meta.alloc(f.len())?;
-                m.write_at(0, f.as_slice());
-                Counters::add(&self.core.stats.copied, f.len() as u64);
-                out.append(m.freeze());
-            }
-        }
-        Ok(out)
+        let (data, copied) = data.in_lots(&self.core.meta)?;
+        Counters::add(&self.core.stats.copied, copied as u64);
+        Ok(data)
     }
 
     /// Sends `data`, waiting while the ring is full. The receiver wakes this sender when
@@ -469,6 +457,12 @@ impl Sender {
             return Err(Error::Disconnected);
         }
         Ok(())
+    }
+
+    /// True once the receiver closed its end (read from the channel's memory: no
+    /// system call). A receiver that died is found by [`check_peer`](Self::check_peer).
+    pub fn is_closed(&self) -> bool {
+        self.core.link.header().rx_closed.load(Ordering::Acquire) != 0
     }
 
     /// Pushes a raw descriptor, bypassing every check: for tests of how receivers treat
