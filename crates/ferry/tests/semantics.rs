@@ -113,13 +113,24 @@ fn child_main(role: &str) {
                 Some(b) => println!("bad {b}"),
             }
         }
-        // Accept, receive one message, say "got", and hold it until killed.
+        // Accept, receive one message, say "got", and hold it; on a line from the parent
+        // check it still holds the pattern of the seed in the argument.
         "hold" => {
             let mut rx = domain.accept(T).unwrap();
             let d = rx.recv().unwrap();
             println!("got {}", d.len());
             read_line(&mut stdin);
+            let seed: u64 = arg.parse().unwrap_or(0);
+            match check(&d.to_vec(), seed, true) {
+                None => println!("intact"),
+                Some(b) => println!("torn {b}"),
+            }
+            read_line(&mut stdin);
             drop(d);
+        }
+        // Report why TCOW is unavailable here (run under a seccomp filter).
+        "refused" => {
+            println!("{:?}", p.stats().tcow_unavailable);
         }
         // Connect to the parent; send a system buffer under the semantics of the argument,
         // say "sent", then read the region through a pointer kept from before (must
@@ -439,6 +450,129 @@ fn no_userfaultfd_env_in_a_child() {
     child.stdout.clear();
 }
 
+/// Runs this test binary as a child whose `userfaultfd(2)` calls fail with `EPERM` (a
+/// seccomp filter), as on a system that refuses userfaultfd.
+fn without_userfaultfd(cmd: &mut std::process::Command) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure only makes two prctl calls on data it
+    // owns (async-signal-safe).
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut filter = [
+                // Load the syscall number; if userfaultfd, fail with EPERM; else allow.
+                libc::sock_filter {
+                    code: 0x20,
+                    jt: 0,
+                    jf: 0,
+                    k: 0,
+                },
+                libc::sock_filter {
+                    code: 0x15,
+                    jt: 0,
+                    jf: 1,
+                    k: libc::SYS_userfaultfd as u32,
+                },
+                libc::sock_filter {
+                    code: 0x06,
+                    jt: 0,
+                    jf: 0,
+                    k: 0x0005_0000 | libc::EPERM as u32,
+                },
+                libc::sock_filter {
+                    code: 0x06,
+                    jt: 0,
+                    jf: 0,
+                    k: 0x7fff_0000,
+                },
+            ];
+            let prog = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_mut_ptr(),
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &prog as *const libc::sock_fprog,
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    cmd.stdout(std::process::Stdio::piped()).output().unwrap()
+}
+
+/// With userfaultfd refused by the kernel, emulated copy says why and still keeps its
+/// promise by copying.
+fn userfaultfd_refused_by_the_kernel() {
+    let name = group_name("refused");
+    let out = without_userfaultfd(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .env("FERRY_TEST_ROLE", "refused")
+            .env("FERRY_TEST_GROUP", &name)
+            .env("FERRY_TEST_ARG", ""),
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("userfaultfd refused") && text.contains("not permitted"),
+        "{text}"
+    );
+    let out = without_userfaultfd(
+        std::process::Command::new(std::env::current_exe().unwrap()).arg("emulated_copy_promise"),
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("test emulated_copy_promise ... ok"), "{text}");
+}
+
+/// A kernel write (`read(2)` from a pipe) into a page under emulated-copy output: with a
+/// userfaultfd that takes kernel faults it waits for the copy and succeeds; the receiver
+/// keeps the old bytes. A user-mode-only userfaultfd makes it fail with `EFAULT` instead.
+fn kernel_write_into_a_page_under_output() {
+    let (_g, d, name) = join("kwrite");
+    let p = passing(&d);
+    if !p.tcow_available() {
+        eprintln!("    skipped: no userfaultfd here");
+        return;
+    }
+    let (mut peer, tx) = connect_to(&d, &name, "hold", "5");
+    let len = 2 << 20;
+    let mut a = p.app_buffer(len).unwrap();
+    a.as_mut_slice().copy_from_slice(&pattern(5, len));
+    p.send_app(&tx, &a, 0..len, Semantics::EmulatedCopy)
+        .unwrap();
+    assert!(peer.line().starts_with("got"));
+    let (r, w) = rustix::pipe::pipe().unwrap();
+    rustix::io::write(&w, &[0xab; 4096]).unwrap();
+    let faults = p.stats().tcow_faults;
+    // SAFETY: 4096 bytes inside the buffer, which outlives the call.
+    let got = unsafe {
+        libc::read(
+            std::os::fd::AsRawFd::as_raw_fd(&r),
+            a.as_mut_ptr().add(8192).cast(),
+            4096,
+        )
+    };
+    if p.stats().tcow_user_mode_only {
+        assert_eq!(got, -1);
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EFAULT)
+        );
+    } else {
+        assert_eq!(got, 4096);
+        assert!(a.as_slice()[8192..12288].iter().all(|&b| b == 0xab));
+        assert!(p.stats().tcow_faults > faults);
+    }
+    peer.tell("check");
+    assert_eq!(peer.line(), "intact");
+    peer.tell("bye");
+    assert!(exit_status(&mut peer).success());
+}
+
 fn thresholds_at_their_edges() {
     let (_g, d, name) = join("edges");
     let t = Thresholds {
@@ -642,6 +776,14 @@ fn main() {
             no_userfaultfd_env_in_a_child,
         ),
         ("thresholds_at_their_edges", thresholds_at_their_edges),
+        (
+            "userfaultfd_refused_by_the_kernel",
+            userfaultfd_refused_by_the_kernel,
+        ),
+        (
+            "kernel_write_into_a_page_under_output",
+            kernel_write_into_a_page_under_output,
+        ),
         (
             "receiver_killed_during_output_and_tcow_faults",
             receiver_killed_during_output_and_tcow_faults,
