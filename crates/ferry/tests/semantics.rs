@@ -172,6 +172,41 @@ fn child_main(role: &str) {
                 k = k.wrapping_add(1);
             }
         }
+        // An ordinary TCP program (std::net, no ferry): connects to the port on stdin,
+        // then for each "seed:len" of the argument reads len bytes after a pause (so the
+        // sender is still sending while its writer runs) and checks them; then writes
+        // the same messages back; reports "ok N" or the first complaint.
+        "tcp-peer" => {
+            use std::io::{Read, Write};
+            let (sem, list) = arg.split_once(';').unwrap();
+            let s: Semantics = sem.parse().unwrap();
+            let strong = s.integrity() == Integrity::Strong;
+            let port: u16 = read_line(&mut stdin).parse().unwrap();
+            let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let msgs: Vec<(u64, usize)> = list
+                .split(',')
+                .map(|m| {
+                    let (a, b) = m.split_once(':').unwrap();
+                    (a.parse().unwrap(), b.parse().unwrap())
+                })
+                .collect();
+            let mut bad = None;
+            for &(seed, len) in &msgs {
+                std::thread::sleep(Duration::from_millis(20));
+                let mut v = vec![0u8; len];
+                sock.read_exact(&mut v).unwrap();
+                if bad.is_none() {
+                    bad = check(&v, seed, strong);
+                }
+            }
+            for &(seed, len) in &msgs {
+                sock.write_all(&pattern(seed, len)).unwrap();
+            }
+            match bad {
+                None => println!("ok {}", msgs.len()),
+                Some(b) => println!("bad {b}"),
+            }
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -734,6 +769,132 @@ fn sender_killed_during_a_tcow_fault() {
     );
 }
 
+// ---------------------------------------------------------------- TCP through io_uring
+
+/// For one semantics over TCP to a plain `std::net` program in another process: output
+/// through the io_uring driver while a thread writes the application buffer as soon as
+/// its pages are protected; a strong-integrity peer sees only the bytes at output. Then
+/// input of what the peer sends back.
+fn tcp_promise(s: Semantics) {
+    use ferry::uring::{RingOptions, Uring};
+    if !ferry::uring::Features::probe().ring {
+        eprintln!("    skipped: no io_uring here");
+        return;
+    }
+    let (_g, d, name) = join(&format!("tcp-{}", s.name()));
+    let p = passing(&d);
+    let mut ring = Uring::new(&RingOptions::new(16)).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let msgs: Vec<(u64, usize)> = vec![(21, 100), (22, 4096), (23, (2 << 20) + 5), (24, 3 << 20)];
+    let list: Vec<String> = msgs.iter().map(|(a, b)| format!("{a}:{b}")).collect();
+    let mut peer = Peer::spawn(
+        "tcp-peer",
+        &name,
+        &format!("{};{}", s.name(), list.join(",")),
+    );
+    peer.tell(&port.to_string());
+    let (sock, _) = listener.accept().unwrap();
+    for &(seed, len) in &msgs {
+        let old = pattern(seed, len);
+        let used = if s == Semantics::Copy {
+            p.tcp_send_bytes(&sock, &old)
+                .map(|_| Used::Mechanism)
+                .unwrap()
+        } else if s.allocator() == ferry::semantics::Allocator::Application {
+            let mut a = p.app_buffer(len).unwrap();
+            a.as_mut_slice().copy_from_slice(&old);
+            let ptr = a.as_mut_ptr() as usize;
+            let new = pattern(seed ^ MASK, len);
+            let a = std::sync::Arc::new(a);
+            let a2 = a.clone();
+            let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let done2 = done.clone();
+            // The writer: once output has protected the pages (or at once, for the forms
+            // that protect nothing), write the new bytes.
+            let writer = std::thread::spawn(move || {
+                let t0 = Instant::now();
+                while a2.protected_pages() == 0
+                    && !done2.load(std::sync::atomic::Ordering::Relaxed)
+                    && t0.elapsed() < Duration::from_secs(5)
+                {
+                    std::hint::spin_loop();
+                }
+                // SAFETY: the buffer lives (an Arc) until this thread is joined.
+                unsafe { std::ptr::copy_nonoverlapping(new.as_ptr(), ptr as *mut u8, len) };
+            });
+            let used = p.tcp_send_app(&mut ring, &sock, &a, 0..len, s).unwrap();
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            writer.join().unwrap();
+            used
+        } else {
+            let mut b = p.sys_buffer(len).unwrap();
+            b.as_mut_slice().unwrap().copy_from_slice(&old);
+            p.tcp_send_sys(&mut ring, &sock, b, s).unwrap()
+        };
+        if s == Semantics::EmulatedCopy && !p.tcow_available() {
+            assert_eq!(used, Used::Fallback(Fallback::NoUserfaultfd));
+        } else {
+            assert_eq!(used, Used::Mechanism, "{s} {len}");
+        }
+    }
+    // Input: what the peer writes back.
+    for &(seed, len) in &msgs {
+        let got = if s.allocator() == ferry::semantics::Allocator::Application {
+            let mut a = p.app_buffer(len + 10).unwrap();
+            let mut n = 0;
+            while n < len {
+                let k = if s == Semantics::Copy {
+                    p.tcp_recv_into(&sock, s, &mut a.as_mut_slice()[10 + n..10 + len])
+                        .unwrap()
+                } else {
+                    p.tcp_recv_into_app(&mut ring, &sock, s, &mut a, 10 + n)
+                        .unwrap()
+                };
+                assert!(k > 0, "end of stream");
+                n += k;
+            }
+            a.as_slice()[10..10 + len].to_vec()
+        } else {
+            let mut v = Vec::new();
+            while v.len() < len {
+                let b = p.tcp_recv_sys(&mut ring, &sock, s, len - v.len()).unwrap();
+                assert!(!b.is_empty(), "end of stream");
+                v.extend_from_slice(b.as_slice().unwrap());
+            }
+            v
+        };
+        assert!(got == pattern(seed, len), "{s}: input of message {seed}");
+    }
+    let line = peer.line();
+    assert_eq!(line, "ok 4", "{s}");
+    assert!(exit_status(&mut peer).success());
+    let st = p.stats();
+    if s.allocator() == ferry::semantics::Allocator::System
+        || s == Semantics::Share
+        || s == Semantics::EmulatedShare
+        || (s == Semantics::EmulatedCopy && p.tcow_available())
+    {
+        assert!(st.zc_sends > 0, "{s}: {st:?}");
+        eprintln!(
+            "    {s}: {} zero-copy sends, {} copied by the kernel (loopback)",
+            st.zc_sends, st.zc_copied
+        );
+    }
+    if s == Semantics::EmulatedCopy && p.tcow_available() {
+        assert!(
+            st.tcow_faults > 0,
+            "the writer never met a protected page: {st:?}"
+        );
+    }
+}
+
+fn tcp_all_semantics() {
+    for s in Semantics::ALL {
+        tcp_promise(s);
+    }
+}
+
 fn main() {
     if let Ok(role) = std::env::var("FERRY_TEST_ROLE") {
         child_main(&role);
@@ -792,5 +953,6 @@ fn main() {
             "sender_killed_during_a_tcow_fault",
             sender_killed_during_a_tcow_fault,
         ),
+        ("tcp_all_semantics", tcp_all_semantics),
     ]);
 }

@@ -29,6 +29,8 @@ pub(crate) mod regions;
 pub mod stats;
 #[allow(unsafe_code)]
 pub(crate) mod tcow;
+#[allow(unsafe_code)]
+mod tcp;
 pub mod thresholds;
 
 pub use app::AppBuffer;

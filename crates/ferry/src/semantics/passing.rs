@@ -63,12 +63,16 @@ pub enum Used {
 /// The domain's reuse queues of output regions, with what they need to reinstate one.
 pub(crate) struct Regions {
     q: Queues,
-    lot: Arc<Lot>,
+    pub(super) lot: Arc<Lot>,
     limit: usize,
     stats: Arc<Counters>,
 }
 
 impl Regions {
+    pub(crate) fn count_hidden(&self) {
+        add(&self.stats.regions_hidden, 1);
+    }
+
     pub(crate) fn hidden(&self, h: Hidden) {
         let mut v = lock(&self.q.hidden);
         if v.len() < self.limit {
@@ -131,12 +135,12 @@ impl Regions {
 pub struct Passing {
     domain: Domain,
     path: PathAllocator,
-    thresholds: Thresholds,
+    pub(super) thresholds: Thresholds,
     source: ThresholdSource,
-    engine: Option<Arc<Engine>>,
+    pub(super) engine: Option<Arc<Engine>>,
     tcow_error: Option<String>,
-    stats: Arc<Counters>,
-    regions: Arc<Regions>,
+    pub(super) stats: Arc<Counters>,
+    pub(super) regions: Arc<Regions>,
 }
 
 impl std::fmt::Debug for Passing {
@@ -259,6 +263,17 @@ impl Passing {
         })
     }
 
+    /// A guard that keeps `seg` (its first `pages` pages output) reserved until released.
+    pub(super) fn region_guard(&self, seg: Segment, pages: usize, then: Afterwards) -> RegionGuard {
+        RegionGuard {
+            seg: Some(seg),
+            pages,
+            lot: self.regions.lot.clone(),
+            then,
+            regions: self.regions.clone(),
+        }
+    }
+
     /// Copies `bytes` into a fresh fbuf at the same offset within a page as they have in
     /// memory (see [`InputAlignment`]) and sends it.
     fn copy_send(&self, tx: &Sender, bytes: &[u8], s: Semantics) -> Result<()> {
@@ -372,13 +387,7 @@ impl Passing {
             drop(seg);
             Ok(used)
         };
-        let guard = |seg, then| RegionGuard {
-            seg: Some(seg),
-            pages: npages,
-            lot: self.regions.lot.clone(),
-            then,
-            regions: self.regions.clone(),
-        };
+        let guard = |seg, then| self.region_guard(seg, npages, then);
         let used = match s {
             _ if self.thresholds.converts(s, len) => {
                 self.stats.converted(s);
