@@ -405,8 +405,28 @@ fn emulated_move_regions_are_hidden_then_reinstated() {
     assert_eq!((st.regions_hidden, st.regions_reinstated), (1, 1), "{st:?}");
     // Reinstated: writable again.
     b.as_mut_slice().unwrap().fill(5);
+    drop(b);
+    // A region still hidden when its Passing goes is reinstated before the path gets it:
+    // a later allocation of that class from the lot can write it.
+    let mut b = p.sys_buffer(len).unwrap();
+    b.as_mut_slice().unwrap().copy_from_slice(&pattern(3, len));
+    p.send_sys(&tx, b, Semantics::EmulatedMove).unwrap();
+    assert!(within(10, || {
+        tx.collect_releases().unwrap();
+        tx.in_flight() == 0
+    }));
     drop(tx);
-    assert_eq!(peer.line(), "ok 1");
+    assert_eq!(peer.line(), "ok 2");
+    drop(p);
+    let path = d.path(ferry::PathConfig::default()).unwrap();
+    let bufs: Vec<_> = (0..8)
+        .map(|_| {
+            let mut m = path.alloc(len).unwrap();
+            m.write_at(0, &vec![3u8; len]);
+            m
+        })
+        .collect();
+    drop(bufs);
 }
 
 fn emulated_weak_move_regions_are_cached_and_reused() {

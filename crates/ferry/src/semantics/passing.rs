@@ -104,6 +104,19 @@ impl Regions {
     }
 }
 
+impl Drop for Regions {
+    fn drop(&mut self) {
+        // Hidden regions go back to their path readable, or never.
+        let hidden = std::mem::take(&mut *lock(&self.q.hidden));
+        for h in hidden {
+            if hide::reinstate(&self.lot, &h).is_err() {
+                // A span that stays PROT_NONE must never be handed out again.
+                std::mem::forget(h);
+            }
+        }
+    }
+}
+
 /// One domain's data passing under Genie's semantics, over ferry channels.
 ///
 /// Output operations take a [`Semantics`] and a buffer of the right kind:
