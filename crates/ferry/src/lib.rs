@@ -82,6 +82,7 @@ pub mod iodata;
 pub mod region;
 #[allow(unsafe_code)]
 pub mod segment;
+pub mod semantics;
 pub(crate) mod sync;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
