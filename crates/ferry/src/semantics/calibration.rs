@@ -170,17 +170,6 @@ fn threshold_mut<'a>(t: &'a mut Thresholds, key: &str) -> Option<&'a mut usize> 
     })
 }
 
-/// The threshold that decides whether `s` converts to copy (`None`: it never does).
-fn conversion_threshold(t: &Thresholds, s: Semantics) -> Option<usize> {
-    match s {
-        Semantics::EmulatedCopy => Some(t.emulated_copy),
-        Semantics::EmulatedShare => Some(t.emulated_share),
-        Semantics::EmulatedMove => Some(t.emulated_move),
-        Semantics::EmulatedWeakMove => Some(t.emulated_weak_move),
-        _ => None,
-    }
-}
-
 fn bad(line: usize, why: impl Into<String>) -> Error {
     Error::BadCalibration {
         line,
@@ -342,9 +331,10 @@ impl Calibration {
         let term = |primitive, bytes| Term { primitive, bytes };
         let page = crate::diagnostics::page_size();
         let pages = bytes.div_ceil(page) * page;
-        let s = match conversion_threshold(t, s) {
-            Some(th) if bytes < th => Semantics::Copy,
-            _ => s,
+        let s = if t.converts(s, bytes) {
+            Semantics::Copy
+        } else {
+            s
         };
         let handover = term(HANDOVER, bytes);
         match s {
@@ -397,11 +387,8 @@ impl Calibration {
     pub fn derive_thresholds(&mut self, margin: f64) {
         let grid = size_grid();
         let never = Thresholds {
-            emulated_copy: 0,
-            emulated_share: 0,
-            emulated_move: 0,
-            emulated_weak_move: 0,
             swap: usize::MAX,
+            ..Thresholds::NEVER_CONVERT
         };
         let first_win = |wins: &dyn Fn(usize) -> Option<bool>| -> usize {
             let mut from = usize::MAX;
