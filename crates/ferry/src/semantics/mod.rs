@@ -17,10 +17,27 @@ use std::str::FromStr;
 
 use crate::error::{Error, Result};
 
+#[allow(unsafe_code)]
+pub(crate) mod app;
+pub(crate) mod cache;
 pub mod calibration;
+pub(crate) mod copyout;
+#[allow(unsafe_code)]
+pub(crate) mod hide;
+mod passing;
+#[allow(unsafe_code)]
+pub(crate) mod regions;
+pub mod stats;
+#[allow(unsafe_code)]
+pub(crate) mod tcow;
 pub mod thresholds;
 
+pub use app::AppBuffer;
 pub use calibration::{Calibration, Fit};
+pub(crate) use passing::Regions;
+pub use passing::{InputAlignment, Passing, PassingConfig, Used};
+pub use regions::SysBuffer;
+pub use stats::{Fallback, SemanticsCounters, SemanticsStats, ThresholdSource};
 pub use thresholds::Thresholds;
 
 /// Who allocates the buffer an operation passes.
