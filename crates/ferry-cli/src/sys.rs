@@ -1,8 +1,11 @@
 //! The few operating-system calls the benchmark harness needs: the clock,
 //! CPU pinning, and descriptors handed from the harness to a worker.
 //!
-//! This is the only module of the CLI that contains `unsafe` code.
+//! This is the only module of the CLI that contains `unsafe` code; [`vm`] holds the
+//! page-table probes of `ferry calibrate`.
 #![allow(unsafe_code)]
+
+pub mod vm;
 
 use std::io;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};

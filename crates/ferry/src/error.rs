@@ -135,6 +135,13 @@ pub enum Error {
         /// What the probe saw.
         why: String,
     },
+    /// A calibration file (see `semantics::calibration`) has a line that cannot be read.
+    BadCalibration {
+        /// 1-based line number in the file's text.
+        line: usize,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A pallet index past the end of the container.
     NoSuchPallet {
         /// Index asked for.
@@ -174,6 +181,9 @@ impl fmt::Display for Error {
             Self::Sealed { pallet } => write!(f, "pallet {pallet} is sealed against writing"),
             Self::Unsupported { feature, why } => {
                 write!(f, "kernel feature {feature} is not available: {why}")
+            }
+            Self::BadCalibration { line, why } => {
+                write!(f, "calibration file, line {line}: {why}")
             }
             Self::NoSuchPallet { index, count } => {
                 write!(f, "no pallet {index}: the container has {count}")

@@ -8,6 +8,7 @@
 //! | [`container`] | `ferry bench container` | [`container::domain`] |
 //! | [`xlate`] | `ferry bench xlate` | none: one process |
 //! | [`vcm`] | `ferry bench vcm` | [`vcm::echo`] |
+//! | [`calibrate`] | `ferry bench calibrate`, `ferry calibrate` | none: one process, plus the chain's for the hand-over |
 //!
 //! Adding a benchmark: write `suites/<name>/mod.rs` with
 //! `pub const BENCH: BenchDef = BenchDef { name, about, run }`, where `run`
@@ -15,6 +16,7 @@
 //! [`crate::harness::BenchOutput`]; then list it in [`BENCHES`]. `ferry bench <name>`,
 //! `ferry bench all` and the report pick it up from there.
 
+pub mod calibrate;
 pub mod container;
 pub mod fbufs;
 pub mod fbufs_path;
@@ -30,4 +32,5 @@ pub const BENCHES: &[BenchDef] = &[
     container::BENCH,
     xlate::BENCH,
     vcm::BENCH,
+    calibrate::BENCH,
 ];

@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 #[allow(unsafe_code)]
 pub(crate) mod app;
 pub(crate) mod cache;
+pub mod calibration;
 pub(crate) mod copyout;
 #[allow(unsafe_code)]
 pub(crate) mod hide;
@@ -34,6 +35,7 @@ mod tcp;
 pub mod thresholds;
 
 pub use app::AppBuffer;
+pub use calibration::{Calibration, Fit};
 pub(crate) use passing::Regions;
 pub use passing::{InputAlignment, Passing, PassingConfig, Used};
 pub use regions::SysBuffer;
