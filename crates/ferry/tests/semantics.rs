@@ -128,6 +128,12 @@ fn child_main(role: &str) {
             read_line(&mut stdin);
             drop(d);
         }
+        // Report which thresholds a Passing with none configured picks up.
+        "thresholds" => {
+            let p = Passing::new(&domain, PassingConfig::default()).unwrap();
+            let st = p.stats();
+            println!("{:?} {}", st.threshold_source, st.thresholds.emulated_copy);
+        }
         // Report why TCOW is unavailable here (run under a seccomp filter).
         "refused" => {
             println!("{:?}", p.stats().tcow_unavailable);
@@ -628,6 +634,40 @@ fn kernel_write_into_a_page_under_output() {
     assert!(exit_status(&mut peer).success());
 }
 
+/// A Passing with no thresholds configured reads the calibration file named by
+/// `FERRY_CALIBRATION`, and the defaults when there is none; stats say which.
+fn thresholds_come_from_the_calibration_file() {
+    let name = group_name("calfile");
+    let file = std::env::temp_dir().join(format!("ferry-cal-{}", std::process::id()));
+    std::fs::write(&file, "# test\nthreshold.emulated_copy = 12288\n").unwrap();
+    let run = |cal: &std::path::Path| {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .env("FERRY_TEST_ROLE", "thresholds")
+            .env("FERRY_TEST_GROUP", &name)
+            .env("FERRY_TEST_ARG", "")
+            .env("FERRY_CALIBRATION", cal)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .nth(1)
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(run(&file), "CalibrationFile 12288");
+    std::fs::write(&file, "threshold.emulated_copy = lots\n").unwrap();
+    assert_eq!(
+        run(&file),
+        format!("UnusableFile {}", Thresholds::default().emulated_copy)
+    );
+    std::fs::remove_file(&file).unwrap();
+    assert_eq!(
+        run(&file),
+        format!("Defaults {}", Thresholds::default().emulated_copy)
+    );
+}
+
 fn thresholds_at_their_edges() {
     let (_g, d, name) = join("edges");
     let t = Thresholds {
@@ -957,6 +997,10 @@ fn main() {
             no_userfaultfd_env_in_a_child,
         ),
         ("thresholds_at_their_edges", thresholds_at_their_edges),
+        (
+            "thresholds_come_from_the_calibration_file",
+            thresholds_come_from_the_calibration_file,
+        ),
         (
             "userfaultfd_refused_by_the_kernel",
             userfaultfd_refused_by_the_kernel,

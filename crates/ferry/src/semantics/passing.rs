@@ -172,10 +172,14 @@ impl Passing {
     pub fn new(domain: &Domain, config: PassingConfig) -> Result<Passing> {
         let (thresholds, source) = match config.thresholds {
             Some(t) => (t, ThresholdSource::Config),
-            None => match Thresholds::from_calibration_file() {
-                Some(t) => (t, ThresholdSource::CalibrationFile),
-                None => (Thresholds::default(), ThresholdSource::Defaults),
-            },
+            None => {
+                use super::calibration::Calibration;
+                match Calibration::path().map(|p| Calibration::load_from(&p)) {
+                    Some(Ok(Some(c))) => (c.thresholds, ThresholdSource::CalibrationFile),
+                    Some(Err(_)) => (Thresholds::default(), ThresholdSource::UnusableFile),
+                    _ => (Thresholds::default(), ThresholdSource::Defaults),
+                }
+            }
         };
         let stats = Arc::new(Counters::default());
         let disabled = std::env::var("FERRY_NO_USERFAULTFD").is_ok_and(|v| v == "1");

@@ -60,6 +60,8 @@ pub enum ThresholdSource {
     Defaults,
     /// A calibration file written by `ferry calibrate`.
     CalibrationFile,
+    /// The defaults, because the calibration file could not be read or parsed.
+    UnusableFile,
     /// Given in [`PassingConfig::thresholds`](super::PassingConfig::thresholds).
     Config,
 }
