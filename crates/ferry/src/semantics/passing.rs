@@ -396,6 +396,13 @@ impl Passing {
                 "a received buffer cannot be output as a system buffer",
             ));
         };
+        if len == 0 {
+            // Nothing to unmap, hide or queue: the region simply goes back to its path.
+            drop(seg);
+            tx.send(&IoData::new())?;
+            self.stats.output(s, 0);
+            return Ok(Used::Mechanism);
+        }
         let npages = len.div_ceil(page_size());
         let same_process = tx.peer_pid() == std::process::id();
         let copy = |seg: Segment, used: Used| -> Result<Used> {
