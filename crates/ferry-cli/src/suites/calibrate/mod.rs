@@ -100,7 +100,6 @@ pub struct Calibrated {
     pub calibration: Calibration,
     pub tcow: Option<TcowBar>,
     pub sizes: Vec<usize>,
-    pub fault_pages: Vec<usize>,
     pub trials_note: String,
 }
 
@@ -208,7 +207,6 @@ fn measure_all(ctx: &BenchCtx) -> Result<Calibrated> {
         calibration,
         tcow,
         sizes,
-        fault_pages,
         trials_note: format!(
             "{}-{} timed repetitions per size after one untimed",
             budget.min, budget.max
