@@ -5,7 +5,8 @@
 //! Endpoint specs are `SEMANTICS;FERRY-SPEC`: the semantics' kebab name, then the spec of
 //! a ferry link ([`crate::transport::ferry`]). Ping-pong: the sink signals on the return
 //! pipe once it has input a message and dropped it, and the source prepares the next
-//! message (untimed) only after that signal. Both sides stamp `CLOCK_MONOTONIC`: the
+//! message (untimed: its sequence number and one byte in every page) only after that
+//! signal. Both sides stamp `CLOCK_MONOTONIC`: the
 //! source just before the output call, the sink just after the input call returns; the
 //! harness subtracts them. Each side also reports its thread's CPU time in the call.
 //! The source reports the semantics layer's counters per size, so that conversions to
@@ -98,6 +99,14 @@ fn samples(step: &Step, stamps: Vec<u64>, cpu: Vec<u64>) -> [Sample; 2] {
         sample(SampleKind::Stamp, stamps),
         sample(SampleKind::CpuTime, cpu),
     ]
+}
+
+/// Writes `seq` at the start of `buf` and one byte in every later page.
+fn produce(buf: &mut [u8], seq: [u8; 8]) {
+    buf[..8].copy_from_slice(&seq);
+    for at in (4096..buf.len()).step_by(4096) {
+        buf[at] = seq[0];
+    }
 }
 
 /// What a source outputs from, per size.
