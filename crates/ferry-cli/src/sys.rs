@@ -21,6 +21,12 @@ pub fn now_ns() -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
+/// CPU time the calling thread has used, in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn thread_cpu_ns() -> u64 {
+    let t = clock_gettime(ClockId::ThreadCPUTime);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 /// Pins the calling thread to one CPU (`sched_setaffinity(2)`).
 pub fn pin_to(cpu: usize) -> io::Result<()> {
     let mut set = CpuSet::new();

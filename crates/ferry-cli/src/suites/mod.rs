@@ -8,6 +8,7 @@
 //! | [`container`] | `ferry bench container` | [`container::domain`] |
 //! | [`xlate`] | `ferry bench xlate` | none: one process |
 //! | [`vcm`] | `ferry bench vcm` | [`vcm::echo`] |
+//! | [`genie`] | `ferry bench genie` | [`genie::worker`] (source and sink) |
 //! | [`calibrate`] | `ferry bench calibrate`, `ferry calibrate` | none: one process, plus the chain's for the hand-over |
 //!
 //! Adding a benchmark: write `suites/<name>/mod.rs` with
@@ -20,6 +21,7 @@ pub mod calibrate;
 pub mod container;
 pub mod fbufs;
 pub mod fbufs_path;
+pub mod genie;
 pub mod vcm;
 pub mod xlate;
 
@@ -33,4 +35,5 @@ pub const BENCHES: &[BenchDef] = &[
     xlate::BENCH,
     vcm::BENCH,
     calibrate::BENCH,
+    genie::BENCH,
 ];

@@ -2,8 +2,9 @@
 //!
 //! Each primitive a semantics may pay for (listed in
 //! [`ferry::semantics::calibration::primitive`]) is timed at several sizes; a line
-//! `ns = a * bytes + b` is fitted through the medians by least squares
-//! ([`crate::harness::stats::linear_fit`]); the fits become a [`Calibration`], whose
+//! `ns = a * bytes + b` is fitted through the medians by least squares on the relative
+//! error ([`crate::harness::stats::relative_linear_fit`]: a plain fit is ruled by the
+//! 16 MiB point and predicts a 4 KiB copy below zero); the fits become a [`Calibration`], whose
 //! thresholds are derived from them (the smallest size from which an emulated form is
 //! predicted cheaper than copy, with a 10% margin). The hand-over is timed between two
 //! pinned processes over a ferry channel; everything else runs in this process on the
@@ -31,7 +32,7 @@ use crate::harness::output::BenchOutput;
 use crate::harness::points::pooled;
 use crate::harness::record::Record;
 use crate::harness::report::{draw, write_json};
-use crate::harness::stats::{linear_fit, Summary};
+use crate::harness::stats::{relative_linear_fit, Summary};
 use crate::harness::BenchDef;
 use crate::protocol::{Pattern, Plan, Touch, Wait};
 use crate::sys;
@@ -100,7 +101,6 @@ pub struct Calibrated {
     pub calibration: Calibration,
     pub tcow: Option<TcowBar>,
     pub sizes: Vec<usize>,
-    pub fault_pages: Vec<usize>,
     pub trials_note: String,
 }
 
@@ -208,7 +208,6 @@ fn measure_all(ctx: &BenchCtx) -> Result<Calibrated> {
         calibration,
         tcow,
         sizes,
-        fault_pages,
         trials_note: format!(
             "{}-{} timed repetitions per size after one untimed",
             budget.min, budget.max
@@ -222,7 +221,7 @@ fn finish(name: &'static str, points: Vec<PrimPoint>, error: Option<String>) -> 
         .map(|q| (q.size as f64, q.summary.median))
         .collect();
     let fit = if error.is_none() {
-        linear_fit(&xy).map(|f| Fit {
+        relative_linear_fit(&xy).map(|f| Fit {
             a: f.slope,
             b: f.intercept,
             r2: f.r2,
@@ -239,7 +238,8 @@ fn finish(name: &'static str, points: Vec<PrimPoint>, error: Option<String>) -> 
 }
 
 /// The base hand-over: one-way latency of a descriptor over a ferry channel between two
-/// pinned processes (spinning receiver; the sink reads only the header).
+/// pinned processes, the receiver blocking in its receive as `Passing`'s input does (the
+/// sink reads only the header).
 fn handover(ctx: &BenchCtx, sizes: &[usize]) -> Result<Prim> {
     ctx.progress
         .phase("calibrate: handover (ferry channel between 2 pinned processes)");
@@ -261,7 +261,7 @@ fn handover(ctx: &BenchCtx, sizes: &[usize]) -> Result<Prim> {
     );
     let plan = Plan {
         pattern: Pattern::PingPong,
-        wait: Wait::Spin,
+        wait: Wait::Block,
         touch: Touch::Header,
         msgs: budget.msgs(sizes),
         warmup: budget.warmup(sizes),

@@ -54,11 +54,7 @@ pub fn measure(primitive: &str, size: usize, reps: usize) -> Result<Vec<f64>> {
     let pg = page();
     let none = || Ok(());
     match primitive {
-        p::COPY_IN => {
-            let src = vec![0x5au8; size];
-            let (_fd, fbuf) = filled(size.max(pg))?;
-            timed(reps, || Ok(fbuf.copy_in(0, black_box(&src))), none)
-        }
+        p::COPY_IN => copy_in(size, reps),
         p::COPY_OUT => copy_out(size, reps),
         p::PROTECT_UFFD | p::UNPROTECT_UFFD => {
             let (_fd, m) = filled(size)?;
@@ -154,17 +150,47 @@ pub fn measure(primitive: &str, size: usize, reps: usize) -> Result<Vec<f64>> {
     }
 }
 
-/// Copy out of a peer's read-only lot mapping: two domains of one group in this process,
-/// so the receiving domain maps the sender's lot read-only exactly as another process
-/// would, and the copy reads the sender's pages through that mapping.
-fn copy_out(size: usize, reps: usize) -> Result<Vec<f64>> {
+/// A group of its own for one measurement (its file goes when the last domain leaves).
+fn fresh_group() -> Result<std::sync::Arc<Group>> {
     static N: AtomicU64 = AtomicU64::new(0);
     let name = format!(
         "calib-{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     );
-    let group = Group::open(&name)?;
+    Ok(Group::open(&name)?)
+}
+
+/// Copy semantics' output work: an fbuf from a path (the path's cached fbufs, as in a
+/// steady stream of messages), the bytes copied in, frozen (the untimed reset drops it,
+/// which returns the fbuf to the path).
+fn copy_in(size: usize, reps: usize) -> Result<Vec<f64>> {
+    let group = fresh_group()?;
+    let domain = group.join()?;
+    let path = domain.path(PathConfig::default())?;
+    let src = vec![0x5au8; size];
+    let frozen = Cell::new(None);
+    let ns = timed(
+        reps,
+        || {
+            let mut b = path.alloc(size)?;
+            b.write_at(0, black_box(&src));
+            frozen.set(Some(b.freeze()));
+            Ok(())
+        },
+        || Ok(drop(frozen.take())),
+    )?;
+    drop((path, domain, group));
+    Ok(ns)
+}
+
+/// Copy semantics' input work: a received IoData copied out into the application's
+/// buffer ([`ferry::IoData::copy_range_to_slice`], what `Passing`'s input does). The two
+/// domains share this process, so the copy reads the sender's pages through the owner's
+/// mapping; between processes the receiver's read-only mapping of the same pages costs
+/// the same once its page tables are filled (steady state: the path reuses its fbufs).
+fn copy_out(size: usize, reps: usize) -> Result<Vec<f64>> {
+    let group = fresh_group()?;
     let producer = group.join()?;
     let consumer = group.join()?;
     let to = consumer.id();

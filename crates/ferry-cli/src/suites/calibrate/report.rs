@@ -38,9 +38,9 @@ const PAPER: &[(&str, &str, f64, f64)] = &[
 
 fn about(name: &str) -> &'static str {
     match name {
-        p::COPY_IN => "memcpy, app buffer into an fbuf (hot)",
-        p::COPY_OUT => "copy out of a peer's read-only lot mapping",
-        p::HANDOVER => "descriptor hand-over, one way, 2 pinned processes",
+        p::COPY_IN => "an fbuf from a path, the bytes copied in (Passing's copy output)",
+        p::COPY_OUT => "IoData copied out into an app buffer (Passing's copy input)",
+        p::HANDOVER => "descriptor hand-over, one way, 2 pinned processes, blocking receive",
         p::PROTECT_UFFD => "userfaultfd write-protect (memfd mapping)",
         p::UNPROTECT_UFFD => "userfaultfd un-protect",
         p::PROTECT_MPROTECT => "mprotect read-only",
@@ -80,8 +80,9 @@ pub(super) fn markdown(ctx: &BenchCtx, c: &Calibrated) -> String {
     let _ = writeln!(
         md,
         "Each primitive is timed at {} sizes ({}; medians), and a line ns = a·B + b is fitted \
-         through the medians by least squares. The hand-over runs between two processes pinned \
-         to CPUs {} and {} over a ferry channel (the receiver spins and reads the header); every \
+         through the medians by least squares on the relative error (weights 1/y²), so that it \
+         holds at 4 KiB as well as at 16 MiB. The hand-over runs between two processes pinned \
+         to CPUs {} and {} over a ferry channel (the receiver blocks and reads the header); every \
          other primitive runs in one process pinned to CPU {}, the TCOW fault's handler thread \
          on the same CPU. The machine is shared: read the absolute numbers as this run's.\n",
         c.sizes.len(),
