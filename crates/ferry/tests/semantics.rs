@@ -253,17 +253,6 @@ fn exit_status(peer: &mut Peer) -> std::process::ExitStatus {
     }
 }
 
-fn within(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    f()
-}
-
 // ---------------------------------------------------------------- the promises
 
 /// For one semantics: messages of many sizes to a receiving process; right after each

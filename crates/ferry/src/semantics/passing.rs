@@ -310,6 +310,64 @@ impl Passing {
         Ok(())
     }
 
+    /// Decides how an application-allocated output of `range` of `buf` is done, for any
+    /// transport: `Ok(None)` means copy (counted as conversion or fallback already);
+    /// `Ok(Some(data))` is what to hand over, with the buffer's pages protected (TCOW) or
+    /// locked as the semantics says until `data` and its copies are gone.
+    pub(super) fn plan_app(
+        &self,
+        buf: &AppBuffer,
+        range: &Range<usize>,
+        s: Semantics,
+    ) -> Result<(Option<IoData>, Used)> {
+        if s.allocator() != Allocator::Application {
+            return Err(Error::InvalidArgument(
+                "output of an application buffer takes an application-allocated semantics",
+            ));
+        }
+        if range.start > range.end || range.end > buf.len() {
+            return Err(Error::InvalidArgument("range past the buffer"));
+        }
+        let app = &buf.inner;
+        let pages = app.pages_of(range);
+        let fallback = |why| {
+            self.stats.fallback(s, why);
+            Ok((None, Used::Fallback(why)))
+        };
+        match s {
+            Semantics::Copy => Ok((None, Used::Mechanism)),
+            _ if self.thresholds.converts(s, range.len()) => {
+                self.stats.converted(s);
+                Ok((None, Used::ConvertedToCopy))
+            }
+            Semantics::EmulatedCopy => match &self.engine {
+                None => fallback(Fallback::NoUserfaultfd),
+                Some(e) => match e.arm(app, pages) {
+                    Ok(epochs) => Ok((
+                        Some(app.describe(range.clone(), Hold::Tcow(epochs))),
+                        Used::Mechanism,
+                    )),
+                    Err(_) => fallback(Fallback::ProtectFailed),
+                },
+            },
+            Semantics::Share if !app.lock_pages(pages) => {
+                self.stats.fallback(s, Fallback::LockFailed);
+                Ok((
+                    Some(app.describe(range.clone(), Hold::Plain)),
+                    Used::Fallback(Fallback::LockFailed),
+                ))
+            }
+            Semantics::Share => Ok((
+                Some(app.describe(range.clone(), Hold::Locked)),
+                Used::Mechanism,
+            )),
+            _ => Ok((
+                Some(app.describe(range.clone(), Hold::Plain)),
+                Used::Mechanism,
+            )),
+        }
+    }
+
     /// Output of `range` of an application buffer, which stays with the application,
     /// under an application-allocated semantics (see the table on [`Passing`]).
     ///
@@ -323,59 +381,12 @@ impl Passing {
         range: Range<usize>,
         s: Semantics,
     ) -> Result<Used> {
-        if s.allocator() != Allocator::Application {
-            return Err(Error::InvalidArgument(
-                "send_app takes an application-allocated semantics",
-            ));
+        let (data, used) = self.plan_app(buf, &range, s)?;
+        match data {
+            Some(d) => tx.send(&d)?,
+            None => self.copy_send(tx, &buf.as_slice()[range.clone()], s)?,
         }
-        if range.start > range.end || range.end > buf.len() {
-            return Err(Error::InvalidArgument("range past the buffer"));
-        }
-        let len = range.len();
-        let app = &buf.inner;
-        let pages = app.pages_of(&range);
-        let copy = |used: Used| -> Result<Used> {
-            self.copy_send(tx, &buf.as_slice()[range.clone()], s)?;
-            Ok(used)
-        };
-        let used = match s {
-            Semantics::Copy => copy(Used::Mechanism)?,
-            _ if self.thresholds.converts(s, len) => {
-                self.stats.converted(s);
-                copy(Used::ConvertedToCopy)?
-            }
-            Semantics::EmulatedCopy => match &self.engine {
-                None => {
-                    self.stats.fallback(s, Fallback::NoUserfaultfd);
-                    copy(Used::Fallback(Fallback::NoUserfaultfd))?
-                }
-                Some(e) => match e.arm(app, pages) {
-                    Ok(epochs) => {
-                        tx.send(&app.describe(range, Hold::Tcow(epochs)))?;
-                        Used::Mechanism
-                    }
-                    Err(_) => {
-                        self.stats.fallback(s, Fallback::ProtectFailed);
-                        copy(Used::Fallback(Fallback::ProtectFailed))?
-                    }
-                },
-            },
-            Semantics::Share => {
-                if app.lock_pages(pages) {
-                    tx.send(&app.describe(range, Hold::Locked))?;
-                    Used::Mechanism
-                } else {
-                    self.stats.fallback(s, Fallback::LockFailed);
-                    tx.send(&app.describe(range, Hold::Plain))?;
-                    Used::Fallback(Fallback::LockFailed)
-                }
-            }
-            _ => {
-                tx.send(&app.describe(range, Hold::Plain))?;
-                Used::Mechanism
-            }
-        };
-        self.stats.output(s, len);
+        self.stats.output(s, range.len());
         Ok(used)
     }
 

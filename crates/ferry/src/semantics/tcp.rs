@@ -28,7 +28,7 @@ use std::sync::Arc;
 use super::app::{AppBuffer, AppInner, Hold};
 use super::passing::Used;
 use super::regions::{describe, Afterwards, SysBuffer, SysKind};
-use super::stats::{add, Fallback};
+use super::stats::add;
 use super::{Allocator, Passing, Semantics};
 use crate::error::{Error, Result};
 use crate::iodata::IoData;
@@ -166,66 +166,18 @@ impl Passing {
         range: Range<usize>,
         s: Semantics,
     ) -> Result<Used> {
-        if s.allocator() != Allocator::Application {
-            return Err(Error::InvalidArgument(
-                "tcp_send_app takes an application-allocated semantics",
-            ));
-        }
-        if range.start > range.end || range.end > buf.len() {
-            return Err(Error::InvalidArgument("range past the buffer"));
-        }
-        let len = range.len();
-        let app = &buf.inner;
-        let pages = app.pages_of(&range);
         let t = target(sock);
-        let mut copy = |used: Used| -> Result<Used> {
-            // The kernel copies from the lot pages during the operation.
-            let d = app.describe(range.clone(), Hold::Plain);
-            self.tcp_send_data(ring, t, &d, false)?;
-            self.stats.copied(s, len);
-            Ok(used)
-        };
-        let used = match s {
-            Semantics::Copy => copy(Used::Mechanism)?,
-            _ if self.thresholds.converts(s, len) => {
-                self.stats.converted(s);
-                copy(Used::ConvertedToCopy)?
+        let (data, used) = self.plan_app(buf, &range, s)?;
+        match data {
+            Some(d) => self.tcp_send_data(ring, t, &d, true)?,
+            None => {
+                // The kernel copies from the lot pages during the operation.
+                let d = buf.inner.describe(range.clone(), Hold::Plain);
+                self.tcp_send_data(ring, t, &d, false)?;
+                self.stats.copied(s, range.len());
             }
-            Semantics::EmulatedCopy => match &self.engine {
-                None => {
-                    self.stats.fallback(s, Fallback::NoUserfaultfd);
-                    copy(Used::Fallback(Fallback::NoUserfaultfd))?
-                }
-                Some(e) => match e.arm(app, pages) {
-                    Ok(epochs) => {
-                        let d = app.describe(range, Hold::Tcow(epochs));
-                        self.tcp_send_data(ring, t, &d, true)?;
-                        Used::Mechanism
-                    }
-                    Err(_) => {
-                        self.stats.fallback(s, Fallback::ProtectFailed);
-                        copy(Used::Fallback(Fallback::ProtectFailed))?
-                    }
-                },
-            },
-            Semantics::Share if app.lock_pages(pages.clone()) => {
-                let d = app.describe(range, Hold::Locked);
-                self.tcp_send_data(ring, t, &d, true)?;
-                Used::Mechanism
-            }
-            Semantics::Share => {
-                self.stats.fallback(s, Fallback::LockFailed);
-                let d = app.describe(range, Hold::Plain);
-                self.tcp_send_data(ring, t, &d, true)?;
-                Used::Fallback(Fallback::LockFailed)
-            }
-            _ => {
-                let d = app.describe(range, Hold::Plain);
-                self.tcp_send_data(ring, t, &d, true)?;
-                Used::Mechanism
-            }
-        };
-        self.stats.output(s, len);
+        }
+        self.stats.output(s, range.len());
         Ok(used)
     }
 
