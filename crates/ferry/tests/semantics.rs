@@ -665,6 +665,66 @@ fn thresholds_come_from_the_calibration_file() {
     );
 }
 
+/// Operations refuse a semantics of the other allocator, a range past the buffer and a
+/// received buffer given as output, and lose nothing doing so.
+fn misuse_is_refused() {
+    let (g, d, _name) = join("misuse");
+    let p = passing(&d);
+    let d2 = g.join().unwrap();
+    let p2 = passing(&d2);
+    let to = d2.id();
+    let dd = d.clone();
+    let c = std::thread::spawn(move || dd.connect(to, T).unwrap());
+    let mut rx = d2.accept(T).unwrap();
+    let tx = c.join().unwrap();
+    let a = p.app_buffer(100).unwrap();
+    assert!(matches!(
+        p.send_app(&tx, &a, 0..10, Semantics::Move),
+        Err(Error::WrongSemantics {
+            semantics: "move",
+            ..
+        })
+    ));
+    assert!(matches!(
+        p.send_app(&tx, &a, 0..101, Semantics::Copy),
+        Err(Error::InvalidArgument(_))
+    ));
+    let b = p.sys_buffer(10).unwrap();
+    assert!(matches!(
+        p.send_sys(&tx, b, Semantics::Share),
+        Err(Error::WrongSemantics { .. })
+    ));
+    assert!(matches!(
+        p2.recv_sys(&mut rx, Semantics::Copy),
+        Err(Error::WrongSemantics { .. })
+    ));
+    let mut b = p.sys_buffer(10).unwrap();
+    b.as_mut_slice().unwrap().copy_from_slice(b"0123456789");
+    p.send_sys(&tx, b, Semantics::WeakMove).unwrap();
+    let mut got = p2.recv_sys(&mut rx, Semantics::WeakMove).unwrap();
+    assert_eq!(got.as_slice().unwrap(), b"0123456789");
+    assert!(
+        got.as_mut_slice().is_none(),
+        "received buffers are read-only"
+    );
+    // A received buffer cannot be output as a system buffer: refused before sending.
+    assert!(matches!(
+        p2.send_sys(&tx, got, Semantics::WeakMove),
+        Err(Error::ReceivedBuffer)
+    ));
+    // Made writable, it is a local copy.
+    let b = p.sys_buffer(10).unwrap();
+    p.send_sys(&tx, b, Semantics::WeakMove).unwrap();
+    let got = p2.recv_sys(&mut rx, Semantics::WeakMove).unwrap();
+    let mut mine = p2.make_writable(got, Semantics::WeakMove).unwrap();
+    mine.as_mut_slice().unwrap()[0] = b'x';
+    assert_eq!(p2.stats().of(Semantics::WeakMove).copied_bytes, 10);
+    assert!(within(10, || {
+        tx.collect_releases().unwrap();
+        tx.in_flight() == 0
+    }));
+}
+
 fn thresholds_at_their_edges() {
     let (_g, d, name) = join("edges");
     let t = Thresholds {
@@ -990,6 +1050,7 @@ fn main() {
             no_userfaultfd_env_in_a_child,
         ),
         ("thresholds_at_their_edges", thresholds_at_their_edges),
+        ("misuse_is_refused", misuse_is_refused),
         (
             "thresholds_come_from_the_calibration_file",
             thresholds_come_from_the_calibration_file,

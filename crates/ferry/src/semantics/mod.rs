@@ -200,6 +200,20 @@ impl Semantics {
         }
     }
 
+    /// `Ok` if this semantics has allocator `a`, else [`Error::WrongSemantics`].
+    pub(crate) fn expect(self, a: Allocator) -> Result<()> {
+        if self.allocator() == a {
+            return Ok(());
+        }
+        Err(Error::WrongSemantics {
+            semantics: self.name(),
+            needs: match a {
+                Allocator::Application => "application-allocated",
+                Allocator::System => "system-allocated",
+            },
+        })
+    }
+
     /// Index in [`Semantics::ALL`].
     pub fn index(self) -> usize {
         self as usize

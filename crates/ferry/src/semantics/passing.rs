@@ -320,11 +320,7 @@ impl Passing {
         range: &Range<usize>,
         s: Semantics,
     ) -> Result<(Option<IoData>, Used)> {
-        if s.allocator() != Allocator::Application {
-            return Err(Error::InvalidArgument(
-                "output of an application buffer takes an application-allocated semantics",
-            ));
-        }
+        s.expect(Allocator::Application)?;
         if range.start > range.end || range.end > buf.len() {
             return Err(Error::InvalidArgument("range past the buffer"));
         }
@@ -372,8 +368,9 @@ impl Passing {
     /// under an application-allocated semantics (see the table on [`Passing`]).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a system-allocated semantics or a range past the
-    /// buffer; channel errors from [`Sender::send`].
+    /// [`Error::WrongSemantics`] for a system-allocated semantics,
+    /// [`Error::InvalidArgument`] for a range past the buffer; channel errors from
+    /// [`Sender::send`].
     pub fn send_app(
         &self,
         tx: &Sender,
@@ -394,18 +391,13 @@ impl Passing {
     /// system-allocated semantics (see the table on [`Passing`]).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an application-allocated semantics or a received
-    /// buffer (forward its [`data`](SysBuffer::data) instead); channel errors.
+    /// [`Error::WrongSemantics`] for an application-allocated semantics,
+    /// [`Error::ReceivedBuffer`] for a received buffer (forward its
+    /// [`data`](SysBuffer::data) instead); channel errors.
     pub fn send_sys(&self, tx: &Sender, buf: SysBuffer, s: Semantics) -> Result<Used> {
-        if s.allocator() != Allocator::System {
-            return Err(Error::InvalidArgument(
-                "send_sys takes a system-allocated semantics",
-            ));
-        }
+        s.expect(Allocator::System)?;
         let SysKind::Local { seg, len } = buf.kind else {
-            return Err(Error::InvalidArgument(
-                "a received buffer cannot be output as a system buffer",
-            ));
+            return Err(Error::ReceivedBuffer);
         };
         if len == 0 {
             // Nothing to unmap, hide or queue: the region simply goes back to its path.
@@ -486,11 +478,7 @@ impl Passing {
     /// Input of already received `data` into the start of `dst`, as
     /// [`recv_into`](Self::recv_into) does.
     pub fn input_into(&self, data: &IoData, s: Semantics, dst: &mut [u8]) -> Result<usize> {
-        if s.allocator() != Allocator::Application {
-            return Err(Error::InvalidArgument(
-                "input into an application buffer takes an application-allocated semantics",
-            ));
-        }
+        s.expect(Allocator::Application)?;
         if data.len() >= self.thresholds.swap {
             self.stats.fallback(s, Fallback::NoSwap);
         }
@@ -519,11 +507,7 @@ impl Passing {
     /// Input under a system-allocated semantics: the next message as a new buffer, the
     /// sender's pages read in place (no copy). Dropping it releases them to the sender.
     pub fn recv_sys(&self, rx: &mut Receiver, s: Semantics) -> Result<SysBuffer> {
-        if s.allocator() != Allocator::System {
-            return Err(Error::InvalidArgument(
-                "recv_sys takes a system-allocated semantics",
-            ));
-        }
+        s.expect(Allocator::System)?;
         let data = rx.recv()?;
         self.stats.input(s, data.len());
         Ok(SysBuffer {
