@@ -55,7 +55,7 @@
 //! | unmap at output, map back at release | move | [`regions`] |
 //! | region hiding (`PROT_NONE`) and reinstatement | emulated move | [`hide`] |
 //! | per-domain queues of output regions | weak move, emulated weak move | [`cache`] |
-//! | input alignment and copyout | every application-allocated input | [`copyout`] |
+//! | input alignment, copyout, page swapping | every application-allocated input | [`copyout`] |
 //! | short-data thresholds | every emulated form | [`thresholds`] |
 //! | the cost model and calibration file | `ferry calibrate` | [`calibration`] |
 //! | TCP through the io_uring driver | all eight | [`tcp`] |
