@@ -300,19 +300,31 @@ fn promise_under_a_writer(s: Semantics) {
                 let at = rng.below(4096) as usize;
                 let mut a = p.app_buffer(at + len).unwrap();
                 a.as_mut_slice()[at..].copy_from_slice(&old);
-                let used = p.send_app(&tx, &a, at..at + len, s).unwrap();
-                expect_used(&p, s, used, len);
-                // The writer: another thread, through a raw pointer, during output.
+                // The writer: another thread, through a raw pointer. Under emulated copy
+                // it starts as soon as output has protected the pages, while the output
+                // call is still running; otherwise once the call returned.
                 let ptr = a.as_mut_ptr() as usize;
+                let a = std::sync::Arc::new(a);
+                let a2 = a.clone();
+                let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let done2 = done.clone();
+                let early = s == Semantics::EmulatedCopy && p.tcow_available();
                 let new2 = new.clone();
-                std::thread::spawn(move || {
-                    // SAFETY: the buffer lives until this thread is joined below.
+                let writer = std::thread::spawn(move || {
+                    while !(early && a2.protected_pages() > 0)
+                        && !done2.load(std::sync::atomic::Ordering::Acquire)
+                    {
+                        std::thread::yield_now();
+                    }
+                    // SAFETY: the buffer lives (an Arc) until this thread is joined.
                     unsafe {
                         std::ptr::copy_nonoverlapping(new2.as_ptr(), (ptr + at) as *mut u8, len)
                     };
-                })
-                .join()
-                .unwrap();
+                });
+                let used = p.send_app(&tx, &a, at..at + len, s).unwrap();
+                done.store(true, std::sync::atomic::Ordering::Release);
+                writer.join().unwrap();
+                expect_used(&p, s, used, len);
                 assert_eq!(&a.as_slice()[at..], &new[..], "the writer's bytes");
                 // `a` drops while the receiver may still read: the output keeps its pages.
             }

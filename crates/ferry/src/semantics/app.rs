@@ -418,30 +418,44 @@ impl AppInner {
         true
     }
 
-    /// The data of `range` as the receivers will read it: fragments over the lot pages
-    /// backing those pages now, kept (with `hold`) until every receiver released them.
-    /// Call with the pages already protected or locked as `hold` says.
-    pub fn describe(self: &Arc<Self>, range: Range<usize>, hold: Hold) -> crate::iodata::IoData {
+    /// The lot pages behind `range` now, as (segment, offset in it, length), merged where
+    /// contiguous. Call with the state locked, in the same critical section as whatever
+    /// protects or locks those pages: a page TCOW replaces afterwards has a new backing.
+    pub fn pieces(st: &AppState, range: &Range<usize>) -> Vec<(Arc<Segment>, usize, usize)> {
         let p = page_size();
-        let pages = self.pages_of(&range);
-        // Pieces: (segment, offset in it, length), merged where contiguous.
         let mut pieces: Vec<(Arc<Segment>, usize, usize)> = Vec::new();
-        {
-            let st = self.state();
-            let mut at = range.start;
-            while at < range.end {
-                let i = at / p;
-                let within = at % p;
-                let n = (p - within).min(range.end - at);
-                let pg = &st.pages[i];
-                let off = pg.off + within;
-                match pieces.last_mut() {
-                    Some((s, o, l)) if Arc::ptr_eq(s, &pg.seg) && *o + *l == off => *l += n,
-                    _ => pieces.push((pg.seg.clone(), off, n)),
-                }
-                at += n;
+        let mut at = range.start;
+        while at < range.end {
+            let i = at / p;
+            let within = at % p;
+            let n = (p - within).min(range.end - at);
+            let pg = &st.pages[i];
+            let off = pg.off + within;
+            match pieces.last_mut() {
+                Some((s, o, l)) if Arc::ptr_eq(s, &pg.seg) && *o + *l == off => *l += n,
+                _ => pieces.push((pg.seg.clone(), off, n)),
             }
+            at += n;
         }
+        pieces
+    }
+
+    /// The data of `range` as the receivers will read it, for outputs that protect
+    /// nothing (share locks, but promises no integrity): the pages' backing now.
+    pub fn describe(self: &Arc<Self>, range: Range<usize>, hold: Hold) -> crate::iodata::IoData {
+        let pieces = Self::pieces(&self.state(), &range);
+        self.describe_pieces(range, pieces, hold)
+    }
+
+    /// The data of `range` over `pieces` (from [`pieces`](Self::pieces)), kept (with
+    /// `hold`) until every receiver released them.
+    pub fn describe_pieces(
+        self: &Arc<Self>,
+        range: Range<usize>,
+        pieces: Vec<(Arc<Segment>, usize, usize)>,
+        hold: Hold,
+    ) -> crate::iodata::IoData {
+        let pages = self.pages_of(&range);
         let mut backing: Vec<Arc<Segment>> = Vec::new();
         for (s, _, _) in &pieces {
             if !backing.iter().any(|b| Arc::ptr_eq(b, s)) {

@@ -354,9 +354,9 @@ impl Passing {
             }
             Semantics::EmulatedCopy => match &self.engine {
                 None => fallback(Fallback::NoUserfaultfd),
-                Some(e) => match e.arm(app, pages) {
-                    Ok(epochs) => Ok((
-                        Some(app.describe(range.clone(), Hold::Tcow(epochs))),
+                Some(e) => match e.arm(app, range) {
+                    Ok((epochs, pieces)) => Ok((
+                        Some(app.describe_pieces(range.clone(), pieces, Hold::Tcow(epochs))),
                         Used::Mechanism,
                     )),
                     Err(_) => fallback(Fallback::ProtectFailed),

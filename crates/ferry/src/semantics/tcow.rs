@@ -38,6 +38,7 @@
 //! writer waits until the receivers release the page (counted in `tcow_waits`). Integrity
 //! is never traded for progress.
 
+use std::ops::Range;
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::{JoinHandle, ThreadId};
@@ -45,10 +46,15 @@ use std::thread::{JoinHandle, ThreadId};
 use super::app::{AppInner, LotPage};
 use super::stats::{add, Counters};
 
+use crate::segment::Segment;
 use crate::sync::lock;
 use crate::sys::fd::{wait_readable, EventFd};
 use crate::sys::page_size;
 use crate::sys::uffd::{Protector, WpFault};
+
+/// What [`Engine::arm`] returns: the epochs of the protected pages and the lot pages
+/// behind the range at that moment.
+pub(crate) type Armed = (Vec<u32>, Vec<(Arc<Segment>, usize, usize)>);
 
 /// What the handler thread shares with the buffers it serves.
 struct Shared {
@@ -114,10 +120,13 @@ impl Engine {
         lock(&self.shared.apps).retain(|(s, _, w)| *s != start && w.strong_count() > 0);
     }
 
-    /// Write-protects `pages` of `app`'s view for one more output. Returns the epoch of
-    /// each page (to release exactly these protections later), or the error that stopped
-    /// it, with nothing left protected by this call.
-    pub fn arm(&self, app: &AppInner, pages: std::ops::Range<usize>) -> std::io::Result<Vec<u32>> {
+    /// Write-protects the pages of `range` (bytes) of `app`'s view for one more output.
+    /// Returns the epoch of each page (to release exactly these protections later) and
+    /// the lot pages behind the range, taken in the same critical section (a page a
+    /// writer touches right after is replaced, and must not be the one output); or the
+    /// error that stopped it, with nothing left protected by this call.
+    pub fn arm(&self, app: &AppInner, range: &Range<usize>) -> std::io::Result<Armed> {
+        let pages = app.pages_of(range);
         let p = page_size();
         let base = app.view.as_ptr() as usize;
         let mut st = app.state();
@@ -147,13 +156,14 @@ impl Engine {
         }
         let fresh: usize = done.iter().map(|&(_, n)| n).sum();
         add(&self.shared.stats.tcow_pages_protected, fresh as u64);
-        Ok(st.pages[pages.clone()]
+        let epochs = st.pages[pages.clone()]
             .iter_mut()
             .map(|pg| {
                 pg.prot += 1;
                 pg.epoch
             })
-            .collect())
+            .collect();
+        Ok((epochs, AppInner::pieces(&st, range)))
     }
 
     /// Ends one output's protection of the pages from `first` (with the epochs `arm`
