@@ -311,8 +311,8 @@ fn promise_under_a_writer(s: Semantics) {
                 let early = s == Semantics::EmulatedCopy && p.tcow_available();
                 let new2 = new.clone();
                 let writer = std::thread::spawn(move || {
-                    while !(early && a2.protected_pages() > 0)
-                        && !done2.load(std::sync::atomic::Ordering::Acquire)
+                    while !(done2.load(std::sync::atomic::Ordering::Acquire)
+                        || early && a2.protected_pages() > 0)
                     {
                         std::thread::yield_now();
                     }
