@@ -61,6 +61,39 @@ fn no_userfaultfd_env() -> bool {
     std::env::var("FERRY_NO_USERFAULTFD").is_ok_and(|v| v == "1")
 }
 
+/// Outputs `a` with `output` while another thread writes `new` over it from byte `at`
+/// through a raw pointer: with `early`, as soon as output has protected the pages (while
+/// the call still runs); with `at_once`, at once; otherwise once the call returned (or
+/// once a short call is over). `then` runs on the writer thread after writing.
+fn output_under_writer(
+    a: ferry::semantics::AppBuffer,
+    at: usize,
+    new: Vec<u8>,
+    early: bool,
+    at_once: bool,
+    then: impl FnOnce() + Send + 'static,
+    output: impl FnOnce(&ferry::semantics::AppBuffer) -> Used,
+) -> (Used, std::sync::Arc<ferry::semantics::AppBuffer>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let ptr = a.as_mut_ptr() as usize;
+    let a = std::sync::Arc::new(a);
+    let a2 = a.clone();
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let done2 = done.clone();
+    let writer = std::thread::spawn(move || {
+        while !(at_once || done2.load(Ordering::Acquire) || early && a2.protected_pages() > 0) {
+            std::thread::yield_now();
+        }
+        // SAFETY: the buffer lives (an Arc) until this thread is joined.
+        unsafe { std::ptr::copy_nonoverlapping(new.as_ptr(), (ptr + at) as *mut u8, new.len()) };
+        then();
+    });
+    let used = output(&a);
+    done.store(true, Ordering::Release);
+    writer.join().unwrap();
+    (used, a)
+}
+
 /// The mechanism was used, or the one fallback this machine may force: no userfaultfd
 /// (emulated copy) or an `mlock` limit (share, without root).
 fn expect_used(p: &Passing, s: Semantics, used: Used, len: usize) {
@@ -300,30 +333,19 @@ fn promise_under_a_writer(s: Semantics) {
                 let at = rng.below(4096) as usize;
                 let mut a = p.app_buffer(at + len).unwrap();
                 a.as_mut_slice()[at..].copy_from_slice(&old);
-                // The writer: another thread, through a raw pointer. Under emulated copy
-                // it starts as soon as output has protected the pages, while the output
-                // call is still running; otherwise once the call returned.
-                let ptr = a.as_mut_ptr() as usize;
-                let a = std::sync::Arc::new(a);
-                let a2 = a.clone();
-                let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-                let done2 = done.clone();
+                // The writer: under emulated copy it starts as soon as output has
+                // protected the pages, while the output call is still running; otherwise
+                // once the call returned.
                 let early = s == Semantics::EmulatedCopy && p.tcow_available();
-                let new2 = new.clone();
-                let writer = std::thread::spawn(move || {
-                    while !(done2.load(std::sync::atomic::Ordering::Acquire)
-                        || early && a2.protected_pages() > 0)
-                    {
-                        std::thread::yield_now();
-                    }
-                    // SAFETY: the buffer lives (an Arc) until this thread is joined.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(new2.as_ptr(), (ptr + at) as *mut u8, len)
-                    };
-                });
-                let used = p.send_app(&tx, &a, at..at + len, s).unwrap();
-                done.store(true, std::sync::atomic::Ordering::Release);
-                writer.join().unwrap();
+                let (used, a) = output_under_writer(
+                    a,
+                    at,
+                    new.clone(),
+                    early,
+                    false,
+                    || {},
+                    |a| p.send_app(&tx, a, at..at + len, s).unwrap(),
+                );
                 expect_used(&p, s, used, len);
                 assert_eq!(&a.as_slice()[at..], &new[..], "the writer's bytes");
                 // `a` drops while the receiver may still read: the output keeps its pages.
@@ -1036,32 +1058,22 @@ fn tcp_promise(s: Semantics) {
             if s.allocator() == ferry::semantics::Allocator::Application && s != Semantics::Copy {
                 let mut a = p.app_buffer(len).unwrap();
                 a.as_mut_slice().copy_from_slice(&old);
-                let ptr = a.as_mut_ptr() as usize;
                 let new = pattern(seed ^ MASK, len);
-                let a = std::sync::Arc::new(a);
-                let a2 = a.clone();
-                let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-                let done2 = done.clone();
                 let wait_for_protection = s == Semantics::EmulatedCopy && p.tcow_available();
                 let stdin2 = stdin.clone();
                 // The writer: once output has protected the pages (or at once, for the forms
                 // that protect nothing, or once a short send is over), write the new bytes;
                 // then let the peer read.
-                let writer = std::thread::spawn(move || {
-                    while wait_for_protection
-                        && a2.protected_pages() == 0
-                        && !done2.load(std::sync::atomic::Ordering::Acquire)
-                    {
-                        std::thread::yield_now();
-                    }
-                    // SAFETY: the buffer lives (an Arc) until this thread is joined.
-                    unsafe { std::ptr::copy_nonoverlapping(new.as_ptr(), ptr as *mut u8, len) };
-                    go(&stdin2);
-                });
-                let used = p.tcp_send_app(&mut ring, &sock, &a, 0..len, s).unwrap();
-                done.store(true, std::sync::atomic::Ordering::Release);
-                writer.join().unwrap();
-                used
+                output_under_writer(
+                    a,
+                    0,
+                    new,
+                    wait_for_protection,
+                    !wait_for_protection,
+                    move || go(&stdin2),
+                    |a| p.tcp_send_app(&mut ring, &sock, a, 0..len, s).unwrap(),
+                )
+                .0
             } else {
                 let stdin2 = stdin.clone();
                 let teller = std::thread::spawn(move || go(&stdin2));
