@@ -853,6 +853,41 @@ fn input_swaps_whole_pages_where_told() {
     assert!(exit_status(&mut peer).success());
 }
 
+fn task_count() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+/// A Passing, its buffers and an emulated-copy output with a TCOW fault leave no
+/// descriptor and no thread behind once dropped.
+fn passing_leaves_no_fd_or_thread_behind() {
+    let (g, d, _name) = join("noleak");
+    let d2 = g.join().unwrap();
+    let to = d2.id();
+    let dd = d.clone();
+    let c = std::thread::spawn(move || dd.connect(to, T).unwrap());
+    let mut rx = d2.accept(T).unwrap();
+    let tx = c.join().unwrap();
+    let (fds, tasks) = (fd_count(), task_count());
+    {
+        let p = passing(&d);
+        let mut a = p.app_buffer(1 << 20).unwrap();
+        a.as_mut_slice().fill(1);
+        p.send_app(&tx, &a, 0..1 << 20, Semantics::EmulatedCopy)
+            .unwrap();
+        a.as_mut_slice()[0] = 2;
+        let got = rx.recv().unwrap();
+        assert!(got.iter_bytes().all(|b| b == 1));
+        drop((got, a, p));
+        tx.collect_releases().unwrap();
+    }
+    assert!(
+        within(10, || fd_count() == fds && task_count() == tasks),
+        "fds {fds} -> {}, threads {tasks} -> {}",
+        fd_count(),
+        task_count()
+    );
+}
+
 fn thresholds_at_their_edges() {
     let (_g, d, name) = join("edges");
     let t = Thresholds {
@@ -1194,6 +1229,10 @@ fn main() {
         ),
         ("thresholds_at_their_edges", thresholds_at_their_edges),
         ("misuse_is_refused", misuse_is_refused),
+        (
+            "passing_leaves_no_fd_or_thread_behind",
+            passing_leaves_no_fd_or_thread_behind,
+        ),
         (
             "input_swaps_whole_pages_where_told",
             input_swaps_whole_pages_where_told,
