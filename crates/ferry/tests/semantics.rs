@@ -1021,6 +1021,45 @@ fn receiver_killed_during_output_and_tcow_faults() {
     assert_eq!(d.quarantined(), 0);
 }
 
+/// The receiver dies holding a moved and an emulated-moved region: both come back to
+/// the sender mapped (moved) or queued hidden and reinstated on reuse (emulated move),
+/// and writing every buffer of their size class afterwards does not fault.
+fn receiver_killed_holding_moved_regions() {
+    let (_g, d, name) = join("kill-move");
+    let p = passing(&d);
+    let fds = fd_count();
+    let len = 1 << 20;
+    for s in [Semantics::Move, Semantics::EmulatedMove] {
+        let (mut peer, tx) = connect_to(&d, &name, "hold", "");
+        let mut b = p.sys_buffer(len).unwrap();
+        b.as_mut_slice().unwrap().fill(4);
+        assert_eq!(p.send_sys(&tx, b, s).unwrap(), Used::Mechanism);
+        assert!(peer.line().starts_with("got"));
+        peer.kill9();
+        assert!(within(10, || {
+            let _ = tx.check_peer();
+            d.collect_releases();
+            tx.in_flight() == 0 && d.quarantined() == 0
+        }));
+    }
+    let st = p.stats();
+    assert_eq!((st.regions_unmapped, st.regions_hidden), (1, 1), "{st:?}");
+    let bufs: Vec<_> = (0..4)
+        .map(|_| {
+            let mut b = p.sys_buffer(len).unwrap();
+            b.as_mut_slice().unwrap().fill(6);
+            b
+        })
+        .collect();
+    assert_eq!(p.stats().regions_reinstated, 1);
+    drop(bufs);
+    assert!(
+        within(10, || fd_count() == fds),
+        "fds {fds} -> {}",
+        fd_count()
+    );
+}
+
 /// The sender dies while its writer thread takes TCOW faults on the pages we hold: our
 /// copy keeps the bytes of the output, and nothing of it stays behind.
 fn sender_killed_during_a_tcow_fault() {
@@ -1252,6 +1291,10 @@ fn main() {
         (
             "receiver_killed_during_output_and_tcow_faults",
             receiver_killed_during_output_and_tcow_faults,
+        ),
+        (
+            "receiver_killed_holding_moved_regions",
+            receiver_killed_holding_moved_regions,
         ),
         (
             "sender_killed_during_a_tcow_fault",
