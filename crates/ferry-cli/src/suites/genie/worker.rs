@@ -146,22 +146,25 @@ fn source(
         for i in 0..step.total() {
             let seq = (u64::from(step.trial) << 32 | u64::from(i)).to_ne_bytes();
             // Untimed: take back what the sink released (TCOW unprotects here), then
-            // write the sequence number, as an application would write its data.
+            // write the message as an application would produce it: the sequence number,
+            // and one byte in every page.
             tx.collect_releases()?;
             let sys = match buf {
                 Buffer::Bytes(v) => {
-                    v[..8].copy_from_slice(&seq);
+                    produce(v, seq);
                     None
                 }
                 Buffer::App(b) => {
-                    b.as_mut_slice()[..8].copy_from_slice(&seq);
+                    produce(b.as_mut_slice(), seq);
                     None
                 }
                 Buffer::Sys => {
                     let mut b = passing.sys_buffer(size)?;
-                    b.as_mut_slice()
-                        .context("a fresh system buffer is writable")?[..8]
-                        .copy_from_slice(&seq);
+                    produce(
+                        b.as_mut_slice()
+                            .context("a fresh system buffer is writable")?,
+                        seq,
+                    );
                     Some(b)
                 }
             };
