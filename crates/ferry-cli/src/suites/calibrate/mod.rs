@@ -172,7 +172,7 @@ fn measure_all(ctx: &BenchCtx) -> Result<Calibrated> {
         let mut points = Vec::new();
         let mut error = None;
         for (&size, &n) in xs.iter().zip(&counts) {
-            match primitives::measure(name, size, n) {
+            match primitives::measure(name, size, n, ctx.cpu(1)) {
                 Ok(ns) => points.push(PrimPoint {
                     size,
                     summary: Summary::of(&ns),

@@ -39,7 +39,7 @@ const PAPER: &[(&str, &str, f64, f64)] = &[
 fn about(name: &str) -> &'static str {
     match name {
         p::COPY_IN => "an fbuf from a path, the bytes copied in (Passing's copy output)",
-        p::COPY_OUT => "IoData copied out into an app buffer (Passing's copy input)",
+        p::COPY_OUT => "copy out through a read-only mapping of pages the other CPU just wrote",
         p::HANDOVER => "descriptor hand-over, one way, 2 pinned processes, blocking receive",
         p::PROTECT_UFFD => "userfaultfd write-protect (memfd mapping)",
         p::UNPROTECT_UFFD => "userfaultfd un-protect",
