@@ -79,6 +79,9 @@ impl Prim {
 #[derive(Debug, Clone, Copy)]
 pub struct TcowBar {
     pub fault_ns: f64,
+    /// A write-protect fault whose handler only un-protects: the floor of any
+    /// userfaultfd-based TCOW fault (`None` if it could not be measured).
+    pub floor_ns: Option<f64>,
     pub page_copy_ns: f64,
     pub mmap_ns: f64,
 }
@@ -102,12 +105,6 @@ pub struct Calibrated {
     pub tcow: Option<TcowBar>,
     pub sizes: Vec<usize>,
     pub trials_note: String,
-}
-
-impl Calibrated {
-    pub fn prim(&self, name: &str) -> Option<&Prim> {
-        self.prims.iter().find(|q| q.name == name)
-    }
 }
 
 /// This run's calibration, measured on first use and shared with later suites.
@@ -199,6 +196,9 @@ fn measure_all(ctx: &BenchCtx) -> Result<Calibrated> {
     let tcow = (|| {
         Some(TcowBar {
             fault_ns: find(p::TCOW_FAULT)?.at(page)?,
+            floor_ns: primitives::wp_fault_floor(ctx.pick(20, 200))
+                .ok()
+                .map(|ns| Summary::of(&ns).median),
             page_copy_ns: find(p::COPY_IN)?.at(page)?,
             mmap_ns: find(p::SWAP)?.at(page)?,
         })
@@ -343,6 +343,7 @@ fn output(ctx: &BenchCtx, c: &Calibrated) -> BenchOutput {
             .param("fault_ns", b.fault_ns)
             .param("page_copy_ns", b.page_copy_ns)
             .param("mmap_ns", b.mmap_ns)
+            .param("wp_fault_floor_ns", b.floor_ns)
             .param("bar", "fault <= 2 x (page copy + mmap)")
             .param("met", b.met()),
         );

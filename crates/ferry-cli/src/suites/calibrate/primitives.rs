@@ -85,7 +85,7 @@ pub fn measure(primitive: &str, size: usize, reps: usize, other_cpu: usize) -> R
                 timed(reps, || set(back), || set(to))
             }
         }
-        p::TCOW_FAULT => tcow_fault(size.div_ceil(pg), reps),
+        p::TCOW_FAULT => tcow_fault(size.div_ceil(pg), reps, true),
         p::SWAP => {
             let (lot, _lot_map) = filled(size)?;
             let app = Map::anon(size)?;
@@ -227,13 +227,20 @@ fn copy_out(size: usize, reps: usize, other_cpu: usize) -> Result<Vec<f64>> {
     })
 }
 
+/// The floor under any userfaultfd TCOW fault: one write to a write-protected page whose
+/// handler (same CPU) only removes the protection, which wakes the writer. No copy, no
+/// mapping: the trap, the handler's wake-up and the resume.
+pub fn wp_fault_floor(reps: usize) -> Result<Vec<f64>> {
+    tcow_fault(1, reps, false)
+}
+
 /// A write to protected pages, handled by copy and replace: a region of a memfd is
 /// write-protected with userfaultfd; the timed part writes one byte into each of `pages`
 /// pages; a handler thread (on the same CPU, which it inherits) copies each faulting
 /// page to a fresh memfd page, maps that page over the faulting one with
 /// `mmap(MAP_FIXED)` and wakes the writer. The untimed reset maps the original memfd back
 /// and re-arms the protection.
-fn tcow_fault(pages: usize, reps: usize) -> Result<Vec<f64>> {
+fn tcow_fault(pages: usize, reps: usize, replace: bool) -> Result<Vec<f64>> {
     let pg = page();
     let len = pages.max(16) * pg;
     let (fd, region) = filled(len)?;
@@ -256,11 +263,16 @@ fn tcow_fault(pages: usize, reps: usize) -> Result<Vec<f64>> {
                     continue;
                 };
                 let at = addr & !(pg - 1);
-                let off = at - region.addr();
-                region.copy_out(off, &mut page_buf);
-                spare_map.copy_in(off, &page_buf);
-                region.replace_with(off, pg, spare.as_fd(), off as u64, Prot::ReadWrite)?;
-                u.wake(at, pg)?;
+                if replace {
+                    let off = at - region.addr();
+                    region.copy_out(off, &mut page_buf);
+                    spare_map.copy_in(off, &page_buf);
+                    region.replace_with(off, pg, spare.as_fd(), off as u64, Prot::ReadWrite)?;
+                    u.wake(at, pg)?;
+                } else {
+                    // Un-protecting wakes the writer: the trap and wake-up, nothing else.
+                    u.write_protect(at, pg, false)?;
+                }
                 handled.fetch_add(1, Ordering::Relaxed);
             }
             Ok(())

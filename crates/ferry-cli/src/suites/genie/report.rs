@@ -194,14 +194,14 @@ pub fn bars(cal: &Calibrated, series: &[Series]) -> Vec<Bar> {
     out
 }
 
-/// The measured floor under a TCOW fault: a userfaultfd write-protect fault's round trip
-/// (trap, handler wake-up, resume) is paid before any copy or mapping.
+/// The measured floor under a TCOW fault: a userfaultfd write-protect fault whose
+/// handler only un-protects (trap, handler wake-up, resume), same run.
 fn tcow_floor(cal: &Calibrated) -> String {
-    match cal.prim(p::TCOW_FAULT).and_then(|q| q.fit) {
-        Some(f) => format!(
-            "; the fit over 1..n pages puts {} µs per page on the trap-wake-replace round trip and {} µs fixed",
-            num(f.a * 4096.0 / 1e3),
-            num(f.b / 1e3)
+    match cal.tcow.and_then(|b| Some((b, b.floor_ns?))) {
+        Some((b, f)) => format!(
+            "; floor: a write-protect fault with no copy and no mapping costs {} µs, {:.2}x of page copy + mmap",
+            num(f / 1e3),
+            f / (b.page_copy_ns + b.mmap_ns)
         ),
         None => String::new(),
     }
@@ -327,13 +327,17 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, series: &[Series]
                 pred,
                 us(q.lat.median),
                 err,
+                us(q.cpu_out + q.cpu_in),
             ]);
         }
     }
     let _ = writeln!(
         md,
         "\nThe calibrated model (Table 7): each semantics' primitives on the critical path, \
-         from this run's `calibrate` fits (`Calibration::recipe`), against the measurement:\n"
+         from this run's `calibrate` fits (`Calibration::recipe`), against the measurement. \
+         The last column is the CPU time both calls used: when it is far below the latency, \
+         the processes were waiting for a CPU (the machine is shared), which no model of the \
+         primitives predicts.\n"
     );
     md.push_str(&t.render());
 
