@@ -41,15 +41,16 @@
 //!
 //! Layers, bottom up: `sys` (thin syscall wrappers, private to the crate; [`diagnostics`]
 //! re-exports its syscall counters and page size), [`region`] (groups, domains, lots,
-//! fbufs), [`segment`] and [`iodata`] (handles), [`channel`] (rings and endpoints).
+//! fbufs), [`segment`] and [`iodata`] (handles), [`channel`] (rings and endpoints),
+//! and on top [`semantics`] (Genie's eight data-passing semantics over channels and TCP).
 //! Errors are one enum, [`Error`]; a descriptor that fails validation is
 //! [`Error::BadDescriptor`], a dead peer [`Error::PeerGone`].
 //!
 //! # Where `unsafe` lives
 //!
 //! The crate root denies `unsafe_code`; only the modules below allow it, each on its
-//! declaration in `lib.rs` (for `container`, on its one submodule), so this list is the
-//! whole of it. Every `unsafe` block carries a `// SAFETY:` comment (clippy's
+//! declaration in `lib.rs` (for `container` and `semantics`, on their submodules), so
+//! this list is the whole of it. Every `unsafe` block carries a `// SAFETY:` comment (clippy's
 //! `undocumented_unsafe_blocks` denies one without) and every `unsafe fn` a `# Safety`
 //! section.
 //!
@@ -63,6 +64,7 @@
 //! | [`container`] | `container::unload` hands out slices over an unloaded pallet's mapping |
 //! | [`uring`] | io_uring: pushing entries whose buffers the kernel uses until completion, registered buffers, the `IoBuf` traits, aligned allocations, xlate's bounce buffers |
 //! | [`vcm`] | its io_uring ring (pushes, registered region), `msghdr` space, slices over the registered region |
+//! | [`semantics`] (its `app`, `hide`, `regions`, `tcow` and `tcp` submodules) | slices over application buffers' views, segments over output regions, hiding and unmapping regions given up at output, replacing a page under a writer (TCOW), buffers lent to io_uring sends and receives |
 //!
 //! [`error`], [`diagnostics`] and the `sync` shim contain none.
 #![deny(unsafe_code)]

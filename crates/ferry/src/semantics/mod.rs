@@ -1,4 +1,4 @@
-//! Genie's eight data-passing semantics over ferry channels.
+//! Genie's eight data-passing semantics, over ferry channels and over TCP sockets.
 //!
 //! An application picks, per operation, how its data is passed, along three axes:
 //!
@@ -10,7 +10,55 @@
 //! *Strong integrity*: the receiver gets exactly the bytes the buffer held when output was
 //! called, never partial data and never later writes. *Weak integrity* promises nothing
 //! about writes the sender makes during output. An emulated form keeps its plain form's
-//! API and promise and only changes the cost.
+//! API and promise and only changes the cost. [`Passing`] carries out the operations (its
+//! docs have the table of what each semantics lets the application do with its buffer,
+//! and what the receiver sees); [`SemanticsStats`] counts every conversion to copy and
+//! every fallback.
+//!
+//! ```
+//! use std::time::Duration;
+//! use ferry::semantics::{Passing, PassingConfig, Semantics, Thresholds};
+//!
+//! # fn main() -> ferry::Result<()> {
+//! # let name = format!("doc-sem-{}", std::process::id());
+//! let group = ferry::Group::open(&name)?;
+//! // Two domains; in real use, two processes.
+//! let (a, b) = (group.join()?, group.join()?);
+//! let to = b.id();
+//! let a2 = a.clone();
+//! let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+//! let mut rx = b.accept(Duration::from_secs(5))?;
+//! let tx = connecting.join().unwrap()?;
+//!
+//! // Thresholds that never convert, so that 64 KiB uses TCOW (the default converts
+//! // emulated copy below 1 MiB to copy, where copying is cheaper on today's machines).
+//! let config = PassingConfig { thresholds: Some(Thresholds::NEVER_CONVERT), ..Default::default() };
+//! let pass = Passing::new(&a, config)?;
+//! let mut buf = pass.app_buffer(64 * 1024)?;
+//! buf.as_mut_slice().fill(1);
+//! pass.send_app(&tx, &buf, 0..64 * 1024, Semantics::EmulatedCopy)?;
+//! buf.as_mut_slice().fill(2); // the application's buffer: lands on fresh pages
+//! let got = rx.recv()?;
+//! assert!(got.iter_bytes().all(|b| b == 1)); // exactly the bytes at output
+//! let st = pass.stats();
+//! assert_eq!(st.of(Semantics::EmulatedCopy).outputs, 1);
+//! if pass.tcow_available() {
+//!     assert_eq!(st.tcow_pages_copied, 16); // each page written during output, copied once
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! | mechanism | semantics | module |
+//! |---|---|---|
+//! | TCOW: userfaultfd write protection, page replacement | emulated copy | [`tcow`] |
+//! | application buffers in the lot, with their own view | emulated copy, share, emulated share | [`app`] |
+//! | unmap at output, map back at release | move | [`regions`] |
+//! | region hiding (`PROT_NONE`) and reinstatement | emulated move | [`hide`] |
+//! | per-domain queues of output regions | weak move, emulated weak move | [`cache`] |
+//! | input alignment and copyout | every application-allocated input | [`copyout`] |
+//! | short-data thresholds | every emulated form | [`thresholds`] |
+//! | the cost model and calibration file | `ferry calibrate` | [`calibration`] |
+//! | TCP through the io_uring driver | all eight | [`tcp`] |
 
 use std::fmt;
 use std::str::FromStr;
@@ -18,18 +66,20 @@ use std::str::FromStr;
 use crate::error::{Error, Result};
 
 #[allow(unsafe_code)]
-pub(crate) mod app;
-pub(crate) mod cache;
+pub mod app;
+pub mod cache;
 pub mod calibration;
-pub(crate) mod copyout;
+pub mod copyout;
 #[allow(unsafe_code)]
-pub(crate) mod hide;
-mod passing;
+pub mod hide;
+pub mod passing;
 #[allow(unsafe_code)]
-pub(crate) mod regions;
+pub mod regions;
 pub mod stats;
 #[allow(unsafe_code)]
-pub(crate) mod tcow;
+pub mod tcow;
+#[allow(unsafe_code)]
+pub mod tcp;
 pub mod thresholds;
 
 pub use app::AppBuffer;

@@ -63,12 +63,16 @@ pub enum Used {
 /// The domain's reuse queues of output regions, with what they need to reinstate one.
 pub(crate) struct Regions {
     q: Queues,
-    lot: Arc<Lot>,
+    pub(super) lot: Arc<Lot>,
     limit: usize,
     stats: Arc<Counters>,
 }
 
 impl Regions {
+    pub(crate) fn count_hidden(&self) {
+        add(&self.stats.regions_hidden, 1);
+    }
+
     pub(crate) fn hidden(&self, h: Hidden) {
         let mut v = lock(&self.q.hidden);
         if v.len() < self.limit {
@@ -96,6 +100,19 @@ impl Regions {
         if !ok {
             add(&self.stats.regions_lost, 1);
             lock(&self.q.lost).push(seg);
+        }
+    }
+}
+
+impl Drop for Regions {
+    fn drop(&mut self) {
+        // Hidden regions go back to their path readable, or never.
+        let hidden = std::mem::take(&mut *lock(&self.q.hidden));
+        for h in hidden {
+            if hide::reinstate(&self.lot, &h).is_err() {
+                // A span that stays PROT_NONE must never be handed out again.
+                std::mem::forget(h);
+            }
         }
     }
 }
@@ -131,12 +148,12 @@ impl Regions {
 pub struct Passing {
     domain: Domain,
     path: PathAllocator,
-    thresholds: Thresholds,
+    pub(super) thresholds: Thresholds,
     source: ThresholdSource,
-    engine: Option<Arc<Engine>>,
+    pub(super) engine: Option<Arc<Engine>>,
     tcow_error: Option<String>,
-    stats: Arc<Counters>,
-    regions: Arc<Regions>,
+    pub(super) stats: Arc<Counters>,
+    pub(super) regions: Arc<Regions>,
 }
 
 impl std::fmt::Debug for Passing {
@@ -155,10 +172,14 @@ impl Passing {
     pub fn new(domain: &Domain, config: PassingConfig) -> Result<Passing> {
         let (thresholds, source) = match config.thresholds {
             Some(t) => (t, ThresholdSource::Config),
-            None => match Thresholds::from_calibration_file() {
-                Some(t) => (t, ThresholdSource::CalibrationFile),
-                None => (Thresholds::default(), ThresholdSource::Defaults),
-            },
+            None => {
+                use super::calibration::Calibration;
+                match Calibration::path().map(|p| Calibration::load_from(&p)) {
+                    Some(Ok(Some(c))) => (c.thresholds, ThresholdSource::CalibrationFile),
+                    Some(Err(_)) => (Thresholds::default(), ThresholdSource::UnusableFile),
+                    _ => (Thresholds::default(), ThresholdSource::Defaults),
+                }
+            }
         };
         let stats = Arc::new(Counters::default());
         let disabled = std::env::var("FERRY_NO_USERFAULTFD").is_ok_and(|v| v == "1");
@@ -259,6 +280,17 @@ impl Passing {
         })
     }
 
+    /// A guard that keeps `seg` (its first `pages` pages output) reserved until released.
+    pub(super) fn region_guard(&self, seg: Segment, pages: usize, then: Afterwards) -> RegionGuard {
+        RegionGuard {
+            seg: Some(seg),
+            pages,
+            lot: self.regions.lot.clone(),
+            then,
+            regions: self.regions.clone(),
+        }
+    }
+
     /// Copies `bytes` into a fresh fbuf at the same offset within a page as they have in
     /// memory (see [`InputAlignment`]) and sends it.
     fn copy_send(&self, tx: &Sender, bytes: &[u8], s: Semantics) -> Result<()> {
@@ -278,6 +310,64 @@ impl Passing {
         Ok(())
     }
 
+    /// Decides how an application-allocated output of `range` of `buf` is done, for any
+    /// transport: `Ok(None)` means copy (counted as conversion or fallback already);
+    /// `Ok(Some(data))` is what to hand over, with the buffer's pages protected (TCOW) or
+    /// locked as the semantics says until `data` and its copies are gone.
+    pub(super) fn plan_app(
+        &self,
+        buf: &AppBuffer,
+        range: &Range<usize>,
+        s: Semantics,
+    ) -> Result<(Option<IoData>, Used)> {
+        if s.allocator() != Allocator::Application {
+            return Err(Error::InvalidArgument(
+                "output of an application buffer takes an application-allocated semantics",
+            ));
+        }
+        if range.start > range.end || range.end > buf.len() {
+            return Err(Error::InvalidArgument("range past the buffer"));
+        }
+        let app = &buf.inner;
+        let pages = app.pages_of(range);
+        let fallback = |why| {
+            self.stats.fallback(s, why);
+            Ok((None, Used::Fallback(why)))
+        };
+        match s {
+            Semantics::Copy => Ok((None, Used::Mechanism)),
+            _ if self.thresholds.converts(s, range.len()) => {
+                self.stats.converted(s);
+                Ok((None, Used::ConvertedToCopy))
+            }
+            Semantics::EmulatedCopy => match &self.engine {
+                None => fallback(Fallback::NoUserfaultfd),
+                Some(e) => match e.arm(app, pages) {
+                    Ok(epochs) => Ok((
+                        Some(app.describe(range.clone(), Hold::Tcow(epochs))),
+                        Used::Mechanism,
+                    )),
+                    Err(_) => fallback(Fallback::ProtectFailed),
+                },
+            },
+            Semantics::Share if !app.lock_pages(pages) => {
+                self.stats.fallback(s, Fallback::LockFailed);
+                Ok((
+                    Some(app.describe(range.clone(), Hold::Plain)),
+                    Used::Fallback(Fallback::LockFailed),
+                ))
+            }
+            Semantics::Share => Ok((
+                Some(app.describe(range.clone(), Hold::Locked)),
+                Used::Mechanism,
+            )),
+            _ => Ok((
+                Some(app.describe(range.clone(), Hold::Plain)),
+                Used::Mechanism,
+            )),
+        }
+    }
+
     /// Output of `range` of an application buffer, which stays with the application,
     /// under an application-allocated semantics (see the table on [`Passing`]).
     ///
@@ -291,59 +381,12 @@ impl Passing {
         range: Range<usize>,
         s: Semantics,
     ) -> Result<Used> {
-        if s.allocator() != Allocator::Application {
-            return Err(Error::InvalidArgument(
-                "send_app takes an application-allocated semantics",
-            ));
+        let (data, used) = self.plan_app(buf, &range, s)?;
+        match data {
+            Some(d) => tx.send(&d)?,
+            None => self.copy_send(tx, &buf.as_slice()[range.clone()], s)?,
         }
-        if range.start > range.end || range.end > buf.len() {
-            return Err(Error::InvalidArgument("range past the buffer"));
-        }
-        let len = range.len();
-        let app = &buf.inner;
-        let pages = app.pages_of(&range);
-        let copy = |used: Used| -> Result<Used> {
-            self.copy_send(tx, &buf.as_slice()[range.clone()], s)?;
-            Ok(used)
-        };
-        let used = match s {
-            Semantics::Copy => copy(Used::Mechanism)?,
-            _ if self.thresholds.converts(s, len) => {
-                self.stats.converted(s);
-                copy(Used::ConvertedToCopy)?
-            }
-            Semantics::EmulatedCopy => match &self.engine {
-                None => {
-                    self.stats.fallback(s, Fallback::NoUserfaultfd);
-                    copy(Used::Fallback(Fallback::NoUserfaultfd))?
-                }
-                Some(e) => match e.arm(app, pages) {
-                    Ok(epochs) => {
-                        tx.send(&app.describe(range, Hold::Tcow(epochs)))?;
-                        Used::Mechanism
-                    }
-                    Err(_) => {
-                        self.stats.fallback(s, Fallback::ProtectFailed);
-                        copy(Used::Fallback(Fallback::ProtectFailed))?
-                    }
-                },
-            },
-            Semantics::Share => {
-                if app.lock_pages(pages) {
-                    tx.send(&app.describe(range, Hold::Locked))?;
-                    Used::Mechanism
-                } else {
-                    self.stats.fallback(s, Fallback::LockFailed);
-                    tx.send(&app.describe(range, Hold::Plain))?;
-                    Used::Fallback(Fallback::LockFailed)
-                }
-            }
-            _ => {
-                tx.send(&app.describe(range, Hold::Plain))?;
-                Used::Mechanism
-            }
-        };
-        self.stats.output(s, len);
+        self.stats.output(s, range.len());
         Ok(used)
     }
 
@@ -364,6 +407,13 @@ impl Passing {
                 "a received buffer cannot be output as a system buffer",
             ));
         };
+        if len == 0 {
+            // Nothing to unmap, hide or queue: the region simply goes back to its path.
+            drop(seg);
+            tx.send(&IoData::new())?;
+            self.stats.output(s, 0);
+            return Ok(Used::Mechanism);
+        }
         let npages = len.div_ceil(page_size());
         let same_process = tx.peer_pid() == std::process::id();
         let copy = |seg: Segment, used: Used| -> Result<Used> {
@@ -372,13 +422,7 @@ impl Passing {
             drop(seg);
             Ok(used)
         };
-        let guard = |seg, then| RegionGuard {
-            seg: Some(seg),
-            pages: npages,
-            lot: self.regions.lot.clone(),
-            then,
-            regions: self.regions.clone(),
-        };
+        let guard = |seg, then| self.region_guard(seg, npages, then);
         let used = match s {
             _ if self.thresholds.converts(s, len) => {
                 self.stats.converted(s);

@@ -125,6 +125,9 @@ pub(crate) enum Afterwards {
     Free,
     /// Emulated weak move: queue it, still mapped, for reuse.
     Cache,
+    /// Emulated move over a socket (the kernel needed the pages mapped until now): hide
+    /// it, then queue it as `Hide` does.
+    HideThenQueue,
 }
 
 /// Keeps an output region's span reserved until every receiver released it, then does
@@ -165,6 +168,15 @@ impl Drop for RegionGuard {
             }),
             Afterwards::Free => drop(seg),
             Afterwards::Cache => self.regions.cache(seg),
+            Afterwards::HideThenQueue => {
+                if super::hide::hide(&self.lot, &seg, self.pages).is_ok() {
+                    self.regions.count_hidden();
+                    self.regions.hidden(Hidden {
+                        seg,
+                        pages: self.pages,
+                    });
+                }
+            }
         }
     }
 }

@@ -60,6 +60,8 @@ pub enum ThresholdSource {
     Defaults,
     /// A calibration file written by `ferry calibrate`.
     CalibrationFile,
+    /// The defaults, because the calibration file could not be read or parsed.
+    UnusableFile,
     /// Given in [`PassingConfig::thresholds`](super::PassingConfig::thresholds).
     Config,
 }
@@ -132,6 +134,10 @@ pub struct SemanticsStats {
     /// Regions that could not be mapped back or reinstated and were kept out of
     /// circulation.
     pub regions_lost: u64,
+    /// Zero-copy sends on sockets (`IORING_OP_SEND_ZC`) that completed.
+    pub zc_sends: u64,
+    /// Of those, how many the kernel copied anyway (always on loopback).
+    pub zc_copied: u64,
 }
 
 impl SemanticsStats {
@@ -155,6 +161,8 @@ pub(crate) struct Counters {
     pub regions_cached: AtomicU64,
     pub regions_reused: AtomicU64,
     pub regions_lost: AtomicU64,
+    pub zc_sends: AtomicU64,
+    pub zc_copied: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -236,6 +244,8 @@ impl Counters {
             regions_cached: get(&self.regions_cached),
             regions_reused: get(&self.regions_reused),
             regions_lost: get(&self.regions_lost),
+            zc_sends: get(&self.zc_sends),
+            zc_copied: get(&self.zc_copied),
         }
     }
 }

@@ -82,66 +82,11 @@ impl Thresholds {
         }
     }
 
-    /// Sets the threshold a calibration-file key names (`threshold.emulated_copy`, ...,
-    /// `threshold.swap`) from its value in bytes (`u64::MAX` or `never` for "never").
-    /// Returns `Ok(false)` for a key that is not a threshold.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a threshold key with a value that is not a number.
-    pub fn set_key(&mut self, key: &str, value: &str) -> Result<bool> {
-        let slot = match key.trim() {
-            "threshold.emulated_copy" => &mut self.emulated_copy,
-            "threshold.emulated_share" => &mut self.emulated_share,
-            "threshold.emulated_move" => &mut self.emulated_move,
-            "threshold.emulated_weak_move" => &mut self.emulated_weak_move,
-            "threshold.swap" => &mut self.swap,
-            _ => return Ok(false),
-        };
-        let v = value.trim();
-        *slot = if v == "never" {
-            usize::MAX
-        } else {
-            let n: u64 = v
-                .parse()
-                .map_err(|_| Error::InvalidArgument("threshold value is not a byte count"))?;
-            usize::try_from(n).unwrap_or(usize::MAX)
-        };
-        Ok(true)
-    }
-
-    /// The thresholds of the calibration file `ferry calibrate` writes
-    /// (`$FERRY_CALIBRATION`, else `$XDG_CACHE_HOME/ferry/calibration`, else
-    /// `$HOME/.cache/ferry/calibration`), starting from the defaults for keys it lacks;
-    /// `None` if there is no such file or it does not parse.
-    // TODO(merge with calib): the calibration module owns the file; once merged this
-    // becomes `Calibration::load().map(|c| c.thresholds)`.
-    pub fn from_calibration_file() -> Option<Thresholds> {
-        let path = match std::env::var_os("FERRY_CALIBRATION") {
-            Some(p) => std::path::PathBuf::from(p),
-            None => match std::env::var_os("XDG_CACHE_HOME") {
-                Some(x) => std::path::PathBuf::from(x).join("ferry/calibration"),
-                None => std::path::PathBuf::from(std::env::var_os("HOME")?)
-                    .join(".cache/ferry/calibration"),
-            },
-        };
-        let text = std::fs::read_to_string(path).ok()?;
-        let mut t = Thresholds::default();
-        for line in text.lines() {
-            let line = line.split('#').next().unwrap_or("");
-            if let Some((k, v)) = line.split_once('=') {
-                t.set_key(k, v).ok()?;
-            }
-        }
-        Some(t)
-    }
-
     /// Whether an operation of `len` bytes with `semantics` converts to copy.
     pub fn converts(&self, semantics: super::Semantics, len: usize) -> bool {
         self.for_semantics(semantics).is_some_and(|t| len < t)
     }
 }
-
-use crate::error::{Error, Result};
 
 #[cfg(test)]
 mod tests {
@@ -157,17 +102,6 @@ mod tests {
         assert!(!t.converts(Semantics::Copy, 0));
         assert!(!t.converts(Semantics::Move, 0));
         assert!(!Thresholds::NEVER_CONVERT.converts(Semantics::EmulatedMove, 1));
-        assert_eq!(t.swap, usize::MAX);
-    }
-
-    #[test]
-    fn keys() {
-        let mut t = Thresholds::default();
-        assert!(t.set_key("threshold.emulated_copy ", " 4096").unwrap());
-        assert!(t.set_key("threshold.swap", "never").unwrap());
-        assert!(!t.set_key("fit.copy", "0.1 2 0.9").unwrap());
-        assert!(t.set_key("threshold.emulated_move", "x").is_err());
-        assert_eq!(t.emulated_copy, 4096);
         assert_eq!(t.swap, usize::MAX);
     }
 }

@@ -133,6 +133,54 @@ fn api(fd: BorrowedFd<'_>, features: u64) -> io::Result<u64> {
     Ok(a.features)
 }
 
+/// `UFFDIO_REGISTER` of `[start, start + len)` in write-protect mode.
+fn register_wp(fd: BorrowedFd<'_>, start: usize, len: usize) -> io::Result<()> {
+    let mut r = UffdioRegister {
+        range: UffdioRange {
+            start: start as u64,
+            len: len as u64,
+        },
+        mode: UFFDIO_REGISTER_MODE_WP,
+        ioctls: 0,
+    };
+    count();
+    // SAFETY: UFFDIO_REGISTER reads and writes one `struct uffdio_register`; the range is
+    // only recorded by the kernel, no memory is accessed through it here.
+    let rc = unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            UFFDIO_REGISTER,
+            &mut r as *mut UffdioRegister,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reads queued messages without blocking into `msgs`; returns how many (0 if none).
+fn read_msgs(fd: BorrowedFd<'_>, msgs: &mut [UffdMsg]) -> io::Result<usize> {
+    count();
+    // SAFETY: the kernel writes whole `uffd_msg`s into the buffer, which holds
+    // `msgs.len()` of them.
+    let n = unsafe {
+        libc::read(
+            fd.as_raw_fd(),
+            msgs.as_mut_ptr().cast(),
+            std::mem::size_of_val(msgs),
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock => Ok(0),
+            _ => Err(e),
+        };
+    }
+    Ok(n as usize / std::mem::size_of::<UffdMsg>())
+}
+
 impl Watcher {
     /// Opens a userfaultfd (non-blocking, user-mode faults only) with the unmap, remove and
     /// remap events enabled. Fails if the kernel lacks userfaultfd or any of those events,
@@ -159,28 +207,7 @@ impl Watcher {
     /// Fails (`EINVAL`) for memory userfaultfd cannot watch, such as a file mapping on a
     /// disk filesystem, and (`EBUSY`) for a range another userfaultfd already watches.
     pub fn watch(&self, start: usize, len: usize) -> io::Result<()> {
-        let mut r = UffdioRegister {
-            range: UffdioRange {
-                start: start as u64,
-                len: len as u64,
-            },
-            mode: UFFDIO_REGISTER_MODE_WP,
-            ioctls: 0,
-        };
-        count();
-        // SAFETY: UFFDIO_REGISTER reads and writes one `struct uffdio_register`; the range
-        // is only recorded by the kernel, no memory is accessed through it here.
-        let rc = unsafe {
-            libc::ioctl(
-                self.fd.as_raw_fd(),
-                UFFDIO_REGISTER,
-                &mut r as *mut UffdioRegister,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        register_wp(self.fd.as_fd(), start, len)
     }
 
     /// Sleeps until events are queued (`poll(2)`); allocates nothing.
@@ -201,25 +228,7 @@ impl Watcher {
     /// Reading an event is what lets the thread that caused it continue.
     pub fn read_events(&self, out: &mut Vec<Event>, max: usize) -> io::Result<usize> {
         let mut msgs = [UffdMsg::default(); 16];
-        let want = max.min(msgs.len());
-        count();
-        // SAFETY: the kernel writes whole `uffd_msg`s (32 bytes each) into the buffer,
-        // which holds `want` of them.
-        let n = unsafe {
-            libc::read(
-                self.fd.as_raw_fd(),
-                msgs.as_mut_ptr().cast(),
-                want * std::mem::size_of::<UffdMsg>(),
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::WouldBlock => Ok(0),
-                _ => Err(e),
-            };
-        }
-        let got = n as usize / std::mem::size_of::<UffdMsg>();
+        let got = read_msgs(self.fd.as_fd(), &mut msgs[..max.min(16)])?;
         for m in &msgs[..got] {
             let [a, b, c] = m.arg;
             out.push(match m.event {
@@ -318,28 +327,7 @@ impl Protector {
     /// Registers `[start, start + len)` (page-aligned, mapped) for write-protect faults.
     /// Registering a range this descriptor already covers again is allowed.
     pub fn register(&self, start: usize, len: usize) -> io::Result<()> {
-        let mut r = UffdioRegister {
-            range: UffdioRange {
-                start: start as u64,
-                len: len as u64,
-            },
-            mode: UFFDIO_REGISTER_MODE_WP,
-            ioctls: 0,
-        };
-        count();
-        // SAFETY: UFFDIO_REGISTER reads and writes one `struct uffdio_register`; no memory
-        // is accessed through the range.
-        let rc = unsafe {
-            libc::ioctl(
-                self.fd.as_raw_fd(),
-                UFFDIO_REGISTER,
-                &mut r as *mut UffdioRegister,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        register_wp(self.fd.as_fd(), start, len)
     }
 
     fn writeprotect(&self, start: usize, len: usize, mode: u64) -> io::Result<()> {
@@ -399,23 +387,7 @@ impl Protector {
     /// (other events are dropped). Returns how many messages were read.
     pub fn read_faults(&self, out: &mut Vec<WpFault>) -> io::Result<usize> {
         let mut msgs = [UffdMsg::default(); 16];
-        count();
-        // SAFETY: the kernel writes whole `uffd_msg`s into the buffer, which holds 16.
-        let n = unsafe {
-            libc::read(
-                self.fd.as_raw_fd(),
-                msgs.as_mut_ptr().cast(),
-                std::mem::size_of_val(&msgs),
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::WouldBlock => Ok(0),
-                _ => Err(e),
-            };
-        }
-        let got = n as usize / std::mem::size_of::<UffdMsg>();
+        let got = read_msgs(self.fd.as_fd(), &mut msgs)?;
         for m in &msgs[..got] {
             if m.event == EVENT_PAGEFAULT && m.arg[0] & PAGEFAULT_FLAG_WP != 0 {
                 out.push(WpFault {
