@@ -39,11 +39,11 @@ pub struct Bar {
     pub detail: String,
 }
 
-fn copy_of(series: &[Series]) -> Option<&Series> {
-    series.iter().find(|x| x.s == Semantics::Copy)
+fn copy_of<'a>(series: &[&'a Series]) -> Option<&'a Series> {
+    series.iter().copied().find(|x| x.s == Semantics::Copy)
 }
 
-fn ratio_at(series: &[Series], s: Semantics, size: usize) -> Option<f64> {
+fn ratio_at(series: &[&Series], s: Semantics, size: usize) -> Option<f64> {
     let x = series.iter().find(|x| x.s == s)?.at(size)?;
     Some(x.lat.median / copy_of(series)?.at(size)?.lat.median)
 }
@@ -53,7 +53,7 @@ fn fit(cal: &Calibrated, name: &str, size: usize) -> Option<f64> {
     cal.calibration.fits.get(name).map(|f| f.at(size))
 }
 
-pub fn bars(cal: &Calibrated, series: &[Series]) -> Vec<Bar> {
+pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
     let mut out = Vec::new();
     let Some(copy) = copy_of(series) else {
         return out;
@@ -211,7 +211,10 @@ fn us(ns: f64) -> String {
     num(ns / 1000.0)
 }
 
-pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, series: &[Series]) -> String {
+pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, all: &[Series]) -> String {
+    let series: Vec<&Series> = all.iter().filter(|x| !x.tcp).collect();
+    let series = &series[..];
+    let tcp: Vec<&Series> = all.iter().filter(|x| x.tcp).collect();
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -234,46 +237,26 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, series: &[Series]
         ctx.cpu(1),
         plan.trials
     );
-    let _ = writeln!(
-        md,
-        "Transports: ferry channel between two pinned processes. **TCP loopback: not measured** — \
-         the semantics layer in this tree passes data over ferry channels only.\n"
-    );
+    if tcp.is_empty() {
+        let _ = writeln!(
+            md,
+            "Transports: ferry channel between two pinned processes. **TCP loopback: not \
+             measured** — this kernel has no io_uring, which the TCP transport needs.\n"
+        );
+    } else {
+        let _ = writeln!(
+            md,
+            "Transports: ferry channel between two pinned processes; and TCP loopback through \
+             the io_uring driver (`Passing::tcp_*`, `SEND_ZC` for the non-copy forms), after \
+             the channel tables. On loopback the kernel copies even zero-copy sends: the \
+             `zc-copied` counter says how often. The bars and the model are judged on the \
+             channel.\n"
+        );
+    }
 
-    // Latency table.
-    let mut headers = vec!["size".to_string()];
-    headers.extend(series.iter().map(|x| format!("{} (µs)", x.s.name())));
-    let hs: Vec<&str> = headers.iter().map(String::as_str).collect();
-    let mut t = Table::new(&hs);
     let sizes: Vec<usize> = plan.sizes.clone();
-    for &b in &sizes {
-        let mut row = vec![bytes(b)];
-        for x in series {
-            row.push(x.at(b).map_or("—".into(), |q| us(q.lat.median)));
-        }
-        t.row(row);
-    }
-    let _ = writeln!(md, "Median one-way latency:\n");
-    md.push_str(&t.render());
-
-    let mut headers = vec!["size".to_string()];
-    headers.extend(
-        series
-            .iter()
-            .filter(|x| x.s != Semantics::Copy)
-            .map(|x| x.s.name().to_string()),
-    );
-    let hs: Vec<&str> = headers.iter().map(String::as_str).collect();
-    let mut t = Table::new(&hs);
-    for &b in &sizes {
-        let mut row = vec![bytes(b)];
-        for x in series.iter().filter(|x| x.s != Semantics::Copy) {
-            row.push(ratio_at(series, x.s, b).map_or("—".into(), ratio));
-        }
-        t.row(row);
-    }
-    let _ = writeln!(md, "\nRatio to copy (same size, same run):\n");
-    md.push_str(&t.render());
+    let _ = writeln!(md, "Median one-way latency over the ferry channel:\n");
+    latency_tables(&mut md, series, &sizes);
 
     // CPU per side.
     let mut t = Table::new(&[
@@ -345,14 +328,18 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, series: &[Series]
     let mut headers = vec!["semantics"];
     headers.extend(worker::COUNTERS);
     let mut t = Table::new(&headers);
-    for x in series {
+    for x in all {
         let mut sum = vec![0u64; worker::COUNTERS.len()];
         for q in &x.points {
             for (s, v) in sum.iter_mut().zip(&q.counters) {
                 *s += v;
             }
         }
-        let mut row = vec![x.s.name().to_string()];
+        let mut row = vec![if x.tcp {
+            format!("{} (tcp)", x.s.name())
+        } else {
+            x.s.name().to_string()
+        }];
         row.extend(sum.iter().map(|v| v.to_string()));
         t.row(row);
     }
@@ -370,6 +357,14 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, series: &[Series]
         bytes_or_never(th.swap)
     );
     md.push_str(&t.render());
+
+    if !tcp.is_empty() {
+        let _ = writeln!(
+            md,
+            "\nOver TCP loopback (io_uring driver; the sink blocks in `recv`), median one-way latency:\n"
+        );
+        latency_tables(&mut md, &tcp, &sizes);
+    }
 
     // The paper.
     let copy_paper = PAPER[0].1 * PAPER_B + PAPER[0].2;
@@ -437,6 +432,36 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, series: &[Series]
     md
 }
 
+/// The median latency of each semantics per size, then each one's ratio to copy.
+fn latency_tables(md: &mut String, series: &[&Series], sizes: &[usize]) {
+    let mut headers = vec!["size".to_string()];
+    headers.extend(series.iter().map(|x| format!("{} (µs)", x.s.name())));
+    let hs: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut t = Table::new(&hs);
+    for &b in sizes {
+        let mut row = vec![bytes(b)];
+        for x in series {
+            row.push(x.at(b).map_or("—".into(), |q| us(q.lat.median)));
+        }
+        t.row(row);
+    }
+    md.push_str(&t.render());
+    let others: Vec<&&Series> = series.iter().filter(|x| x.s != Semantics::Copy).collect();
+    let mut headers = vec!["size".to_string()];
+    headers.extend(others.iter().map(|x| x.s.name().to_string()));
+    let hs: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut t = Table::new(&hs);
+    for &b in sizes {
+        let mut row = vec![bytes(b)];
+        for x in &others {
+            row.push(ratio_at(series, x.s, b).map_or("—".into(), ratio));
+        }
+        t.row(row);
+    }
+    let _ = writeln!(md, "\nRatio to copy (same transport, size and run):\n");
+    md.push_str(&t.render());
+}
+
 fn bytes_or_never(v: usize) -> String {
     if v == usize::MAX {
         "never".into()
@@ -445,7 +470,9 @@ fn bytes_or_never(v: usize) -> String {
     }
 }
 
-pub fn plots(series: &[Series]) -> Vec<PlotSpec> {
+pub fn plots(all: &[Series]) -> Vec<PlotSpec> {
+    let series: Vec<&Series> = all.iter().filter(|x| !x.tcp).collect();
+    let series = &series[..];
     let lat = series
         .iter()
         .map(|x| {

@@ -31,11 +31,13 @@ pub const COUNTERS: &[&str] = &[
     "tcow-pages-protected",
     "tcow-faults",
     "tcow-pages-copied",
+    "zc-sends",
+    "zc-copied",
 ];
 
 /// Reads `(outputs, converted, fallbacks, copied bytes, tcow protected, faults, copied)`
 /// of semantics `s` from a stats snapshot.
-fn counters(st: &SemanticsStats, s: Semantics) -> [u64; 7] {
+fn counters(st: &SemanticsStats, s: Semantics) -> [u64; 9] {
     let c = &st.per[s.index()];
     [
         c.outputs,
@@ -45,12 +47,20 @@ fn counters(st: &SemanticsStats, s: Semantics) -> [u64; 7] {
         st.tcow_pages_protected,
         st.tcow_faults,
         st.tcow_pages_copied,
+        st.zc_sends,
+        st.zc_copied,
     ]
 }
 
-/// `SEMANTICS;FERRY-SPEC` for one end of a genie link.
+/// `SEMANTICS;FERRY-SPEC` for one end of a genie link over a ferry channel.
 pub fn spec(s: Semantics, ferry_spec: &str) -> String {
     format!("{};{ferry_spec}", s.name())
+}
+
+/// `SEMANTICS;tcp:GROUP,FD` for one end of a genie link over a connected TCP socket: the
+/// worker joins GROUP for a lot of its own and talks on the inherited socket FD.
+pub fn tcp_spec(s: Semantics, group: &str, fd: i32) -> String {
+    format!("{};tcp:{group},{fd}", s.name())
 }
 
 fn parse(spec: &str) -> Result<(Semantics, &str)> {
@@ -58,6 +68,19 @@ fn parse(spec: &str) -> Result<(Semantics, &str)> {
         .split_once(';')
         .with_context(|| format!("genie spec {spec:?} lacks `SEMANTICS;`"))?;
     Ok((s.parse()?, rest))
+}
+
+/// A TCP link: the connected socket and the io_uring ring output goes through.
+struct TcpLink(std::net::TcpStream, ferry::uring::Uring);
+
+fn open_tcp(spec: &str) -> Result<(ferry::Domain, TcpLink)> {
+    let (group, fd) = spec
+        .split_once(',')
+        .with_context(|| format!("bad tcp spec {spec:?}"))?;
+    let fd = crate::sys::inherited_fd(fd.parse().context("socket fd")?)?;
+    let domain = ferry::Group::open(group)?.join()?;
+    let ring = ferry::uring::Uring::new(&ferry::uring::RingOptions::new(16))?;
+    Ok((domain, TcpLink(std::net::TcpStream::from(fd), ring)))
 }
 
 pub fn run(args: &WorkerArgs, plan: &Plan) -> Result<Vec<Sample>> {
@@ -72,15 +95,25 @@ pub fn run(args: &WorkerArgs, plan: &Plan) -> Result<Vec<Sample>> {
     match args.role {
         Role::GenieSource => {
             let (s, spec) = parse(args.tx.as_deref().context("--tx is required")?)?;
+            if let Some(t) = spec.strip_prefix("tcp:") {
+                let (domain, mut link) = open_tcp(t)?;
+                let passing = Passing::new(&domain, config)?;
+                return source(plan, s, &passing, Out::Tcp(&mut link), &mut ack);
+            }
             let (domain, tx) = Ferry::open_tx(spec, Wait::Block)?.into_parts();
             let passing = Passing::new(&domain, config)?;
-            source(plan, s, &passing, &tx, &mut ack)
+            source(plan, s, &passing, Out::Channel(&tx), &mut ack)
         }
         Role::GenieSink => {
             let (s, spec) = parse(args.rx.as_deref().context("--rx is required")?)?;
+            if let Some(t) = spec.strip_prefix("tcp:") {
+                let (domain, mut link) = open_tcp(t)?;
+                let passing = Passing::new(&domain, config)?;
+                return sink(plan, s, &passing, In::Tcp(&mut link), &mut ack);
+            }
             let (domain, mut rx) = Ferry::open_rx(spec, Wait::Block)?.into_parts();
             let passing = Passing::new(&domain, config)?;
-            sink(plan, s, &passing, &mut rx, &mut ack)
+            sink(plan, s, &passing, In::Channel(&mut rx), &mut ack)
         }
         r => bail!("{r:?} is not a genie role"),
     }
@@ -116,13 +149,31 @@ enum Buffer {
     Sys,
 }
 
+/// Where a source outputs.
+enum Out<'a> {
+    Channel(&'a Sender),
+    Tcp(&'a mut TcpLink),
+}
+
+/// Where a sink inputs from.
+enum In<'a> {
+    Channel(&'a mut Receiver),
+    Tcp(&'a mut TcpLink),
+}
+
 fn source(
     plan: &Plan,
     s: Semantics,
     passing: &Passing,
-    tx: &Sender,
+    mut out_to: Out<'_>,
     ack: &mut Ack,
 ) -> Result<Vec<Sample>> {
+    let collect = |o: &Out<'_>| -> Result<()> {
+        if let Out::Channel(tx) = o {
+            tx.collect_releases()?;
+        }
+        Ok(())
+    };
     let mut out = Vec::new();
     let mut current: Option<(usize, Buffer)> = None;
     let mut before = counters(&passing.stats(), s);
@@ -148,7 +199,7 @@ fn source(
             // Untimed: take back what the sink released (TCOW unprotects here), then
             // write the message as an application would produce it: the sequence number,
             // and one byte in every page.
-            tx.collect_releases()?;
+            collect(&out_to)?;
             let sys = match buf {
                 Buffer::Bytes(v) => {
                     produce(v, seq);
@@ -170,15 +221,24 @@ fn source(
             };
             let c0 = thread_cpu_ns();
             let t0 = now_ns();
-            match (&*buf, sys) {
-                (Buffer::Bytes(v), _) => passing.send_bytes(tx, v)?,
-                (Buffer::App(b), _) => {
+            match (&mut out_to, &*buf, sys) {
+                (Out::Channel(tx), Buffer::Bytes(v), _) => passing.send_bytes(tx, v)?,
+                (Out::Channel(tx), Buffer::App(b), _) => {
                     passing.send_app(tx, b, 0..size, s)?;
                 }
-                (Buffer::Sys, Some(b)) => {
+                (Out::Channel(tx), Buffer::Sys, Some(b)) => {
                     passing.send_sys(tx, b, s)?;
                 }
-                (Buffer::Sys, None) => unreachable!("made above"),
+                (Out::Tcp(TcpLink(sock, _)), Buffer::Bytes(v), _) => {
+                    passing.tcp_send_bytes(sock, v)?
+                }
+                (Out::Tcp(TcpLink(sock, ring)), Buffer::App(b), _) => {
+                    passing.tcp_send_app(ring, sock, b, 0..size, s)?;
+                }
+                (Out::Tcp(TcpLink(sock, ring)), Buffer::Sys, Some(b)) => {
+                    passing.tcp_send_sys(ring, sock, b, s)?;
+                }
+                (_, Buffer::Sys, None) => unreachable!("a system buffer is made above"),
             }
             let c1 = thread_cpu_ns();
             if i >= step.warmup {
@@ -190,7 +250,7 @@ fn source(
         out.extend(samples(step, stamps, cpu));
         // Counters per size, once its last trial is done.
         if steps.get(k + 1).is_none_or(|n| n.size != size) {
-            tx.collect_releases()?;
+            collect(&out_to)?;
             let now = counters(&passing.stats(), s);
             for (j, (a, b)) in now.iter().zip(before).enumerate() {
                 out.push(Sample {
@@ -212,7 +272,7 @@ fn sink(
     plan: &Plan,
     s: Semantics,
     passing: &Passing,
-    rx: &mut Receiver,
+    mut from: In<'_>,
     ack: &mut Ack,
 ) -> Result<Vec<Sample>> {
     let mut out = Vec::new();
@@ -228,7 +288,20 @@ fn sink(
             let c0 = thread_cpu_ns();
             let (t1, c1, got) = match s.allocator() {
                 ferry::semantics::Allocator::Application => {
-                    let n = passing.recv_into(rx, s, &mut dst)?;
+                    let n = match &mut from {
+                        In::Channel(rx) => passing.recv_into(rx, s, &mut dst)?,
+                        In::Tcp(TcpLink(sock, _)) => {
+                            // A stream: read until the whole message is in.
+                            let mut got = 0;
+                            while got < size {
+                                match passing.tcp_recv_into(sock, s, &mut dst[got..])? {
+                                    0 => bail!("{s}: the source closed the socket"),
+                                    n => got += n,
+                                }
+                            }
+                            got
+                        }
+                    };
                     let (t1, c1) = (now_ns(), thread_cpu_ns());
                     if n != size {
                         bail!("{s}: received {n} bytes, expected {size}");
@@ -236,15 +309,40 @@ fn sink(
                     (t1, c1, <[u8; 8]>::try_from(&dst[..8]).expect("8 bytes"))
                 }
                 ferry::semantics::Allocator::System => {
-                    let b = passing.recv_sys(rx, s)?;
-                    let (t1, c1) = (now_ns(), thread_cpu_ns());
-                    if b.len() != size {
-                        bail!("{s}: received {} bytes, expected {size}", b.len());
+                    // Over TCP a message may come in several buffers: keep them all
+                    // until the whole message is in, as an application would.
+                    let mut bufs = Vec::new();
+                    let mut got = 0;
+                    while got < size {
+                        let b = match &mut from {
+                            In::Channel(rx) => passing.recv_sys(rx, s)?,
+                            In::Tcp(TcpLink(sock, ring)) => {
+                                passing.tcp_recv_sys(ring, sock, s, size - got)?
+                            }
+                        };
+                        if b.is_empty() {
+                            bail!("{s}: the source closed the socket");
+                        }
+                        got += b.len();
+                        bufs.push(b);
                     }
-                    let head = match b.as_slice() {
-                        Some(v) => <[u8; 8]>::try_from(&v[..8]).expect("8 bytes"),
-                        None => bail!("{s}: a received system buffer in several fragments"),
-                    };
+                    let (t1, c1) = (now_ns(), thread_cpu_ns());
+                    if got != size {
+                        bail!("{s}: received {got} bytes, expected {size}");
+                    }
+                    let mut head = [0u8; 8];
+                    let mut at = 0;
+                    for b in &bufs {
+                        let Some(v) = b.as_slice() else {
+                            bail!("{s}: a received system buffer in several fragments");
+                        };
+                        let k = v.len().min(8 - at);
+                        head[at..at + k].copy_from_slice(&v[..k]);
+                        at += k;
+                        if at == 8 {
+                            break;
+                        }
+                    }
                     (t1, c1, head)
                 }
             };
