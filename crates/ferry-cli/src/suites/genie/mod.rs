@@ -59,7 +59,7 @@ const SIZES: &[usize] = &[
     16 * MIB,
     64 * MIB,
 ];
-const QUICK_SIZES: &[usize] = &[64, 5000, 64 * KIB, MIB, 16 * MIB, 64 * MIB];
+const QUICK_SIZES: &[usize] = &[64, 5000, 60 * KIB, 64 * KIB, MIB, 16 * MIB, 64 * MIB];
 
 /// One semantics at one size.
 pub struct Point {

@@ -294,6 +294,7 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, all: &[Series]) -
         "predicted (µs)",
         "measured (µs)",
         "error",
+        "CPU out + in (µs)",
     ]);
     for x in series {
         for q in x.points.iter().filter(|q| q.size >= 64 << 10) {

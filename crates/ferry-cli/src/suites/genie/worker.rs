@@ -22,6 +22,11 @@ use crate::transport::ack::Ack;
 use crate::transport::ferry::Ferry;
 use crate::transport::Transport;
 
+/// Largest buffer a TCP sink asks for per receive under a system-allocated semantics: a
+/// stream delivers a large message in pieces, and a buffer sized for the whole message
+/// per piece would hold many times its size.
+const TCP_CHUNK: usize = 1 << 20;
+
 /// The counters a source reports per size, in the order of their `trial` index.
 pub const COUNTERS: &[&str] = &[
     "outputs",
@@ -317,7 +322,7 @@ fn sink(
                         let b = match &mut from {
                             In::Channel(rx) => passing.recv_sys(rx, s)?,
                             In::Tcp(TcpLink(sock, ring)) => {
-                                passing.tcp_recv_sys(ring, sock, s, size - got)?
+                                passing.tcp_recv_sys(ring, sock, s, (size - got).min(TCP_CHUNK))?
                             }
                         };
                         if b.is_empty() {
