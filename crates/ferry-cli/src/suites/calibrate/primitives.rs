@@ -103,7 +103,14 @@ pub fn measure(primitive: &str, size: usize, reps: usize, other_cpu: usize) -> R
             let (from, to) = (Map::anon(size)?, Map::anon(size)?);
             timed(reps, || Ok(from.move_to(&to)?), || Ok(from.replace_anon()?))
         }
-        p::REGION_CREATE => timed(reps, || Ok(drop(black_box(memfd(size)?))), none),
+        p::REGION_CREATE => timed(
+            reps,
+            || {
+                drop(black_box(memfd(size)?));
+                Ok(())
+            },
+            none,
+        ),
         p::REGION_MAP => {
             let (fd, _m) = filled(size)?;
             let mapped = Cell::new(None);
@@ -115,7 +122,10 @@ pub fn measure(primitive: &str, size: usize, reps: usize, other_cpu: usize) -> R
                     mapped.set(Some(m));
                     Ok(())
                 },
-                || Ok(drop(mapped.take())),
+                || {
+                    drop(mapped.take());
+                    Ok(())
+                },
             )
         }
         p::REGION_UNMAP => {
@@ -128,7 +138,10 @@ pub fn measure(primitive: &str, size: usize, reps: usize, other_cpu: usize) -> R
             let mapped = Cell::new(Some(map()?));
             timed(
                 reps,
-                || Ok(drop(mapped.take())),
+                || {
+                    drop(mapped.take());
+                    Ok(())
+                },
                 || {
                     mapped.set(Some(map()?));
                     Ok(())
@@ -177,7 +190,10 @@ fn copy_in(size: usize, reps: usize) -> Result<Vec<f64>> {
             frozen.set(Some(b.freeze()));
             Ok(())
         },
-        || Ok(drop(frozen.take())),
+        || {
+            drop(frozen.take());
+            Ok(())
+        },
     )?;
     drop((path, domain, group));
     Ok(ns)

@@ -113,7 +113,7 @@ pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
         Semantics::EmulatedWeakMove,
     ] {
         if let Some(r) = ratio_at(series, s, largest) {
-            if w_all.is_none_or(|(w, _)| r > w) {
+            if w_all.map_or(true, |(w, _)| r > w) {
                 w_all = Some((r, s));
             }
         }
@@ -157,7 +157,7 @@ pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
         for pt in x.points.iter().filter(|q| q.size >= 64 << 10) {
             if let Some(pred) = pt.predicted {
                 let e = (pred - pt.lat.median).abs() / pt.lat.median;
-                if worst_err.is_none_or(|(w, _, _)| e > w) {
+                if worst_err.map_or(true, |(w, _, _)| e > w) {
                     worst_err = Some((e, x.s, pt.size));
                 }
             }

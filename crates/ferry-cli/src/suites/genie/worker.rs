@@ -185,7 +185,7 @@ fn source(
     let steps: Vec<Step> = plan.steps().collect();
     for (k, step) in steps.iter().enumerate() {
         let size = step.size;
-        if current.as_ref().is_none_or(|(n, _)| *n != size) {
+        if current.as_ref().map_or(true, |(n, _)| *n != size) {
             let b = match s {
                 Semantics::Copy => Buffer::Bytes(vec![0x5a; size]),
                 Semantics::EmulatedCopy | Semantics::Share | Semantics::EmulatedShare => {
@@ -254,7 +254,7 @@ fn source(
         }
         out.extend(samples(step, stamps, cpu));
         // Counters per size, once its last trial is done.
-        if steps.get(k + 1).is_none_or(|n| n.size != size) {
+        if steps.get(k + 1).map_or(true, |n| n.size != size) {
             collect(&out_to)?;
             let now = counters(&passing.stats(), s);
             for (j, (a, b)) in now.iter().zip(before).enumerate() {
