@@ -101,9 +101,9 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
             warm_max: 3,
         },
         Budget {
-            bytes: 512 * MIB,
-            min: 7,
-            max: 400,
+            bytes: 128 * MIB,
+            min: 5,
+            max: 300,
             warm_bytes: 8 * MIB,
             warm_max: 20,
         },
@@ -115,7 +115,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         msgs: budget.msgs(&sizes),
         warmup: budget.warmup(&sizes).iter().map(|&w| w.max(1)).collect(),
         sizes,
-        trials: ctx.pick(1, 3),
+        trials: ctx.pick(1, 2),
         hops: 0,
     };
     // The workers read this run's thresholds from the file the library looks for.
