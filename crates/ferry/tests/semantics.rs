@@ -140,6 +140,23 @@ fn child_main(role: &str) {
             read_line(&mut stdin);
             drop(d);
         }
+        // Connect; send two copies of 1 MiB + 100 of pattern 31 under copy; say "sent";
+        // on a line, report whether the parent released both.
+        "sender" => {
+            let peer: DomainId = read_line(&mut stdin).parse().unwrap();
+            let tx = domain.connect(peer, T).unwrap();
+            let v = pattern(31, (1 << 20) + 100);
+            p.send_bytes(&tx, &v).unwrap();
+            p.send_bytes(&tx, &v).unwrap();
+            println!("sent");
+            read_line(&mut stdin);
+            let released = within(10, || {
+                tx.collect_releases().unwrap();
+                tx.in_flight() == 0
+            });
+            println!("released {released}");
+            read_line(&mut stdin);
+        }
         // Report which thresholds a Passing with none configured picks up.
         "thresholds" => {
             let p = Passing::new(&domain, PassingConfig::default()).unwrap();
@@ -191,9 +208,9 @@ fn child_main(role: &str) {
             }
         }
         // An ordinary TCP program (std::net, no ferry): connects to the port on stdin,
-        // then for each "seed:len" of the argument reads len bytes after a pause (so the
-        // sender is still sending while its writer runs) and checks them; then writes
-        // the same messages back; reports "ok N" or the first complaint.
+        // then for each "seed:len" of the argument waits for "go" on stdin, reads len
+        // bytes and checks them; then writes the same messages back; reports "ok N" or
+        // the first complaint.
         "tcp-peer" => {
             use std::io::{Read, Write};
             let (sem, list) = arg.split_once(';').unwrap();
@@ -201,6 +218,9 @@ fn child_main(role: &str) {
             let strong = s.integrity() == Integrity::Strong;
             let port: u16 = read_line(&mut stdin).parse().unwrap();
             let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            // A small receive buffer (no autotuning): a large message cannot sit in the
+            // kernel before we read it, so the sender is still sending when we start.
+            rustix::net::sockopt::set_socket_recv_buffer_size(&sock, 64 << 10).unwrap();
             let msgs: Vec<(u64, usize)> = list
                 .split(',')
                 .map(|m| {
@@ -210,7 +230,8 @@ fn child_main(role: &str) {
                 .collect();
             let mut bad = None;
             for &(seed, len) in &msgs {
-                std::thread::sleep(Duration::from_millis(20));
+                // Read only once the sender's writer has written its buffer.
+                assert_eq!(read_line(&mut stdin), "go");
                 let mut v = vec![0u8; len];
                 sock.read_exact(&mut v).unwrap();
                 if bad.is_none() {
@@ -279,19 +300,31 @@ fn promise_under_a_writer(s: Semantics) {
                 let at = rng.below(4096) as usize;
                 let mut a = p.app_buffer(at + len).unwrap();
                 a.as_mut_slice()[at..].copy_from_slice(&old);
-                let used = p.send_app(&tx, &a, at..at + len, s).unwrap();
-                expect_used(&p, s, used, len);
-                // The writer: another thread, through a raw pointer, during output.
+                // The writer: another thread, through a raw pointer. Under emulated copy
+                // it starts as soon as output has protected the pages, while the output
+                // call is still running; otherwise once the call returned.
                 let ptr = a.as_mut_ptr() as usize;
+                let a = std::sync::Arc::new(a);
+                let a2 = a.clone();
+                let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let done2 = done.clone();
+                let early = s == Semantics::EmulatedCopy && p.tcow_available();
                 let new2 = new.clone();
-                std::thread::spawn(move || {
-                    // SAFETY: the buffer lives until this thread is joined below.
+                let writer = std::thread::spawn(move || {
+                    while !(done2.load(std::sync::atomic::Ordering::Acquire)
+                        || early && a2.protected_pages() > 0)
+                    {
+                        std::thread::yield_now();
+                    }
+                    // SAFETY: the buffer lives (an Arc) until this thread is joined.
                     unsafe {
                         std::ptr::copy_nonoverlapping(new2.as_ptr(), (ptr + at) as *mut u8, len)
                     };
-                })
-                .join()
-                .unwrap();
+                });
+                let used = p.send_app(&tx, &a, at..at + len, s).unwrap();
+                done.store(true, std::sync::atomic::Ordering::Release);
+                writer.join().unwrap();
+                expect_used(&p, s, used, len);
                 assert_eq!(&a.as_slice()[at..], &new[..], "the writer's bytes");
                 // `a` drops while the receiver may still read: the output keeps its pages.
             }
@@ -665,6 +698,139 @@ fn thresholds_come_from_the_calibration_file() {
     );
 }
 
+/// Operations refuse a semantics of the other allocator, a range past the buffer and a
+/// received buffer given as output, and lose nothing doing so.
+fn misuse_is_refused() {
+    let (g, d, _name) = join("misuse");
+    let p = passing(&d);
+    let d2 = g.join().unwrap();
+    let p2 = passing(&d2);
+    let to = d2.id();
+    let dd = d.clone();
+    let c = std::thread::spawn(move || dd.connect(to, T).unwrap());
+    let mut rx = d2.accept(T).unwrap();
+    let tx = c.join().unwrap();
+    let a = p.app_buffer(100).unwrap();
+    assert!(matches!(
+        p.send_app(&tx, &a, 0..10, Semantics::Move),
+        Err(Error::WrongSemantics {
+            semantics: "move",
+            ..
+        })
+    ));
+    assert!(matches!(
+        p.send_app(&tx, &a, 0..101, Semantics::Copy),
+        Err(Error::InvalidArgument(_))
+    ));
+    let b = p.sys_buffer(10).unwrap();
+    assert!(matches!(
+        p.send_sys(&tx, b, Semantics::Share),
+        Err(Error::WrongSemantics { .. })
+    ));
+    assert!(matches!(
+        p2.recv_sys(&mut rx, Semantics::Copy),
+        Err(Error::WrongSemantics { .. })
+    ));
+    let mut b = p.sys_buffer(10).unwrap();
+    b.as_mut_slice().unwrap().copy_from_slice(b"0123456789");
+    p.send_sys(&tx, b, Semantics::WeakMove).unwrap();
+    let mut got = p2.recv_sys(&mut rx, Semantics::WeakMove).unwrap();
+    assert_eq!(got.as_slice().unwrap(), b"0123456789");
+    assert!(
+        got.as_mut_slice().is_none(),
+        "received buffers are read-only"
+    );
+    // A received buffer cannot be output as a system buffer: refused before sending.
+    assert!(matches!(
+        p2.send_sys(&tx, got, Semantics::WeakMove),
+        Err(Error::ReceivedBuffer)
+    ));
+    // Made writable, it is a local copy.
+    let b = p.sys_buffer(10).unwrap();
+    p.send_sys(&tx, b, Semantics::WeakMove).unwrap();
+    let got = p2.recv_sys(&mut rx, Semantics::WeakMove).unwrap();
+    let mut mine = p2.make_writable(got, Semantics::WeakMove).unwrap();
+    mine.as_mut_slice().unwrap()[0] = b'x';
+    assert_eq!(p2.stats().of(Semantics::WeakMove).copied_bytes, 10);
+    assert!(within(10, || {
+        tx.collect_releases().unwrap();
+        tx.in_flight() == 0
+    }));
+}
+
+/// With a swap threshold of 0, input swaps in the whole pages that line up (mapped
+/// privately from the sender's lot, the message held meanwhile) and copies the rest; a
+/// misaligned destination copies everything. Writes to swapped pages stay private, and
+/// output of such a buffer first copies them into our own lot.
+fn input_swaps_whole_pages_where_told() {
+    let (g, d, name) = join("swap");
+    let p = Passing::new(
+        &d,
+        PassingConfig {
+            thresholds: Some(Thresholds::NEVER_CONVERT),
+            ..PassingConfig::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(p.thresholds().swap, 0);
+    let mut peer = Peer::spawn("sender", &name, "");
+    let mut rx = accept_from(&d, &mut peer);
+    assert_eq!(peer.line(), "sent");
+    let len = (1 << 20) + 100;
+    let want = pattern(31, len);
+    // Lined up (at the offset the data had in the sender's page): the whole pages are
+    // swapped, the partial ones at both ends copied.
+    let data = rx.recv().unwrap();
+    let at = p.preferred_offset(&data);
+    let mut a = p.app_buffer(at + len).unwrap();
+    assert_eq!(
+        p.input_into_app(&data, Semantics::Copy, &mut a, at)
+            .unwrap(),
+        len
+    );
+    drop(data);
+    let st = p.stats();
+    let whole = (at + len) / 4096 - at.div_ceil(4096);
+    assert!(whole >= 255);
+    assert_eq!(st.pages_swapped, whole as u64, "{st:?}");
+    assert_eq!(
+        st.of(Semantics::Copy).copied_bytes,
+        (len - whole * 4096) as u64
+    );
+    assert_eq!(&a.as_slice()[at..], &want[..]);
+    // Not lined up: copied.
+    let data = rx.recv().unwrap();
+    let off = (p.preferred_offset(&data) + 1) % 4096;
+    let mut b = p.app_buffer(off + len).unwrap();
+    p.input_into_app(&data, Semantics::Copy, &mut b, off)
+        .unwrap();
+    assert_eq!(p.stats().pages_swapped, whole as u64);
+    assert_eq!(&b.as_slice()[off..], &want[..]);
+    drop((b, data));
+    // Writing a swapped page is private to us.
+    a.as_mut_slice()[at + 5000] ^= 0xff;
+    assert_ne!(a.as_slice()[at + 5000], want[5000]);
+    // Output names our own lot pages: the swapped ones are copied in first.
+    let d2 = g.join().unwrap();
+    let to = d2.id();
+    let dd = d.clone();
+    let c = std::thread::spawn(move || dd.connect(to, T).unwrap());
+    let mut rx2 = d2.accept(T).unwrap();
+    let tx2 = c.join().unwrap();
+    p.send_app(&tx2, &a, 0..at + len, Semantics::EmulatedShare)
+        .unwrap();
+    assert_eq!(p.stats().pages_settled, whole as u64);
+    let got = rx2.recv().unwrap();
+    assert!(got.eq_bytes(a.as_slice()));
+    drop(got);
+    // The sender gets its message back once nothing maps it.
+    drop(a);
+    peer.tell("check");
+    assert_eq!(peer.line(), "released true");
+    peer.tell("bye");
+    assert!(exit_status(&mut peer).success());
+}
+
 fn thresholds_at_their_edges() {
     let (_g, d, name) = join("edges");
     let t = Thresholds {
@@ -852,44 +1018,69 @@ fn tcp_promise(s: Semantics) {
     );
     peer.tell(&port.to_string());
     let (sock, _) = listener.accept().unwrap();
+    // A small send buffer too: messages of 2 MiB and more stay in the sending call until
+    // the peer reads, which it does only after our writer has written.
+    rustix::net::sockopt::set_socket_send_buffer_size(&sock, 64 << 10).unwrap();
+    let stdin = std::sync::Arc::new(std::sync::Mutex::new(peer.child.stdin.take().unwrap()));
+    let go = |stdin: &std::sync::Arc<std::sync::Mutex<std::process::ChildStdin>>| {
+        use std::io::Write;
+        let mut w = stdin.lock().unwrap();
+        writeln!(w, "go").unwrap();
+        w.flush().unwrap();
+    };
+    let mut faults_at_large = 0;
     for &(seed, len) in &msgs {
         let old = pattern(seed, len);
-        let used = if s == Semantics::Copy {
-            p.tcp_send_bytes(&sock, &old)
-                .map(|_| Used::Mechanism)
-                .unwrap()
-        } else if s.allocator() == ferry::semantics::Allocator::Application {
-            let mut a = p.app_buffer(len).unwrap();
-            a.as_mut_slice().copy_from_slice(&old);
-            let ptr = a.as_mut_ptr() as usize;
-            let new = pattern(seed ^ MASK, len);
-            let a = std::sync::Arc::new(a);
-            let a2 = a.clone();
-            let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let done2 = done.clone();
-            // The writer: once output has protected the pages (or at once, for the forms
-            // that protect nothing), write the new bytes.
-            let writer = std::thread::spawn(move || {
-                let t0 = Instant::now();
-                while a2.protected_pages() == 0
-                    && !done2.load(std::sync::atomic::Ordering::Relaxed)
-                    && t0.elapsed() < Duration::from_secs(5)
-                {
-                    std::hint::spin_loop();
-                }
-                // SAFETY: the buffer lives (an Arc) until this thread is joined.
-                unsafe { std::ptr::copy_nonoverlapping(new.as_ptr(), ptr as *mut u8, len) };
-            });
-            let used = p.tcp_send_app(&mut ring, &sock, &a, 0..len, s).unwrap();
-            done.store(true, std::sync::atomic::Ordering::Relaxed);
-            writer.join().unwrap();
-            used
-        } else {
-            let mut b = p.sys_buffer(len).unwrap();
-            b.as_mut_slice().unwrap().copy_from_slice(&old);
-            p.tcp_send_sys(&mut ring, &sock, b, s).unwrap()
-        };
+        let faults_before = p.stats().tcow_faults;
+        let used =
+            if s.allocator() == ferry::semantics::Allocator::Application && s != Semantics::Copy {
+                let mut a = p.app_buffer(len).unwrap();
+                a.as_mut_slice().copy_from_slice(&old);
+                let ptr = a.as_mut_ptr() as usize;
+                let new = pattern(seed ^ MASK, len);
+                let a = std::sync::Arc::new(a);
+                let a2 = a.clone();
+                let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let done2 = done.clone();
+                let wait_for_protection = s == Semantics::EmulatedCopy && p.tcow_available();
+                let stdin2 = stdin.clone();
+                // The writer: once output has protected the pages (or at once, for the forms
+                // that protect nothing, or once a short send is over), write the new bytes;
+                // then let the peer read.
+                let writer = std::thread::spawn(move || {
+                    while wait_for_protection
+                        && a2.protected_pages() == 0
+                        && !done2.load(std::sync::atomic::Ordering::Acquire)
+                    {
+                        std::thread::yield_now();
+                    }
+                    // SAFETY: the buffer lives (an Arc) until this thread is joined.
+                    unsafe { std::ptr::copy_nonoverlapping(new.as_ptr(), ptr as *mut u8, len) };
+                    go(&stdin2);
+                });
+                let used = p.tcp_send_app(&mut ring, &sock, &a, 0..len, s).unwrap();
+                done.store(true, std::sync::atomic::Ordering::Release);
+                writer.join().unwrap();
+                used
+            } else {
+                let stdin2 = stdin.clone();
+                let teller = std::thread::spawn(move || go(&stdin2));
+                let used = if s == Semantics::Copy {
+                    p.tcp_send_bytes(&sock, &old)
+                        .map(|_| Used::Mechanism)
+                        .unwrap()
+                } else {
+                    let mut b = p.sys_buffer(len).unwrap();
+                    b.as_mut_slice().unwrap().copy_from_slice(&old);
+                    p.tcp_send_sys(&mut ring, &sock, b, s).unwrap()
+                };
+                teller.join().unwrap();
+                used
+            };
         expect_used(&p, s, used, len);
+        if len >= 2 << 20 {
+            faults_at_large += p.stats().tcow_faults - faults_before;
+        }
     }
     // Input: what the peer writes back.
     for &(seed, len) in &msgs {
@@ -936,7 +1127,7 @@ fn tcp_promise(s: Semantics) {
     }
     if s == Semantics::EmulatedCopy && p.tcow_available() {
         assert!(
-            st.tcow_faults > 0,
+            faults_at_large > 0,
             "the writer never met a protected page: {st:?}"
         );
     }
@@ -990,6 +1181,11 @@ fn main() {
             no_userfaultfd_env_in_a_child,
         ),
         ("thresholds_at_their_edges", thresholds_at_their_edges),
+        ("misuse_is_refused", misuse_is_refused),
+        (
+            "input_swaps_whole_pages_where_told",
+            input_swaps_whole_pages_where_told,
+        ),
         (
             "thresholds_come_from_the_calibration_file",
             thresholds_come_from_the_calibration_file,

@@ -47,6 +47,10 @@ pub(crate) struct Page {
     pub epoch: u32,
     /// Outputs in flight that `mlock` this page (share).
     pub locked: u32,
+    /// The view maps this page `MAP_PRIVATE` from another domain's lot (swapped in on
+    /// input; `seg` is the received fragment, held until the page is mapped over). Before
+    /// output such a page is copied to a page of our own lot ([`AppInner::own_copy`]).
+    pub private: bool,
 }
 
 pub(crate) struct AppState {
@@ -76,6 +80,148 @@ impl AppInner {
             return 0..0;
         }
         range.start / p..range.end.div_ceil(p)
+    }
+}
+
+/// A single page taken from the lot for a page of a view (a TCOW copy, or a swapped-in
+/// page settled before output); goes back to the lot when no view page and no output
+/// names it any more.
+pub(crate) struct LotPage {
+    lot: Arc<Lot>,
+    off: u64,
+}
+
+impl LotPage {
+    /// Takes one page from `lot`'s free spans (not from a path: no quota, no collecting
+    /// of releases, so the TCOW handler may call it).
+    pub fn take(lot: &Arc<Lot>) -> Option<LotPage> {
+        Some(LotPage {
+            lot: lot.clone(),
+            off: lot.take(0)?,
+        })
+    }
+}
+
+impl Keep for LotPage {}
+
+impl Drop for LotPage {
+    fn drop(&mut self) {
+        self.lot.give(0, [self.off]);
+    }
+}
+
+impl AppInner {
+    /// Makes page `i` of the view a page of our own lot holding the same bytes: copies
+    /// it into `fresh` and maps `fresh` over it (`mmap(MAP_SHARED | MAP_FIXED)`), in one
+    /// step. TCOW does this to a protected page a writer touched; output does it to a
+    /// page swapped in from another domain. The page is then unprotected and unlocked,
+    /// with a new epoch, and the view needs registering again.
+    pub fn own_copy(&self, st: &mut AppState, i: usize, fresh: LotPage) -> std::io::Result<()> {
+        let p = page_size();
+        let src = self.view.as_ptr().wrapping_add(i * p);
+        let dst = self.lot.base().wrapping_add(fresh.off as usize);
+        // SAFETY: `src` is a mapped, readable page of the view, which nobody writes now
+        // (protected, or the caller holds the buffer); `dst` is the fresh lot page, which
+        // nothing else uses.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, p) };
+        // SAFETY: page `i` of the view is this buffer's; its new backing holds the same
+        // bytes, so every reference into the view reads what it read before.
+        unsafe {
+            self.view.replace(
+                i * p,
+                std::os::fd::AsFd::as_fd(self.lot.fd()),
+                fresh.off,
+                p,
+                Access::ReadWrite,
+            )?
+        };
+        let span = crate::segment::LotSpan {
+            lot: self.lot.id,
+            offset: fresh.off,
+        };
+        // SAFETY: the lot page stays mapped (the lot's main mapping) while `fresh` lives
+        // in the keeper; it is exactly that span; only this buffer's page refers to it.
+        let seg = unsafe {
+            Segment::from_raw(
+                std::ptr::NonNull::new(dst).expect("lot pages are non-null"),
+                p,
+                Some(span),
+                false,
+                Arc::new(fresh),
+            )
+        };
+        let old = &st.pages[i];
+        st.pages[i] = Page {
+            seg: Arc::new(seg),
+            off: 0,
+            prot: 0,
+            epoch: old.epoch.wrapping_add(1),
+            locked: old.locked,
+            private: false,
+        };
+        st.registered = false;
+        Ok(())
+    }
+
+    /// Copies every swapped-in page of `pages` to our own lot, so that output can name
+    /// them. Fails (nothing half done for any page) if the lot has no page left.
+    pub fn settle(&self, pages: Range<usize>) -> Result<usize> {
+        let mut st = self.state();
+        let mut n = 0;
+        for i in pages {
+            if !st.pages[i].private {
+                continue;
+            }
+            let fresh = LotPage::take(&self.lot).ok_or(Error::LotExhausted {
+                requested: page_size(),
+            })?;
+            self.own_copy(&mut st, i, fresh)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Maps `whole` pages of another domain's lot, from `src_off` of `fd`, privately over
+    /// the view from page `first` (`mmap(MAP_PRIVATE | MAP_FIXED)`): page swapping on
+    /// input. `held` keeps the pages' message (and so the sender's pages) alive for as
+    /// long as the view maps them. Pages under output are left alone: returns false.
+    pub fn swap_in(
+        &self,
+        first: usize,
+        whole: usize,
+        fd: std::os::fd::BorrowedFd<'_>,
+        src_off: u64,
+        held: &Arc<Segment>,
+        held_off: usize,
+    ) -> Result<bool> {
+        let p = page_size();
+        let mut st = self.state();
+        if st.pages[first..first + whole]
+            .iter()
+            .any(|pg| pg.prot > 0 || pg.locked > 0)
+        {
+            return Ok(false);
+        }
+        // SAFETY: the pages are this buffer's (the caller holds it mutably), under no
+        // output; the private mapping shows the received bytes, which their sender keeps
+        // unchanged while `held` (the message) lives, and `held` lives in the page table.
+        unsafe {
+            self.view
+                .replace_private(first * p, fd, src_off, whole * p)?
+        };
+        for k in 0..whole {
+            let old = &st.pages[first + k];
+            st.pages[first + k] = Page {
+                seg: held.clone(),
+                off: held_off + k * p,
+                prot: 0,
+                epoch: old.epoch.wrapping_add(1),
+                locked: 0,
+                private: true,
+            };
+        }
+        st.registered = false;
+        Ok(true)
     }
 }
 
@@ -138,6 +284,7 @@ impl AppBuffer {
                 prot: 0,
                 epoch: 0,
                 locked: 0,
+                private: false,
             })
             .collect();
         let inner = Arc::new(AppInner {
@@ -271,30 +418,44 @@ impl AppInner {
         true
     }
 
-    /// The data of `range` as the receivers will read it: fragments over the lot pages
-    /// backing those pages now, kept (with `hold`) until every receiver released them.
-    /// Call with the pages already protected or locked as `hold` says.
-    pub fn describe(self: &Arc<Self>, range: Range<usize>, hold: Hold) -> crate::iodata::IoData {
+    /// The lot pages behind `range` now, as (segment, offset in it, length), merged where
+    /// contiguous. Call with the state locked, in the same critical section as whatever
+    /// protects or locks those pages: a page TCOW replaces afterwards has a new backing.
+    pub fn pieces(st: &AppState, range: &Range<usize>) -> Vec<(Arc<Segment>, usize, usize)> {
         let p = page_size();
-        let pages = self.pages_of(&range);
-        // Pieces: (segment, offset in it, length), merged where contiguous.
         let mut pieces: Vec<(Arc<Segment>, usize, usize)> = Vec::new();
-        {
-            let st = self.state();
-            let mut at = range.start;
-            while at < range.end {
-                let i = at / p;
-                let within = at % p;
-                let n = (p - within).min(range.end - at);
-                let pg = &st.pages[i];
-                let off = pg.off + within;
-                match pieces.last_mut() {
-                    Some((s, o, l)) if Arc::ptr_eq(s, &pg.seg) && *o + *l == off => *l += n,
-                    _ => pieces.push((pg.seg.clone(), off, n)),
-                }
-                at += n;
+        let mut at = range.start;
+        while at < range.end {
+            let i = at / p;
+            let within = at % p;
+            let n = (p - within).min(range.end - at);
+            let pg = &st.pages[i];
+            let off = pg.off + within;
+            match pieces.last_mut() {
+                Some((s, o, l)) if Arc::ptr_eq(s, &pg.seg) && *o + *l == off => *l += n,
+                _ => pieces.push((pg.seg.clone(), off, n)),
             }
+            at += n;
         }
+        pieces
+    }
+
+    /// The data of `range` as the receivers will read it, for outputs that protect
+    /// nothing (share locks, but promises no integrity): the pages' backing now.
+    pub fn describe(self: &Arc<Self>, range: Range<usize>, hold: Hold) -> crate::iodata::IoData {
+        let pieces = Self::pieces(&self.state(), &range);
+        self.describe_pieces(range, pieces, hold)
+    }
+
+    /// The data of `range` over `pieces` (from [`pieces`](Self::pieces)), kept (with
+    /// `hold`) until every receiver released them.
+    pub fn describe_pieces(
+        self: &Arc<Self>,
+        range: Range<usize>,
+        pieces: Vec<(Arc<Segment>, usize, usize)>,
+        hold: Hold,
+    ) -> crate::iodata::IoData {
+        let pages = self.pages_of(&range);
         let mut backing: Vec<Arc<Segment>> = Vec::new();
         for (s, _, _) in &pieces {
             if !backing.iter().any(|b| Arc::ptr_eq(b, s)) {

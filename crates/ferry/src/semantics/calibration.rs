@@ -42,8 +42,8 @@
 //! | emulated weak move | — (region cached) | `handover` | reads in place |
 //!
 //! This follows what [`Passing`](super::Passing) does: application-allocated input copies
-//! into the application's buffer (page swapping is not built, so `threshold.swap` only
-//! decides whether such input counts a [`NoSwap`](super::Fallback::NoSwap) fallback), and
+//! into the application's buffer (at or above `threshold.swap`, `Passing::input_into_app`
+//! swaps the lined-up whole pages of an `AppBuffer` in and copies the rest), and
 //! system-allocated input hands the receiver the sender's pages.
 //! Below its threshold an emulated form converts to copy, so it is predicted as copy.
 //! Work done after the receiver has the data (unprotecting at release, unwiring,

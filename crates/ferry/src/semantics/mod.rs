@@ -55,7 +55,7 @@
 //! | unmap at output, map back at release | move | [`regions`] |
 //! | region hiding (`PROT_NONE`) and reinstatement | emulated move | [`hide`] |
 //! | per-domain queues of output regions | weak move, emulated weak move | [`cache`] |
-//! | input alignment and copyout | every application-allocated input | [`copyout`] |
+//! | input alignment, copyout, page swapping | every application-allocated input | [`copyout`] |
 //! | short-data thresholds | every emulated form | [`thresholds`] |
 //! | the cost model and calibration file | `ferry calibrate` | [`calibration`] |
 //! | TCP through the io_uring driver | all eight | [`tcp`] |
@@ -198,6 +198,20 @@ impl Semantics {
             Self::WeakMove => "weak-move",
             Self::EmulatedWeakMove => "emulated-weak-move",
         }
+    }
+
+    /// `Ok` if this semantics has allocator `a`, else [`Error::WrongSemantics`].
+    pub(crate) fn expect(self, a: Allocator) -> Result<()> {
+        if self.allocator() == a {
+            return Ok(());
+        }
+        Err(Error::WrongSemantics {
+            semantics: self.name(),
+            needs: match a {
+                Allocator::Application => "application-allocated",
+                Allocator::System => "system-allocated",
+            },
+        })
     }
 
     /// Index in [`Semantics::ALL`].

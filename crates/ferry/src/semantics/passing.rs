@@ -232,8 +232,18 @@ impl Passing {
         InputAlignment {
             align: page_size(),
             preserves_page_offset: true,
-            max_len: None,
+            swap_at: self.thresholds.swap,
         }
+    }
+
+    /// Where `data` starts within a page in the sender's memory (ferry keeps the offset
+    /// the sender's buffer had). Received into a page-aligned application buffer at this
+    /// offset, its whole pages line up with the buffer's, as page swapping needs.
+    pub fn preferred_offset(&self, data: &IoData) -> usize {
+        data.fragments()
+            .first()
+            .and_then(|f| f.lot_span())
+            .map_or(0, |s| s.offset as usize % page_size())
     }
 
     /// The counters.
@@ -320,16 +330,18 @@ impl Passing {
         range: &Range<usize>,
         s: Semantics,
     ) -> Result<(Option<IoData>, Used)> {
-        if s.allocator() != Allocator::Application {
-            return Err(Error::InvalidArgument(
-                "output of an application buffer takes an application-allocated semantics",
-            ));
-        }
+        s.expect(Allocator::Application)?;
         if range.start > range.end || range.end > buf.len() {
             return Err(Error::InvalidArgument("range past the buffer"));
         }
         let app = &buf.inner;
         let pages = app.pages_of(range);
+        if s != Semantics::Copy {
+            // Pages swapped in from another domain are named by their own lot offsets
+            // only once they are copied into ours.
+            let n = app.settle(pages.clone())?;
+            add(&self.stats.pages_settled, n as u64);
+        }
         let fallback = |why| {
             self.stats.fallback(s, why);
             Ok((None, Used::Fallback(why)))
@@ -342,9 +354,9 @@ impl Passing {
             }
             Semantics::EmulatedCopy => match &self.engine {
                 None => fallback(Fallback::NoUserfaultfd),
-                Some(e) => match e.arm(app, pages) {
-                    Ok(epochs) => Ok((
-                        Some(app.describe(range.clone(), Hold::Tcow(epochs))),
+                Some(e) => match e.arm(app, range) {
+                    Ok((epochs, pieces)) => Ok((
+                        Some(app.describe_pieces(range.clone(), pieces, Hold::Tcow(epochs))),
                         Used::Mechanism,
                     )),
                     Err(_) => fallback(Fallback::ProtectFailed),
@@ -372,8 +384,9 @@ impl Passing {
     /// under an application-allocated semantics (see the table on [`Passing`]).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a system-allocated semantics or a range past the
-    /// buffer; channel errors from [`Sender::send`].
+    /// [`Error::WrongSemantics`] for a system-allocated semantics,
+    /// [`Error::InvalidArgument`] for a range past the buffer; channel errors from
+    /// [`Sender::send`].
     pub fn send_app(
         &self,
         tx: &Sender,
@@ -394,18 +407,13 @@ impl Passing {
     /// system-allocated semantics (see the table on [`Passing`]).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an application-allocated semantics or a received
-    /// buffer (forward its [`data`](SysBuffer::data) instead); channel errors.
+    /// [`Error::WrongSemantics`] for an application-allocated semantics,
+    /// [`Error::ReceivedBuffer`] for a received buffer (forward its
+    /// [`data`](SysBuffer::data) instead); channel errors.
     pub fn send_sys(&self, tx: &Sender, buf: SysBuffer, s: Semantics) -> Result<Used> {
-        if s.allocator() != Allocator::System {
-            return Err(Error::InvalidArgument(
-                "send_sys takes a system-allocated semantics",
-            ));
-        }
+        s.expect(Allocator::System)?;
         let SysKind::Local { seg, len } = buf.kind else {
-            return Err(Error::InvalidArgument(
-                "a received buffer cannot be output as a system buffer",
-            ));
+            return Err(Error::ReceivedBuffer);
         };
         if len == 0 {
             // Nothing to unmap, hide or queue: the region simply goes back to its path.
@@ -486,21 +494,15 @@ impl Passing {
     /// Input of already received `data` into the start of `dst`, as
     /// [`recv_into`](Self::recv_into) does.
     pub fn input_into(&self, data: &IoData, s: Semantics, dst: &mut [u8]) -> Result<usize> {
-        if s.allocator() != Allocator::Application {
-            return Err(Error::InvalidArgument(
-                "input into an application buffer takes an application-allocated semantics",
-            ));
-        }
-        if data.len() >= self.thresholds.swap {
-            self.stats.fallback(s, Fallback::NoSwap);
-        }
+        s.expect(Allocator::Application)?;
         let n = copy_into(data, dst)?;
         self.stats.copied(s, n);
         self.stats.input(s, n);
         Ok(n)
     }
 
-    /// Input into an application buffer at byte `at`.
+    /// Input into an application buffer at byte `at`: see
+    /// [`input_into_app`](Self::input_into_app).
     pub fn recv_into_app(
         &self,
         rx: &mut Receiver,
@@ -509,21 +511,91 @@ impl Passing {
         at: usize,
     ) -> Result<usize> {
         let data = rx.recv()?;
-        let d = dst
-            .as_mut_slice()
-            .get_mut(at..)
-            .ok_or(Error::InvalidArgument("offset past the buffer"))?;
-        self.input_into(&data, s, d)
+        self.input_into_app(&data, s, dst, at)
+    }
+
+    /// Input of already received `data` into an application buffer at byte `at`. At or
+    /// above [`Thresholds::swap`] (never, by default) whole pages whose offset within a
+    /// page matches the data's are swapped in (mapped privately from the sender's lot;
+    /// see [`copyout`](super::copyout)); partial pages and the rest are copied.
+    ///
+    /// # Errors
+    /// [`Error::WrongSemantics`] for a system-allocated semantics,
+    /// [`Error::InvalidArgument`] if the data does not fit from `at`.
+    pub fn input_into_app(
+        &self,
+        data: &IoData,
+        s: Semantics,
+        dst: &mut AppBuffer,
+        at: usize,
+    ) -> Result<usize> {
+        s.expect(Allocator::Application)?;
+        let n = data.len();
+        if at > dst.len() || n > dst.len() - at {
+            return Err(Error::InvalidArgument(
+                "destination is shorter than the message",
+            ));
+        }
+        let swapped = if n >= self.thresholds.swap {
+            self.swap_in(data, dst, at)?
+        } else {
+            Vec::new()
+        };
+        // Copy what was not swapped (the gaps between swapped ranges of the message).
+        let out = &mut dst.as_mut_slice()[at..at + n];
+        let mut from = 0;
+        for r in swapped.iter().cloned().chain(std::iter::once(n..n)) {
+            if r.start > from {
+                data.copy_range_to_slice(from..r.start, &mut out[from..r.start]);
+                self.stats.copied(s, r.start - from);
+            }
+            from = r.end;
+        }
+        self.stats.input(s, n);
+        Ok(n)
+    }
+
+    /// Swaps in the whole pages of `data` that line up with `dst` from `at`; returns the
+    /// message ranges it swapped, in order.
+    fn swap_in(&self, data: &IoData, dst: &AppBuffer, at: usize) -> Result<Vec<Range<usize>>> {
+        let p = page_size();
+        let mut done = Vec::new();
+        let mut pos = 0;
+        for f in data.fragments() {
+            let (start, len) = (pos, f.len());
+            pos += len;
+            let Some(span) = f.lot_span() else { continue };
+            // First page boundary of the destination inside this fragment.
+            let d0 = at + start;
+            let q = d0.next_multiple_of(p);
+            let skip = q - d0;
+            if skip >= len || (span.offset as usize + skip) % p != 0 {
+                continue;
+            }
+            let whole = (len - skip) / p;
+            if whole == 0 {
+                continue;
+            }
+            let lot = self.domain.inner.resolve(span.lot)?;
+            if dst.inner.swap_in(
+                q / p,
+                whole,
+                lot.fd(),
+                span.offset + skip as u64,
+                f.segment(),
+                f.offset() + skip,
+            )? {
+                add(&self.stats.pages_swapped, whole as u64);
+                done.push(start + skip..start + skip + whole * p);
+            }
+        }
+        Ok(done)
     }
 
     /// Input under a system-allocated semantics: the next message as a new buffer, the
     /// sender's pages read in place (no copy). Dropping it releases them to the sender.
     pub fn recv_sys(&self, rx: &mut Receiver, s: Semantics) -> Result<SysBuffer> {
-        if s.allocator() != Allocator::System {
-            return Err(Error::InvalidArgument(
-                "recv_sys takes a system-allocated semantics",
-            ));
-        }
+        s.expect(Allocator::System)?;
         let data = rx.recv()?;
         self.stats.input(s, data.len());
         Ok(SysBuffer {

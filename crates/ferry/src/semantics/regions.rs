@@ -92,17 +92,18 @@ impl SysBuffer {
     /// Sets the length (at most the capacity of a local buffer).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) past the capacity or on a
-    /// received buffer.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) past the capacity,
+    /// [`Error::ReceivedBuffer`](crate::Error::ReceivedBuffer) on a received buffer.
     pub fn set_len(&mut self, new: usize) -> Result<()> {
         match &mut self.kind {
             SysKind::Local { seg, len } if new <= seg.len() => {
                 *len = new;
                 Ok(())
             }
-            _ => Err(crate::Error::InvalidArgument(
-                "length past the buffer's capacity, or a received buffer",
+            SysKind::Local { .. } => Err(crate::Error::InvalidArgument(
+                "length past the buffer's capacity",
             )),
+            SysKind::Received(_) => Err(crate::Error::ReceivedBuffer),
         }
     }
 

@@ -25,19 +25,16 @@ pub enum Fallback {
     /// Share could not lock the pages (`mlock` refused, e.g. by `RLIMIT_MEMLOCK`): they
     /// were passed unlocked (share promises no integrity, so nothing else changes).
     LockFailed,
-    /// The swap threshold asked for page swapping on input, which is not built: copied.
-    NoSwap,
 }
 
 impl Fallback {
     /// Every reason, in the order of [`SemanticsCounters::fallbacks`].
-    pub const ALL: [Fallback; 6] = [
+    pub const ALL: [Fallback; 5] = [
         Fallback::NoUserfaultfd,
         Fallback::ProtectFailed,
         Fallback::HideFailed,
         Fallback::SameProcess,
         Fallback::LockFailed,
-        Fallback::NoSwap,
     ];
 
     /// Kebab-case name.
@@ -48,7 +45,6 @@ impl Fallback {
             Fallback::HideFailed => "hide-failed",
             Fallback::SameProcess => "same-process",
             Fallback::LockFailed => "lock-failed",
-            Fallback::NoSwap => "no-swap",
         }
     }
 }
@@ -80,7 +76,7 @@ pub struct SemanticsCounters {
     /// Outputs of an emulated form below its threshold, done as copy.
     pub converted_to_copy: u64,
     /// Outputs that fell back to copy, per [`Fallback::ALL`] reason.
-    pub fallbacks: [u64; 6],
+    pub fallbacks: [u64; 5],
     /// Bytes copied by this semantics' operations (copy itself, conversions, fallbacks,
     /// and input copied out into application buffers).
     pub copied_bytes: u64,
@@ -134,6 +130,10 @@ pub struct SemanticsStats {
     /// Regions that could not be mapped back or reinstated and were kept out of
     /// circulation.
     pub regions_lost: u64,
+    /// Pages swapped in on input (mapped privately from the sender's lot).
+    pub pages_swapped: u64,
+    /// Swapped-in pages copied into this domain's lot before an output named them.
+    pub pages_settled: u64,
     /// Zero-copy sends on sockets (`IORING_OP_SEND_ZC`) that completed.
     pub zc_sends: u64,
     /// Of those, how many the kernel copied anyway (always on loopback).
@@ -161,6 +161,8 @@ pub(crate) struct Counters {
     pub regions_cached: AtomicU64,
     pub regions_reused: AtomicU64,
     pub regions_lost: AtomicU64,
+    pub pages_swapped: AtomicU64,
+    pub pages_settled: AtomicU64,
     pub zc_sends: AtomicU64,
     pub zc_copied: AtomicU64,
 }
@@ -172,7 +174,7 @@ struct PerCounters {
     inputs: AtomicU64,
     input_bytes: AtomicU64,
     converted: AtomicU64,
-    fallbacks: [AtomicU64; 6],
+    fallbacks: [AtomicU64; 5],
     copied: AtomicU64,
 }
 
@@ -244,6 +246,8 @@ impl Counters {
             regions_cached: get(&self.regions_cached),
             regions_reused: get(&self.regions_reused),
             regions_lost: get(&self.regions_lost),
+            pages_swapped: get(&self.pages_swapped),
+            pages_settled: get(&self.pages_settled),
             zc_sends: get(&self.zc_sends),
             zc_copied: get(&self.zc_copied),
         }

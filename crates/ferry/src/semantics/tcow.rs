@@ -38,19 +38,23 @@
 //! writer waits until the receivers release the page (counted in `tcow_waits`). Integrity
 //! is never traded for progress.
 
+use std::ops::Range;
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::{JoinHandle, ThreadId};
 
-use super::app::{AppInner, Page};
+use super::app::{AppInner, LotPage};
 use super::stats::{add, Counters};
-use crate::region::lot::Lot;
-use crate::segment::{Keep, LotSpan, Segment};
+
+use crate::segment::Segment;
 use crate::sync::lock;
 use crate::sys::fd::{wait_readable, EventFd};
-use crate::sys::mem::Access;
 use crate::sys::page_size;
 use crate::sys::uffd::{Protector, WpFault};
+
+/// What [`Engine::arm`] returns: the epochs of the protected pages and the lot pages
+/// behind the range at that moment.
+pub(crate) type Armed = (Vec<u32>, Vec<(Arc<Segment>, usize, usize)>);
 
 /// What the handler thread shares with the buffers it serves.
 struct Shared {
@@ -116,10 +120,13 @@ impl Engine {
         lock(&self.shared.apps).retain(|(s, _, w)| *s != start && w.strong_count() > 0);
     }
 
-    /// Write-protects `pages` of `app`'s view for one more output. Returns the epoch of
-    /// each page (to release exactly these protections later), or the error that stopped
-    /// it, with nothing left protected by this call.
-    pub fn arm(&self, app: &AppInner, pages: std::ops::Range<usize>) -> std::io::Result<Vec<u32>> {
+    /// Write-protects the pages of `range` (bytes) of `app`'s view for one more output.
+    /// Returns the epoch of each page (to release exactly these protections later) and
+    /// the lot pages behind the range, taken in the same critical section (a page a
+    /// writer touches right after is replaced, and must not be the one output); or the
+    /// error that stopped it, with nothing left protected by this call.
+    pub fn arm(&self, app: &AppInner, range: &Range<usize>) -> std::io::Result<Armed> {
+        let pages = app.pages_of(range);
         let p = page_size();
         let base = app.view.as_ptr() as usize;
         let mut st = app.state();
@@ -149,13 +156,14 @@ impl Engine {
         }
         let fresh: usize = done.iter().map(|&(_, n)| n).sum();
         add(&self.shared.stats.tcow_pages_protected, fresh as u64);
-        Ok(st.pages[pages.clone()]
+        let epochs = st.pages[pages.clone()]
             .iter_mut()
             .map(|pg| {
                 pg.prot += 1;
                 pg.epoch
             })
-            .collect())
+            .collect();
+        Ok((epochs, AppInner::pieces(&st, range)))
     }
 
     /// Ends one output's protection of the pages from `first` (with the epochs `arm`
@@ -206,21 +214,6 @@ impl Drop for Engine {
     }
 }
 
-/// A single lot page taken for a replaced page; goes back to the lot when the buffer no
-/// longer maps it and no output names it.
-struct LotPage {
-    lot: Arc<Lot>,
-    off: u64,
-}
-
-impl Keep for LotPage {}
-
-impl Drop for LotPage {
-    fn drop(&mut self) {
-        self.lot.give(0, [self.off]);
-    }
-}
-
 fn serve(s: &Shared, stop: EventFd) {
     let mut faults: Vec<WpFault> = Vec::new();
     loop {
@@ -254,10 +247,7 @@ fn serve_fault(s: &Shared, addr: usize) {
     add(&s.stats.tcow_faults, 1);
     let i = (page_addr - app.view.as_ptr() as usize) / p;
     // Take the fresh page before locking the buffer: nothing here may wait on releases.
-    let fresh = app.lot.take(0).map(|off| LotPage {
-        lot: app.lot.clone(),
-        off,
-    });
+    let fresh = LotPage::take(&app.lot);
     let mut st = app.state();
     if st.pages[i].prot == 0 {
         // No output protects it (a release raced with the fault): just make it writable.
@@ -270,45 +260,11 @@ fn serve_fault(s: &Shared, addr: usize) {
         add(&s.stats.tcow_waits, 1);
         return;
     };
-    let dst = app.lot.base().wrapping_add(fresh.off as usize);
-    // SAFETY: `page_addr` is a mapped, readable page of the view (protected, so no one
-    // writes it now); `dst` is the fresh lot page we just took, which nothing else uses.
-    unsafe { std::ptr::copy_nonoverlapping(page_addr as *const u8, dst, p) };
-    // SAFETY: page `i` of the view is this buffer's; its new backing holds the same bytes,
-    // so every reference into the view reads what it read before.
-    let replaced = unsafe {
-        app.view
-            .replace(i * p, app.lot.fd().as_fd(), fresh.off, p, Access::ReadWrite)
-    };
-    if replaced.is_err() {
+    if app.own_copy(&mut st, i, fresh).is_err() {
         drop(st);
         add(&s.stats.tcow_waits, 1);
         return;
     }
-    let span = LotSpan {
-        lot: app.lot.id,
-        offset: fresh.off,
-    };
-    // SAFETY: the lot page stays mapped (the lot's main mapping) while `fresh` lives in
-    // the keeper; it is exactly that span; only this buffer's page refers to it.
-    let seg = unsafe {
-        Segment::from_raw(
-            std::ptr::NonNull::new(dst).expect("lot pages are non-null"),
-            p,
-            Some(span),
-            false,
-            Arc::new(fresh),
-        )
-    };
-    let old = &st.pages[i];
-    st.pages[i] = Page {
-        seg: Arc::new(seg),
-        off: 0,
-        prot: 0,
-        epoch: old.epoch.wrapping_add(1),
-        locked: old.locked,
-    };
-    st.registered = false;
     drop(st);
     add(&s.stats.tcow_pages_copied, 1);
     let _ = s.prot.wake(page_addr, p);

@@ -191,15 +191,9 @@ impl Passing {
         buf: SysBuffer,
         s: Semantics,
     ) -> Result<Used> {
-        if s.allocator() != Allocator::System {
-            return Err(Error::InvalidArgument(
-                "tcp_send_sys takes a system-allocated semantics",
-            ));
-        }
+        s.expect(Allocator::System)?;
         let SysKind::Local { seg, len } = buf.kind else {
-            return Err(Error::InvalidArgument(
-                "a received buffer cannot be output as a system buffer",
-            ));
+            return Err(Error::ReceivedBuffer);
         };
         let npages = len.div_ceil(page_size());
         let t = target(sock);
@@ -227,11 +221,7 @@ impl Passing {
     /// of `dst` (`recv(2)`: the kernel copies). Returns the bytes received; 0 at end of
     /// stream.
     pub fn tcp_recv_into(&self, sock: &impl AsFd, s: Semantics, dst: &mut [u8]) -> Result<usize> {
-        if s.allocator() != Allocator::Application {
-            return Err(Error::InvalidArgument(
-                "input into an application buffer takes an application-allocated semantics",
-            ));
-        }
+        s.expect(Allocator::Application)?;
         let n = loop {
             match rustix::net::recv(sock, &mut *dst, rustix::net::RecvFlags::empty()) {
                 Ok((n, _)) => break n,
@@ -255,11 +245,7 @@ impl Passing {
         dst: &mut AppBuffer,
         at: usize,
     ) -> Result<usize> {
-        if s.allocator() != Allocator::Application {
-            return Err(Error::InvalidArgument(
-                "input into an application buffer takes an application-allocated semantics",
-            ));
-        }
+        s.expect(Allocator::Application)?;
         if at >= dst.len() {
             return Err(Error::InvalidArgument("offset past the buffer"));
         }
@@ -285,11 +271,7 @@ impl Passing {
         s: Semantics,
         max: usize,
     ) -> Result<SysBuffer> {
-        if s.allocator() != Allocator::System {
-            return Err(Error::InvalidArgument(
-                "tcp_recv_sys takes a system-allocated semantics",
-            ));
-        }
+        s.expect(Allocator::System)?;
         let max = max.max(1);
         let SysKind::Local { seg, .. } = self.sys_buffer(max)?.kind else {
             unreachable!("sys_buffer makes local buffers")

@@ -226,6 +226,36 @@ impl Mapping {
         Ok(())
     }
 
+    /// Maps `len` bytes of `fd` from `file_offset` privately (copy-on-write) over
+    /// `offset..offset+len` of this mapping, read-write, `MAP_PRIVATE | MAP_FIXED`
+    /// (`mmap(2)`), in one step. Works on a read-only descriptor: writes go to private
+    /// copies, never to the file.
+    ///
+    /// # Safety
+    /// As [`replace`](Self::replace).
+    pub unsafe fn replace_private(
+        &self,
+        offset: usize,
+        fd: BorrowedFd<'_>,
+        file_offset: u64,
+        len: usize,
+    ) -> io::Result<()> {
+        assert!(offset.checked_add(len).is_some_and(|e| e <= self.len));
+        count();
+        // SAFETY: the range lies inside our own mapping (asserted) and the caller owns it.
+        unsafe {
+            mmap(
+                self.ptr.as_ptr().add(offset).cast(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::FIXED,
+                fd,
+                file_offset,
+            )?
+        };
+        Ok(())
+    }
+
     /// Locks `offset..offset+len` in memory (`mlock(2)`), or unlocks it (`munlock(2)`).
     pub fn lock_range(&self, offset: usize, len: usize, locked: bool) -> io::Result<()> {
         assert!(offset.checked_add(len).is_some_and(|e| e <= self.len));
