@@ -60,11 +60,13 @@ pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
     };
     let sizes: Vec<usize> = copy.points.iter().map(|p| p.size).collect();
     let largest = sizes.iter().copied().max().unwrap_or(0);
-    // The floor of a form that still copies on input: the receiver's copy out of the
-    // peer's pages plus the hand-over, against copy measured end to end.
-    let input_floor = |size: usize| -> Option<f64> {
-        let f = fit(cal, p::COPY_OUT, size)? + fit(cal, p::HANDOVER, size)?;
-        Some(f / copy.at(size)?.lat.median)
+    // The measured floor of a form whose input still copies: the CPU time of its input
+    // call alone (the receiver's copy out of the sender's pages), against the CPU time
+    // of copy's output and input calls, same size, same run.
+    let input_floor = |s: Semantics, size: usize| -> Option<f64> {
+        let x = series.iter().find(|x| x.s == s)?.at(size)?;
+        let c = copy.at(size)?;
+        Some(x.cpu_in / (c.cpu_out + c.cpu_in))
     };
     let worst = |s: Semantics, pick: &dyn Fn(usize) -> bool| {
         sizes
@@ -87,9 +89,9 @@ pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
                     String::new()
                 } else {
                     format!(
-                        "; floor: input still copies out of the peer's pages, and hand-over + \
-                         copy out alone is {} of copy at that size (this run's fits)",
-                        input_floor(at).map_or("n/a".into(), ratio)
+                        "; floor: its input still copies out of the sender's pages, and that \
+                         input call alone used {} of copy's CPU time (output + input) at that size",
+                        input_floor(Semantics::EmulatedCopy, at).map_or("n/a".into(), ratio)
                     )
                 }
             ),
@@ -120,12 +122,14 @@ pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
     }
     if let Some((w, s)) = w_all {
         let met = w <= 0.01;
-        let floor = match s.allocator() {
-            ferry::semantics::Allocator::Application => input_floor(largest),
-            ferry::semantics::Allocator::System => fit(cal, p::HANDOVER, largest)
-                .zip(copy.at(largest))
-                .map(|(h, c)| h / c.lat.median),
-        };
+        // Measured floor: the CPU time of this form's own calls against copy's, which
+        // no waiting for a CPU inflates.
+        let floor = series
+            .iter()
+            .find(|x| x.s == s)
+            .and_then(|x| x.at(largest))
+            .zip(copy.at(largest))
+            .map(|(x, c)| (x.cpu_out + x.cpu_in) / (c.cpu_out + c.cpu_in));
         out.push(Bar {
             name: format!(
                 "emulated share and system-allocated forms <= 0.01x copy at {}",
@@ -143,9 +147,9 @@ pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
                         "; floor for {s}: {} of copy ({})",
                         floor.map_or("n/a".into(), ratio),
                         if s.allocator() == ferry::semantics::Allocator::Application {
-                            "its input copies into the receiver's buffer: hand-over + copy out"
+                            "CPU time of its output and input calls against copy's; its input copies into the receiver's buffer"
                         } else {
-                            "the bare hand-over"
+                            "CPU time of its output and input calls against copy's"
                         }
                     )
                 }
@@ -341,7 +345,17 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, all: &[Series]) -
         } else {
             x.s.name().to_string()
         }];
-        row.extend(sum.iter().map(|v| v.to_string()));
+        // The last column is a state per size: the thresholds came from the file.
+        let n = sum.len();
+        row.extend(sum[..n - 1].iter().map(|v| v.to_string()));
+        row.push(
+            if sum[n - 1] == x.points.len() as u64 {
+                "yes"
+            } else {
+                "no"
+            }
+            .into(),
+        );
         t.row(row);
     }
     let th = cal.calibration.thresholds;

@@ -13,7 +13,9 @@
 //! copy, fallbacks and TCOW faults show in the report.
 
 use anyhow::{bail, Context, Result};
-use ferry::semantics::{AppBuffer, Passing, PassingConfig, Semantics, SemanticsStats};
+use ferry::semantics::{
+    AppBuffer, Passing, PassingConfig, Semantics, SemanticsStats, ThresholdSource,
+};
 use ferry::{Receiver, Sender};
 
 use crate::protocol::{Plan, Role, Sample, SampleKind, Step, Wait, WorkerArgs};
@@ -38,11 +40,12 @@ pub const COUNTERS: &[&str] = &[
     "tcow-pages-copied",
     "zc-sends",
     "zc-copied",
+    "thresholds-from-file",
 ];
 
 /// Reads `(outputs, converted, fallbacks, copied bytes, tcow protected, faults, copied)`
 /// of semantics `s` from a stats snapshot.
-fn counters(st: &SemanticsStats, s: Semantics) -> [u64; 9] {
+fn counters(st: &SemanticsStats, s: Semantics) -> [u64; 10] {
     let c = &st.per[s.index()];
     [
         c.outputs,
@@ -54,6 +57,7 @@ fn counters(st: &SemanticsStats, s: Semantics) -> [u64; 9] {
         st.tcow_pages_copied,
         st.zc_sends,
         st.zc_copied,
+        u64::from(st.threshold_source == ThresholdSource::CalibrationFile),
     ]
 }
 
@@ -262,7 +266,8 @@ fn source(
                     kind: SampleKind::Counter,
                     size,
                     trial: j as u32,
-                    bytes: a - b,
+                    // The last is a state (1: thresholds from the file), the rest counts.
+                    bytes: if j == COUNTERS.len() - 1 { *a } else { a - b },
                     ns: Vec::new(),
                     syscalls: None,
                 });
