@@ -3,7 +3,6 @@
 
 use std::fmt::Write as _;
 
-use ferry::semantics::calibration::primitive as p;
 use ferry::semantics::Semantics;
 
 use super::{worker, Series};
@@ -46,11 +45,6 @@ fn copy_of<'a>(series: &[&'a Series]) -> Option<&'a Series> {
 fn ratio_at(series: &[&Series], s: Semantics, size: usize) -> Option<f64> {
     let x = series.iter().find(|x| x.s == s)?.at(size)?;
     Some(x.lat.median / copy_of(series)?.at(size)?.lat.median)
-}
-
-/// The calibrated cost (ns) of the primitives at `size`, from this run's fits.
-fn fit(cal: &Calibrated, name: &str, size: usize) -> Option<f64> {
-    cal.calibration.fits.get(name).map(|f| f.at(size))
 }
 
 pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
