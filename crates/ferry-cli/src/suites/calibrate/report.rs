@@ -80,8 +80,10 @@ pub(super) fn markdown(ctx: &BenchCtx, c: &Calibrated) -> String {
     let _ = writeln!(
         md,
         "Each primitive is timed at {} sizes ({}; medians), and a line ns = a·B + b is fitted \
-         through the medians by least squares on the relative error (weights 1/y²), so that it \
-         holds at 4 KiB as well as at 16 MiB. The hand-over runs between two processes pinned \
+         through the medians by least squares on the relative error (weights 1/y²), so that a \
+         4 KiB point counts as much as a 64 MiB one. Where the cost bends (copies slow down \
+         several-fold once the data leaves the last-level cache, between 1 and 16 MiB here), \
+         one line cannot follow both sides: a low r² says so, and the model errs there. The hand-over runs between two processes pinned \
          to CPUs {} and {} over a ferry channel (the receiver blocks and reads the header); every \
          other primitive runs in one process pinned to CPU {}, the TCOW fault's handler thread \
          on the same CPU. The machine is shared: read the absolute numbers as this run's.\n",
