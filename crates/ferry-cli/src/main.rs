@@ -35,7 +35,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a benchmark (fbufs, fbufs-path) or all of them, with baselines and the papers' numbers.
+    /// Run a benchmark (fbufs, fbufs-path, container, xlate, vcm, calibrate, genie) or all of
+    /// them, with baselines and the papers' numbers.
     Bench(bench::BenchArgs),
     /// Measure the data-passing primitives, fit a*B + b to each, and write the calibration
     /// file the semantics layer reads its thresholds from.

@@ -84,26 +84,7 @@ pub struct Fit {
 
 /// Fits a line through `points`; needs two distinct x values.
 pub fn linear_fit(points: &[(f64, f64)]) -> Option<Fit> {
-    let n = points.len() as f64;
-    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
-    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
-    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
-    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
-    let syy: f64 = points.iter().map(|p| (p.1 - my).powi(2)).sum();
-    if points.len() < 2 || sxx == 0.0 {
-        return None;
-    }
-    let slope = sxy / sxx;
-    let r2 = if syy == 0.0 {
-        1.0
-    } else {
-        (sxy * sxy) / (sxx * syy)
-    };
-    Some(Fit {
-        slope,
-        intercept: my - slope * mx,
-        r2,
-    })
+    weighted_fit(points, &vec![1.0; points.len()])
 }
 
 /// Fits a line through `points` minimising the *relative* squared error,
@@ -113,26 +94,34 @@ pub fn linear_fit(points: &[(f64, f64)]) -> Option<Fit> {
 /// zero; this one is as good, relatively, at every size. `r2` is the weighted
 /// coefficient of determination. Needs two distinct x values and every y non-zero.
 pub fn relative_linear_fit(points: &[(f64, f64)]) -> Option<Fit> {
-    if points.len() < 2 || points.iter().any(|p| p.1 == 0.0 || !p.1.is_finite()) {
+    if points.iter().any(|p| p.1 == 0.0 || !p.1.is_finite()) {
         return None;
     }
     let w: Vec<f64> = points.iter().map(|p| 1.0 / (p.1 * p.1)).collect();
+    weighted_fit(points, &w)
+}
+
+/// Weighted least squares: the line minimising `sum(w * (y - line(x))^2)`.
+fn weighted_fit(points: &[(f64, f64)], w: &[f64]) -> Option<Fit> {
+    if points.len() < 2 {
+        return None;
+    }
     let sw: f64 = w.iter().sum();
-    let mx = points.iter().zip(&w).map(|(p, w)| w * p.0).sum::<f64>() / sw;
-    let my = points.iter().zip(&w).map(|(p, w)| w * p.1).sum::<f64>() / sw;
+    let mx = points.iter().zip(w).map(|(p, w)| w * p.0).sum::<f64>() / sw;
+    let my = points.iter().zip(w).map(|(p, w)| w * p.1).sum::<f64>() / sw;
     let sxx: f64 = points
         .iter()
-        .zip(&w)
+        .zip(w)
         .map(|(p, w)| w * (p.0 - mx).powi(2))
         .sum();
     let sxy: f64 = points
         .iter()
-        .zip(&w)
+        .zip(w)
         .map(|(p, w)| w * (p.0 - mx) * (p.1 - my))
         .sum();
     let syy: f64 = points
         .iter()
-        .zip(&w)
+        .zip(w)
         .map(|(p, w)| w * (p.1 - my).powi(2))
         .sum();
     if sxx == 0.0 {

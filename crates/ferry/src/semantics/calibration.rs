@@ -44,7 +44,9 @@
 //! This follows what [`Passing`](super::Passing) does: application-allocated input copies
 //! into the application's buffer (at or above `threshold.swap`, `Passing::input_into_app`
 //! swaps the lined-up whole pages of an `AppBuffer` in and copies the rest), and
-//! system-allocated input hands the receiver the sender's pages.
+//! system-allocated input hands the receiver the sender's pages. The model follows input
+//! into a plain buffer (`recv_into`), which always copies.
+//!
 //! Below its threshold an emulated form converts to copy, so it is predicted as copy.
 //! Work done after the receiver has the data (unprotecting at release, unwiring,
 //! reinstating a hidden region on reuse) is off the critical path, as in Genie's model,

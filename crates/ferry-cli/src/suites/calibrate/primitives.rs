@@ -9,7 +9,6 @@ use std::cell::Cell;
 use std::hint::black_box;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use ferry::semantics::calibration::primitive as p;
@@ -50,12 +49,12 @@ fn filled(len: usize) -> Result<(std::os::fd::OwnedFd, Map)> {
 
 /// Measures `primitive` at `size` bytes, `reps` times. The TCOW fault's size is the
 /// bytes of pages written (one fault per page).
-pub fn measure(primitive: &str, size: usize, reps: usize) -> Result<Vec<f64>> {
+pub fn measure(primitive: &str, size: usize, reps: usize, other_cpu: usize) -> Result<Vec<f64>> {
     let pg = page();
     let none = || Ok(());
     match primitive {
         p::COPY_IN => copy_in(size, reps),
-        p::COPY_OUT => copy_out(size, reps),
+        p::COPY_OUT => copy_out(size, reps, other_cpu),
         p::PROTECT_UFFD | p::UNPROTECT_UFFD => {
             let (_fd, m) = filled(size)?;
             let u = Uffd::new().context("userfaultfd")?;
@@ -86,7 +85,7 @@ pub fn measure(primitive: &str, size: usize, reps: usize) -> Result<Vec<f64>> {
                 timed(reps, || set(back), || set(to))
             }
         }
-        p::TCOW_FAULT => tcow_fault(size.div_ceil(pg), reps),
+        p::TCOW_FAULT => tcow_fault(size.div_ceil(pg), reps, true),
         p::SWAP => {
             let (lot, _lot_map) = filled(size)?;
             let app = Map::anon(size)?;
@@ -104,7 +103,14 @@ pub fn measure(primitive: &str, size: usize, reps: usize) -> Result<Vec<f64>> {
             let (from, to) = (Map::anon(size)?, Map::anon(size)?);
             timed(reps, || Ok(from.move_to(&to)?), || Ok(from.replace_anon()?))
         }
-        p::REGION_CREATE => timed(reps, || Ok(drop(black_box(memfd(size)?))), none),
+        p::REGION_CREATE => timed(
+            reps,
+            || {
+                drop(black_box(memfd(size)?));
+                Ok(())
+            },
+            none,
+        ),
         p::REGION_MAP => {
             let (fd, _m) = filled(size)?;
             let mapped = Cell::new(None);
@@ -116,7 +122,10 @@ pub fn measure(primitive: &str, size: usize, reps: usize) -> Result<Vec<f64>> {
                     mapped.set(Some(m));
                     Ok(())
                 },
-                || Ok(drop(mapped.take())),
+                || {
+                    drop(mapped.take());
+                    Ok(())
+                },
             )
         }
         p::REGION_UNMAP => {
@@ -129,7 +138,10 @@ pub fn measure(primitive: &str, size: usize, reps: usize) -> Result<Vec<f64>> {
             let mapped = Cell::new(Some(map()?));
             timed(
                 reps,
-                || Ok(drop(mapped.take())),
+                || {
+                    drop(mapped.take());
+                    Ok(())
+                },
                 || {
                     mapped.set(Some(map()?));
                     Ok(())
@@ -178,52 +190,64 @@ fn copy_in(size: usize, reps: usize) -> Result<Vec<f64>> {
             frozen.set(Some(b.freeze()));
             Ok(())
         },
-        || Ok(drop(frozen.take())),
+        || {
+            drop(frozen.take());
+            Ok(())
+        },
     )?;
     drop((path, domain, group));
     Ok(ns)
 }
 
-/// Copy semantics' input work: a received IoData copied out into the application's
-/// buffer ([`ferry::IoData::copy_range_to_slice`], what `Passing`'s input does). The two
-/// domains share this process, so the copy reads the sender's pages through the owner's
-/// mapping; between processes the receiver's read-only mapping of the same pages costs
-/// the same once its page tables are filled (steady state: the path reuses its fbufs).
-fn copy_out(size: usize, reps: usize) -> Result<Vec<f64>> {
-    let group = fresh_group()?;
-    let producer = group.join()?;
-    let consumer = group.join()?;
-    let to = consumer.id();
-    let out = std::thread::scope(|s| -> Result<Vec<f64>> {
-        let connecting = s.spawn(|| producer.connect(to, Duration::from_secs(5)));
-        let mut rx = consumer.accept(Duration::from_secs(5))?;
-        let tx = connecting
-            .join()
-            .map_err(|_| anyhow::anyhow!("connect panicked"))??;
-        let path = producer.path(PathConfig::default())?;
-        let mut buf = path.alloc(size)?;
-        buf.write_at(0, &vec![0x5au8; size]);
-        let data = buf.freeze();
-        tx.send(&data)?;
-        let got = rx.recv()?;
-        if got.fragments()[0].as_slice().as_ptr() != data.fragments()[0].as_slice().as_ptr() {
-            bail!("the received fbuf is not the sender's pages: not a copy out of a peer lot");
-        }
-        let mut dst = vec![0u8; size];
+/// Copy semantics' input work: the receiver copies a message out of the sender's pages
+/// into its own buffer, through a read-only shared mapping of the sender's memfd (what a
+/// peer holds of a lot), after the sender wrote every byte on the other CPU (so the lines
+/// come from the other core's cache or from memory, as between two processes). The
+/// untimed reset has the writer thread, pinned to `other_cpu`, write the next message.
+fn copy_out(size: usize, reps: usize, other_cpu: usize) -> Result<Vec<f64>> {
+    let (fd, writer) = filled(size)?;
+    let reader = Map::shared(fd.as_fd(), size, Prot::Read)?;
+    black_box(reader.touch());
+    let mut dst = vec![0u8; size];
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<u8>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| -> Result<Vec<f64>> {
+        let w = &writer;
+        s.spawn(move || {
+            let _ = crate::sys::pin_to(other_cpu);
+            while let Ok(v) = go_rx.recv() {
+                w.fill(v);
+                if done_tx.send(()).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut v = 0u8;
+        let mut next = || -> Result<()> {
+            v = v.wrapping_add(1);
+            go_tx.send(v)?;
+            done_rx.recv()?;
+            Ok(())
+        };
+        next()?;
         let ns = timed(
             reps,
             || {
-                got.copy_range_to_slice(.., black_box(&mut dst));
+                reader.copy_out(0, black_box(&mut dst));
                 Ok(())
             },
-            || Ok(()),
-        )?;
-        drop((got, data));
-        tx.collect_releases()?;
-        Ok(ns)
-    })?;
-    drop((producer, consumer, group));
-    Ok(out)
+            next,
+        );
+        drop(go_tx);
+        ns
+    })
+}
+
+/// The floor under any userfaultfd TCOW fault: one write to a write-protected page whose
+/// handler (same CPU) only removes the protection, which wakes the writer. No copy, no
+/// mapping: the trap, the handler's wake-up and the resume.
+pub fn wp_fault_floor(reps: usize) -> Result<Vec<f64>> {
+    tcow_fault(1, reps, false)
 }
 
 /// A write to protected pages, handled by copy and replace: a region of a memfd is
@@ -232,7 +256,7 @@ fn copy_out(size: usize, reps: usize) -> Result<Vec<f64>> {
 /// page to a fresh memfd page, maps that page over the faulting one with
 /// `mmap(MAP_FIXED)` and wakes the writer. The untimed reset maps the original memfd back
 /// and re-arms the protection.
-fn tcow_fault(pages: usize, reps: usize) -> Result<Vec<f64>> {
+fn tcow_fault(pages: usize, reps: usize, replace: bool) -> Result<Vec<f64>> {
     let pg = page();
     let len = pages.max(16) * pg;
     let (fd, region) = filled(len)?;
@@ -255,11 +279,16 @@ fn tcow_fault(pages: usize, reps: usize) -> Result<Vec<f64>> {
                     continue;
                 };
                 let at = addr & !(pg - 1);
-                let off = at - region.addr();
-                region.copy_out(off, &mut page_buf);
-                spare_map.copy_in(off, &page_buf);
-                region.replace_with(off, pg, spare.as_fd(), off as u64, Prot::ReadWrite)?;
-                u.wake(at, pg)?;
+                if replace {
+                    let off = at - region.addr();
+                    region.copy_out(off, &mut page_buf);
+                    spare_map.copy_in(off, &page_buf);
+                    region.replace_with(off, pg, spare.as_fd(), off as u64, Prot::ReadWrite)?;
+                    u.wake(at, pg)?;
+                } else {
+                    // Un-protecting wakes the writer: the trap and wake-up, nothing else.
+                    u.write_protect(at, pg, false)?;
+                }
                 handled.fetch_add(1, Ordering::Relaxed);
             }
             Ok(())

@@ -3,7 +3,6 @@
 
 use std::fmt::Write as _;
 
-use ferry::semantics::calibration::primitive as p;
 use ferry::semantics::Semantics;
 
 use super::{worker, Series};
@@ -39,32 +38,29 @@ pub struct Bar {
     pub detail: String,
 }
 
-fn copy_of(series: &[Series]) -> Option<&Series> {
-    series.iter().find(|x| x.s == Semantics::Copy)
+fn copy_of<'a>(series: &[&'a Series]) -> Option<&'a Series> {
+    series.iter().copied().find(|x| x.s == Semantics::Copy)
 }
 
-fn ratio_at(series: &[Series], s: Semantics, size: usize) -> Option<f64> {
+fn ratio_at(series: &[&Series], s: Semantics, size: usize) -> Option<f64> {
     let x = series.iter().find(|x| x.s == s)?.at(size)?;
     Some(x.lat.median / copy_of(series)?.at(size)?.lat.median)
 }
 
-/// The calibrated cost (ns) of the primitives at `size`, from this run's fits.
-fn fit(cal: &Calibrated, name: &str, size: usize) -> Option<f64> {
-    cal.calibration.fits.get(name).map(|f| f.at(size))
-}
-
-pub fn bars(cal: &Calibrated, series: &[Series]) -> Vec<Bar> {
+pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
     let mut out = Vec::new();
     let Some(copy) = copy_of(series) else {
         return out;
     };
     let sizes: Vec<usize> = copy.points.iter().map(|p| p.size).collect();
     let largest = sizes.iter().copied().max().unwrap_or(0);
-    // The floor of a form that still copies on input: the receiver's copy out of the
-    // peer's pages plus the hand-over, against copy measured end to end.
-    let input_floor = |size: usize| -> Option<f64> {
-        let f = fit(cal, p::COPY_OUT, size)? + fit(cal, p::HANDOVER, size)?;
-        Some(f / copy.at(size)?.lat.median)
+    // The measured floor of a form whose input still copies: the CPU time of its input
+    // call alone (the receiver's copy out of the sender's pages), against the CPU time
+    // of copy's output and input calls, same size, same run.
+    let input_floor = |s: Semantics, size: usize| -> Option<f64> {
+        let x = series.iter().find(|x| x.s == s)?.at(size)?;
+        let c = copy.at(size)?;
+        Some(x.cpu_in / (c.cpu_out + c.cpu_in))
     };
     let worst = |s: Semantics, pick: &dyn Fn(usize) -> bool| {
         sizes
@@ -87,9 +83,9 @@ pub fn bars(cal: &Calibrated, series: &[Series]) -> Vec<Bar> {
                     String::new()
                 } else {
                     format!(
-                        "; floor: input still copies out of the peer's pages, and hand-over + \
-                         copy out alone is {} of copy at that size (this run's fits)",
-                        input_floor(at).map_or("n/a".into(), ratio)
+                        "; floor: its input still copies out of the sender's pages, and that \
+                         input call alone used {} of copy's CPU time (output + input) at that size",
+                        input_floor(Semantics::EmulatedCopy, at).map_or("n/a".into(), ratio)
                     )
                 }
             ),
@@ -113,19 +109,21 @@ pub fn bars(cal: &Calibrated, series: &[Series]) -> Vec<Bar> {
         Semantics::EmulatedWeakMove,
     ] {
         if let Some(r) = ratio_at(series, s, largest) {
-            if w_all.is_none_or(|(w, _)| r > w) {
+            if w_all.map_or(true, |(w, _)| r > w) {
                 w_all = Some((r, s));
             }
         }
     }
     if let Some((w, s)) = w_all {
         let met = w <= 0.01;
-        let floor = match s.allocator() {
-            ferry::semantics::Allocator::Application => input_floor(largest),
-            ferry::semantics::Allocator::System => fit(cal, p::HANDOVER, largest)
-                .zip(copy.at(largest))
-                .map(|(h, c)| h / c.lat.median),
-        };
+        // Measured floor: the CPU time of this form's own calls against copy's, which
+        // no waiting for a CPU inflates.
+        let floor = series
+            .iter()
+            .find(|x| x.s == s)
+            .and_then(|x| x.at(largest))
+            .zip(copy.at(largest))
+            .map(|(x, c)| (x.cpu_out + x.cpu_in) / (c.cpu_out + c.cpu_in));
         out.push(Bar {
             name: format!(
                 "emulated share and system-allocated forms <= 0.01x copy at {}",
@@ -143,9 +141,9 @@ pub fn bars(cal: &Calibrated, series: &[Series]) -> Vec<Bar> {
                         "; floor for {s}: {} of copy ({})",
                         floor.map_or("n/a".into(), ratio),
                         if s.allocator() == ferry::semantics::Allocator::Application {
-                            "its input copies into the receiver's buffer: hand-over + copy out"
+                            "CPU time of its output and input calls against copy's; its input copies into the receiver's buffer"
                         } else {
-                            "the bare hand-over"
+                            "CPU time of its output and input calls against copy's"
                         }
                     )
                 }
@@ -157,7 +155,7 @@ pub fn bars(cal: &Calibrated, series: &[Series]) -> Vec<Bar> {
         for pt in x.points.iter().filter(|q| q.size >= 64 << 10) {
             if let Some(pred) = pt.predicted {
                 let e = (pred - pt.lat.median).abs() / pt.lat.median;
-                if worst_err.is_none_or(|(w, _, _)| e > w) {
+                if worst_err.map_or(true, |(w, _, _)| e > w) {
                     worst_err = Some((e, x.s, pt.size));
                 }
             }
@@ -194,14 +192,14 @@ pub fn bars(cal: &Calibrated, series: &[Series]) -> Vec<Bar> {
     out
 }
 
-/// The measured floor under a TCOW fault: a userfaultfd write-protect fault's round trip
-/// (trap, handler wake-up, resume) is paid before any copy or mapping.
+/// The measured floor under a TCOW fault: a userfaultfd write-protect fault whose
+/// handler only un-protects (trap, handler wake-up, resume), same run.
 fn tcow_floor(cal: &Calibrated) -> String {
-    match cal.prim(p::TCOW_FAULT).and_then(|q| q.fit) {
-        Some(f) => format!(
-            "; the fit over 1..n pages puts {} µs per page on the trap-wake-replace round trip and {} µs fixed",
-            num(f.a * 4096.0 / 1e3),
-            num(f.b / 1e3)
+    match cal.tcow.and_then(|b| Some((b, b.floor_ns?))) {
+        Some((b, f)) => format!(
+            "; floor: a write-protect fault with no copy and no mapping costs {} µs, {:.2}x of page copy + mmap",
+            num(f / 1e3),
+            f / (b.page_copy_ns + b.mmap_ns)
         ),
         None => String::new(),
     }
@@ -211,7 +209,10 @@ fn us(ns: f64) -> String {
     num(ns / 1000.0)
 }
 
-pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, series: &[Series]) -> String {
+pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, all: &[Series]) -> String {
+    let series: Vec<&Series> = all.iter().filter(|x| !x.tcp).collect();
+    let series = &series[..];
+    let tcp: Vec<&Series> = all.iter().filter(|x| x.tcp).collect();
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -234,46 +235,26 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, series: &[Series]
         ctx.cpu(1),
         plan.trials
     );
-    let _ = writeln!(
-        md,
-        "Transports: ferry channel between two pinned processes. **TCP loopback: not measured** — \
-         the semantics layer in this tree passes data over ferry channels only.\n"
-    );
+    if tcp.is_empty() {
+        let _ = writeln!(
+            md,
+            "Transports: ferry channel between two pinned processes. **TCP loopback: not \
+             measured** — this kernel has no io_uring, which the TCP transport needs.\n"
+        );
+    } else {
+        let _ = writeln!(
+            md,
+            "Transports: ferry channel between two pinned processes; and TCP loopback through \
+             the io_uring driver (`Passing::tcp_*`, `SEND_ZC` for the non-copy forms), after \
+             the channel tables. On loopback the kernel copies even zero-copy sends: the \
+             `zc-copied` counter says how often. The bars and the model are judged on the \
+             channel.\n"
+        );
+    }
 
-    // Latency table.
-    let mut headers = vec!["size".to_string()];
-    headers.extend(series.iter().map(|x| format!("{} (µs)", x.s.name())));
-    let hs: Vec<&str> = headers.iter().map(String::as_str).collect();
-    let mut t = Table::new(&hs);
     let sizes: Vec<usize> = plan.sizes.clone();
-    for &b in &sizes {
-        let mut row = vec![bytes(b)];
-        for x in series {
-            row.push(x.at(b).map_or("—".into(), |q| us(q.lat.median)));
-        }
-        t.row(row);
-    }
-    let _ = writeln!(md, "Median one-way latency:\n");
-    md.push_str(&t.render());
-
-    let mut headers = vec!["size".to_string()];
-    headers.extend(
-        series
-            .iter()
-            .filter(|x| x.s != Semantics::Copy)
-            .map(|x| x.s.name().to_string()),
-    );
-    let hs: Vec<&str> = headers.iter().map(String::as_str).collect();
-    let mut t = Table::new(&hs);
-    for &b in &sizes {
-        let mut row = vec![bytes(b)];
-        for x in series.iter().filter(|x| x.s != Semantics::Copy) {
-            row.push(ratio_at(series, x.s, b).map_or("—".into(), ratio));
-        }
-        t.row(row);
-    }
-    let _ = writeln!(md, "\nRatio to copy (same size, same run):\n");
-    md.push_str(&t.render());
+    let _ = writeln!(md, "Median one-way latency over the ferry channel:\n");
+    latency_tables(&mut md, series, &sizes);
 
     // CPU per side.
     let mut t = Table::new(&[
@@ -311,6 +292,7 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, series: &[Series]
         "predicted (µs)",
         "measured (µs)",
         "error",
+        "CPU out + in (µs)",
     ]);
     for x in series {
         for q in x.points.iter().filter(|q| q.size >= 64 << 10) {
@@ -327,13 +309,17 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, series: &[Series]
                 pred,
                 us(q.lat.median),
                 err,
+                us(q.cpu_out + q.cpu_in),
             ]);
         }
     }
     let _ = writeln!(
         md,
         "\nThe calibrated model (Table 7): each semantics' primitives on the critical path, \
-         from this run's `calibrate` fits (`Calibration::recipe`), against the measurement:\n"
+         from this run's `calibrate` fits (`Calibration::recipe`), against the measurement. \
+         The last column is the CPU time both calls used: when it is far below the latency, \
+         the processes were waiting for a CPU (the machine is shared), which no model of the \
+         primitives predicts.\n"
     );
     md.push_str(&t.render());
 
@@ -341,15 +327,29 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, series: &[Series]
     let mut headers = vec!["semantics"];
     headers.extend(worker::COUNTERS);
     let mut t = Table::new(&headers);
-    for x in series {
+    for x in all {
         let mut sum = vec![0u64; worker::COUNTERS.len()];
         for q in &x.points {
             for (s, v) in sum.iter_mut().zip(&q.counters) {
                 *s += v;
             }
         }
-        let mut row = vec![x.s.name().to_string()];
-        row.extend(sum.iter().map(|v| v.to_string()));
+        let mut row = vec![if x.tcp {
+            format!("{} (tcp)", x.s.name())
+        } else {
+            x.s.name().to_string()
+        }];
+        // The last column is a state per size: the thresholds came from the file.
+        let n = sum.len();
+        row.extend(sum[..n - 1].iter().map(|v| v.to_string()));
+        row.push(
+            if sum[n - 1] == x.points.len() as u64 {
+                "yes"
+            } else {
+                "no"
+            }
+            .into(),
+        );
         t.row(row);
     }
     let th = cal.calibration.thresholds;
@@ -366,6 +366,14 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, series: &[Series]
         bytes_or_never(th.swap)
     );
     md.push_str(&t.render());
+
+    if !tcp.is_empty() {
+        let _ = writeln!(
+            md,
+            "\nOver TCP loopback (io_uring driver; the sink blocks in `recv`), median one-way latency:\n"
+        );
+        latency_tables(&mut md, &tcp, &sizes);
+    }
 
     // The paper.
     let copy_paper = PAPER[0].1 * PAPER_B + PAPER[0].2;
@@ -433,6 +441,36 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, series: &[Series]
     md
 }
 
+/// The median latency of each semantics per size, then each one's ratio to copy.
+fn latency_tables(md: &mut String, series: &[&Series], sizes: &[usize]) {
+    let mut headers = vec!["size".to_string()];
+    headers.extend(series.iter().map(|x| format!("{} (µs)", x.s.name())));
+    let hs: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut t = Table::new(&hs);
+    for &b in sizes {
+        let mut row = vec![bytes(b)];
+        for x in series {
+            row.push(x.at(b).map_or("—".into(), |q| us(q.lat.median)));
+        }
+        t.row(row);
+    }
+    md.push_str(&t.render());
+    let others: Vec<&&Series> = series.iter().filter(|x| x.s != Semantics::Copy).collect();
+    let mut headers = vec!["size".to_string()];
+    headers.extend(others.iter().map(|x| x.s.name().to_string()));
+    let hs: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut t = Table::new(&hs);
+    for &b in sizes {
+        let mut row = vec![bytes(b)];
+        for x in &others {
+            row.push(ratio_at(series, x.s, b).map_or("—".into(), ratio));
+        }
+        t.row(row);
+    }
+    let _ = writeln!(md, "\nRatio to copy (same transport, size and run):\n");
+    md.push_str(&t.render());
+}
+
 fn bytes_or_never(v: usize) -> String {
     if v == usize::MAX {
         "never".into()
@@ -441,7 +479,9 @@ fn bytes_or_never(v: usize) -> String {
     }
 }
 
-pub fn plots(series: &[Series]) -> Vec<PlotSpec> {
+pub fn plots(all: &[Series]) -> Vec<PlotSpec> {
+    let series: Vec<&Series> = all.iter().filter(|x| !x.tcp).collect();
+    let series = &series[..];
     let lat = series
         .iter()
         .map(|x| {
