@@ -17,7 +17,8 @@ use crate::suites::BENCHES;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// A benchmark (fbufs, fbufs-path, container, xlate, vcm, services) or `all`.
+    /// A benchmark (fbufs, fbufs-path, container, xlate, vcm, services, calibrate, genie)
+    /// or `all`.
     pub name: String,
     /// Fewer sizes and messages: under 30 s for everything.
     #[arg(long)]

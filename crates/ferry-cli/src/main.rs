@@ -38,8 +38,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a benchmark (fbufs, fbufs-path) or all of them, with baselines and the papers' numbers.
+    /// Run a benchmark (fbufs, fbufs-path, container, xlate, vcm, calibrate, genie) or all of
+    /// them, with baselines and the papers' numbers.
     Bench(bench::BenchArgs),
+    /// Measure the data-passing primitives, fit a*B + b to each, and write the calibration
+    /// file the semantics layer reads its thresholds from.
+    Calibrate(suites::calibrate::CalibrateArgs),
     /// One process of a benchmark; spawned by `ferry bench`, not for direct use.
     #[command(name = "__worker", hide = true)]
     Worker(protocol::WorkerArgs),
@@ -63,6 +67,7 @@ enum Command {
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Bench(args) => bench::run(args),
+        Command::Calibrate(args) => suites::calibrate::command(args),
         Command::Worker(args) => worker::run(args),
         Command::Pipeline(args) => pipeline::run(args),
         Command::Stage(args) => pipeline::run_stage_process(args),

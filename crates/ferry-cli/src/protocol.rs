@@ -23,6 +23,10 @@ pub enum Role {
     Domain,
     /// The echo peer of `ferry bench vcm` ([`crate::suites::vcm::echo`]).
     VcmEcho,
+    /// The output side of `ferry bench genie` ([`crate::suites::genie::worker`]).
+    GenieSource,
+    /// The input side of `ferry bench genie`.
+    GenieSink,
 }
 
 /// Worker-side implementation of a transport, named on the worker's command line.
@@ -211,6 +215,13 @@ pub enum SampleKind {
     OneWay,
     /// One memcpy of `size` bytes.
     Memcpy,
+    /// `CLOCK_MONOTONIC` stamps, one per message (the harness pairs a sender's with a
+    /// receiver's to get one-way latencies).
+    Stamp,
+    /// CPU time of this side's operation call (its thread's), one per message.
+    CpuTime,
+    /// A counter of the worker's library (`trial` says which, `bytes` holds its value).
+    Counter,
 }
 
 #[cfg(test)]

@@ -1,8 +1,11 @@
 //! The few operating-system calls the benchmark harness needs: the clock,
 //! CPU pinning, and descriptors handed from the harness to a worker.
 //!
-//! This is the only module of the CLI that contains `unsafe` code.
+//! This is the only module of the CLI that contains `unsafe` code; [`vm`] holds the
+//! page-table probes of `ferry calibrate`.
 #![allow(unsafe_code)]
+
+pub mod vm;
 
 use std::io;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
@@ -15,6 +18,12 @@ use rustix::time::{clock_gettime, ClockId};
 /// taken in one process can be subtracted from one taken in another.
 pub fn now_ns() -> u64 {
     let t = clock_gettime(ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// CPU time the calling thread has used, in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn thread_cpu_ns() -> u64 {
+    let t = clock_gettime(ClockId::ThreadCPUTime);
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 

@@ -12,6 +12,7 @@ use crate::harness::chain::roles;
 use crate::harness::memcpy;
 use crate::protocol::{Header, Plan, Role, Sample, WorkerArgs, WorkerTransport};
 use crate::suites::container::domain;
+use crate::suites::genie::worker as genie_worker;
 use crate::suites::vcm::echo;
 use crate::sys;
 use crate::transport::ack::Ack;
@@ -36,6 +37,11 @@ pub fn run(args: WorkerArgs) -> Result<()> {
         Role::Memcpy => memcpy::worker(&plan),
         Role::Domain => domain::run(&args, &plan)?,
         Role::VcmEcho => echo::run(&args)?,
+        Role::GenieSource | Role::GenieSink => {
+            let samples = genie_worker::run(&args, &plan);
+            ferry_link::leave();
+            samples?
+        }
         _ => match args.transport {
             WorkerTransport::FdStream => run_with::<FdStream>(&args, &plan)?,
             WorkerTransport::Ferry => {
@@ -77,7 +83,12 @@ fn run_with<T: Transport>(args: &WorkerArgs, plan: &Plan) -> Result<Vec<Sample>>
             roles::stage::<T>(plan, &mut rx()?, &mut tx()?)?;
             Vec::new()
         }
-        Role::Local | Role::Memcpy | Role::Domain | Role::VcmEcho => {
+        Role::Local
+        | Role::Memcpy
+        | Role::Domain
+        | Role::VcmEcho
+        | Role::GenieSource
+        | Role::GenieSink => {
             bail!("{:?} takes no transport", args.role)
         }
     })

@@ -93,3 +93,116 @@ fn worker_refuses_a_descriptor_it_did_not_inherit() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not open"));
 }
+
+/// Groups a run of the `ferry` process `pid` left in /dev/shm.
+fn groups_left(pid: u32) -> Vec<String> {
+    let prefixes = [
+        format!("ferry.bench-{pid}-"),
+        format!("ferry.calib-{pid}-"),
+        format!("ferry.genie-tcp-{pid}-"),
+    ];
+    std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| prefixes.iter().any(|p| n.starts_with(p)))
+        .collect()
+}
+
+#[test]
+fn calibrate_writes_a_file_the_library_reads() {
+    let dir = scratch("calibrate");
+    let file = dir.join("sub").join("calibration");
+    let child = ferry()
+        .args(["calibrate", "--quick", "--out"])
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Tables 6 and 7") && stdout.contains("TCOW-fault bar"));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.starts_with("# ferry calibration, written by `ferry calibrate` on "));
+    let cal = ferry::semantics::Calibration::parse(&text).unwrap();
+    // The primitives that need no privilege or kernel option are always there.
+    for p in [
+        "copy_in",
+        "copy_out",
+        "handover",
+        "protect_mprotect",
+        "hide",
+        "swap",
+    ] {
+        let f = cal.fits.get(p).unwrap_or_else(|| panic!("no fit for {p}"));
+        assert!(
+            f.r2.is_finite() && f.a.is_finite() && f.b.is_finite(),
+            "{p}: {f:?}"
+        );
+    }
+    // The model answers for every semantics whose primitives were measured.
+    for s in ferry::semantics::Semantics::ALL {
+        let terms = cal.recipe(s, 1 << 20);
+        if terms.iter().all(|t| cal.fits.contains_key(t.primitive)) {
+            assert!(cal.predict(s, 1 << 20).is_some(), "{s}");
+        }
+    }
+    assert!(
+        groups_left(pid).is_empty(),
+        "left behind: {:?}",
+        groups_left(pid)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn genie_quick_measures_every_semantics_and_judges_the_bars() {
+    let dir = scratch("genie");
+    let json = dir.join("r.json");
+    let child = ferry()
+        .args(["bench", "genie", "--quick", "--json"])
+        .arg(&json)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Table 7") && stdout.contains("The bars of issue 10"));
+    let records: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for s in ferry::semantics::Semantics::ALL {
+        let points: Vec<_> = records
+            .iter()
+            .filter(|r| r["bench"] == "genie" && r["series"] == s.name())
+            .collect();
+        assert!(!points.is_empty(), "no points for {s}");
+        for p in &points {
+            assert!(p["value"].as_f64().unwrap() > 0.0, "{s}: {p}");
+            // Every output of the run is counted by the semantics layer.
+            assert!(p["params"]["outputs"].as_u64().unwrap() > 0, "{s}: {p}");
+        }
+    }
+    let bars: Vec<_> = records.iter().filter(|r| r["series"] == "bar").collect();
+    assert!(bars.len() >= 4, "{bars:?}");
+    assert!(bars.iter().all(|b| b["params"]["met"].is_boolean()));
+    assert!(
+        groups_left(pid).is_empty(),
+        "left behind: {:?}",
+        groups_left(pid)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -210,6 +210,24 @@ pub enum Error {
         /// Status the server sent back.
         status: u32,
     },
+    /// A calibration file (see `semantics::calibration`) has a line that cannot be read.
+    BadCalibration {
+        /// 1-based line number in the file's text.
+        line: usize,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A data-passing operation was given a semantics of the other allocator (an
+    /// application buffer with a system-allocated semantics, or the reverse).
+    WrongSemantics {
+        /// The semantics given (kebab-case name).
+        semantics: &'static str,
+        /// What the operation takes: `"application-allocated"` or `"system-allocated"`.
+        needs: &'static str,
+    },
+    /// A received system buffer is the sender's pages, read-only: it cannot be output as a
+    /// system buffer (forward its data, or make it writable first).
+    ReceivedBuffer,
     /// A pallet index past the end of the container.
     NoSuchPallet {
         /// Index asked for.
@@ -275,6 +293,16 @@ impl fmt::Display for Error {
             Self::RequestFailed { status } => {
                 write!(f, "the server's handler failed the request (status {status})")
             }
+            Self::BadCalibration { line, why } => {
+                write!(f, "calibration file, line {line}: {why}")
+            }
+            Self::WrongSemantics { semantics, needs } => {
+                write!(f, "this operation takes a {needs} semantics, not {semantics}")
+            }
+            Self::ReceivedBuffer => write!(
+                f,
+                "a received buffer is the sender's pages and cannot be output as a system buffer"
+            ),
             Self::NoSuchPallet { index, count } => {
                 write!(f, "no pallet {index}: the container has {count}")
             }

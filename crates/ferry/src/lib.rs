@@ -42,7 +42,8 @@
 //! Layers, bottom up: `sys` (thin syscall wrappers, private to the crate; [`diagnostics`]
 //! re-exports its syscall counters and page size), [`region`] (groups, domains, lots,
 //! fbufs), [`segment`] and [`iodata`] (handles), [`channel`] (rings, senders and receivers),
-//! [`service`] (named publish-subscribe and request-response over channels).
+//! and on top [`service`] (named publish-subscribe and request-response over channels)
+//! and [`semantics`] (Genie's eight data-passing semantics over channels and TCP).
 //! Errors are one enum, [`Error`]; a descriptor that fails validation is
 //! [`Error::BadDescriptor`], a dead peer [`Error::PeerGone`].
 //!
@@ -65,8 +66,8 @@
 //! # Where `unsafe` lives
 //!
 //! The crate root denies `unsafe_code`; only the modules below allow it, each on its
-//! declaration in `lib.rs` (for `container`, on its one submodule), so this list is the
-//! whole of it. Every `unsafe` block carries a `// SAFETY:` comment (clippy's
+//! declaration in `lib.rs` (for `container` and `semantics`, on their submodules), so
+//! this list is the whole of it. Every `unsafe` block carries a `// SAFETY:` comment (clippy's
 //! `undocumented_unsafe_blocks` denies one without) and every `unsafe fn` a `# Safety`
 //! section.
 //!
@@ -80,6 +81,7 @@
 //! | [`container`] | `container::unload` hands out slices over an unloaded pallet's mapping |
 //! | [`uring`] | io_uring: pushing entries whose buffers the kernel uses until completion, registered buffers, the `IoBuf` traits, aligned allocations, xlate's bounce buffers |
 //! | [`vcm`] | its io_uring ring (pushes, registered region), `msghdr` space, slices over the registered region |
+//! | [`semantics`] (its `app`, `hide`, `regions`, `tcow` and `tcp` submodules) | slices over application buffers' views, segments over output regions, hiding and unmapping regions given up at output, replacing a page under a writer (TCOW), buffers lent to io_uring sends and receives |
 //!
 //! [`error`], [`diagnostics`], [`service`] and the `sync` shim contain none.
 #![deny(unsafe_code)]
@@ -100,6 +102,7 @@ pub mod region;
 #[allow(unsafe_code)]
 pub mod segment;
 pub mod service;
+pub mod semantics;
 pub(crate) mod sync;
 #[allow(unsafe_code)]
 pub(crate) mod sys;

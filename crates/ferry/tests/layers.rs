@@ -21,6 +21,7 @@ const RANKS: &[(&str, u32)] = &[
     ("vcm", 3),
     ("channel", 4),
     ("service", 5),
+    ("semantics", 5),
 ];
 
 fn rank(module: &str) -> Option<u32> {

@@ -1,7 +1,9 @@
 //! What every benchmark gets: the mode, progress output, the machine and
 //! the CPUs to pin to, and the memcpy reference measured once per run.
 
-use std::cell::OnceCell;
+use std::any::{Any, TypeId};
+use std::cell::{OnceCell, RefCell};
+use std::collections::HashMap;
 
 use anyhow::Result;
 
@@ -16,6 +18,8 @@ pub struct BenchCtx {
     pub progress: Progress,
     pub machine: Machine,
     memcpy: OnceCell<Memcpy>,
+    /// Results one suite measures and later suites of the same run reuse, by type.
+    shared: RefCell<HashMap<TypeId, &'static dyn Any>>,
 }
 
 impl BenchCtx {
@@ -28,6 +32,7 @@ impl BenchCtx {
             progress: Progress::new(),
             machine: Machine::probe(pinned),
             memcpy: OnceCell::new(),
+            shared: RefCell::new(HashMap::new()),
         }
     }
 
@@ -50,6 +55,18 @@ impl BenchCtx {
     /// The memcpy reference, if some benchmark has measured it.
     pub fn memcpy_if_measured(&self) -> Option<&Memcpy> {
         self.memcpy.get()
+    }
+
+    /// The run's one value of type `T`, made by `make` on first use: how a suite shares
+    /// what it measured (say, the calibration) with the suites after it in `bench all`.
+    /// The value lives until the process exits.
+    pub fn shared<T: Any>(&self, make: impl FnOnce(&Self) -> Result<T>) -> Result<&'static T> {
+        if let Some(v) = self.shared.borrow().get(&TypeId::of::<T>()) {
+            return Ok(v.downcast_ref().expect("keyed by its type"));
+        }
+        let v: &'static T = Box::leak(Box::new(make(self)?));
+        self.shared.borrow_mut().insert(TypeId::of::<T>(), v);
+        Ok(v)
     }
 
     /// Picks between the quick and the thorough value.

@@ -9,6 +9,8 @@
 //! | [`xlate`] | `ferry bench xlate` | none: one process |
 //! | [`vcm`] | `ferry bench vcm` | [`vcm::echo`] |
 //! | [`services`] | `ferry bench services` | `ferry __drain` ([`services::drain_main`]) |
+//! | [`genie`] | `ferry bench genie` | [`genie::worker`] (source and sink) |
+//! | [`calibrate`] | `ferry bench calibrate`, `ferry calibrate` | none: one process, plus the chain's for the hand-over |
 //!
 //! Adding a benchmark: write `suites/<name>/mod.rs` with
 //! `pub const BENCH: BenchDef = BenchDef { name, about, run }`, where `run`
@@ -16,10 +18,12 @@
 //! [`crate::harness::BenchOutput`]; then list it in [`BENCHES`]. `ferry bench <name>`,
 //! `ferry bench all` and the report pick it up from there.
 
+pub mod calibrate;
 pub mod container;
 pub mod fbufs;
 pub mod fbufs_path;
 pub mod services;
+pub mod genie;
 pub mod vcm;
 pub mod xlate;
 
@@ -33,4 +37,6 @@ pub const BENCHES: &[BenchDef] = &[
     xlate::BENCH,
     vcm::BENCH,
     services::BENCH,
+    calibrate::BENCH,
+    genie::BENCH,
 ];

@@ -206,6 +206,11 @@ pub struct FerryRx {
 }
 
 impl FerryTx {
+    /// This end's domain and channel, for a worker that drives the channel itself.
+    pub fn into_parts(self) -> (Domain, Sender) {
+        (self.domain, self.tx)
+    }
+
     fn send(&self, data: &IoData) -> io::Result<()> {
         match self.wait {
             Wait::Block => self.tx.send(data).map_err(err),
@@ -221,6 +226,11 @@ impl FerryTx {
 }
 
 impl FerryRx {
+    /// This end's domain and channel, for a worker that drives the channel itself.
+    pub fn into_parts(self) -> (Domain, Receiver) {
+        (self._domain, self.rx)
+    }
+
     fn take(&mut self, len: usize) -> io::Result<IoData> {
         self.last = None;
         let data = match self.wait {

@@ -154,6 +154,11 @@ impl PathAllocator {
         Ok(unsafe { Segment::from_raw(ptr, len, Some(span), true, Arc::new(fbuf)) })
     }
 
+    /// The lot this path carves fbufs from.
+    pub(crate) fn lot(&self) -> &Arc<Lot> {
+        &self.inner.lot
+    }
+
     fn pop(&self, k: usize) -> Option<u64> {
         lock(&self.inner.free)[k].pop()
     }

@@ -136,6 +136,155 @@ impl Mapping {
         unsafe { mprotect(self.ptr.as_ptr().add(offset).cast(), len, flags)? };
         Ok(())
     }
+    /// Makes `offset..offset+len` inaccessible (`mprotect(PROT_NONE)`): any access
+    /// through this mapping faults (`SIGSEGV`) until [`protect`](Self::protect) gives it
+    /// back. Region hiding, for emulated move.
+    ///
+    /// # Safety
+    /// No reference into the range may be read or written while it is hidden.
+    pub unsafe fn hide(&self, offset: usize, len: usize) -> io::Result<()> {
+        assert!(offset.checked_add(len).is_some_and(|e| e <= self.len));
+        count();
+        // SAFETY: inside our own mapping (asserted); the caller promises nothing reads it.
+        unsafe {
+            mprotect(
+                self.ptr.as_ptr().add(offset).cast(),
+                len,
+                MprotectFlags::empty(),
+            )?
+        };
+        Ok(())
+    }
+
+    /// Unmaps `offset..offset+len` of this mapping (`munmap(2)` of part of it), leaving a
+    /// hole that [`remap_hole`](Self::remap_hole) can fill again. The whole range is still
+    /// unmapped on drop (unmapping a hole is harmless).
+    ///
+    /// # Safety
+    /// No reference into the range may be used while it is unmapped.
+    pub unsafe fn unmap_range(&self, offset: usize, len: usize) -> io::Result<()> {
+        assert!(offset.checked_add(len).is_some_and(|e| e <= self.len));
+        count();
+        // SAFETY: inside our own mapping (asserted); the caller promises nothing uses it.
+        unsafe { munmap(self.ptr.as_ptr().add(offset).cast(), len)? };
+        Ok(())
+    }
+
+    /// Maps `len` bytes of `fd` from `file_offset` into the hole at `offset` that
+    /// [`unmap_range`](Self::unmap_range) left, `MAP_SHARED | MAP_FIXED_NOREPLACE`: fails
+    /// rather than replace anything.
+    pub fn remap_hole(
+        &self,
+        offset: usize,
+        fd: BorrowedFd<'_>,
+        file_offset: u64,
+        len: usize,
+        access: Access,
+    ) -> Result<()> {
+        assert!(offset.checked_add(len).is_some_and(|e| e <= self.len));
+        let m = Mapping::fixed(
+            self.ptr.as_ptr() as usize + offset,
+            fd,
+            file_offset,
+            len,
+            access,
+        )?;
+        // Now part of this mapping: unmapped when it is.
+        std::mem::forget(m);
+        Ok(())
+    }
+
+    /// Replaces the pages at `offset..offset+len` of this mapping by `len` bytes of `fd`
+    /// from `file_offset`, `MAP_SHARED | MAP_FIXED` (`mmap(2)`), in one step: there is no
+    /// moment at which the range is unmapped.
+    ///
+    /// # Safety
+    /// Whatever the range showed before is gone for this process; the caller must hold
+    /// the range and know that no reference relies on its old contents.
+    pub unsafe fn replace(
+        &self,
+        offset: usize,
+        fd: BorrowedFd<'_>,
+        file_offset: u64,
+        len: usize,
+        access: Access,
+    ) -> io::Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.map_over(offset, fd, file_offset, len, access, MapFlags::SHARED) }
+    }
+
+    /// Maps `len` bytes of `fd` from `file_offset` privately (copy-on-write) over
+    /// `offset..offset+len` of this mapping, read-write, `MAP_PRIVATE | MAP_FIXED`
+    /// (`mmap(2)`), in one step. Works on a read-only descriptor: writes go to private
+    /// copies, never to the file.
+    ///
+    /// # Safety
+    /// As [`replace`](Self::replace).
+    pub unsafe fn replace_private(
+        &self,
+        offset: usize,
+        fd: BorrowedFd<'_>,
+        file_offset: u64,
+        len: usize,
+    ) -> io::Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe {
+            self.map_over(
+                offset,
+                fd,
+                file_offset,
+                len,
+                Access::ReadWrite,
+                MapFlags::PRIVATE,
+            )
+        }
+    }
+
+    /// `mmap(MAP_FIXED | kind)` of `fd` over part of this mapping.
+    ///
+    /// # Safety
+    /// As [`replace`](Self::replace).
+    unsafe fn map_over(
+        &self,
+        offset: usize,
+        fd: BorrowedFd<'_>,
+        file_offset: u64,
+        len: usize,
+        access: Access,
+        kind: MapFlags,
+    ) -> io::Result<()> {
+        assert!(offset.checked_add(len).is_some_and(|e| e <= self.len));
+        count();
+        // SAFETY: the range lies inside our own mapping (asserted) and the caller owns it.
+        let p = unsafe {
+            mmap(
+                self.ptr.as_ptr().add(offset).cast(),
+                len,
+                access.prot(),
+                kind | MapFlags::FIXED,
+                fd,
+                file_offset,
+            )?
+        };
+        debug_assert_eq!(p as usize, self.ptr.as_ptr() as usize + offset);
+        Ok(())
+    }
+
+    /// Locks `offset..offset+len` in memory (`mlock(2)`), or unlocks it (`munlock(2)`).
+    pub fn lock_range(&self, offset: usize, len: usize, locked: bool) -> io::Result<()> {
+        assert!(offset.checked_add(len).is_some_and(|e| e <= self.len));
+        count();
+        // SAFETY: (un)locking pages of our own mapping (asserted) changes no contents.
+        unsafe {
+            let p = self.ptr.as_ptr().add(offset).cast();
+            if locked {
+                rustix::mm::mlock(p, len)?;
+            } else {
+                rustix::mm::munlock(p, len)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Mapping {

@@ -115,19 +115,7 @@ pub struct Watcher {
 }
 
 fn open_uffd() -> io::Result<OwnedFd> {
-    count();
-    // SAFETY: userfaultfd(2) takes only flags and returns a new descriptor or -1.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_userfaultfd,
-            libc::O_CLOEXEC | libc::O_NONBLOCK | UFFD_USER_MODE_ONLY,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the call returned a fresh descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
+    open_flags(UFFD_USER_MODE_ONLY)
 }
 
 fn api(fd: BorrowedFd<'_>, features: u64) -> io::Result<u64> {
@@ -143,6 +131,54 @@ fn api(fd: BorrowedFd<'_>, features: u64) -> io::Result<u64> {
         return Err(io::Error::last_os_error());
     }
     Ok(a.features)
+}
+
+/// `UFFDIO_REGISTER` of `[start, start + len)` in write-protect mode.
+fn register_wp(fd: BorrowedFd<'_>, start: usize, len: usize) -> io::Result<()> {
+    let mut r = UffdioRegister {
+        range: UffdioRange {
+            start: start as u64,
+            len: len as u64,
+        },
+        mode: UFFDIO_REGISTER_MODE_WP,
+        ioctls: 0,
+    };
+    count();
+    // SAFETY: UFFDIO_REGISTER reads and writes one `struct uffdio_register`; the range is
+    // only recorded by the kernel, no memory is accessed through it here.
+    let rc = unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            UFFDIO_REGISTER,
+            &mut r as *mut UffdioRegister,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reads queued messages without blocking into `msgs`; returns how many (0 if none).
+fn read_msgs(fd: BorrowedFd<'_>, msgs: &mut [UffdMsg]) -> io::Result<usize> {
+    count();
+    // SAFETY: the kernel writes whole `uffd_msg`s into the buffer, which holds
+    // `msgs.len()` of them.
+    let n = unsafe {
+        libc::read(
+            fd.as_raw_fd(),
+            msgs.as_mut_ptr().cast(),
+            std::mem::size_of_val(msgs),
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock => Ok(0),
+            _ => Err(e),
+        };
+    }
+    Ok(n as usize / std::mem::size_of::<UffdMsg>())
 }
 
 impl Watcher {
@@ -171,28 +207,7 @@ impl Watcher {
     /// Fails (`EINVAL`) for memory userfaultfd cannot watch, such as a file mapping on a
     /// disk filesystem, and (`EBUSY`) for a range another userfaultfd already watches.
     pub fn watch(&self, start: usize, len: usize) -> io::Result<()> {
-        let mut r = UffdioRegister {
-            range: UffdioRange {
-                start: start as u64,
-                len: len as u64,
-            },
-            mode: UFFDIO_REGISTER_MODE_WP,
-            ioctls: 0,
-        };
-        count();
-        // SAFETY: UFFDIO_REGISTER reads and writes one `struct uffdio_register`; the range
-        // is only recorded by the kernel, no memory is accessed through it here.
-        let rc = unsafe {
-            libc::ioctl(
-                self.fd.as_raw_fd(),
-                UFFDIO_REGISTER,
-                &mut r as *mut UffdioRegister,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        register_wp(self.fd.as_fd(), start, len)
     }
 
     /// Sleeps until events are queued (`poll(2)`); allocates nothing.
@@ -213,25 +228,7 @@ impl Watcher {
     /// Reading an event is what lets the thread that caused it continue.
     pub fn read_events(&self, out: &mut Vec<Event>, max: usize) -> io::Result<usize> {
         let mut msgs = [UffdMsg::default(); 16];
-        let want = max.min(msgs.len());
-        count();
-        // SAFETY: the kernel writes whole `uffd_msg`s (32 bytes each) into the buffer,
-        // which holds `want` of them.
-        let n = unsafe {
-            libc::read(
-                self.fd.as_raw_fd(),
-                msgs.as_mut_ptr().cast(),
-                want * std::mem::size_of::<UffdMsg>(),
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::WouldBlock => Ok(0),
-                _ => Err(e),
-            };
-        }
-        let got = n as usize / std::mem::size_of::<UffdMsg>();
+        let got = read_msgs(self.fd.as_fd(), &mut msgs[..max.min(16)])?;
         for m in &msgs[..got] {
             let [a, b, c] = m.arg;
             out.push(match m.event {
@@ -259,6 +256,169 @@ impl AsFd for Watcher {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
+}
+
+// ---------------------------------------------------------------- write protection
+
+const UFFDIO_WRITEPROTECT: libc::c_ulong = 0xC018_AA06;
+const UFFDIO_WAKE: libc::c_ulong = 0x8010_AA02;
+const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1;
+const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
+const EVENT_PAGEFAULT: u8 = 0x12;
+const PAGEFAULT_FLAG_WP: u64 = 1 << 1;
+
+#[repr(C)]
+struct UffdioWriteprotect {
+    range: UffdioRange,
+    mode: u64,
+}
+
+/// A write to a write-protected page, waiting for the handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WpFault {
+    /// The faulting address (not page-aligned).
+    pub addr: usize,
+}
+
+/// A userfaultfd used for write protection (`UFFDIO_REGISTER_MODE_WP` and
+/// `UFFDIO_WRITEPROTECT`): a write to a protected page of a registered range stops the
+/// writing thread and queues a [`WpFault`] until [`Protector::unprotect`] or
+/// [`Protector::wake`] lets it go.
+#[derive(Debug)]
+pub struct Protector {
+    fd: OwnedFd,
+    user_mode_only: bool,
+}
+
+impl Protector {
+    /// Opens a non-blocking userfaultfd with write-protect faults on shmem (memfd)
+    /// mappings enabled. Kernel-mode faults (a `read(2)` into a protected page) are
+    /// handled too when the process may ask for them (root, `CAP_SYS_PTRACE` or
+    /// `vm.unprivileged_userfaultfd = 1`); otherwise it falls back to user-mode faults
+    /// only, and [`user_mode_only`](Self::user_mode_only) says so: a kernel write into a
+    /// protected page then fails with `EFAULT` instead of waiting.
+    pub fn new() -> io::Result<Protector> {
+        let (probe, user_mode_only) = match open_flags(0) {
+            Ok(fd) => (fd, false),
+            Err(_) => (open_flags(UFFD_USER_MODE_ONLY)?, true),
+        };
+        let supported = api(probe.as_fd(), 0)?;
+        let need = FEATURE_PAGEFAULT_FLAG_WP | FEATURE_WP_HUGETLBFS_SHMEM;
+        if supported & need != need {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("userfaultfd lacks write-protect on shmem (features {supported:#x})"),
+            ));
+        }
+        let fd = open_flags(if user_mode_only {
+            UFFD_USER_MODE_ONLY
+        } else {
+            0
+        })?;
+        api(fd.as_fd(), need)?;
+        Ok(Protector { fd, user_mode_only })
+    }
+
+    /// True if kernel-mode writes into protected pages fail (`EFAULT`) rather than wait.
+    pub fn user_mode_only(&self) -> bool {
+        self.user_mode_only
+    }
+
+    /// Registers `[start, start + len)` (page-aligned, mapped) for write-protect faults.
+    /// Registering a range this descriptor already covers again is allowed.
+    pub fn register(&self, start: usize, len: usize) -> io::Result<()> {
+        register_wp(self.fd.as_fd(), start, len)
+    }
+
+    fn writeprotect(&self, start: usize, len: usize, mode: u64) -> io::Result<()> {
+        let mut w = UffdioWriteprotect {
+            range: UffdioRange {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode,
+        };
+        count();
+        // SAFETY: UFFDIO_WRITEPROTECT reads one `struct uffdio_writeprotect`; it changes
+        // page protections of a registered range, never contents.
+        let rc = unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                UFFDIO_WRITEPROTECT,
+                &mut w as *mut UffdioWriteprotect,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Write-protects `[start, start + len)` of a registered range: from now on a write
+    /// through this process's mapping faults to the handler.
+    pub fn protect(&self, start: usize, len: usize) -> io::Result<()> {
+        self.writeprotect(start, len, UFFDIO_WRITEPROTECT_MODE_WP)
+    }
+
+    /// Removes write protection from `[start, start + len)` and wakes the threads waiting
+    /// on faults there.
+    pub fn unprotect(&self, start: usize, len: usize) -> io::Result<()> {
+        self.writeprotect(start, len, 0)
+    }
+
+    /// Wakes the threads waiting on faults in `[start, start + len)` (`UFFDIO_WAKE`):
+    /// they retry their access.
+    pub fn wake(&self, start: usize, len: usize) -> io::Result<()> {
+        let mut r = UffdioRange {
+            start: start as u64,
+            len: len as u64,
+        };
+        count();
+        // SAFETY: UFFDIO_WAKE reads one `struct uffdio_range`.
+        let rc =
+            unsafe { libc::ioctl(self.fd.as_raw_fd(), UFFDIO_WAKE, &mut r as *mut UffdioRange) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Reads queued write-protect faults without blocking, appending them to `out`
+    /// (other events are dropped). Returns how many messages were read.
+    pub fn read_faults(&self, out: &mut Vec<WpFault>) -> io::Result<usize> {
+        let mut msgs = [UffdMsg::default(); 16];
+        let got = read_msgs(self.fd.as_fd(), &mut msgs)?;
+        for m in &msgs[..got] {
+            if m.event == EVENT_PAGEFAULT && m.arg[0] & PAGEFAULT_FLAG_WP != 0 {
+                out.push(WpFault {
+                    addr: m.arg[1] as usize,
+                });
+            }
+        }
+        Ok(got)
+    }
+}
+
+impl AsFd for Protector {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+fn open_flags(extra: libc::c_int) -> io::Result<OwnedFd> {
+    count();
+    // SAFETY: userfaultfd(2) takes only flags and returns a new descriptor or -1.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_userfaultfd,
+            libc::O_CLOEXEC | libc::O_NONBLOCK | extra,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the call returned a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
 }
 
 #[cfg(test)]

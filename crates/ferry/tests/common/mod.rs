@@ -95,6 +95,18 @@ pub fn seed_rng() -> Rng {
 
 // ---------------------------------------------------------------- process helpers
 
+/// Waits up to `secs` for `f` to hold, trying every 2 ms.
+pub fn within(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    f()
+}
+
 pub fn fd_count() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }

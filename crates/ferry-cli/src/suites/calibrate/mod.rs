@@ -1,0 +1,401 @@
+//! `ferry calibrate` and `ferry bench calibrate`: Genie's Tables 6 and 7 on this machine.
+//!
+//! Each primitive a semantics may pay for (listed in
+//! [`ferry::semantics::calibration::primitive`]) is timed at several sizes; a line
+//! `ns = a * bytes + b` is fitted through the medians by least squares on the relative
+//! error ([`crate::harness::stats::relative_linear_fit`]: a plain fit is ruled by the
+//! 16 MiB point and predicts a 4 KiB copy below zero); the fits become a [`Calibration`], whose
+//! thresholds are derived from them (the smallest size from which an emulated form is
+//! predicted cheaper than copy, with a 10% margin). The hand-over is timed between two
+//! pinned processes over a ferry channel; everything else runs in this process on the
+//! first pinned CPU (a TCOW fault's handler thread shares that CPU).
+//!
+//! The TCOW-fault bar of issue 10 (a fault costs at most twice one page copy plus one
+//! `mmap`) is judged here, from the same run's numbers. The per-semantics predicted
+//! against measured end-to-end latencies are in `ferry bench genie`, which measures the
+//! semantics and reuses this run's calibration.
+
+mod primitives;
+mod report;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use ferry::semantics::calibration::primitive as p;
+use ferry::semantics::{Calibration, Fit};
+
+use crate::harness::budget::Budget;
+use crate::harness::chain::run_chain;
+use crate::harness::ctx::BenchCtx;
+use crate::harness::output::BenchOutput;
+use crate::harness::points::pooled;
+use crate::harness::record::Record;
+use crate::harness::report::{draw, write_json};
+use crate::harness::stats::{relative_linear_fit, Summary};
+use crate::harness::BenchDef;
+use crate::protocol::{Pattern, Plan, Touch, Wait};
+use crate::sys;
+use crate::transport::ferry::Variant;
+use crate::transport::TransportKind;
+
+pub const BENCH: BenchDef = BenchDef {
+    name: "calibrate",
+    about: "cost of each data-passing primitive as a*B + b, thresholds, TCOW fault bar (Genie Tables 6 and 7)",
+    run,
+};
+
+/// Threshold margin: an emulated form must be predicted at least 10% cheaper than copy.
+pub const MARGIN: f64 = 0.10;
+
+/// One primitive at one size.
+#[derive(Debug, Clone)]
+pub struct PrimPoint {
+    pub size: usize,
+    /// Nanoseconds.
+    pub summary: Summary,
+}
+
+/// One primitive: its points and fit, or why it could not be measured.
+#[derive(Debug, Clone)]
+pub struct Prim {
+    pub name: &'static str,
+    pub points: Vec<PrimPoint>,
+    pub fit: Option<Fit>,
+    pub error: Option<String>,
+}
+
+impl Prim {
+    /// The median (ns) measured at `size`, if that size was measured.
+    pub fn at(&self, size: usize) -> Option<f64> {
+        self.points
+            .iter()
+            .find(|q| q.size == size)
+            .map(|q| q.summary.median)
+    }
+}
+
+/// The TCOW-fault bar: one fault against one page copy plus one `mmap`, same run.
+#[derive(Debug, Clone, Copy)]
+pub struct TcowBar {
+    pub fault_ns: f64,
+    /// A write-protect fault whose handler only un-protects: the floor of any
+    /// userfaultfd-based TCOW fault (`None` if it could not be measured).
+    pub floor_ns: Option<f64>,
+    pub page_copy_ns: f64,
+    pub mmap_ns: f64,
+}
+
+impl TcowBar {
+    pub fn limit_ns(&self) -> f64 {
+        2.0 * (self.page_copy_ns + self.mmap_ns)
+    }
+    pub fn ratio(&self) -> f64 {
+        self.fault_ns / (self.page_copy_ns + self.mmap_ns)
+    }
+    pub fn met(&self) -> bool {
+        self.fault_ns <= self.limit_ns()
+    }
+}
+
+/// Everything one calibration run measured.
+pub struct Calibrated {
+    pub prims: Vec<Prim>,
+    pub calibration: Calibration,
+    pub tcow: Option<TcowBar>,
+    pub sizes: Vec<usize>,
+    pub trials_note: String,
+}
+
+/// This run's calibration, measured on first use and shared with later suites.
+pub fn calibrated(ctx: &BenchCtx) -> Result<&'static Calibrated> {
+    ctx.shared(measure_all)
+}
+
+fn measure_all(ctx: &BenchCtx) -> Result<Calibrated> {
+    const KIB: usize = 1024;
+    const MIB: usize = 1 << 20;
+    // Up to 64 MiB: beyond the last-level cache, as `bench genie`'s largest messages are
+    // (a fit that stops at 16 MiB extrapolates cache bandwidth to them).
+    let sizes: Vec<usize> = ctx.pick(
+        vec![4 * KIB, 64 * KIB, MIB, 16 * MIB, 64 * MIB],
+        vec![
+            4 * KIB,
+            16 * KIB,
+            64 * KIB,
+            256 * KIB,
+            MIB,
+            4 * MIB,
+            16 * MIB,
+            64 * MIB,
+        ],
+    );
+    let fault_pages: Vec<usize> = ctx.pick(vec![1, 4, 16], vec![1, 2, 4, 8, 16, 32]);
+    let budget = ctx.pick(
+        Budget {
+            bytes: 16 * MIB,
+            min: 3,
+            max: 30,
+            warm_bytes: 0,
+            warm_max: 0,
+        },
+        Budget {
+            bytes: 256 * MIB,
+            min: 9,
+            max: 400,
+            warm_bytes: 0,
+            warm_max: 0,
+        },
+    );
+    let reps = budget.msgs(&sizes);
+
+    let mut prims = Vec::new();
+    prims.push(handover(ctx, &sizes)?);
+    // Pin after the hand-over's workers are spawned and gone, as `xlate` does.
+    let _ = sys::pin_to(ctx.cpu(0));
+    for &name in p::ALL {
+        if name == p::HANDOVER {
+            continue;
+        }
+        ctx.progress.phase(&format!("calibrate: {name}"));
+        let (xs, counts): (Vec<usize>, Vec<usize>) = if name == p::TCOW_FAULT {
+            let page = sys::vm::page();
+            let n = ctx.pick(20, 200);
+            fault_pages.iter().map(|&k| (k * page, n)).unzip()
+        } else {
+            sizes
+                .iter()
+                .zip(&reps)
+                .map(|(&s, &r)| (s, r as usize))
+                .unzip()
+        };
+        let mut points = Vec::new();
+        let mut error = None;
+        for (&size, &n) in xs.iter().zip(&counts) {
+            match primitives::measure(name, size, n, ctx.cpu(1)) {
+                Ok(ns) => points.push(PrimPoint {
+                    size,
+                    summary: Summary::of(&ns),
+                }),
+                Err(e) => {
+                    error = Some(format!("{e:#}"));
+                    break;
+                }
+            }
+        }
+        prims.push(finish(name, points, error));
+    }
+
+    let mut calibration = Calibration::default();
+    for q in &prims {
+        if let Some(f) = q.fit {
+            calibration.fits.insert(q.name.to_string(), f);
+        }
+    }
+    calibration.derive_thresholds(MARGIN);
+
+    let page = sys::vm::page();
+    let find = |n: &str| prims.iter().find(|q| q.name == n);
+    let tcow = (|| {
+        Some(TcowBar {
+            fault_ns: find(p::TCOW_FAULT)?.at(page)?,
+            floor_ns: primitives::wp_fault_floor(ctx.pick(20, 200))
+                .ok()
+                .map(|ns| Summary::of(&ns).median),
+            page_copy_ns: find(p::COPY_IN)?.at(page)?,
+            mmap_ns: find(p::SWAP)?.at(page)?,
+        })
+    })();
+    Ok(Calibrated {
+        prims,
+        calibration,
+        tcow,
+        sizes,
+        trials_note: format!(
+            "{}-{} timed repetitions per size after one untimed",
+            budget.min, budget.max
+        ),
+    })
+}
+
+fn finish(name: &'static str, points: Vec<PrimPoint>, error: Option<String>) -> Prim {
+    let xy: Vec<(f64, f64)> = points
+        .iter()
+        .map(|q| (q.size as f64, q.summary.median))
+        .collect();
+    let fit = if error.is_none() {
+        relative_linear_fit(&xy).map(|f| Fit {
+            a: f.slope,
+            b: f.intercept,
+            r2: f.r2,
+        })
+    } else {
+        None
+    };
+    Prim {
+        name,
+        points,
+        fit,
+        error,
+    }
+}
+
+/// The base hand-over: one-way latency of a descriptor over a ferry channel between two
+/// pinned processes, the receiver blocking in its receive as `Passing`'s input does (the
+/// sink reads only the header).
+fn handover(ctx: &BenchCtx, sizes: &[usize]) -> Result<Prim> {
+    ctx.progress
+        .phase("calibrate: handover (ferry channel between 2 pinned processes)");
+    let budget = ctx.pick(
+        Budget {
+            bytes: 64 << 20,
+            min: 20,
+            max: 200,
+            warm_bytes: 1 << 20,
+            warm_max: 10,
+        },
+        Budget {
+            bytes: 512 << 20,
+            min: 50,
+            max: 2000,
+            warm_bytes: 8 << 20,
+            warm_max: 50,
+        },
+    );
+    let plan = Plan {
+        pattern: Pattern::PingPong,
+        wait: Wait::Block,
+        touch: Touch::Header,
+        msgs: budget.msgs(sizes),
+        warmup: budget.warmup(sizes),
+        sizes: sizes.to_vec(),
+        trials: ctx.pick(1, 3),
+        hops: 0,
+    };
+    let run = run_chain(
+        ctx,
+        TransportKind::Ferry(Variant::CACHED_VOLATILE),
+        1,
+        &plan,
+    )?;
+    let points = pooled(&run.sink, |ns| ns)
+        .into_iter()
+        .map(|q| PrimPoint {
+            size: q.size,
+            summary: q.summary,
+        })
+        .collect();
+    Ok(finish(p::HANDOVER, points, None))
+}
+
+fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
+    let c = calibrated(ctx)?;
+    Ok(output(ctx, c))
+}
+
+fn output(ctx: &BenchCtx, c: &Calibrated) -> BenchOutput {
+    let mut out = BenchOutput::default();
+    for q in &c.prims {
+        for pt in &q.points {
+            out.records.push(
+                Record::new("calibrate", q.name, "ns", pt.summary, 1, 0.0)
+                    .param("primitive", q.name)
+                    .param("bytes", pt.size),
+            );
+        }
+        if let Some(f) = q.fit {
+            out.records.push(
+                Record::new("calibrate", q.name, "ns/byte", Summary::of(&[f.a]), 1, 0.0)
+                    .param("primitive", q.name)
+                    .param("fit", "a*B + b, least squares over the medians")
+                    .param("b_ns", f.b)
+                    .param("r2", f.r2),
+            );
+        }
+    }
+    let t = c.calibration.thresholds;
+    for (k, v) in [
+        ("emulated_copy", t.emulated_copy),
+        ("emulated_share", t.emulated_share),
+        ("emulated_move", t.emulated_move),
+        ("emulated_weak_move", t.emulated_weak_move),
+        ("swap", t.swap),
+    ] {
+        let v = if v == usize::MAX {
+            f64::INFINITY
+        } else {
+            v as f64
+        };
+        out.records.push(
+            Record::new("calibrate", "threshold", "bytes", Summary::of(&[v]), 1, 0.0)
+                .value(v)
+                .param("threshold", k)
+                .param("margin", MARGIN),
+        );
+    }
+    if let Some(b) = c.tcow {
+        out.records.push(
+            Record::new(
+                "calibrate",
+                "tcow-fault-bar",
+                "x",
+                Summary::of(&[b.ratio()]),
+                1,
+                0.0,
+            )
+            .param("fault_ns", b.fault_ns)
+            .param("page_copy_ns", b.page_copy_ns)
+            .param("mmap_ns", b.mmap_ns)
+            .param("wp_fault_floor_ns", b.floor_ns)
+            .param("bar", "fault <= 2 x (page copy + mmap)")
+            .param("met", b.met()),
+        );
+    }
+    out.markdown = report::markdown(ctx, c);
+    out.plots.push(report::plot(c));
+    out
+}
+
+/// `ferry calibrate`: measures the primitives, writes the calibration file, and prints
+/// the report.
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// Fewer sizes and repetitions: a few seconds.
+    #[arg(long)]
+    pub quick: bool,
+    /// Where to write the calibration file (default: $FERRY_CALIBRATION, else
+    /// $XDG_CACHE_HOME/ferry/calibration, else ~/.cache/ferry/calibration).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Write every measured point as JSON records to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write the plot of the fits to FILE.svg.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+}
+
+pub fn command(args: CalibrateArgs) -> Result<()> {
+    let ctx = BenchCtx::new(args.quick);
+    let c = calibrated(&ctx)?;
+    ctx.progress.finish();
+    let out = output(&ctx, c);
+    println!("{}", out.markdown);
+    let path = args
+        .out
+        .or_else(Calibration::path)
+        .context("no --out given and neither FERRY_CALIBRATION, XDG_CACHE_HOME nor HOME is set")?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(&path, report::file_text(&ctx, c))
+        .with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote the calibration to {}", path.display());
+    if let Some(json) = &args.json {
+        write_json(json, &out.records)?;
+    }
+    if let Some(svg) = &args.plot {
+        draw(&out.plots[0], svg)?;
+    }
+    Ok(())
+}

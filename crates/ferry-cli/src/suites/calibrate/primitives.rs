@@ -1,0 +1,319 @@
+//! The timing loops of the primitives that run in one process (all but the hand-over),
+//! on the calling thread, which the suite pins to the first CPU.
+//!
+//! Each loop returns nanoseconds per timed repetition; the untimed part of a repetition
+//! puts things back (a fresh mapping, the protection re-armed) so every repetition
+//! measures the same state.
+
+use std::cell::Cell;
+use std::hint::black_box;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use anyhow::{bail, Context, Result};
+use ferry::semantics::calibration::primitive as p;
+use ferry::{Group, PathConfig};
+
+use crate::sys::now_ns;
+use crate::sys::vm::{memfd, page, Map, Prot, Uffd};
+
+/// Untimed repetitions before the timed ones.
+const WARM: usize = 1;
+
+/// Times `op` `reps` times after [`WARM`] untimed ones, calling `reset` (untimed) after each.
+fn timed(
+    reps: usize,
+    mut op: impl FnMut() -> Result<()>,
+    mut reset: impl FnMut() -> Result<()>,
+) -> Result<Vec<f64>> {
+    let mut out = Vec::with_capacity(reps);
+    for i in 0..WARM + reps {
+        let t = now_ns();
+        op()?;
+        let dt = now_ns() - t;
+        if i >= WARM {
+            out.push(dt as f64);
+        }
+        reset()?;
+    }
+    Ok(out)
+}
+
+/// A memfd of `len` bytes with every byte written, and its read-write mapping.
+fn filled(len: usize) -> Result<(std::os::fd::OwnedFd, Map)> {
+    let fd = memfd(len)?;
+    let m = Map::shared(fd.as_fd(), len, Prot::ReadWrite)?;
+    m.fill(0x5a);
+    Ok((fd, m))
+}
+
+/// Measures `primitive` at `size` bytes, `reps` times. The TCOW fault's size is the
+/// bytes of pages written (one fault per page).
+pub fn measure(primitive: &str, size: usize, reps: usize, other_cpu: usize) -> Result<Vec<f64>> {
+    let pg = page();
+    let none = || Ok(());
+    match primitive {
+        p::COPY_IN => copy_in(size, reps),
+        p::COPY_OUT => copy_out(size, reps, other_cpu),
+        p::PROTECT_UFFD | p::UNPROTECT_UFFD => {
+            let (_fd, m) = filled(size)?;
+            let u = Uffd::new().context("userfaultfd")?;
+            u.register(&m)
+                .context("UFFDIO_REGISTER (write-protect mode) of a memfd")?;
+            let arm = |on| {
+                u.write_protect(m.addr(), size, on)
+                    .map_err(anyhow::Error::from)
+            };
+            if primitive == p::PROTECT_UFFD {
+                timed(reps, || arm(true), || arm(false))
+            } else {
+                arm(true)?;
+                timed(reps, || arm(false), || arm(true))
+            }
+        }
+        p::PROTECT_MPROTECT | p::UNPROTECT_MPROTECT | p::HIDE | p::REINSTATE => {
+            let (_fd, m) = filled(size)?;
+            let (to, back) = match primitive {
+                p::PROTECT_MPROTECT | p::UNPROTECT_MPROTECT => (Prot::Read, Prot::ReadWrite),
+                _ => (Prot::None, Prot::ReadWrite),
+            };
+            let set = |prot| m.protect(0, size, prot).map_err(anyhow::Error::from);
+            if primitive == p::PROTECT_MPROTECT || primitive == p::HIDE {
+                timed(reps, || set(to), || set(back))
+            } else {
+                set(to)?;
+                timed(reps, || set(back), || set(to))
+            }
+        }
+        p::TCOW_FAULT => tcow_fault(size.div_ceil(pg), reps, true),
+        p::SWAP => {
+            let (lot, _lot_map) = filled(size)?;
+            let app = Map::anon(size)?;
+            timed(
+                reps,
+                || {
+                    app.replace_with(0, size, lot.as_fd(), 0, Prot::ReadWrite)?;
+                    black_box(app.touch());
+                    Ok(())
+                },
+                || Ok(app.replace_anon()?),
+            )
+        }
+        p::MREMAP => {
+            let (from, to) = (Map::anon(size)?, Map::anon(size)?);
+            timed(reps, || Ok(from.move_to(&to)?), || Ok(from.replace_anon()?))
+        }
+        p::REGION_CREATE => timed(
+            reps,
+            || {
+                drop(black_box(memfd(size)?));
+                Ok(())
+            },
+            none,
+        ),
+        p::REGION_MAP => {
+            let (fd, _m) = filled(size)?;
+            let mapped = Cell::new(None);
+            timed(
+                reps,
+                || {
+                    let m = Map::shared(fd.as_fd(), size, Prot::Read)?;
+                    black_box(m.touch());
+                    mapped.set(Some(m));
+                    Ok(())
+                },
+                || {
+                    drop(mapped.take());
+                    Ok(())
+                },
+            )
+        }
+        p::REGION_UNMAP => {
+            let (fd, _m) = filled(size)?;
+            let map = || -> Result<Map> {
+                let m = Map::shared(fd.as_fd(), size, Prot::Read)?;
+                black_box(m.touch());
+                Ok(m)
+            };
+            let mapped = Cell::new(Some(map()?));
+            timed(
+                reps,
+                || {
+                    drop(mapped.take());
+                    Ok(())
+                },
+                || {
+                    mapped.set(Some(map()?));
+                    Ok(())
+                },
+            )
+        }
+        p::WIRE | p::UNWIRE => {
+            let (_fd, m) = filled(size)?;
+            let lock = |on| m.lock(on).context("mlock/munlock");
+            if primitive == p::WIRE {
+                timed(reps, || lock(true), || lock(false))
+            } else {
+                lock(true)?;
+                timed(reps, || lock(false), || lock(true))
+            }
+        }
+        other => bail!("{other} is not measured in-process"),
+    }
+}
+
+/// A group of its own for one measurement (its file goes when the last domain leaves).
+fn fresh_group() -> Result<std::sync::Arc<Group>> {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let name = format!(
+        "calib-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    Ok(Group::open(&name)?)
+}
+
+/// Copy semantics' output work: an fbuf from a path (the path's cached fbufs, as in a
+/// steady stream of messages), the bytes copied in, frozen (the untimed reset drops it,
+/// which returns the fbuf to the path).
+fn copy_in(size: usize, reps: usize) -> Result<Vec<f64>> {
+    let group = fresh_group()?;
+    let domain = group.join()?;
+    let path = domain.path(PathConfig::default())?;
+    let src = vec![0x5au8; size];
+    let frozen = Cell::new(None);
+    let ns = timed(
+        reps,
+        || {
+            let mut b = path.alloc(size)?;
+            b.write_at(0, black_box(&src));
+            frozen.set(Some(b.freeze()));
+            Ok(())
+        },
+        || {
+            drop(frozen.take());
+            Ok(())
+        },
+    )?;
+    drop((path, domain, group));
+    Ok(ns)
+}
+
+/// Copy semantics' input work: the receiver copies a message out of the sender's pages
+/// into its own buffer, through a read-only shared mapping of the sender's memfd (what a
+/// peer holds of a lot), after the sender wrote every byte on the other CPU (so the lines
+/// come from the other core's cache or from memory, as between two processes). The
+/// untimed reset has the writer thread, pinned to `other_cpu`, write the next message.
+fn copy_out(size: usize, reps: usize, other_cpu: usize) -> Result<Vec<f64>> {
+    let (fd, writer) = filled(size)?;
+    let reader = Map::shared(fd.as_fd(), size, Prot::Read)?;
+    black_box(reader.touch());
+    let mut dst = vec![0u8; size];
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<u8>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| -> Result<Vec<f64>> {
+        let w = &writer;
+        s.spawn(move || {
+            let _ = crate::sys::pin_to(other_cpu);
+            while let Ok(v) = go_rx.recv() {
+                w.fill(v);
+                if done_tx.send(()).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut v = 0u8;
+        let mut next = || -> Result<()> {
+            v = v.wrapping_add(1);
+            go_tx.send(v)?;
+            done_rx.recv()?;
+            Ok(())
+        };
+        next()?;
+        let ns = timed(
+            reps,
+            || {
+                reader.copy_out(0, black_box(&mut dst));
+                Ok(())
+            },
+            next,
+        );
+        drop(go_tx);
+        ns
+    })
+}
+
+/// The floor under any userfaultfd TCOW fault: one write to a write-protected page whose
+/// handler (same CPU) only removes the protection, which wakes the writer. No copy, no
+/// mapping: the trap, the handler's wake-up and the resume.
+pub fn wp_fault_floor(reps: usize) -> Result<Vec<f64>> {
+    tcow_fault(1, reps, false)
+}
+
+/// A write to protected pages, handled by copy and replace: a region of a memfd is
+/// write-protected with userfaultfd; the timed part writes one byte into each of `pages`
+/// pages; a handler thread (on the same CPU, which it inherits) copies each faulting
+/// page to a fresh memfd page, maps that page over the faulting one with
+/// `mmap(MAP_FIXED)` and wakes the writer. The untimed reset maps the original memfd back
+/// and re-arms the protection.
+fn tcow_fault(pages: usize, reps: usize, replace: bool) -> Result<Vec<f64>> {
+    let pg = page();
+    let len = pages.max(16) * pg;
+    let (fd, region) = filled(len)?;
+    let (spare, spare_map) = filled(len)?;
+    let u = Uffd::new().context("userfaultfd")?;
+    let arm = || -> Result<()> {
+        region.replace_with(0, len, fd.as_fd(), 0, Prot::ReadWrite)?;
+        u.register(&region)?;
+        u.write_protect(region.addr(), len, true)?;
+        Ok(())
+    };
+    arm()?;
+    let stop = AtomicBool::new(false);
+    let handled = AtomicU64::new(0);
+    std::thread::scope(|s| -> Result<Vec<f64>> {
+        let handler = s.spawn(|| -> Result<()> {
+            let mut page_buf = vec![0u8; pg];
+            while !stop.load(Ordering::Acquire) {
+                let Some(addr) = u.next_fault(20)? else {
+                    continue;
+                };
+                let at = addr & !(pg - 1);
+                if replace {
+                    let off = at - region.addr();
+                    region.copy_out(off, &mut page_buf);
+                    spare_map.copy_in(off, &page_buf);
+                    region.replace_with(off, pg, spare.as_fd(), off as u64, Prot::ReadWrite)?;
+                    u.wake(at, pg)?;
+                } else {
+                    // Un-protecting wakes the writer: the trap and wake-up, nothing else.
+                    u.write_protect(at, pg, false)?;
+                }
+                handled.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        });
+        let r = timed(
+            reps,
+            || {
+                for i in 0..pages {
+                    region.poke(i * pg, 0xa5);
+                }
+                Ok(())
+            },
+            arm,
+        );
+        // SYNC POINT: pairs with the handler's Acquire load; it exits within its poll timeout.
+        stop.store(true, Ordering::Release);
+        handler
+            .join()
+            .map_err(|_| anyhow::anyhow!("fault handler panicked"))??;
+        let ns = r?;
+        let want = ((WARM + reps) * pages) as u64;
+        let got = handled.load(Ordering::Relaxed);
+        if got != want {
+            bail!("{got} faults handled for {want} page writes: the writes were not all trapped");
+        }
+        Ok(ns)
+    })
+}

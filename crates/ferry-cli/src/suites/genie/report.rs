@@ -1,0 +1,530 @@
+//! The report of `ferry bench genie`: latency and CPU tables, the model against the
+//! measurement, the semantics layer's counters, the paper's numbers, and the bars.
+
+use std::fmt::Write as _;
+
+use ferry::semantics::Semantics;
+
+use super::{worker, Series};
+use crate::harness::output::{bytes, num, ratio, PlotSpec, Table};
+use crate::harness::BenchCtx;
+use crate::protocol::Plan;
+use crate::suites::calibrate::Calibrated;
+
+/// Genie Table 7, actual end-to-end latency with early demultiplexing (Micron P166,
+/// NetBSD 1.1, OC-3 ATM): `(a µs per byte, b µs)`; Figure 4's CPU utilization (%) and the
+/// text's throughput (Mbps) for single 60 KB datagrams.
+const PAPER: [(Semantics, f64, f64, f64, f64); 8] = [
+    (Semantics::Copy, 0.0998, 125.0, 26.0, 78.0),
+    (Semantics::EmulatedCopy, 0.0622, 150.0, 10.0, 124.0),
+    (Semantics::Share, 0.0621, 162.0, 12.0, 124.0),
+    (Semantics::EmulatedShare, 0.0600, 137.0, 8.0, 129.0),
+    (Semantics::Move, 0.0626, 202.0, 12.0, 121.0),
+    (Semantics::EmulatedMove, 0.0609, 150.0, 10.0, 126.0),
+    (Semantics::WeakMove, 0.0615, 170.0, 12.0, 124.0),
+    (Semantics::EmulatedWeakMove, 0.0602, 143.0, 9.0, 128.0),
+];
+/// The paper's 60 KB datagram.
+const PAPER_B: f64 = 61_440.0;
+
+/// One bar of issue 10, judged on this run.
+pub struct Bar {
+    pub name: String,
+    /// The worst measured value the bar applies to (a ratio or a relative error).
+    pub worst: f64,
+    pub limit: f64,
+    pub met: bool,
+    /// Where it was worst, and the measured floor when it is not met.
+    pub detail: String,
+}
+
+fn copy_of<'a>(series: &[&'a Series]) -> Option<&'a Series> {
+    series.iter().copied().find(|x| x.s == Semantics::Copy)
+}
+
+fn ratio_at(series: &[&Series], s: Semantics, size: usize) -> Option<f64> {
+    let x = series.iter().find(|x| x.s == s)?.at(size)?;
+    Some(x.lat.median / copy_of(series)?.at(size)?.lat.median)
+}
+
+pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
+    let mut out = Vec::new();
+    let Some(copy) = copy_of(series) else {
+        return out;
+    };
+    let sizes: Vec<usize> = copy.points.iter().map(|p| p.size).collect();
+    let largest = sizes.iter().copied().max().unwrap_or(0);
+    // The measured floor of a form whose input still copies: the CPU time of its input
+    // call alone (the receiver's copy out of the sender's pages), against the CPU time
+    // of copy's output and input calls, same size, same run.
+    let input_floor = |s: Semantics, size: usize| -> Option<f64> {
+        let x = series.iter().find(|x| x.s == s)?.at(size)?;
+        let c = copy.at(size)?;
+        Some(x.cpu_in / (c.cpu_out + c.cpu_in))
+    };
+    let worst = |s: Semantics, pick: &dyn Fn(usize) -> bool| {
+        sizes
+            .iter()
+            .filter(|&&b| pick(b))
+            .filter_map(|&b| Some((ratio_at(series, s, b)?, b)))
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+    };
+    if let Some((w, at)) = worst(Semantics::EmulatedCopy, &|b| b >= 16 << 20) {
+        let met = w <= 0.63;
+        out.push(Bar {
+            name: "emulated copy <= 0.63x copy at 16 MiB and above".into(),
+            worst: w,
+            limit: 0.63,
+            met,
+            detail: format!(
+                "worst at {}{}",
+                bytes(at),
+                if met {
+                    String::new()
+                } else {
+                    format!(
+                        "; floor: its input still copies out of the sender's pages, and that \
+                         input call alone used {} of copy's CPU time (output + input) at that size",
+                        input_floor(Semantics::EmulatedCopy, at).map_or("n/a".into(), ratio)
+                    )
+                }
+            ),
+        });
+    }
+    if let Some((w, at)) = worst(Semantics::EmulatedCopy, &|_| true) {
+        out.push(Bar {
+            name: "emulated copy <= 1.05x copy at every size".into(),
+            worst: w,
+            limit: 1.05,
+            met: w <= 1.05,
+            detail: format!("worst at {}", bytes(at)),
+        });
+    }
+    let mut w_all: Option<(f64, Semantics)> = None;
+    for s in [
+        Semantics::EmulatedShare,
+        Semantics::Move,
+        Semantics::EmulatedMove,
+        Semantics::WeakMove,
+        Semantics::EmulatedWeakMove,
+    ] {
+        if let Some(r) = ratio_at(series, s, largest) {
+            if w_all.map_or(true, |(w, _)| r > w) {
+                w_all = Some((r, s));
+            }
+        }
+    }
+    if let Some((w, s)) = w_all {
+        let met = w <= 0.01;
+        // Measured floor: the CPU time of this form's own calls against copy's, which
+        // no waiting for a CPU inflates.
+        let floor = series
+            .iter()
+            .find(|x| x.s == s)
+            .and_then(|x| x.at(largest))
+            .zip(copy.at(largest))
+            .map(|(x, c)| (x.cpu_out + x.cpu_in) / (c.cpu_out + c.cpu_in));
+        out.push(Bar {
+            name: format!(
+                "emulated share and system-allocated forms <= 0.01x copy at {}",
+                bytes(largest)
+            ),
+            worst: w,
+            limit: 0.01,
+            met,
+            detail: format!(
+                "worst: {s}{}",
+                if met {
+                    String::new()
+                } else {
+                    format!(
+                        "; floor for {s}: {} of copy ({})",
+                        floor.map_or("n/a".into(), ratio),
+                        if s.allocator() == ferry::semantics::Allocator::Application {
+                            "CPU time of its output and input calls against copy's; its input copies into the receiver's buffer"
+                        } else {
+                            "CPU time of its output and input calls against copy's"
+                        }
+                    )
+                }
+            ),
+        });
+    }
+    let mut worst_err: Option<(f64, Semantics, usize)> = None;
+    for x in series {
+        for pt in x.points.iter().filter(|q| q.size >= 64 << 10) {
+            if let Some(pred) = pt.predicted {
+                let e = (pred - pt.lat.median).abs() / pt.lat.median;
+                if worst_err.map_or(true, |(w, _, _)| e > w) {
+                    worst_err = Some((e, x.s, pt.size));
+                }
+            }
+        }
+    }
+    if let Some((e, s, at)) = worst_err {
+        out.push(Bar {
+            name: "model within 15% of the measurement at 64 KiB and above".into(),
+            worst: e,
+            limit: 0.15,
+            met: e <= 0.15,
+            detail: format!("worst: {s} at {}", bytes(at)),
+        });
+    }
+    if let Some(b) = cal.tcow {
+        out.push(Bar {
+            name: "TCOW fault <= 2x (one page copy + one mmap), from calibrate".into(),
+            worst: b.ratio(),
+            limit: 2.0,
+            met: b.met(),
+            detail: format!(
+                "fault {} µs, page copy {} µs, mmap of a page {} µs{}",
+                num(b.fault_ns / 1e3),
+                num(b.page_copy_ns / 1e3),
+                num(b.mmap_ns / 1e3),
+                if b.met() {
+                    String::new()
+                } else {
+                    tcow_floor(cal)
+                }
+            ),
+        });
+    }
+    out
+}
+
+/// The measured floor under a TCOW fault: a userfaultfd write-protect fault whose
+/// handler only un-protects (trap, handler wake-up, resume), same run.
+fn tcow_floor(cal: &Calibrated) -> String {
+    match cal.tcow.and_then(|b| Some((b, b.floor_ns?))) {
+        Some((b, f)) => format!(
+            "; floor: a write-protect fault with no copy and no mapping costs {} µs, {:.2}x of page copy + mmap",
+            num(f / 1e3),
+            f / (b.page_copy_ns + b.mmap_ns)
+        ),
+        None => String::new(),
+    }
+}
+
+fn us(ns: f64) -> String {
+    num(ns / 1000.0)
+}
+
+pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, all: &[Series]) -> String {
+    let series: Vec<&Series> = all.iter().filter(|x| !x.tcp).collect();
+    let series = &series[..];
+    let tcp: Vec<&Series> = all.iter().filter(|x| x.tcp).collect();
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "## genie: end-to-end latency of the eight semantics (Genie, Figures 3 to 7, Table 7)\n"
+    );
+    let _ = writeln!(
+        md,
+        "Each message goes from a source process (CPU {}) to a sink process (CPU {}) through \
+         `ferry::semantics::Passing` over a ferry channel: the source outputs it under the \
+         semantics (copy: `send_bytes` of a plain buffer; emulated copy, share, emulated share: \
+         `send_app` of an application buffer in the lot; the system-allocated forms: `send_sys` \
+         of a system buffer), the sink inputs it under the same semantics (`recv_into` a plain \
+         buffer for the application-allocated forms, `recv_sys` for the others) while blocking \
+         in the channel's receive. Latency is from just before the output call to just after \
+         the input call returned (CLOCK_MONOTONIC in both processes); one message at a time, \
+         {} trial(s), medians over every timed message. Thresholds: this run's calibration, read \
+         by the library from `FERRY_CALIBRATION`. The machine is shared with other work: read \
+         absolute numbers as this run's, judge by ratios.\n",
+        ctx.cpu(0),
+        ctx.cpu(1),
+        plan.trials
+    );
+    if tcp.is_empty() {
+        let _ = writeln!(
+            md,
+            "Transports: ferry channel between two pinned processes. **TCP loopback: not \
+             measured** — this kernel has no io_uring, which the TCP transport needs.\n"
+        );
+    } else {
+        let _ = writeln!(
+            md,
+            "Transports: ferry channel between two pinned processes; and TCP loopback through \
+             the io_uring driver (`Passing::tcp_*`, `SEND_ZC` for the non-copy forms), after \
+             the channel tables. On loopback the kernel copies even zero-copy sends: the \
+             `zc-copied` counter says how often. The bars and the model are judged on the \
+             channel.\n"
+        );
+    }
+
+    let sizes: Vec<usize> = plan.sizes.clone();
+    let _ = writeln!(md, "Median one-way latency over the ferry channel:\n");
+    latency_tables(&mut md, series, &sizes);
+
+    // CPU per side.
+    let mut t = Table::new(&[
+        "semantics",
+        "size",
+        "output call CPU (µs)",
+        "input call CPU (µs)",
+        "latency (µs)",
+    ]);
+    for x in series {
+        for q in &x.points {
+            if q.size == 64 << 10 || q.size == 60 << 10 || q.size == *sizes.last().unwrap_or(&0) {
+                t.row(vec![
+                    x.s.name().into(),
+                    bytes(q.size),
+                    us(q.cpu_out),
+                    us(q.cpu_in),
+                    us(q.lat.median),
+                ]);
+            }
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\nCPU time per side (Figure 4's utilization): each side's thread CPU time inside its \
+         call, median per message. The input call includes the time the sink spent in the \
+         channel's receive before the message came (a blocked wait costs little CPU).\n"
+    );
+    md.push_str(&t.render());
+
+    // The model.
+    let mut t = Table::new(&[
+        "semantics",
+        "size",
+        "predicted (µs)",
+        "measured (µs)",
+        "error",
+        "CPU out + in (µs)",
+    ]);
+    for x in series {
+        for q in x.points.iter().filter(|q| q.size >= 64 << 10) {
+            let (pred, err) = match q.predicted {
+                Some(pr) => (
+                    us(pr),
+                    format!("{:+.0}%", (pr / q.lat.median - 1.0) * 100.0),
+                ),
+                None => ("—".into(), "—".into()),
+            };
+            t.row(vec![
+                x.s.name().into(),
+                bytes(q.size),
+                pred,
+                us(q.lat.median),
+                err,
+                us(q.cpu_out + q.cpu_in),
+            ]);
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\nThe calibrated model (Table 7): each semantics' primitives on the critical path, \
+         from this run's `calibrate` fits (`Calibration::recipe`), against the measurement. \
+         The last column is the CPU time both calls used: when it is far below the latency, \
+         the processes were waiting for a CPU (the machine is shared), which no model of the \
+         primitives predicts.\n"
+    );
+    md.push_str(&t.render());
+
+    // Counters.
+    let mut headers = vec!["semantics"];
+    headers.extend(worker::COUNTERS);
+    let mut t = Table::new(&headers);
+    for x in all {
+        let mut sum = vec![0u64; worker::COUNTERS.len()];
+        for q in &x.points {
+            for (s, v) in sum.iter_mut().zip(&q.counters) {
+                *s += v;
+            }
+        }
+        let mut row = vec![if x.tcp {
+            format!("{} (tcp)", x.s.name())
+        } else {
+            x.s.name().to_string()
+        }];
+        // The last column is a state per size: the thresholds came from the file.
+        let n = sum.len();
+        row.extend(sum[..n - 1].iter().map(|v| v.to_string()));
+        row.push(
+            if sum[n - 1] == x.points.len() as u64 {
+                "yes"
+            } else {
+                "no"
+            }
+            .into(),
+        );
+        t.row(row);
+    }
+    let th = cal.calibration.thresholds;
+    let _ = writeln!(
+        md,
+        "\nThe semantics layer's counters on the output side, over the whole run (warm-up \
+         included): conversions to copy below a threshold and fallbacks are never hidden. \
+         Thresholds in use: emulated copy {}, emulated share {}, emulated move {}, emulated \
+         weak move {}, swap {}.\n",
+        bytes_or_never(th.emulated_copy),
+        bytes_or_never(th.emulated_share),
+        bytes_or_never(th.emulated_move),
+        bytes_or_never(th.emulated_weak_move),
+        bytes_or_never(th.swap)
+    );
+    md.push_str(&t.render());
+
+    if !tcp.is_empty() {
+        let _ = writeln!(
+            md,
+            "\nOver TCP loopback (io_uring driver; the sink blocks in `recv`), median one-way latency:\n"
+        );
+        latency_tables(&mut md, &tcp, &sizes);
+    }
+
+    // The paper.
+    let copy_paper = PAPER[0].1 * PAPER_B + PAPER[0].2;
+    let copy_ours = ratio_at(series, Semantics::Copy, 60 << 10).map(|_| ());
+    let mut t = Table::new(&[
+        "semantics",
+        "paper: latency at 60 KB (µs, Table 7 fit)",
+        "paper: ratio to copy",
+        "paper: CPU utilization (Fig. 4)",
+        "paper: Mbps",
+        "ours at 60 KiB (µs)",
+        "ours: ratio to copy",
+    ]);
+    for (s, a, b, cpu, mbps) in PAPER {
+        let lat = a * PAPER_B + b;
+        let ours = series
+            .iter()
+            .find(|x| x.s == s)
+            .and_then(|x| x.at(60 << 10));
+        t.row(vec![
+            s.name().into(),
+            num(lat),
+            ratio(lat / copy_paper),
+            format!("{cpu:.0}%"),
+            format!("{mbps:.0}"),
+            ours.map_or("—".into(), |q| us(q.lat.median)),
+            copy_ours
+                .and_then(|_| ratio_at(series, s, 60 << 10))
+                .map_or("—".into(), ratio),
+        ]);
+    }
+    let _ = writeln!(
+        md,
+        "\nThe paper (Micron P166, NetBSD 1.1, OC-3 ATM, early demultiplexing), beside this run. \
+         Its latency includes the network (0.0598 µs per byte); its short-data thresholds were \
+         1666 B (emulated copy) and 280 B (emulated share), and at half a page emulated copy \
+         took 325 µs against emulated share's 254 µs (Figure 5).\n"
+    );
+    md.push_str(&t.render());
+
+    // Bars.
+    let mut t = Table::new(&["bar", "this run", "limit", "verdict", "where / floor"]);
+    for b in bars(cal, series) {
+        let shown = if b.name.starts_with("model") {
+            format!("{:.0}%", b.worst * 100.0)
+        } else {
+            ratio(b.worst)
+        };
+        let limit = if b.name.starts_with("model") {
+            format!("{:.0}%", b.limit * 100.0)
+        } else {
+            ratio(b.limit)
+        };
+        t.row(vec![
+            b.name.clone(),
+            shown,
+            limit,
+            if b.met { "met" } else { "NOT met" }.into(),
+            b.detail.clone(),
+        ]);
+    }
+    let _ = writeln!(md, "\nThe bars of issue 10, judged on this run:\n");
+    md.push_str(&t.render());
+    md.push('\n');
+    md
+}
+
+/// The median latency of each semantics per size, then each one's ratio to copy.
+fn latency_tables(md: &mut String, series: &[&Series], sizes: &[usize]) {
+    let mut headers = vec!["size".to_string()];
+    headers.extend(series.iter().map(|x| format!("{} (µs)", x.s.name())));
+    let hs: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut t = Table::new(&hs);
+    for &b in sizes {
+        let mut row = vec![bytes(b)];
+        for x in series {
+            row.push(x.at(b).map_or("—".into(), |q| us(q.lat.median)));
+        }
+        t.row(row);
+    }
+    md.push_str(&t.render());
+    let others: Vec<&&Series> = series.iter().filter(|x| x.s != Semantics::Copy).collect();
+    let mut headers = vec!["size".to_string()];
+    headers.extend(others.iter().map(|x| x.s.name().to_string()));
+    let hs: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut t = Table::new(&hs);
+    for &b in sizes {
+        let mut row = vec![bytes(b)];
+        for x in &others {
+            row.push(ratio_at(series, x.s, b).map_or("—".into(), ratio));
+        }
+        t.row(row);
+    }
+    let _ = writeln!(md, "\nRatio to copy (same transport, size and run):\n");
+    md.push_str(&t.render());
+}
+
+fn bytes_or_never(v: usize) -> String {
+    if v == usize::MAX {
+        "never".into()
+    } else {
+        bytes(v)
+    }
+}
+
+pub fn plots(all: &[Series]) -> Vec<PlotSpec> {
+    let series: Vec<&Series> = all.iter().filter(|x| !x.tcp).collect();
+    let series = &series[..];
+    let lat = series
+        .iter()
+        .map(|x| {
+            (
+                x.s.name().to_string(),
+                x.points
+                    .iter()
+                    .map(|q| (q.size as f64, q.lat.median / 1000.0))
+                    .collect(),
+            )
+        })
+        .collect();
+    let ratios = series
+        .iter()
+        .filter(|x| x.s != Semantics::Copy)
+        .map(|x| {
+            (
+                x.s.name().to_string(),
+                x.points
+                    .iter()
+                    .filter_map(|q| Some((q.size as f64, ratio_at(series, x.s, q.size)?)))
+                    .collect(),
+            )
+        })
+        .collect();
+    vec![
+        PlotSpec {
+            stem: "genie-latency".into(),
+            title: "End-to-end latency of the eight semantics (Genie Figs. 3, 5)".into(),
+            x_label: "bytes".into(),
+            y_label: "µs (median, one way)".into(),
+            series: lat,
+            log_x: true,
+            log_y: true,
+        },
+        PlotSpec {
+            stem: "genie-ratio".into(),
+            title: "Latency relative to copy semantics".into(),
+            x_label: "bytes".into(),
+            y_label: "x copy".into(),
+            series: ratios,
+            log_x: true,
+            log_y: true,
+        },
+    ]
+}

@@ -1,0 +1,624 @@
+//! The calibration file and the cost model built on it (Genie's Tables 6 and 7, with
+//! ferry's own mechanisms).
+//!
+//! `ferry calibrate` times each primitive that a semantics may pay for at several sizes,
+//! fits a line `ns = a * bytes + b` through the medians, and writes the fits and the
+//! thresholds derived from them to a plain text file. The passing layer reads that file
+//! to decide, per operation, whether an emulated form is worth its fixed costs or should
+//! convert to copy; without a file it uses [`Thresholds::default`].
+//!
+//! # The file
+//!
+//! One `key = value` per line; `#` starts a comment (whole line or trailing). Where it
+//! lives: `$FERRY_CALIBRATION` if set, else `$XDG_CACHE_HOME/ferry/calibration`, else
+//! `$HOME/.cache/ferry/calibration` ([`Calibration::path`]).
+//!
+//! ```text
+//! # ferry calibration, written by `ferry calibrate` on 2026-11-23, <machine>
+//! fit.copy_in = 0.012 85 0.999     # a (ns per byte), b (ns), r²
+//! threshold.emulated_copy = 1048576
+//! threshold.swap = 18446744073709551615   # never
+//! ```
+//!
+//! Keys are `fit.<primitive>` (three numbers; the primitives are listed in [`primitive`])
+//! and `threshold.<name>` (a byte count, or `never`) for each field of [`Thresholds`].
+//! A threshold the file leaves out keeps its default. Unknown keys, duplicates, and
+//! values that do not parse are errors naming the line, never silently skipped.
+//!
+//! # The model
+//!
+//! An end-to-end latency is the sum of the primitives on the critical path, from the
+//! sender's output call to the receiver holding the data ([`Calibration::recipe`]):
+//!
+//! | semantics | sender | between | receiver |
+//! |---|---|---|---|
+//! | copy | `copy_in` (the bytes into a fresh fbuf) | `handover` | `copy_out` (peer's read-only lot into the app buffer) |
+//! | emulated copy | write-protect the app's pages (`protect_uffd`, or `protect_mprotect` when userfaultfd was not calibrated) | `handover` | `copy_out` |
+//! | share | `wire` (mlock) | `handover` | `copy_out` |
+//! | emulated share | — | `handover` | `copy_out` |
+//! | move | `region_unmap` (the region leaves the sender) | `handover` | reads in place |
+//! | emulated move | `hide` (`PROT_NONE`) | `handover` | reads in place |
+//! | weak move | — (the region stays mapped, by contract untouched) | `handover` | reads in place |
+//! | emulated weak move | — (region cached) | `handover` | reads in place |
+//!
+//! This follows what [`Passing`](super::Passing) does: application-allocated input copies
+//! into the application's buffer (at or above `threshold.swap`, `Passing::input_into_app`
+//! swaps the lined-up whole pages of an `AppBuffer` in and copies the rest), and
+//! system-allocated input hands the receiver the sender's pages. The model follows input
+//! into a plain buffer (`recv_into`), which always copies.
+//!
+//! Below its threshold an emulated form converts to copy, so it is predicted as copy.
+//! Work done after the receiver has the data (unprotecting at release, unwiring,
+//! reinstating a hidden region on reuse) is off the critical path, as in Genie's model,
+//! where only the sender's prepare-time and the receiver's dispose-time work counted.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::thresholds::Thresholds;
+use super::Semantics;
+use crate::{Error, Result};
+
+/// The primitives `ferry calibrate` measures: the `<primitive>` of `fit.<primitive>`.
+pub mod primitive {
+    /// Hot memcpy from the application's buffer into an fbuf (Genie's copyin).
+    pub const COPY_IN: &str = "copy_in";
+    /// Copy out of a peer's read-only lot mapping into the application's buffer (copyout).
+    pub const COPY_OUT: &str = "copy_out";
+    /// One-way hand-over of a descriptor over a channel between two pinned processes:
+    /// Genie's base latency plus referencing, the part every semantics pays.
+    pub const HANDOVER: &str = "handover";
+    /// userfaultfd write-protect of a memfd mapping (`UFFDIO_WRITEPROTECT`).
+    pub const PROTECT_UFFD: &str = "protect_uffd";
+    /// Removing that write protection.
+    pub const UNPROTECT_UFFD: &str = "unprotect_uffd";
+    /// `mprotect(PROT_READ)` of a memfd mapping.
+    pub const PROTECT_MPROTECT: &str = "protect_mprotect";
+    /// `mprotect(PROT_READ | PROT_WRITE)` back.
+    pub const UNPROTECT_MPROTECT: &str = "unprotect_mprotect";
+    /// A write to protected pages handled by copy and replace, per byte of pages written.
+    pub const TCOW_FAULT: &str = "tcow_fault";
+    /// Region hiding: `mprotect(PROT_NONE)`.
+    pub const HIDE: &str = "hide";
+    /// Reinstating a hidden region: `mprotect(PROT_READ | PROT_WRITE)`.
+    pub const REINSTATE: &str = "reinstate";
+    /// `mmap(MAP_SHARED | MAP_FIXED)` of a lot span over the application's buffer.
+    pub const SWAP: &str = "swap";
+    /// `mremap(MREMAP_FIXED)` of a populated range within one process.
+    pub const MREMAP: &str = "mremap";
+    /// A new region: `memfd_create` + `ftruncate`.
+    pub const REGION_CREATE: &str = "region_create";
+    /// Mapping a filled region and reading it in (one word per page).
+    pub const REGION_MAP: &str = "region_map";
+    /// `munmap` of a populated region.
+    pub const REGION_UNMAP: &str = "region_unmap";
+    /// Wiring pages: `mlock`.
+    pub const WIRE: &str = "wire";
+    /// `munlock`.
+    pub const UNWIRE: &str = "unwire";
+
+    /// Every primitive, in the order `ferry calibrate` reports them.
+    pub const ALL: &[&str] = &[
+        COPY_IN,
+        COPY_OUT,
+        HANDOVER,
+        PROTECT_UFFD,
+        UNPROTECT_UFFD,
+        PROTECT_MPROTECT,
+        UNPROTECT_MPROTECT,
+        TCOW_FAULT,
+        HIDE,
+        REINSTATE,
+        SWAP,
+        MREMAP,
+        REGION_CREATE,
+        REGION_MAP,
+        REGION_UNMAP,
+        WIRE,
+        UNWIRE,
+    ];
+}
+
+/// A line `ns = a * bytes + b` fitted by least squares, with its r².
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fit {
+    /// Nanoseconds per byte.
+    pub a: f64,
+    /// Nanoseconds.
+    pub b: f64,
+    /// Coefficient of determination of the fit (1: every point on the line).
+    pub r2: f64,
+}
+
+impl Fit {
+    /// The predicted nanoseconds for `bytes`.
+    pub fn at(&self, bytes: usize) -> f64 {
+        self.a * bytes as f64 + self.b
+    }
+}
+
+/// One primitive on an operation's critical path, applied to `bytes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Term {
+    /// A name from [`primitive`].
+    pub primitive: &'static str,
+    /// The bytes it works on.
+    pub bytes: usize,
+}
+
+/// The measured fits and the thresholds derived from them.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Calibration {
+    /// One fit per primitive, keyed by its name in [`primitive`].
+    pub fits: BTreeMap<String, Fit>,
+    /// The sizes the passing layer switches at.
+    pub thresholds: Thresholds,
+}
+
+/// The threshold keys of the file, with their field in [`Thresholds`].
+const THRESHOLD_KEYS: [&str; 5] = [
+    "emulated_copy",
+    "emulated_share",
+    "emulated_move",
+    "emulated_weak_move",
+    "swap",
+];
+
+fn threshold_mut<'a>(t: &'a mut Thresholds, key: &str) -> Option<&'a mut usize> {
+    Some(match key {
+        "emulated_copy" => &mut t.emulated_copy,
+        "emulated_share" => &mut t.emulated_share,
+        "emulated_move" => &mut t.emulated_move,
+        "emulated_weak_move" => &mut t.emulated_weak_move,
+        "swap" => &mut t.swap,
+        _ => return None,
+    })
+}
+
+fn bad(line: usize, why: impl Into<String>) -> Error {
+    Error::BadCalibration {
+        line,
+        why: why.into(),
+    }
+}
+
+fn parse_number(line: usize, key: &str, v: &str) -> Result<f64> {
+    let x: f64 = v
+        .parse()
+        .map_err(|_| bad(line, format!("{key}: {v:?} is not a number")))?;
+    if !x.is_finite() {
+        return Err(bad(line, format!("{key}: {v:?} is not a finite number")));
+    }
+    Ok(x)
+}
+
+impl Calibration {
+    /// Reads the text of a calibration file.
+    ///
+    /// Fails with [`Error::BadCalibration`] naming the first line that is not a comment,
+    /// a blank, a `fit.<primitive> = a b r2` or a `threshold.<name> = bytes|never`, and
+    /// on a key given twice.
+    pub fn parse(text: &str) -> Result<Calibration> {
+        let mut cal = Calibration::default();
+        let mut seen: Vec<String> = Vec::new();
+        for (i, raw) in text.lines().enumerate() {
+            let n = i + 1;
+            let content = raw.split('#').next().unwrap_or("").trim();
+            if content.is_empty() {
+                continue;
+            }
+            let (key, value) = content
+                .split_once('=')
+                .ok_or_else(|| bad(n, format!("expected `key = value`, found {content:?}")))?;
+            let (key, value) = (key.trim(), value.trim());
+            if seen.iter().any(|k| k == key) {
+                return Err(bad(n, format!("{key} is given twice")));
+            }
+            if let Some(name) = key.strip_prefix("fit.") {
+                if !primitive::ALL.contains(&name) {
+                    return Err(bad(
+                        n,
+                        format!(
+                            "unknown primitive {name:?} (known: {})",
+                            primitive::ALL.join(", ")
+                        ),
+                    ));
+                }
+                let nums: Vec<&str> = value.split_whitespace().collect();
+                if nums.len() != 3 {
+                    return Err(bad(
+                        n,
+                        format!(
+                            "{key} needs three numbers `a b r2` (ns per byte, ns, r²), found {value:?}"
+                        ),
+                    ));
+                }
+                let fit = Fit {
+                    a: parse_number(n, key, nums[0])?,
+                    b: parse_number(n, key, nums[1])?,
+                    r2: parse_number(n, key, nums[2])?,
+                };
+                cal.fits.insert(name.to_string(), fit);
+            } else if let Some(name) = key.strip_prefix("threshold.") {
+                let slot = threshold_mut(&mut cal.thresholds, name).ok_or_else(|| {
+                    bad(
+                        n,
+                        format!(
+                            "unknown threshold {name:?} (known: {})",
+                            THRESHOLD_KEYS.join(", ")
+                        ),
+                    )
+                })?;
+                *slot = if value == "never" {
+                    usize::MAX
+                } else {
+                    value.parse().map_err(|_| {
+                        bad(
+                            n,
+                            format!("{key}: {value:?} is not a byte count or `never`"),
+                        )
+                    })?
+                };
+            } else {
+                return Err(bad(
+                    n,
+                    format!("unknown key {key:?}: expected fit.<primitive> or threshold.<name>"),
+                ));
+            }
+            seen.push(key.to_string());
+        }
+        Ok(cal)
+    }
+
+    /// The file's text: every fit, then every threshold. [`Calibration::parse`] reads it
+    /// back to an equal value.
+    pub fn to_text(&self) -> String {
+        let mut s = String::from("# ferry calibration: fit.<primitive> = a (ns/byte) b (ns) r2\n");
+        for (name, f) in &self.fits {
+            // `{:e}`-free shortest round-trip formatting keeps parse(to_text) exact.
+            let _ = writeln!(s, "fit.{name} = {:?} {:?} {:?}", f.a, f.b, f.r2);
+        }
+        let mut t = self.thresholds;
+        for key in THRESHOLD_KEYS {
+            let v = *threshold_mut(&mut t, key).expect("known key");
+            if v == usize::MAX {
+                let _ = writeln!(s, "threshold.{key} = {v}   # never");
+            } else {
+                let _ = writeln!(s, "threshold.{key} = {v}");
+            }
+        }
+        s
+    }
+
+    /// Where the calibration file is: `$FERRY_CALIBRATION`, else
+    /// `$XDG_CACHE_HOME/ferry/calibration`, else `$HOME/.cache/ferry/calibration`
+    /// (`None` when none of these variables is set).
+    pub fn path() -> Option<PathBuf> {
+        let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+        if let Some(p) = var("FERRY_CALIBRATION") {
+            return Some(PathBuf::from(p));
+        }
+        if let Some(d) = var("XDG_CACHE_HOME") {
+            return Some(Path::new(&d).join("ferry").join("calibration"));
+        }
+        var("HOME").map(|h| {
+            Path::new(&h)
+                .join(".cache")
+                .join("ferry")
+                .join("calibration")
+        })
+    }
+
+    /// Reads the calibration file at `path`: `Ok(None)` when it does not exist, an error
+    /// when it cannot be read or does not parse.
+    pub fn load_from(path: &Path) -> Result<Option<Calibration>> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Calibration::parse(&text).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The calibration at [`Calibration::path`], or `None` when there is no file, or it
+    /// cannot be read or parsed (use [`Calibration::load_from`] to learn why).
+    pub fn load() -> Option<Calibration> {
+        Calibration::load_from(&Calibration::path()?).ok().flatten()
+    }
+
+    /// The primitives on the critical path of one `bytes`-long operation with `s`,
+    /// given this calibration's thresholds (see the module docs' table).
+    pub fn recipe(&self, s: Semantics, bytes: usize) -> Vec<Term> {
+        self.recipe_with(&self.thresholds, s, bytes)
+    }
+
+    fn recipe_with(&self, t: &Thresholds, s: Semantics, bytes: usize) -> Vec<Term> {
+        use primitive::*;
+        let term = |primitive, bytes| Term { primitive, bytes };
+        let page = crate::diagnostics::page_size();
+        let pages = bytes.div_ceil(page) * page;
+        let s = if t.converts(s, bytes) {
+            Semantics::Copy
+        } else {
+            s
+        };
+        let handover = term(HANDOVER, bytes);
+        match s {
+            Semantics::Copy => vec![term(COPY_IN, bytes), handover, term(COPY_OUT, bytes)],
+            Semantics::EmulatedCopy => {
+                let protect = if self.fits.contains_key(PROTECT_UFFD) {
+                    PROTECT_UFFD
+                } else {
+                    PROTECT_MPROTECT
+                };
+                vec![term(protect, pages), handover, term(COPY_OUT, bytes)]
+            }
+            Semantics::Share => vec![term(WIRE, pages), handover, term(COPY_OUT, bytes)],
+            Semantics::EmulatedShare => vec![handover, term(COPY_OUT, bytes)],
+            Semantics::Move => vec![term(REGION_UNMAP, pages), handover],
+            Semantics::EmulatedMove => vec![term(HIDE, pages), handover],
+            Semantics::WeakMove | Semantics::EmulatedWeakMove => vec![handover],
+        }
+    }
+
+    fn sum(&self, terms: &[Term]) -> Option<f64> {
+        terms
+            .iter()
+            .map(|t| self.fits.get(t.primitive).map(|f| f.at(t.bytes)))
+            .sum()
+    }
+
+    /// The predicted end-to-end latency in ns of one `bytes`-long operation with `s`:
+    /// the sum of its [`Calibration::recipe`]'s fits, or `None` when one of them was not
+    /// calibrated.
+    pub fn predict(&self, s: Semantics, bytes: usize) -> Option<f64> {
+        self.sum(&self.recipe(s, bytes))
+    }
+
+    /// Sets the thresholds from the fits: each emulated form's threshold becomes the
+    /// smallest size from which, at every larger size up to 1 GiB, its predicted latency
+    /// times `1 + margin` is below copy's (`usize::MAX` if there is none: always convert);
+    /// `swap` becomes the smallest such size where swapping beats `copy_out`.
+    /// Sizes are scanned in steps of a quarter power of two from 64 B, so a threshold is
+    /// exact to within 19%.
+    pub fn derive_thresholds(&mut self, margin: f64) {
+        let grid = size_grid();
+        let never = Thresholds {
+            swap: usize::MAX,
+            ..Thresholds::NEVER_CONVERT
+        };
+        let first_win = |wins: &dyn Fn(usize) -> Option<bool>| -> usize {
+            let mut from = usize::MAX;
+            for &b in grid.iter().rev() {
+                match wins(b) {
+                    Some(true) => from = b,
+                    _ => break,
+                }
+            }
+            from
+        };
+        let copy = |b| self.sum(&self.recipe_with(&never, Semantics::Copy, b));
+        let mut t = self.thresholds;
+        for s in [
+            Semantics::EmulatedCopy,
+            Semantics::EmulatedShare,
+            Semantics::EmulatedMove,
+            Semantics::EmulatedWeakMove,
+        ] {
+            let th = first_win(&|b| {
+                let e = self.sum(&self.recipe_with(&never, s, b))?;
+                Some(e * (1.0 + margin) < copy(b)?)
+            });
+            let slot = match s {
+                Semantics::EmulatedCopy => &mut t.emulated_copy,
+                Semantics::EmulatedShare => &mut t.emulated_share,
+                Semantics::EmulatedMove => &mut t.emulated_move,
+                _ => &mut t.emulated_weak_move,
+            };
+            *slot = if th == grid[0] { 0 } else { th };
+        }
+        let fit = |k: &str| self.fits.get(k).copied();
+        t.swap = first_win(&|b| {
+            Some(fit(primitive::SWAP)?.at(b) * (1.0 + margin) < fit(primitive::COPY_OUT)?.at(b))
+        });
+        self.thresholds = t;
+    }
+}
+
+/// 64 B to 1 GiB in steps of 2^(1/4), page multiples from one page up.
+fn size_grid() -> Vec<usize> {
+    let page = crate::diagnostics::page_size();
+    let mut v: Vec<usize> = (24..=120)
+        .map(|q| 2f64.powf(q as f64 / 4.0) as usize)
+        .map(|b| if b >= page { b / page * page } else { b })
+        .collect();
+    v.dedup();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Calibration {
+        let mut c = Calibration::default();
+        for (k, a, b) in [
+            (primitive::COPY_IN, 0.1, 50.0),
+            (primitive::COPY_OUT, 0.2, 100.0),
+            (primitive::HANDOVER, 0.0, 2000.0),
+            (primitive::PROTECT_UFFD, 0.01, 3000.0),
+            (primitive::WIRE, 0.001, 1500.0),
+            (primitive::HIDE, 0.002, 5000.0),
+            (primitive::REGION_MAP, 0.05, 4000.0),
+            (primitive::REGION_UNMAP, 0.03, 1000.0),
+            (primitive::SWAP, 0.25, 6000.0),
+        ] {
+            c.fits.insert(k.into(), Fit { a, b, r2: 0.99 });
+        }
+        c.thresholds.swap = 1 << 22;
+        c
+    }
+
+    #[test]
+    fn text_round_trips() {
+        let mut c = sample();
+        c.fits.insert(
+            "mremap".into(),
+            Fit {
+                a: 1.0 / 3.0,
+                b: -7.25e-3,
+                r2: 0.123456789,
+            },
+        );
+        let text = c.to_text();
+        assert_eq!(Calibration::parse(&text).unwrap(), c);
+        assert!(text.contains("threshold.swap = 4194304\n"), "{text}");
+    }
+
+    #[test]
+    fn comments_blanks_never_and_defaults() {
+        let c = Calibration::parse(
+            "# header\n\n  fit.copy_in = 0.5 10 1   # trailing\nthreshold.swap = never\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.fits["copy_in"],
+            Fit {
+                a: 0.5,
+                b: 10.0,
+                r2: 1.0
+            }
+        );
+        assert_eq!(c.thresholds.swap, usize::MAX);
+        assert_eq!(
+            c.thresholds.emulated_copy,
+            Thresholds::default().emulated_copy
+        );
+    }
+
+    #[test]
+    fn bad_lines_are_rejected_with_their_line() {
+        let cases = [
+            ("fit.copy_in = 1 2\n", 1, "three numbers"),
+            ("\nfit.nonsense = 1 2 3\n", 2, "unknown primitive"),
+            ("threshold.swap = lots\n", 1, "byte count"),
+            ("threshold.bogus = 4\n", 1, "unknown threshold"),
+            ("x\n", 1, "key = value"),
+            ("colour = blue\n", 1, "unknown key"),
+            ("fit.swap = 1 2 3\nfit.swap = 1 2 3\n", 2, "twice"),
+            ("fit.swap = 1 NaN 3\n", 1, "finite"),
+            ("fit.swap = 1 two 3\n", 1, "not a number"),
+            ("threshold.swap = -1\n", 1, "byte count"),
+        ];
+        for (text, want_line, want) in cases {
+            match Calibration::parse(text) {
+                Err(Error::BadCalibration { line, why }) => {
+                    assert_eq!(line, want_line, "{text:?}: {why}");
+                    assert!(why.contains(want), "{text:?}: {why}");
+                }
+                other => panic!("{text:?} gave {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn missing_file_is_none_and_a_bad_one_an_error() {
+        let dir = std::env::temp_dir().join(format!("ferry-cal-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("calibration");
+        assert!(Calibration::load_from(&path).unwrap().is_none());
+        std::fs::write(&path, sample().to_text()).unwrap();
+        assert_eq!(Calibration::load_from(&path).unwrap(), Some(sample()));
+        std::fs::write(&path, "fit.copy_in = 1\n").unwrap();
+        assert!(matches!(
+            Calibration::load_from(&path),
+            Err(Error::BadCalibration { line: 1, .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn predict_sums_the_recipe_and_converts_below_thresholds() {
+        let mut c = sample();
+        c.thresholds.emulated_copy = 1 << 20;
+        let copy = |b: usize| 0.1 * b as f64 + 50.0 + 2000.0 + 0.2 * b as f64 + 100.0;
+        assert_eq!(c.predict(Semantics::Copy, 1000), Some(copy(1000)));
+        // Below the threshold emulated copy is copy; above, protect + hand-over + copy out.
+        assert_eq!(c.predict(Semantics::EmulatedCopy, 4096), Some(copy(4096)));
+        let b = 2 << 20;
+        let want = 0.01 * b as f64 + 3000.0 + 2000.0 + 0.2 * b as f64 + 100.0;
+        assert_eq!(c.predict(Semantics::EmulatedCopy, b), Some(want));
+        // Protection covers whole pages; the copy out only the bytes.
+        let b = (4 << 20) + 100;
+        let page = crate::diagnostics::page_size();
+        assert_eq!(
+            c.recipe(Semantics::EmulatedCopy, b),
+            vec![
+                Term {
+                    primitive: primitive::PROTECT_UFFD,
+                    bytes: b.div_ceil(page) * page
+                },
+                Term {
+                    primitive: primitive::HANDOVER,
+                    bytes: b
+                },
+                Term {
+                    primitive: primitive::COPY_OUT,
+                    bytes: b
+                },
+            ]
+        );
+        assert_eq!(
+            c.predict(Semantics::EmulatedWeakMove, 1 << 26),
+            Some(2000.0)
+        );
+        // A primitive that was not calibrated gives no prediction.
+        c.fits.remove(primitive::HIDE);
+        assert_eq!(c.predict(Semantics::EmulatedMove, 1 << 26), None);
+    }
+
+    #[test]
+    fn thresholds_fall_where_the_lines_cross() {
+        let mut c = sample();
+        c.derive_thresholds(0.1);
+        let t = c.thresholds;
+        // Emulated copy: 0.21B + 5100 (protect, hand-over, copy out) against 0.3B + 2150:
+        // with the margin they cross near 50 KB.
+        let cross = |t: usize| {
+            let e = 1.1 * (0.21 * t as f64 + 5100.0);
+            let k = 0.3 * t as f64 + 2150.0;
+            e < k
+        };
+        assert!(cross(t.emulated_copy), "{t:?}");
+        assert!(!cross(t.emulated_copy * 4 / 5), "{t:?}");
+        // Emulated weak move is a bare hand-over (2200 with the margin against
+        // 0.3B + 2150: cheaper from about 170 B); emulated share adds the copy out
+        // (1.1 * (0.2B + 2100) against 0.3B + 2150: from 2000 B).
+        assert!(
+            t.emulated_weak_move > 64 && t.emulated_weak_move <= 256,
+            "{t:?}"
+        );
+        assert!(t.emulated_share > 2000 && t.emulated_share <= 2400, "{t:?}");
+        // Swapping (0.25 ns/B) never beats copying out (0.2 ns/B) at large sizes.
+        assert_eq!(t.swap, usize::MAX);
+        // A copy that costs nothing is never beaten: emulated forms always convert.
+        c.fits.insert(
+            primitive::COPY_IN.into(),
+            Fit {
+                a: 0.0,
+                b: 0.0,
+                r2: 1.0,
+            },
+        );
+        c.fits.insert(
+            primitive::COPY_OUT.into(),
+            Fit {
+                a: 0.0,
+                b: 0.0,
+                r2: 1.0,
+            },
+        );
+        c.derive_thresholds(0.1);
+        assert_eq!(c.thresholds.emulated_weak_move, usize::MAX);
+    }
+}

@@ -1,0 +1,207 @@
+//! System-allocated buffers ([`SysBuffer`]) and plain move.
+//!
+//! The system-allocated forms take a buffer the application gives up at output and return
+//! a new one at input. A `SysBuffer` on the sending side is an fbuf of this domain's lot
+//! (a whole size class, so any cached region of that class can serve a later
+//! allocation); on the receiving side it is the sender's pages, read in place through
+//! the read-only mapping of the sender's lot, with no copy whatever the size (the
+//! size-independent win GENIE.md measured for every form with no per-byte work).
+//!
+//! **Move** makes the promise real at the memory level, not only through Rust ownership:
+//! at output the region's pages are unmapped from the sender's lot mapping
+//! (`munmap(2)` of that span), so no pointer the sender kept can read or write them; the
+//! span's lot offsets stay reserved until the receiver releases it, and only then are they
+//! mapped back (`mmap(MAP_FIXED_NOREPLACE)`) and returned to the path's free list. That is
+//! Genie's "unmap at output, map a fresh region at input" on today's Linux; the emulated
+//! forms ([`hide`](super::hide), [`cache`](super::cache)) avoid the unmap and remap.
+//!
+//! Between two domains of one process the receiver reads the sender's pages through the
+//! sender's own mapping, so they cannot be taken from the sender alone: move and emulated
+//! move then copy instead and count [`Fallback::SameProcess`](super::Fallback).
+
+use std::sync::Arc;
+
+use super::hide::Hidden;
+use super::Regions;
+use crate::error::Result;
+use crate::iodata::{Fragment, IoData};
+use crate::region::lot::Lot;
+use crate::segment::{Keep, Segment};
+use crate::sys::page_size;
+
+/// A system-allocated buffer: made by [`Passing::sys_buffer`](super::Passing::sys_buffer)
+/// for output (writable), or returned by [`Passing::recv_sys`](super::Passing::recv_sys)
+/// (the sender's pages, read-only).
+pub struct SysBuffer {
+    pub(crate) kind: SysKind,
+}
+
+pub(crate) enum SysKind {
+    /// An fbuf of this domain's lot, in its write phase: `seg` spans the whole size class.
+    Local { seg: Segment, len: usize },
+    /// Received data, read in place.
+    Received(IoData),
+}
+
+impl std::fmt::Debug for SysBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let local = matches!(self.kind, SysKind::Local { .. });
+        f.debug_struct("SysBuffer")
+            .field("len", &self.len())
+            .field("local", &local)
+            .finish()
+    }
+}
+
+impl SysBuffer {
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        match &self.kind {
+            SysKind::Local { len, .. } => *len,
+            SysKind::Received(d) => d.len(),
+        }
+    }
+
+    /// True if empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes, if they are contiguous (always, for buffers ferry made; a message of
+    /// several fragments from a foreign sender is read through [`data`](Self::data)).
+    pub fn as_slice(&self) -> Option<&[u8]> {
+        match &self.kind {
+            SysKind::Local { seg, len } => Some(&seg.as_slice()[..*len]),
+            SysKind::Received(d) => match d.fragments() {
+                [] => Some(&[]),
+                [f] => Some(f.as_slice()),
+                _ => None,
+            },
+        }
+    }
+
+    /// The bytes, writable: only a buffer this domain allocated and has not output.
+    /// Received buffers are the sender's pages, read-only.
+    pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        match &mut self.kind {
+            SysKind::Local { seg, len } => Some(&mut seg.as_mut_slice()?[..*len]),
+            SysKind::Received(_) => None,
+        }
+    }
+
+    /// Sets the length (at most the capacity of a local buffer).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) past the capacity,
+    /// [`Error::ReceivedBuffer`](crate::Error::ReceivedBuffer) on a received buffer.
+    pub fn set_len(&mut self, new: usize) -> Result<()> {
+        match &mut self.kind {
+            SysKind::Local { seg, len } if new <= seg.len() => {
+                *len = new;
+                Ok(())
+            }
+            SysKind::Local { .. } => Err(crate::Error::InvalidArgument(
+                "length past the buffer's capacity",
+            )),
+            SysKind::Received(_) => Err(crate::Error::ReceivedBuffer),
+        }
+    }
+
+    /// The data as an [`IoData`] (received buffers: the sender's pages, no copy).
+    pub fn data(&self) -> IoData {
+        match &self.kind {
+            SysKind::Local { seg, len } => IoData::from_vec(seg.as_slice()[..*len].to_vec()),
+            SysKind::Received(d) => d.clone(),
+        }
+    }
+}
+
+/// What happens to an output region when the receiver releases it.
+pub(crate) enum Afterwards {
+    /// Move: map the span back and free it.
+    Remap,
+    /// Emulated move: keep it hidden in the domain's queue, reinstate on reuse.
+    Hide,
+    /// Weak move: free it (the path's free list).
+    Free,
+    /// Emulated weak move: queue it, still mapped, for reuse.
+    Cache,
+    /// Emulated move over a socket (the kernel needed the pages mapped until now): hide
+    /// it, then queue it as `Hide` does.
+    HideThenQueue,
+}
+
+/// Keeps an output region's span reserved until every receiver released it, then does
+/// what its semantics says.
+pub(crate) struct RegionGuard {
+    pub seg: Option<Segment>,
+    pub pages: usize,
+    pub lot: Arc<Lot>,
+    pub then: Afterwards,
+    pub regions: Arc<Regions>,
+}
+
+impl Keep for RegionGuard {}
+
+impl Drop for RegionGuard {
+    fn drop(&mut self) {
+        let Some(seg) = self.seg.take() else { return };
+        let off = seg.lot_span().expect("fbufs live in the lot").offset;
+        let bytes = self.pages * page_size();
+        match self.then {
+            Afterwards::Remap => {
+                let ok = self
+                    .lot
+                    .mapping()
+                    .remap_hole(
+                        off as usize,
+                        std::os::fd::AsFd::as_fd(self.lot.fd()),
+                        off,
+                        bytes,
+                        crate::sys::mem::Access::ReadWrite,
+                    )
+                    .is_ok();
+                self.regions.keep_or_lose(seg, ok);
+            }
+            Afterwards::Hide => self.regions.hidden(Hidden {
+                seg,
+                pages: self.pages,
+            }),
+            Afterwards::Free => drop(seg),
+            Afterwards::Cache => self.regions.cache(seg),
+            Afterwards::HideThenQueue => {
+                if super::hide::hide(&self.lot, &seg, self.pages).is_ok() {
+                    self.regions.count_hidden();
+                    self.regions.hidden(Hidden {
+                        seg,
+                        pages: self.pages,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Builds the `IoData` that describes `len` bytes of an output region to the receiver,
+/// kept alive (and the span reserved) by `guard`.
+pub(crate) fn describe(guard: RegionGuard, len: usize) -> IoData {
+    let seg = guard.seg.as_ref().expect("a new guard holds its region");
+    let ptr = std::ptr::NonNull::new(seg.as_ptr() as *mut u8).expect("non-null");
+    let span = seg.lot_span();
+    // SAFETY: the span stays reserved (not reused) while `guard` lives. After move or
+    // emulated move its pages are unmapped or hidden in this process: nothing here reads
+    // them, since the channel only reads the descriptor's lot span, and a receiver in this
+    // same process is refused before hiding (`Fallback::SameProcess`).
+    let out = unsafe { Segment::from_raw(ptr, len, span, false, Arc::new(guard)) };
+    IoData::from_fragments([Fragment::whole(Arc::new(out))])
+}
+
+/// Unmaps the first `pages` pages of `seg` (an fbuf of `lot`) from `lot`'s mapping in this
+/// process, for move.
+pub(crate) fn unmap(lot: &Lot, seg: &Segment, pages: usize) -> std::io::Result<()> {
+    let off = seg.lot_span().expect("fbufs live in the lot").offset as usize;
+    // SAFETY: the application gave the region up (its `SysBuffer` was consumed); the only
+    // references left are the descriptor's, which this process does not read (the
+    // receiver is another process: `Passing::send_sys` checks before calling this).
+    unsafe { lot.mapping().unmap_range(off, pages * page_size()) }
+}
