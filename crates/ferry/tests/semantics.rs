@@ -61,6 +61,39 @@ fn no_userfaultfd_env() -> bool {
     std::env::var("FERRY_NO_USERFAULTFD").is_ok_and(|v| v == "1")
 }
 
+/// Outputs `a` with `output` while another thread writes `new` over it from byte `at`
+/// through a raw pointer: with `early`, as soon as output has protected the pages (while
+/// the call still runs); with `at_once`, at once; otherwise once the call returned (or
+/// once a short call is over). `then` runs on the writer thread after writing.
+fn output_under_writer(
+    a: ferry::semantics::AppBuffer,
+    at: usize,
+    new: Vec<u8>,
+    early: bool,
+    at_once: bool,
+    then: impl FnOnce() + Send + 'static,
+    output: impl FnOnce(&ferry::semantics::AppBuffer) -> Used,
+) -> (Used, std::sync::Arc<ferry::semantics::AppBuffer>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let ptr = a.as_mut_ptr() as usize;
+    let a = std::sync::Arc::new(a);
+    let a2 = a.clone();
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let done2 = done.clone();
+    let writer = std::thread::spawn(move || {
+        while !(at_once || done2.load(Ordering::Acquire) || early && a2.protected_pages() > 0) {
+            std::thread::yield_now();
+        }
+        // SAFETY: the buffer lives (an Arc) until this thread is joined.
+        unsafe { std::ptr::copy_nonoverlapping(new.as_ptr(), (ptr + at) as *mut u8, new.len()) };
+        then();
+    });
+    let used = output(&a);
+    done.store(true, Ordering::Release);
+    writer.join().unwrap();
+    (used, a)
+}
+
 /// The mechanism was used, or the one fallback this machine may force: no userfaultfd
 /// (emulated copy) or an `mlock` limit (share, without root).
 fn expect_used(p: &Passing, s: Semantics, used: Used, len: usize) {
@@ -300,30 +333,19 @@ fn promise_under_a_writer(s: Semantics) {
                 let at = rng.below(4096) as usize;
                 let mut a = p.app_buffer(at + len).unwrap();
                 a.as_mut_slice()[at..].copy_from_slice(&old);
-                // The writer: another thread, through a raw pointer. Under emulated copy
-                // it starts as soon as output has protected the pages, while the output
-                // call is still running; otherwise once the call returned.
-                let ptr = a.as_mut_ptr() as usize;
-                let a = std::sync::Arc::new(a);
-                let a2 = a.clone();
-                let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-                let done2 = done.clone();
+                // The writer: under emulated copy it starts as soon as output has
+                // protected the pages, while the output call is still running; otherwise
+                // once the call returned.
                 let early = s == Semantics::EmulatedCopy && p.tcow_available();
-                let new2 = new.clone();
-                let writer = std::thread::spawn(move || {
-                    while !(done2.load(std::sync::atomic::Ordering::Acquire)
-                        || early && a2.protected_pages() > 0)
-                    {
-                        std::thread::yield_now();
-                    }
-                    // SAFETY: the buffer lives (an Arc) until this thread is joined.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(new2.as_ptr(), (ptr + at) as *mut u8, len)
-                    };
-                });
-                let used = p.send_app(&tx, &a, at..at + len, s).unwrap();
-                done.store(true, std::sync::atomic::Ordering::Release);
-                writer.join().unwrap();
+                let (used, a) = output_under_writer(
+                    a,
+                    at,
+                    new.clone(),
+                    early,
+                    false,
+                    || {},
+                    |a| p.send_app(&tx, a, at..at + len, s).unwrap(),
+                );
                 expect_used(&p, s, used, len);
                 assert_eq!(&a.as_slice()[at..], &new[..], "the writer's bytes");
                 // `a` drops while the receiver may still read: the output keeps its pages.
@@ -831,6 +853,41 @@ fn input_swaps_whole_pages_where_told() {
     assert!(exit_status(&mut peer).success());
 }
 
+fn task_count() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+/// A Passing, its buffers and an emulated-copy output with a TCOW fault leave no
+/// descriptor and no thread behind once dropped.
+fn passing_leaves_no_fd_or_thread_behind() {
+    let (g, d, _name) = join("noleak");
+    let d2 = g.join().unwrap();
+    let to = d2.id();
+    let dd = d.clone();
+    let c = std::thread::spawn(move || dd.connect(to, T).unwrap());
+    let mut rx = d2.accept(T).unwrap();
+    let tx = c.join().unwrap();
+    let (fds, tasks) = (fd_count(), task_count());
+    {
+        let p = passing(&d);
+        let mut a = p.app_buffer(1 << 20).unwrap();
+        a.as_mut_slice().fill(1);
+        p.send_app(&tx, &a, 0..1 << 20, Semantics::EmulatedCopy)
+            .unwrap();
+        a.as_mut_slice()[0] = 2;
+        let got = rx.recv().unwrap();
+        assert!(got.iter_bytes().all(|b| b == 1));
+        drop((got, a, p));
+        tx.collect_releases().unwrap();
+    }
+    assert!(
+        within(10, || fd_count() == fds && task_count() == tasks),
+        "fds {fds} -> {}, threads {tasks} -> {}",
+        fd_count(),
+        task_count()
+    );
+}
+
 fn thresholds_at_their_edges() {
     let (_g, d, name) = join("edges");
     let t = Thresholds {
@@ -964,6 +1021,45 @@ fn receiver_killed_during_output_and_tcow_faults() {
     assert_eq!(d.quarantined(), 0);
 }
 
+/// The receiver dies holding a moved and an emulated-moved region: both come back to
+/// the sender mapped (moved) or queued hidden and reinstated on reuse (emulated move),
+/// and writing every buffer of their size class afterwards does not fault.
+fn receiver_killed_holding_moved_regions() {
+    let (_g, d, name) = join("kill-move");
+    let p = passing(&d);
+    let fds = fd_count();
+    let len = 1 << 20;
+    for s in [Semantics::Move, Semantics::EmulatedMove] {
+        let (mut peer, tx) = connect_to(&d, &name, "hold", "");
+        let mut b = p.sys_buffer(len).unwrap();
+        b.as_mut_slice().unwrap().fill(4);
+        assert_eq!(p.send_sys(&tx, b, s).unwrap(), Used::Mechanism);
+        assert!(peer.line().starts_with("got"));
+        peer.kill9();
+        assert!(within(10, || {
+            let _ = tx.check_peer();
+            d.collect_releases();
+            tx.in_flight() == 0 && d.quarantined() == 0
+        }));
+    }
+    let st = p.stats();
+    assert_eq!((st.regions_unmapped, st.regions_hidden), (1, 1), "{st:?}");
+    let bufs: Vec<_> = (0..4)
+        .map(|_| {
+            let mut b = p.sys_buffer(len).unwrap();
+            b.as_mut_slice().unwrap().fill(6);
+            b
+        })
+        .collect();
+    assert_eq!(p.stats().regions_reinstated, 1);
+    drop(bufs);
+    assert!(
+        within(10, || fd_count() == fds),
+        "fds {fds} -> {}",
+        fd_count()
+    );
+}
+
 /// The sender dies while its writer thread takes TCOW faults on the pages we hold: our
 /// copy keeps the bytes of the output, and nothing of it stays behind.
 fn sender_killed_during_a_tcow_fault() {
@@ -1036,32 +1132,22 @@ fn tcp_promise(s: Semantics) {
             if s.allocator() == ferry::semantics::Allocator::Application && s != Semantics::Copy {
                 let mut a = p.app_buffer(len).unwrap();
                 a.as_mut_slice().copy_from_slice(&old);
-                let ptr = a.as_mut_ptr() as usize;
                 let new = pattern(seed ^ MASK, len);
-                let a = std::sync::Arc::new(a);
-                let a2 = a.clone();
-                let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-                let done2 = done.clone();
                 let wait_for_protection = s == Semantics::EmulatedCopy && p.tcow_available();
                 let stdin2 = stdin.clone();
                 // The writer: once output has protected the pages (or at once, for the forms
                 // that protect nothing, or once a short send is over), write the new bytes;
                 // then let the peer read.
-                let writer = std::thread::spawn(move || {
-                    while wait_for_protection
-                        && a2.protected_pages() == 0
-                        && !done2.load(std::sync::atomic::Ordering::Acquire)
-                    {
-                        std::thread::yield_now();
-                    }
-                    // SAFETY: the buffer lives (an Arc) until this thread is joined.
-                    unsafe { std::ptr::copy_nonoverlapping(new.as_ptr(), ptr as *mut u8, len) };
-                    go(&stdin2);
-                });
-                let used = p.tcp_send_app(&mut ring, &sock, &a, 0..len, s).unwrap();
-                done.store(true, std::sync::atomic::Ordering::Release);
-                writer.join().unwrap();
-                used
+                output_under_writer(
+                    a,
+                    0,
+                    new,
+                    wait_for_protection,
+                    !wait_for_protection,
+                    move || go(&stdin2),
+                    |a| p.tcp_send_app(&mut ring, &sock, a, 0..len, s).unwrap(),
+                )
+                .0
             } else {
                 let stdin2 = stdin.clone();
                 let teller = std::thread::spawn(move || go(&stdin2));
@@ -1183,6 +1269,10 @@ fn main() {
         ("thresholds_at_their_edges", thresholds_at_their_edges),
         ("misuse_is_refused", misuse_is_refused),
         (
+            "passing_leaves_no_fd_or_thread_behind",
+            passing_leaves_no_fd_or_thread_behind,
+        ),
+        (
             "input_swaps_whole_pages_where_told",
             input_swaps_whole_pages_where_told,
         ),
@@ -1201,6 +1291,10 @@ fn main() {
         (
             "receiver_killed_during_output_and_tcow_faults",
             receiver_killed_during_output_and_tcow_faults,
+        ),
+        (
+            "receiver_killed_holding_moved_regions",
+            receiver_killed_holding_moved_regions,
         ),
         (
             "sender_killed_during_a_tcow_fault",

@@ -59,6 +59,8 @@ pub(crate) type Armed = (Vec<u32>, Vec<(Arc<Segment>, usize, usize)>);
 /// What the handler thread shares with the buffers it serves.
 struct Shared {
     prot: Protector,
+    /// Made readable to stop the handler thread.
+    stop: EventFd,
     /// Application buffers whose views this engine protects: start, length, buffer.
     apps: Mutex<Vec<(usize, usize, Weak<AppInner>)>>,
     stats: Arc<Counters>,
@@ -68,7 +70,6 @@ struct Shared {
 /// serves its write faults. Stops when the last buffer using it is gone.
 pub(crate) struct Engine {
     shared: Arc<Shared>,
-    stop: EventFd,
     thread: Option<JoinHandle<()>>,
     thread_id: ThreadId,
 }
@@ -84,18 +85,16 @@ impl Engine {
     pub fn start(stats: Arc<Counters>) -> std::io::Result<Arc<Engine>> {
         let shared = Arc::new(Shared {
             prot: Protector::new()?,
+            stop: EventFd::new()?,
             apps: Mutex::new(Vec::new()),
             stats,
         });
-        let stop = EventFd::new()?;
-        let stop_fd = rustix::io::dup(stop.as_fd())?;
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("ferry-tcow".into())
-            .spawn(move || serve(&s, EventFd::from_owned(stop_fd)))?;
+            .spawn(move || serve(&s))?;
         Ok(Arc::new(Engine {
             shared,
-            stop,
             thread_id: thread.thread().id(),
             thread: Some(thread),
         }))
@@ -203,7 +202,7 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        self.stop.notify();
+        self.shared.stop.notify();
         if let Some(t) = self.thread.take() {
             // The handler thread may itself drop the last buffer (it holds one while it
             // serves a fault): then it exits on its own after this.
@@ -214,10 +213,10 @@ impl Drop for Engine {
     }
 }
 
-fn serve(s: &Shared, stop: EventFd) {
+fn serve(s: &Shared) {
     let mut faults: Vec<WpFault> = Vec::new();
     loop {
-        match wait_readable(&[s.prot.as_fd(), stop.as_fd()], None) {
+        match wait_readable(&[s.prot.as_fd(), s.stop.as_fd()], None) {
             Ok(Some(0)) => {}
             Ok(_) => return,
             Err(_) => return,

@@ -209,21 +209,8 @@ impl Mapping {
         len: usize,
         access: Access,
     ) -> io::Result<()> {
-        assert!(offset.checked_add(len).is_some_and(|e| e <= self.len));
-        count();
-        // SAFETY: the range lies inside our own mapping (asserted) and the caller owns it.
-        let p = unsafe {
-            mmap(
-                self.ptr.as_ptr().add(offset).cast(),
-                len,
-                access.prot(),
-                MapFlags::SHARED | MapFlags::FIXED,
-                fd,
-                file_offset,
-            )?
-        };
-        debug_assert_eq!(p as usize, self.ptr.as_ptr() as usize + offset);
-        Ok(())
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.map_over(offset, fd, file_offset, len, access, MapFlags::SHARED) }
     }
 
     /// Maps `len` bytes of `fd` from `file_offset` privately (copy-on-write) over
@@ -240,19 +227,46 @@ impl Mapping {
         file_offset: u64,
         len: usize,
     ) -> io::Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe {
+            self.map_over(
+                offset,
+                fd,
+                file_offset,
+                len,
+                Access::ReadWrite,
+                MapFlags::PRIVATE,
+            )
+        }
+    }
+
+    /// `mmap(MAP_FIXED | kind)` of `fd` over part of this mapping.
+    ///
+    /// # Safety
+    /// As [`replace`](Self::replace).
+    unsafe fn map_over(
+        &self,
+        offset: usize,
+        fd: BorrowedFd<'_>,
+        file_offset: u64,
+        len: usize,
+        access: Access,
+        kind: MapFlags,
+    ) -> io::Result<()> {
         assert!(offset.checked_add(len).is_some_and(|e| e <= self.len));
         count();
         // SAFETY: the range lies inside our own mapping (asserted) and the caller owns it.
-        unsafe {
+        let p = unsafe {
             mmap(
                 self.ptr.as_ptr().add(offset).cast(),
                 len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::PRIVATE | MapFlags::FIXED,
+                access.prot(),
+                kind | MapFlags::FIXED,
                 fd,
                 file_offset,
             )?
         };
+        debug_assert_eq!(p as usize, self.ptr.as_ptr() as usize + offset);
         Ok(())
     }
 
