@@ -16,16 +16,10 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-#[test]
-fn fbufs_quick_writes_records_and_a_plot() {
-    let dir = scratch("fbufs");
-    let json = dir.join("r.json");
-    let svg = dir.join("p.svg");
+/// Runs `ferry ARGS...`, asserts it succeeded, and returns its pid and stdout.
+fn run_ok(args: &[&std::ffi::OsStr]) -> (u32, String) {
     let child = ferry()
-        .args(["bench", "fbufs", "--quick", "--json"])
-        .arg(&json)
-        .arg("--plot")
-        .arg(&svg)
+        .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -37,7 +31,23 @@ fn fbufs_quick_writes_records_and_a_plot() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    (pid, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn fbufs_quick_writes_records_and_a_plot() {
+    let dir = scratch("fbufs");
+    let json = dir.join("r.json");
+    let svg = dir.join("p.svg");
+    let (pid, stdout) = run_ok(&[
+        "bench".as_ref(),
+        "fbufs".as_ref(),
+        "--quick".as_ref(),
+        "--json".as_ref(),
+        json.as_os_str(),
+        "--plot".as_ref(),
+        svg.as_os_str(),
+    ]);
     assert!(stdout.contains("Table 5.1") && stdout.contains("316"));
 
     let records: Vec<serde_json::Value> =
@@ -113,21 +123,12 @@ fn groups_left(pid: u32) -> Vec<String> {
 fn calibrate_writes_a_file_the_library_reads() {
     let dir = scratch("calibrate");
     let file = dir.join("sub").join("calibration");
-    let child = ferry()
-        .args(["calibrate", "--quick", "--out"])
-        .arg(&file)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (pid, stdout) = run_ok(&[
+        "calibrate".as_ref(),
+        "--quick".as_ref(),
+        "--out".as_ref(),
+        file.as_os_str(),
+    ]);
     assert!(stdout.contains("Tables 6 and 7") && stdout.contains("TCOW-fault bar"));
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(text.starts_with("# ferry calibration, written by `ferry calibrate` on "));
@@ -166,21 +167,13 @@ fn calibrate_writes_a_file_the_library_reads() {
 fn genie_quick_measures_every_semantics_and_judges_the_bars() {
     let dir = scratch("genie");
     let json = dir.join("r.json");
-    let child = ferry()
-        .args(["bench", "genie", "--quick", "--json"])
-        .arg(&json)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (pid, stdout) = run_ok(&[
+        "bench".as_ref(),
+        "genie".as_ref(),
+        "--quick".as_ref(),
+        "--json".as_ref(),
+        json.as_os_str(),
+    ]);
     assert!(stdout.contains("Table 7") && stdout.contains("The bars of issue 10"));
     let records: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
