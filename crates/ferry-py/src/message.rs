@@ -274,6 +274,13 @@ impl PyMessage {
         self.inner.with(|d| Ok(PyMessage::new(d.slice(a..b))))
     }
 
+    /// A message of this one's fragments followed by `other`'s (no copy).
+    fn __add__(&self, other: &Bound<'_, PyMessage>) -> PyResult<PyMessage> {
+        let a = self.inner.get()?;
+        let b = other.get().data()?;
+        Ok(PyMessage::new(a.concat(&b)))
+    }
+
     /// Copies the whole message into a new `bytes` (an explicit copy, counted in
     /// `copy_stats()`).
     fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
