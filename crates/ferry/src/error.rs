@@ -135,6 +135,36 @@ pub enum Error {
         /// What the probe saw.
         why: String,
     },
+    /// A service of this name is already offered in the group by a live domain.
+    ServiceExists {
+        /// The name asked for.
+        name: String,
+    },
+    /// No live domain offers a service of this name (of the kind asked for).
+    NoSuchService {
+        /// The name asked for.
+        name: String,
+    },
+    /// Every entry of the group's service table is in use by a live service.
+    ServiceTableFull,
+    /// The service already has its maximum of members (subscribers or clients).
+    ServiceFull {
+        /// The service's name.
+        name: String,
+    },
+    /// This domain is already a member (subscriber or client) of the service.
+    AlreadyMember {
+        /// The service's name.
+        name: String,
+    },
+    /// The service table in the control block is damaged or held: an entry failed
+    /// validation, or its lock stayed taken (another member is buggy or hostile).
+    BadServiceTable(&'static str),
+    /// The server's handler failed this request (its status code, non-zero).
+    RequestFailed {
+        /// Status the server sent back.
+        status: u32,
+    },
     /// A pallet index past the end of the container.
     NoSuchPallet {
         /// Index asked for.
@@ -174,6 +204,19 @@ impl fmt::Display for Error {
             Self::Sealed { pallet } => write!(f, "pallet {pallet} is sealed against writing"),
             Self::Unsupported { feature, why } => {
                 write!(f, "kernel feature {feature} is not available: {why}")
+            }
+            Self::ServiceExists { name } => {
+                write!(f, "service {name:?} is already offered in this group")
+            }
+            Self::NoSuchService { name } => write!(f, "no live service named {name:?}"),
+            Self::ServiceTableFull => write!(f, "the group's service table is full"),
+            Self::ServiceFull { name } => write!(f, "service {name:?} has no room for a member"),
+            Self::AlreadyMember { name } => {
+                write!(f, "this domain is already a member of service {name:?}")
+            }
+            Self::BadServiceTable(why) => write!(f, "service table unusable: {why}"),
+            Self::RequestFailed { status } => {
+                write!(f, "the server's handler failed the request (status {status})")
             }
             Self::NoSuchPallet { index, count } => {
                 write!(f, "no pallet {index}: the container has {count}")

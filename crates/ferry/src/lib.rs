@@ -41,7 +41,8 @@
 //!
 //! Layers, bottom up: `sys` (thin syscall wrappers, private to the crate; [`diagnostics`]
 //! re-exports its syscall counters and page size), [`region`] (groups, domains, lots,
-//! fbufs), [`segment`] and [`iodata`] (handles), [`channel`] (rings and endpoints).
+//! fbufs), [`segment`] and [`iodata`] (handles), [`channel`] (rings and endpoints),
+//! [`service`] (named publish-subscribe and request-response over channels).
 //! Errors are one enum, [`Error`]; a descriptor that fails validation is
 //! [`Error::BadDescriptor`], a dead peer [`Error::PeerGone`].
 //!
@@ -64,7 +65,7 @@
 //! | [`uring`] | io_uring: pushing entries whose buffers the kernel uses until completion, registered buffers, the `IoBuf` traits, aligned allocations, xlate's bounce buffers |
 //! | [`vcm`] | its io_uring ring (pushes, registered region), `msghdr` space, slices over the registered region |
 //!
-//! [`error`], [`diagnostics`] and the `sync` shim contain none.
+//! [`error`], [`diagnostics`], [`service`] and the `sync` shim contain none.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -82,6 +83,7 @@ pub mod iodata;
 pub mod region;
 #[allow(unsafe_code)]
 pub mod segment;
+pub mod service;
 pub(crate) mod sync;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
@@ -96,3 +98,7 @@ pub use error::{BadDescriptor, Error, Result};
 pub use iodata::{Fragment, IoData, IoDataMut};
 pub use region::{Domain, DomainId, Group, GroupConfig, PathAllocator, PathConfig, PathStats};
 pub use segment::{LotId, LotSpan, Segment};
+pub use service::{
+    Caller, Client, Handler, Placement, Publisher, Server, ServiceConfig, ServiceInfo,
+    SlowSubscriber, Subscriber,
+};

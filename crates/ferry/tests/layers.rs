@@ -20,6 +20,7 @@ const RANKS: &[(&str, u32)] = &[
     ("iodata", 3),
     ("vcm", 3),
     ("channel", 4),
+    ("service", 5),
 ];
 
 fn rank(module: &str) -> Option<u32> {

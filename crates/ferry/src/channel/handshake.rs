@@ -43,7 +43,23 @@ impl Domain {
 
     /// Waits (up to `timeout`) for a peer to connect to this domain.
     pub fn accept(&self, timeout: Duration) -> Result<Receiver> {
-        accept(&self.inner, timeout)
+        accept(&self.inner, None, timeout)
+    }
+
+    /// Waits (up to `timeout`) for `peer` to connect to this domain, leaving channels
+    /// other domains offer meanwhile for a later [`accept`](Self::accept).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if `peer` offered nothing in time, [`Error::PeerGone`] if it is
+    /// not a live member.
+    pub fn accept_from(&self, peer: DomainId, timeout: Duration) -> Result<Receiver> {
+        if !self.inner.group.domain_live(LotId {
+            slot: peer.slot,
+            generation: peer.generation,
+        }) {
+            return Err(Error::PeerGone { pid: 0 });
+        }
+        accept(&self.inner, Some(peer), timeout)
     }
 }
 
@@ -184,7 +200,11 @@ fn wait_ready(link: &Link, deadline: Instant) -> bool {
 }
 
 /// Waits for a channel offered to `domain`; see [`Domain::accept`](crate::Domain::accept).
-fn accept(domain: &Arc<DomainInner>, timeout: Duration) -> Result<Receiver> {
+fn accept(
+    domain: &Arc<DomainInner>,
+    from: Option<DomainId>,
+    timeout: Duration,
+) -> Result<Receiver> {
     let me = domain.lot.id;
     let me = DomainId {
         slot: me.slot,
@@ -192,7 +212,12 @@ fn accept(domain: &Arc<DomainInner>, timeout: Duration) -> Result<Receiver> {
     };
     domain
         .group
-        .take_offer(me, timeout, |peer, fds| open_offer(domain, peer, fds))
+        .take_offer_from(me, from.map(|f| f.slot), timeout, |peer, fds| {
+            if from.is_some_and(|f| f != peer) {
+                return Err(Error::PeerGone { pid: 0 });
+            }
+            open_offer(domain, peer, fds)
+        })
 }
 
 fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Result<Receiver> {

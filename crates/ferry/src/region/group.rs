@@ -26,6 +26,8 @@
 //! | SlotRaw[1] ...                                               |
 //! | LedgerRaw[MAX_SLOTS]: each domain's holds and inbound        |
 //! |              channels (see `ledger.rs`), sparse              |
+//! | ServiceArea: SERVICE_WORDS words that the `service` module   |
+//! |              lays out (named services and their members)     |
 //! +--------------------------------------------------------------+
 //! ```
 //! Slot `i`'s lot lives at `base_addr + i * lot_stride` in every process of the group.
@@ -83,7 +85,7 @@ pub const MAX_SLOTS: usize = 64;
 pub const MAX_OFFERS: usize = 8;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"FERRYGRP");
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 
 /// Slot states.
 pub(crate) const SLOT_FREE: u32 = 0;
@@ -119,7 +121,19 @@ pub(crate) struct GroupHeader {
     pub slots: [SlotRaw; MAX_SLOTS],
     /// Each slot's reference ledger (see [`super::ledger`]), written only by its owner.
     pub ledgers: [LedgerRaw; MAX_SLOTS],
+    /// The service table: words this module reserves and `crate::service` lays out.
+    pub services: ServiceArea,
 }
+
+/// 32-bit words of the control block reserved for the service table (32 KiB).
+pub const SERVICE_WORDS: usize = 8 * 1024;
+
+/// The control block's service area: plain atomic words, so that the module that owns
+/// the table's layout (`crate::service`, above this layer) needs no `unsafe` to use it,
+/// and so that any bit pattern a hostile member writes is a valid value to read.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub(crate) struct ServiceArea(pub [AtomicU32; SERVICE_WORDS]);
 
 /// How a group lays out its lots. Only the creator's configuration counts; joiners
 /// adopt what the control block says.
@@ -354,6 +368,34 @@ impl Group {
     /// Slot `i`'s reference ledger.
     pub(crate) fn ledger(&self, i: u16) -> &LedgerRaw {
         &self.header().ledgers[i as usize]
+    }
+
+    /// The words of the control block's service area (laid out by `crate::service`).
+    pub(crate) fn service_words(&self) -> &[AtomicU32; SERVICE_WORDS] {
+        &self.header().services.0
+    }
+
+    /// Byte offset and length of the service area inside the control memfd.
+    pub(crate) fn service_area_span() -> (usize, usize) {
+        (
+            std::mem::offset_of!(GroupHeader, services),
+            std::mem::size_of::<ServiceArea>(),
+        )
+    }
+
+    /// The live domain in slot `slot` whose generation's low 24 bits are `gen24`, if
+    /// there is one (service members are recorded with 24 bits of generation).
+    pub(crate) fn live_domain_like(&self, slot: u16, gen24: u32) -> Option<Member> {
+        if slot as usize >= MAX_SLOTS {
+            return None;
+        }
+        let s = self.slot(slot);
+        let generation = s.generation.load(Ordering::Acquire);
+        let id = LotId { slot, generation };
+        (generation & 0x00ff_ffff == gen24 && self.domain_live(id)).then(|| Member {
+            id: DomainId { slot, generation },
+            pid: s.pid.load(Ordering::Relaxed),
+        })
     }
 
     /// True if domain `id` is a member now: its slot is live, of that generation, and

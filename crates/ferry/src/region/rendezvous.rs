@@ -127,15 +127,17 @@ impl Group {
         Ok(Offer { raw })
     }
 
-    /// Waits up to `timeout` for an offer to domain `me`, takes it and calls `open` with
-    /// the offering domain and its descriptor numbers. An offer `open` fails on is skipped
-    /// (a broken or vanished peer) and the wait goes on.
+    /// Waits up to `timeout` for an offer to domain `me` (from slot `from` only, if
+    /// given: a domain waiting for one peer's channel leaves the others' offers alone),
+    /// takes it and calls `open` with the offering domain and its descriptor numbers. An
+    /// offer `open` fails on is skipped (a broken or vanished peer) and the wait goes on.
     ///
     /// # Errors
     /// [`Error::Timeout`] if no offer could be opened in time.
-    pub(crate) fn take_offer<T>(
+    pub(crate) fn take_offer_from<T>(
         &self,
         me: DomainId,
+        from: Option<u16>,
         timeout: Duration,
         mut open: impl FnMut(DomainId, OfferFds) -> Result<T>,
     ) -> Result<T> {
@@ -144,7 +146,10 @@ impl Group {
             let seq = self.header().offer_seq.load(Ordering::Acquire);
             for s in 0..MAX_SLOTS as u16 {
                 let slot = self.slot(s);
-                if s == me.slot || slot.state.load(Ordering::Acquire) != SLOT_LIVE {
+                if s == me.slot
+                    || from.is_some_and(|f| f != s)
+                    || slot.state.load(Ordering::Acquire) != SLOT_LIVE
+                {
                     continue;
                 }
                 for offer in &slot.offers[..MAX_OFFERS] {

@@ -214,3 +214,27 @@ pub fn run(tests: &[(&str, fn())]) {
         std::process::exit(101);
     }
 }
+
+// ---------------------------------------------------------------- service handlers
+
+/// The handler the location-transparency tests run: reverses the payload into a new
+/// fbuf and appends a count of calls, so that its state shows in the answers. An empty
+/// request is an error.
+pub struct Reverse {
+    pub calls: u64,
+}
+
+impl ferry::Handler for Reverse {
+    fn handle(&mut self, request: &IoData, out: &PathAllocator) -> ferry::Result<IoData> {
+        self.calls += 1;
+        if request.is_empty() {
+            return Err(ferry::Error::InvalidArgument("empty request"));
+        }
+        let mut bytes = request.to_vec();
+        bytes.reverse();
+        bytes.extend_from_slice(&self.calls.to_le_bytes());
+        let mut m = out.alloc(bytes.len())?;
+        m.write_at(0, &bytes);
+        Ok(m.freeze())
+    }
+}

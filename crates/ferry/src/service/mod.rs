@@ -1,0 +1,272 @@
+//! Named services: publish-subscribe and request-response between the domains of a
+//! group, found by name through the group's control block, with no daemon.
+//!
+//! ```
+//! use std::time::Duration;
+//! use ferry::service::{Publisher, ServiceConfig, Subscriber};
+//! use ferry::{Group, PathConfig};
+//!
+//! # fn main() -> ferry::Result<()> {
+//! # let name = format!("doc-svc-{}", std::process::id());
+//! let group = Group::open(&name)?;
+//! let (camera, viewer) = (group.join()?, group.join()?);   // two processes, in real use
+//! let mut publisher = Publisher::offer(&camera, "camera/front", ServiceConfig::default())?;
+//! let mut sub = Subscriber::open(&viewer, "camera/front", Duration::from_secs(5))?;
+//! publisher.wait_for_subscribers(1, Duration::from_secs(5))?;
+//!
+//! let path = camera.path(PathConfig::default())?;
+//! let mut frame = path.alloc(64 * 1024)?;
+//! frame.write_at(0, b"frame 1");
+//! let frame = frame.freeze();
+//! assert_eq!(publisher.publish(&frame)?, 1);             // one descriptor per subscriber
+//! let got = sub.recv_timeout(Duration::from_secs(5))?;
+//! assert!(got.slice(0..7).eq_bytes(b"frame 1"));
+//! assert_eq!(group.services()[0].subscribers.len(), 1);
+//! drop((got, frame));
+//! publisher.collect_releases();
+//! assert_eq!(path.outstanding(), 0);                     // the fbuf came back
+//! # Ok(()) }
+//! ```
+//!
+//! # Naming and discovery
+//!
+//! The control block of every group has a service table (its layout and checks are in
+//! `table.rs`): up to [`MAX_SERVICES`] entries, each a name (1 to [`MAX_NAME`] bytes of
+//! UTF-8), the offering domain (the *owner*: a [`Publisher`] or a [`Server`]), the kind,
+//! the queue depth and slow-subscriber policy, and up to [`MAX_MEMBERS`] member words
+//! (subscribers or clients). [`Publisher::offer`] and [`Server::offer`] claim an entry
+//! under the table's lock, so a name is offered at most once in a group
+//! ([`Error::ServiceExists`]); an entry whose owner died is free again, found by the
+//! same pidfd liveness test as the group's slots. [`Subscriber::open`] and
+//! [`Client::open`] wait up to their timeout for the name to appear
+//! ([`Error::NoSuchService`] if it does not), record themselves in a free member word and
+//! wake the owner through a futex word of the entry. [`Group::services`] lists the
+//! table.
+//!
+//! # Joining
+//!
+//! Each owner runs a *door* thread that sleeps on its entry's join word. When a member
+//! appears, the door makes the channels with the ordinary point-to-point handshake:
+//! the owner connects to a subscriber (which waits in [`Domain::accept_from`] for that
+//! owner only); for a client, the server connects (responses) and then accepts the
+//! client's channel (requests). So a member joins whenever it likes, whatever the owner
+//! is doing, and every guarantee of [`channel`](crate::channel) holds per member:
+//! validated descriptors, releases that flow back, a dead peer found by its pidfd and
+//! everything it held reclaimed (quarantined while the ledgers say someone still reads
+//! it).
+//!
+//! # Publish-subscribe
+//!
+//! A publish offers the same fbufs to each subscriber's channel (one descriptor each,
+//! no payload copy; fragments outside any lot are copied once into the publisher's lot
+//! and counted in [`PublisherStats::copied_bytes`]). The fbufs return to their path
+//! when the last subscriber releases them, since each channel holds its own reference
+//! until its receiver releases. Each subscriber's queue holds
+//! [`ServiceConfig::depth`] messages. When it is full, [`SlowSubscriber::Block`] makes
+//! the publisher wait for room (with an optional timeout), and
+//! [`SlowSubscriber::Drop`] makes that subscriber miss the message being published
+//! (counted per subscriber), so a slow or stopped subscriber never holds up the
+//! publisher or the others. The dropped message is the *newest*, not the oldest in the
+//! queue: the queue is the channel's single-producer ring, whose entries only the
+//! subscriber may take out; a subscriber that falls behind sees a gap, and then the
+//! messages published once it made room.
+//!
+//! # Request-response
+//!
+//! A [`Client`] sends a request IoData and gets the response IoData, both zero-copy
+//! apart from a 16-byte header fragment (request id, status), with timeouts
+//! ([`Error::Timeout`]); the [`Server`] serves its clients in turn. A client that dies
+//! is dropped by the server (its holds reclaimed); a server that dies makes its clients'
+//! calls fail with [`Error::PeerGone`].
+//!
+//! # Location transparency
+//!
+//! A [`Handler`] runs where [`Placement`] puts it: [`Caller`] calls it directly in
+//! process, or through a [`Client`] of a server process running [`run_server`].
+//!
+//! # Waiting with epoll or async runtimes
+//!
+//! [`Subscriber`], [`Client`] and [`Server`] implement [`AsFd`](std::os::fd::AsFd):
+//! call `arm()`, wait for the descriptor to turn readable, then call the `try_*`
+//! method. Busy-polling with `try_*` makes no system call per message in steady state.
+//!
+//! # What a hostile member can do
+//!
+//! Any member maps the table writable. Readers check every field and skip entries that
+//! fail (counted in [`Group::service_table_damage`]); a scribbled table makes opening
+//! fail with [`Error::NoSuchService`] or [`Error::BadServiceTable`], or connect to the
+//! wrong live domain, where the handshake checks fail or time out. Channels already
+//! open do not read the table and go on.
+
+mod door;
+mod local;
+mod pubsub;
+mod reqresp;
+mod table;
+
+use std::time::{Duration, Instant};
+
+pub use local::{run_server, Caller, Handler, Placement};
+pub use pubsub::{Publisher, PublisherStats, Subscriber, SubscriberInfo};
+pub use reqresp::{Client, Request, Response, Server, ServerStats, STATUS_HANDLER_FAILED};
+#[doc(hidden)]
+pub use table::__table_span;
+pub use table::{Kind, MAX_MEMBERS, MAX_NAME, MAX_SERVICES};
+
+use table::{EntryView, Table};
+
+use crate::error::{Error, Result};
+use crate::region::group::Member;
+use crate::region::{Domain, Group};
+
+/// What a publisher does when a subscriber's queue is full.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum SlowSubscriber {
+    /// That subscriber misses the message (the newest); the publisher never waits.
+    Drop,
+    /// The publisher waits for room (see [`Publisher::publish_timeout`]).
+    Block,
+}
+
+/// Settings of a service, chosen by its owner.
+#[derive(Clone, Debug)]
+pub struct ServiceConfig {
+    /// Messages each member's queue holds (a power of two, 2..=65536).
+    pub depth: u32,
+    /// What a full subscriber queue does to the publisher (publish-subscribe only).
+    pub slow: SlowSubscriber,
+    /// How long a server waits for room in a client's response queue.
+    pub reply_timeout: Duration,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            depth: 64,
+            slow: SlowSubscriber::Drop,
+            reply_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A service as listed by [`Group::services`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceInfo {
+    /// Its name.
+    pub name: String,
+    /// Publish-subscribe or request-response.
+    pub kind: Kind,
+    /// The publisher or server.
+    pub owner: Member,
+    /// Live subscribers or clients that joined (recorded in the table; the owner may
+    /// still be connecting the newest).
+    pub subscribers: Vec<Member>,
+    /// Queue depth per member.
+    pub depth: u32,
+    /// Slow-subscriber policy.
+    pub slow: SlowSubscriber,
+}
+
+impl Group {
+    /// The services offered in this group by live domains, with their members. Entries
+    /// that fail validation are left out (see [`service_table_damage`](Self::service_table_damage)).
+    pub fn services(&self) -> Vec<ServiceInfo> {
+        let t = Table::new(self);
+        t.entries()
+            .0
+            .into_iter()
+            .map(|e| ServiceInfo {
+                subscribers: t.members(e.index),
+                name: e.name,
+                kind: e.kind,
+                owner: e.owner,
+                depth: e.depth,
+                slow: if e.block {
+                    SlowSubscriber::Block
+                } else {
+                    SlowSubscriber::Drop
+                },
+            })
+            .collect()
+    }
+
+    /// Entries of the service table that are in use but fail validation (a buggy or
+    /// hostile member wrote them); 0 in a healthy group.
+    pub fn service_table_damage(&self) -> usize {
+        Table::new(self).entries().1
+    }
+}
+
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_NAME || name.contains('\0') {
+        return Err(Error::InvalidArgument(
+            "service name must be 1..=64 bytes, no NUL",
+        ));
+    }
+    Ok(())
+}
+
+/// Claims the table entry of a new service.
+fn offer_entry(
+    domain: &Domain,
+    name: &str,
+    kind: Kind,
+    config: &ServiceConfig,
+) -> Result<EntryView> {
+    check_name(name)?;
+    if !config.depth.is_power_of_two() || !(2..=1 << 16).contains(&config.depth) {
+        return Err(Error::InvalidArgument(
+            "service depth must be a power of two in 2..=65536",
+        ));
+    }
+    let t = Table::new(domain.group());
+    let block = config.slow == SlowSubscriber::Block;
+    let (index, version) = t.offer(domain.id(), name, kind, block, config.depth)?;
+    Ok(EntryView {
+        index,
+        version,
+        owner: Member {
+            id: domain.id(),
+            pid: std::process::id(),
+        },
+        kind,
+        block,
+        depth: config.depth,
+        name: name.to_owned(),
+    })
+}
+
+/// Waits until `deadline` for service `name` of `kind` and joins it as a member.
+fn open_entry(
+    domain: &Domain,
+    name: &str,
+    kind: Kind,
+    deadline: Instant,
+) -> Result<(EntryView, usize)> {
+    check_name(name)?;
+    let t = Table::new(domain.group());
+    loop {
+        let seq = t.seq();
+        if let Some(e) = t.find(name) {
+            if e.kind != kind {
+                return Err(Error::NoSuchService {
+                    name: name.to_owned(),
+                });
+            }
+            if e.owner.id == domain.id() {
+                return Err(Error::InvalidArgument(
+                    "a domain cannot join its own service",
+                ));
+            }
+            let m = t.join(&e, domain.id())?;
+            return Ok((e, m));
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Error::NoSuchService {
+                name: name.to_owned(),
+            });
+        }
+        t.wait_seq(seq, (deadline - now).min(Duration::from_millis(50)));
+    }
+}

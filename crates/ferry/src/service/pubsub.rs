@@ -1,0 +1,434 @@
+//! Publish-subscribe: one [`Publisher`] per service name, up to
+//! [`MAX_MEMBERS`](super::MAX_MEMBERS) [`Subscriber`]s, each reached through a channel of
+//! its own from the publisher's domain.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::door::{Admit, Door, HANDSHAKE_PATIENCE};
+use super::table::{EntryView, Kind, Table};
+use super::{open_entry, ServiceConfig, SlowSubscriber};
+use crate::channel::{ChannelConfig, ChannelStats, Receiver, Sender};
+use crate::error::{Error, Result};
+use crate::iodata::IoData;
+use crate::region::group::Member;
+use crate::region::{Domain, DomainId, PathAllocator, PathConfig};
+use crate::sync::lock;
+
+/// One subscriber as the publisher sees it.
+struct Sub {
+    member: Member,
+    tx: Sender,
+    delivered: u64,
+    dropped: u64,
+}
+
+struct PubShared {
+    domain: Domain,
+    config: ServiceConfig,
+    subs: Mutex<Vec<Sub>>,
+}
+
+impl Admit for PubShared {
+    fn connected(&self) -> Vec<DomainId> {
+        let mut subs = lock(&self.subs);
+        // A subscriber that left (or died) and may be joining again: drop its channel.
+        subs.retain(|s| s.tx.check_peer().is_ok());
+        subs.iter().map(|s| s.member.id).collect()
+    }
+
+    fn admit(&self, m: Member) -> Result<()> {
+        let tx =
+            self.domain
+                .connect_with(m.id, self.config.channel_config(), HANDSHAKE_PATIENCE)?;
+        lock(&self.subs).push(Sub {
+            member: m,
+            tx,
+            delivered: 0,
+            dropped: 0,
+        });
+        Ok(())
+    }
+}
+
+/// Counters of a publisher.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PublisherStats {
+    /// Calls to publish that reached their end (every subscriber served or dropped).
+    pub published: u64,
+    /// Messages handed to subscribers (one per subscriber per message).
+    pub delivered: u64,
+    /// Messages a full subscriber missed under [`SlowSubscriber::Drop`].
+    pub dropped: u64,
+    /// Bytes copied into the publisher's lot because a message had fragments outside
+    /// any lot (copied once per message, however many subscribers).
+    pub copied_bytes: u64,
+    /// Subscribers removed because they died or left.
+    pub departed: u64,
+}
+
+/// One subscriber's counters, as seen by the publisher.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubscriberInfo {
+    /// The subscriber's domain and process.
+    pub member: Member,
+    /// Messages it was handed.
+    pub delivered: u64,
+    /// Messages it missed because its queue was full (drop policy).
+    pub dropped: u64,
+    /// Messages it holds or has queued, not yet released.
+    pub in_flight: usize,
+}
+
+/// The publishing end of a named service.
+///
+/// One [`publish`](Self::publish) hands the same fbufs to every subscriber: each gets a
+/// descriptor in its own bounded queue (a channel of
+/// [`ServiceConfig::depth`] entries), never a copy. The fbufs go back to the publisher's
+/// path once the last subscriber drops its [`IoData`]. A full queue is handled by the
+/// service's [`SlowSubscriber`] policy. Subscribers join through a thread the publisher
+/// starts (the *door*), so they may join at any time; dead subscribers are found by their
+/// pidfds and everything they held is reclaimed by the channel machinery.
+pub struct Publisher {
+    shared: Arc<PubShared>,
+    entry: EntryView,
+    me: DomainId,
+    copy_path: PathAllocator,
+    stats: PublisherStats,
+    door: Option<Door>,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("name", &self.entry.name)
+            .field("subscribers", &self.subscriber_count())
+            .finish()
+    }
+}
+
+impl Publisher {
+    /// Offers publish-subscribe service `name` from `domain`.
+    ///
+    /// # Errors
+    /// [`Error::ServiceExists`] if a live domain of the group offers `name`,
+    /// [`Error::ServiceTableFull`], [`Error::InvalidArgument`] for a bad name or depth,
+    /// [`Error::BadServiceTable`] if the table lock stayed held.
+    pub fn offer(domain: &Domain, name: &str, config: ServiceConfig) -> Result<Publisher> {
+        let entry = super::offer_entry(domain, name, Kind::PubSub, &config)?;
+        let shared = Arc::new(PubShared {
+            domain: domain.clone(),
+            config,
+            subs: Mutex::new(Vec::new()),
+        });
+        let me = domain.id();
+        let weak: std::sync::Weak<dyn Admit> = Arc::downgrade(&shared) as _;
+        let door = match Door::spawn(domain.group().clone(), entry.index, me, weak) {
+            Ok(d) => d,
+            Err(e) => {
+                Table::new(domain.group()).withdraw(entry.index, entry.version, me);
+                return Err(e.into());
+            }
+        };
+        Ok(Publisher {
+            copy_path: domain.path(PathConfig::default())?,
+            shared,
+            entry,
+            me,
+            stats: PublisherStats::default(),
+            door: Some(door),
+        })
+    }
+
+    /// Publishes `data` to every subscriber. Under [`SlowSubscriber::Block`] waits (as
+    /// long as it takes) for room in full queues; under [`SlowSubscriber::Drop`] never
+    /// blocks. Returns how many subscribers were handed the message.
+    pub fn publish(&mut self, data: &IoData) -> Result<usize> {
+        self.publish_timeout(data, None)
+    }
+
+    /// Like [`publish`](Self::publish), waiting for room at most `timeout` (`None`:
+    /// forever) under [`SlowSubscriber::Block`].
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if a blocking subscriber's queue stayed full past the timeout:
+    /// the subscribers that had room got the message, the full ones did not.
+    pub fn publish_timeout(&mut self, data: &IoData, timeout: Option<Duration>) -> Result<usize> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let data = self.shareable(data)?;
+        let block = self.shared.config.slow == SlowSubscriber::Block;
+        let mut subs = lock(&self.shared.subs);
+        let (mut full, mut gone) = (0u64, 0u64);
+        let mut delivered = 0;
+        for (i, s) in subs.iter_mut().enumerate() {
+            match s.tx.try_send(&data) {
+                Ok(()) => {
+                    s.delivered += 1;
+                    delivered += 1;
+                }
+                Err(Error::Full) if block => full |= 1 << i,
+                Err(Error::Full) => {
+                    s.dropped += 1;
+                    self.stats.dropped += 1;
+                }
+                Err(Error::PeerGone { .. } | Error::Disconnected) => gone |= 1 << i,
+                Err(e) => return Err(e),
+            }
+        }
+        let mut timed_out = false;
+        for (i, s) in subs.iter_mut().enumerate() {
+            if full & 1 << i == 0 {
+                continue;
+            }
+            let left = match deadline {
+                Some(d) => Some(d.saturating_duration_since(Instant::now())),
+                None => None,
+            };
+            match s.tx.send_timeout(&data, left) {
+                Ok(()) => {
+                    s.delivered += 1;
+                    delivered += 1;
+                }
+                Err(Error::Timeout) => timed_out = true,
+                Err(Error::PeerGone { .. } | Error::Disconnected) => gone |= 1 << i,
+                Err(e) => return Err(e),
+            }
+        }
+        if gone != 0 {
+            let mut i = 0;
+            subs.retain(|_| {
+                i += 1;
+                gone & 1 << (i - 1) == 0
+            });
+            self.stats.departed += gone.count_ones() as u64;
+        }
+        drop(subs);
+        self.stats.delivered += delivered as u64;
+        if timed_out {
+            return Err(Error::Timeout);
+        }
+        self.stats.published += 1;
+        Ok(delivered)
+    }
+
+    /// `data` with every fragment in a lot: fragments outside any lot are copied once
+    /// into the publisher's lot here (counted), rather than once per subscriber.
+    fn shareable(&mut self, data: &IoData) -> Result<IoData> {
+        if data.fragments().iter().all(|f| f.lot_span().is_some()) {
+            return Ok(data.clone());
+        }
+        let mut out = IoData::new();
+        for f in data.fragments() {
+            if f.lot_span().is_some() {
+                out.append(IoData::from_fragments([f.clone()]));
+            } else {
+                let mut m = self.copy_path.alloc(f.len())?;
+                m.write_at(0, f.as_slice());
+                self.stats.copied_bytes += f.len() as u64;
+                out.append(m.freeze());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Takes back now every fbuf subscribers have released (publishing and allocating
+    /// do this too), and checks (one `poll(2)` per subscriber) that each subscriber
+    /// lives: one that died or left is dropped and everything it held is reclaimed.
+    pub fn collect_releases(&mut self) {
+        let mut subs = lock(&self.shared.subs);
+        let before = subs.len();
+        subs.retain(|s| {
+            let _ = s.tx.collect_releases();
+            s.tx.check_peer().is_ok()
+        });
+        self.stats.departed += (before - subs.len()) as u64;
+    }
+
+    /// Subscribers connected now.
+    pub fn subscriber_count(&self) -> usize {
+        lock(&self.shared.subs).len()
+    }
+
+    /// Waits up to `timeout` until at least `n` subscribers are connected.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if fewer joined in time.
+    pub fn wait_for_subscribers(&self, n: usize, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        while self.subscriber_count() < n {
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        Ok(())
+    }
+
+    /// Each connected subscriber and its counters.
+    pub fn subscribers(&self) -> Vec<SubscriberInfo> {
+        lock(&self.shared.subs)
+            .iter()
+            .map(|s| SubscriberInfo {
+                member: s.member,
+                delivered: s.delivered,
+                dropped: s.dropped,
+                in_flight: s.tx.in_flight(),
+            })
+            .collect()
+    }
+
+    /// The publisher's counters.
+    pub fn stats(&self) -> PublisherStats {
+        self.stats.clone()
+    }
+
+    /// The service's name.
+    pub fn name(&self) -> &str {
+        &self.entry.name
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        // Stop admitting first, then take the name back; the channels close as the
+        // subscribers' senders drop (they see Disconnected once their queues are empty).
+        drop(self.door.take());
+        Table::new(self.shared.domain.group()).withdraw(
+            self.entry.index,
+            self.entry.version,
+            self.me,
+        );
+    }
+}
+
+/// The subscribing end of a named service: a bounded queue of the publisher's messages.
+///
+/// Its [`AsFd`] is the channel's eventfd: call [`arm`](Self::arm), then wait for it to
+/// turn readable (epoll, async runtimes), then [`try_recv`](Self::try_recv).
+pub struct Subscriber {
+    rx: Receiver,
+    domain: Domain,
+    entry: EntryView,
+    member_index: usize,
+}
+
+impl std::fmt::Debug for Subscriber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscriber")
+            .field("name", &self.entry.name)
+            .field("publisher", &self.entry.owner)
+            .finish()
+    }
+}
+
+impl Subscriber {
+    /// Subscribes `domain` to publish-subscribe service `name`, waiting up to `timeout`
+    /// for the service to be offered and for the publisher to connect.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchService`] if no live domain offered `name` (as publish-subscribe)
+    /// within `timeout`, [`Error::ServiceFull`], [`Error::AlreadyMember`],
+    /// [`Error::Timeout`] if the publisher did not connect in time, [`Error::PeerGone`]
+    /// if it died meanwhile.
+    pub fn open(domain: &Domain, name: &str, timeout: Duration) -> Result<Subscriber> {
+        let deadline = Instant::now() + timeout;
+        let (entry, member_index) = open_entry(domain, name, Kind::PubSub, deadline)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        match domain.accept_from(entry.owner.id, left) {
+            Ok(rx) => Ok(Subscriber {
+                rx,
+                domain: domain.clone(),
+                entry,
+                member_index,
+            }),
+            Err(e) => {
+                Table::new(domain.group()).leave(entry.index, member_index, domain.id());
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes the next message if one is queued, never blocking (`Ok(None)` if none).
+    ///
+    /// # Errors
+    /// As [`Receiver::try_recv`]: [`Error::PeerGone`] once the publisher died and its
+    /// queued messages were taken, [`Error::Disconnected`] once it withdrew the service.
+    pub fn try_recv(&mut self) -> Result<Option<IoData>> {
+        self.rx.try_recv()
+    }
+
+    /// Receives the next message, blocking until one arrives.
+    pub fn recv(&mut self) -> Result<IoData> {
+        self.rx.recv()
+    }
+
+    /// Receives the next message, blocking at most `timeout`.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if none arrived in time; otherwise as [`try_recv`](Self::try_recv).
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<IoData> {
+        self.rx.recv_timeout(Some(timeout))?.ok_or(Error::Timeout)
+    }
+
+    /// Busy-polls for the next message (no system call while the publisher lives and
+    /// messages keep coming), for at most `timeout`.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if none arrived in time.
+    pub fn recv_spin(&mut self, timeout: Duration) -> Result<IoData> {
+        self.rx.recv_spin(timeout)?.ok_or(Error::Timeout)
+    }
+
+    /// Prepares to wait on [`as_fd`](AsFd::as_fd); false if a message is already queued
+    /// (do not wait). See [`Receiver::arm`].
+    pub fn arm(&mut self) -> Result<bool> {
+        self.rx.arm()
+    }
+
+    /// The publisher's domain and process.
+    pub fn publisher(&self) -> Member {
+        self.entry.owner
+    }
+
+    /// The service's name.
+    pub fn name(&self) -> &str {
+        &self.entry.name
+    }
+
+    /// The queue's counters.
+    pub fn stats(&self) -> ChannelStats {
+        self.rx.stats()
+    }
+}
+
+impl AsFd for Subscriber {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.rx.as_fd()
+    }
+}
+
+impl AsRawFd for Subscriber {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.rx.as_raw_fd()
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        Table::new(self.domain.group()).leave(
+            self.entry.index,
+            self.member_index,
+            self.domain.id(),
+        );
+    }
+}
+
+impl ServiceConfig {
+    pub(crate) fn channel_config(&self) -> ChannelConfig {
+        ChannelConfig {
+            capacity: self.depth,
+            release_capacity: self.depth.max(1024),
+        }
+    }
+}

@@ -1,0 +1,571 @@
+//! Request-response: one [`Server`] per service name, up to
+//! [`MAX_MEMBERS`](super::MAX_MEMBERS) [`Client`]s, each with a pair of channels (requests
+//! client to server, responses server to client).
+//!
+//! Each message starts with a 16-byte header fragment in its own fbuf, followed by the
+//! payload's fragments untouched (so the payload is never copied): a request header is
+//! `"FREQ"`, 0, request id (u64); a response header is `"FRSP"`, status (0: the handler
+//! succeeded), the id of the request it answers. Ids let a client that gave up on a
+//! request (timeout) recognise and drop its late response.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rustix::event::epoll;
+
+use super::door::{Admit, Door, HANDSHAKE_PATIENCE};
+use super::table::{EntryView, Kind, Table};
+use super::{open_entry, Handler, ServiceConfig};
+use crate::channel::{Receiver, Sender};
+use crate::error::{Error, Result};
+use crate::iodata::IoData;
+use crate::region::group::Member;
+use crate::region::{Domain, DomainId, PathAllocator, PathConfig};
+use crate::sync::lock;
+use crate::sys::fd::EventFd;
+
+const REQ_MAGIC: u32 = u32::from_le_bytes(*b"FREQ");
+const RSP_MAGIC: u32 = u32::from_le_bytes(*b"FRSP");
+const HEADER: usize = 16;
+
+/// Status a server sends when its handler returned an error.
+pub const STATUS_HANDLER_FAILED: u32 = 1;
+
+/// Builds `header ++ body` (the header in a fresh fbuf of `path`).
+fn framed(path: &PathAllocator, magic: u32, word: u32, id: u64, body: &IoData) -> Result<IoData> {
+    let mut h = path.alloc(HEADER)?;
+    let mut b = [0u8; HEADER];
+    b[0..4].copy_from_slice(&magic.to_le_bytes());
+    b[4..8].copy_from_slice(&word.to_le_bytes());
+    b[8..16].copy_from_slice(&id.to_le_bytes());
+    h.write_at(0, &b);
+    let mut out = h.freeze();
+    out.append(body.clone());
+    Ok(out)
+}
+
+/// Splits a framed message: (word, id, body), or `None` if the header is not `magic`'s.
+fn unframe(d: &IoData, magic: u32) -> Option<(u32, u64, IoData)> {
+    if d.len() < HEADER {
+        return None;
+    }
+    let mut b = [0u8; HEADER];
+    d.copy_range_to_slice(0..HEADER, &mut b);
+    let word = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+    (word(0) == magic).then(|| {
+        (
+            word(4),
+            u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
+            d.slice(HEADER..),
+        )
+    })
+}
+
+/// One client as the server sees it.
+struct Conn {
+    member: Member,
+    tx: Sender,
+    rx: Receiver,
+}
+
+struct SrvShared {
+    domain: Domain,
+    config: ServiceConfig,
+    conns: Mutex<Vec<Conn>>,
+    epoll: OwnedFd,
+    /// Notified by the door when a client joins, so a server waiting on the epoll fd
+    /// looks at the new connection.
+    joined: EventFd,
+}
+
+impl Admit for SrvShared {
+    fn connected(&self) -> Vec<DomainId> {
+        let mut conns = lock(&self.conns);
+        conns.retain(|c| c.tx.check_peer().is_ok());
+        conns.iter().map(|c| c.member.id).collect()
+    }
+
+    fn admit(&self, m: Member) -> Result<()> {
+        // The server connects first (responses), then accepts (requests); the client
+        // does the opposite, so neither waits for the other's second step.
+        let tx =
+            self.domain
+                .connect_with(m.id, self.config.channel_config(), HANDSHAKE_PATIENCE)?;
+        let rx = self.domain.accept_from(m.id, HANDSHAKE_PATIENCE)?;
+        epoll::add(
+            &self.epoll,
+            rx.as_fd(),
+            epoll::EventData::new_u64(0),
+            epoll::EventFlags::IN,
+        )?;
+        lock(&self.conns).push(Conn { member: m, tx, rx });
+        self.joined.notify();
+        Ok(())
+    }
+}
+
+/// A request taken by a [`Server`]: answer it with [`Server::reply`] or
+/// [`Server::fail`].
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The client's domain and process.
+    pub client: Member,
+    /// The client's id for this request.
+    pub id: u64,
+    /// The request's payload (the client's fbufs, read-only).
+    pub data: IoData,
+}
+
+/// Counters of a server.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Requests taken.
+    pub requests: u64,
+    /// Responses sent (with any status).
+    pub responses: u64,
+    /// Requests whose handler failed.
+    pub failed: u64,
+    /// Messages dropped because their header was not a request header.
+    pub malformed: u64,
+    /// Clients removed because they died or left.
+    pub departed: u64,
+}
+
+/// The serving end of a named request-response service.
+///
+/// Its [`AsFd`] is an epoll descriptor over every client's request queue and the
+/// door's join notifications: call [`arm`](Self::arm), wait for it to turn readable,
+/// then [`try_recv`](Self::try_recv).
+pub struct Server {
+    shared: Arc<SrvShared>,
+    entry: EntryView,
+    me: DomainId,
+    path: PathAllocator,
+    cursor: usize,
+    stats: ServerStats,
+    door: Option<Door>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("name", &self.entry.name)
+            .finish()
+    }
+}
+
+impl Server {
+    /// Offers request-response service `name` from `domain`.
+    ///
+    /// # Errors
+    /// As [`Publisher::offer`](super::Publisher::offer).
+    pub fn offer(domain: &Domain, name: &str, config: ServiceConfig) -> Result<Server> {
+        let entry = super::offer_entry(domain, name, Kind::ReqResp, &config)?;
+        let me = domain.id();
+        let made = (|| -> Result<(OwnedFd, EventFd)> {
+            let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+            let joined = EventFd::new()?;
+            epoll::add(
+                &ep,
+                joined.as_fd(),
+                epoll::EventData::new_u64(1),
+                epoll::EventFlags::IN,
+            )?;
+            Ok((ep, joined))
+        })();
+        let (ep, joined) = match made {
+            Ok(v) => v,
+            Err(e) => {
+                Table::new(domain.group()).withdraw(entry.index, entry.version, me);
+                return Err(e);
+            }
+        };
+        let shared = Arc::new(SrvShared {
+            domain: domain.clone(),
+            config,
+            conns: Mutex::new(Vec::new()),
+            epoll: ep,
+            joined,
+        });
+        let weak: std::sync::Weak<dyn Admit> = Arc::downgrade(&shared) as _;
+        let door = match Door::spawn(domain.group().clone(), entry.index, me, weak) {
+            Ok(d) => d,
+            Err(e) => {
+                Table::new(domain.group()).withdraw(entry.index, entry.version, me);
+                return Err(e.into());
+            }
+        };
+        Ok(Server {
+            path: domain.path(PathConfig::default())?,
+            shared,
+            entry,
+            me,
+            cursor: 0,
+            stats: ServerStats::default(),
+            door: Some(door),
+        })
+    }
+
+    /// Takes the next request from any client, never blocking (`Ok(None)` if none).
+    /// Clients are served in turn. A client that died or left is dropped here
+    /// (everything it held is reclaimed) and does not surface as an error.
+    pub fn try_recv(&mut self) -> Result<Option<Request>> {
+        let mut conns = lock(&self.shared.conns);
+        let n = conns.len();
+        let mut gone = Vec::new();
+        let mut found = None;
+        for k in 0..n {
+            let i = (self.cursor + k) % n;
+            match conns[i].rx.try_recv() {
+                Ok(Some(d)) => match unframe(&d, REQ_MAGIC) {
+                    Some((_, id, data)) => {
+                        self.cursor = i + 1;
+                        found = Some(Request {
+                            client: conns[i].member,
+                            id,
+                            data,
+                        });
+                        break;
+                    }
+                    None => self.stats.malformed += 1,
+                },
+                Ok(None) => {}
+                Err(Error::PeerGone { .. } | Error::Disconnected) => gone.push(i),
+                // A hostile client's bad descriptor: counted by the channel, skipped.
+                Err(Error::BadDescriptor(_)) => self.stats.malformed += 1,
+                Err(e) => return Err(e),
+            }
+        }
+        for &i in gone.iter().rev() {
+            let c = conns.swap_remove(i);
+            let _ = epoll::delete(&self.shared.epoll, c.rx.as_fd());
+            self.stats.departed += 1;
+        }
+        if found.is_some() {
+            self.stats.requests += 1;
+        }
+        Ok(found)
+    }
+
+    /// Waits up to `timeout` for the next request.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if none came in time.
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Request> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(r) = self.try_recv()? {
+                return Ok(r);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout);
+            }
+            if !self.arm()? {
+                continue;
+            }
+            // Wake now and then even without events: dead clients are noticed by
+            // try_recv's liveness probes.
+            let wait = left.min(Duration::from_millis(50));
+            crate::sys::fd::wait_readable(&[self.as_fd()], Some(wait))?;
+        }
+    }
+
+    /// Prepares to wait on [`as_fd`](AsFd::as_fd): false if a request is already
+    /// queued (do not wait).
+    pub fn arm(&mut self) -> Result<bool> {
+        self.shared.joined.drain();
+        let mut conns = lock(&self.shared.conns);
+        for c in conns.iter_mut() {
+            if !c.rx.arm()? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Sends `response` to the client of `request`, without copying its payload.
+    ///
+    /// # Errors
+    /// [`Error::PeerGone`] or [`Error::Disconnected`] if the client died or left (the
+    /// server goes on serving the others); [`Error::Timeout`] if the client's response
+    /// queue stayed full for [`ServiceConfig::reply_timeout`].
+    pub fn reply(&mut self, request: &Request, response: &IoData) -> Result<()> {
+        self.respond(request, 0, response)
+    }
+
+    /// Tells the client of `request` that it failed, with status `status` (non-zero).
+    pub fn fail(&mut self, request: &Request, status: u32) -> Result<()> {
+        self.stats.failed += 1;
+        self.respond(request, status.max(1), &IoData::new())
+    }
+
+    fn respond(&mut self, request: &Request, status: u32, body: &IoData) -> Result<()> {
+        let msg = framed(&self.path, RSP_MAGIC, status, request.id, body)?;
+        let conns = lock(&self.shared.conns);
+        let c = conns
+            .iter()
+            .find(|c| c.member.id == request.client.id)
+            .ok_or(Error::PeerGone {
+                pid: request.client.pid,
+            })?;
+        c.tx.send_timeout(&msg, Some(self.shared.config.reply_timeout))?;
+        self.stats.responses += 1;
+        Ok(())
+    }
+
+    /// Takes one request (waiting up to `timeout`), runs `handler` on it and sends its
+    /// result back (or a failure status if it returned an error). A client that died
+    /// before its response could be sent is not an error.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if no request came.
+    pub fn serve_one(&mut self, handler: &mut dyn Handler, timeout: Duration) -> Result<()> {
+        let req = self.recv_timeout(timeout)?;
+        let sent = match handler.handle(&req.data, &self.path) {
+            Ok(resp) => self.reply(&req, &resp),
+            Err(_) => self.fail(&req, STATUS_HANDLER_FAILED),
+        };
+        match sent {
+            Err(Error::PeerGone { .. } | Error::Disconnected) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// The allocator the server frames responses from, and hands to handlers.
+    pub fn path(&self) -> &PathAllocator {
+        &self.path
+    }
+
+    /// Clients connected now.
+    pub fn clients(&self) -> Vec<Member> {
+        lock(&self.shared.conns).iter().map(|c| c.member).collect()
+    }
+
+    /// The server's counters.
+    pub fn stats(&self) -> ServerStats {
+        self.stats.clone()
+    }
+
+    /// The service's name.
+    pub fn name(&self) -> &str {
+        &self.entry.name
+    }
+}
+
+impl AsFd for Server {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.shared.epoll.as_fd()
+    }
+}
+
+impl AsRawFd for Server {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.shared.epoll.as_raw_fd()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        drop(self.door.take());
+        Table::new(self.shared.domain.group()).withdraw(
+            self.entry.index,
+            self.entry.version,
+            self.me,
+        );
+    }
+}
+
+/// The calling end of a named request-response service.
+///
+/// Its [`AsFd`] is the response channel's eventfd (see [`arm`](Self::arm)).
+pub struct Client {
+    tx: Sender,
+    rx: Receiver,
+    path: PathAllocator,
+    domain: Domain,
+    entry: EntryView,
+    member_index: usize,
+    next_id: u64,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("name", &self.entry.name)
+            .field("server", &self.entry.owner)
+            .finish()
+    }
+}
+
+/// A response taken by [`Client::try_response`].
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// The id of the request it answers.
+    pub id: u64,
+    /// The payload, or [`Error::RequestFailed`] with the server's status.
+    pub result: Result<IoData, u32>,
+}
+
+impl Client {
+    /// Connects `domain` to request-response service `name`, waiting up to `timeout`
+    /// for it to be offered and for the server to take the client in.
+    ///
+    /// # Errors
+    /// As [`Subscriber::open`](super::Subscriber::open).
+    pub fn open(domain: &Domain, name: &str, timeout: Duration) -> Result<Client> {
+        let deadline = Instant::now() + timeout;
+        let (entry, member_index) = open_entry(domain, name, Kind::ReqResp, deadline)?;
+        let server = entry.owner.id;
+        let made = (|| {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let rx = domain.accept_from(server, left)?;
+            let config = ServiceConfig {
+                depth: entry.depth,
+                ..ServiceConfig::default()
+            };
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(HANDSHAKE_PATIENCE);
+            let tx = domain.connect_with(server, config.channel_config(), left)?;
+            Ok::<_, Error>((tx, rx))
+        })();
+        match made {
+            Ok((tx, rx)) => Ok(Client {
+                tx,
+                rx,
+                path: domain.path(PathConfig::default())?,
+                domain: domain.clone(),
+                entry,
+                member_index,
+                next_id: 1,
+            }),
+            Err(e) => {
+                Table::new(domain.group()).leave(entry.index, member_index, domain.id());
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends `request` if the request queue has room, never blocking; returns its id.
+    ///
+    /// # Errors
+    /// [`Error::Full`] if the queue is full; [`Error::PeerGone`] or
+    /// [`Error::Disconnected`] if the server died or withdrew.
+    pub fn try_send_request(&mut self, request: &IoData) -> Result<u64> {
+        let id = self.next_id;
+        let msg = framed(&self.path, REQ_MAGIC, 0, id, request)?;
+        self.tx.try_send(&msg)?;
+        self.next_id += 1;
+        Ok(id)
+    }
+
+    /// Takes the next response if one arrived, never blocking (`Ok(None)` if none).
+    ///
+    /// # Errors
+    /// [`Error::PeerGone`] once the server died, [`Error::Disconnected`] once it
+    /// withdrew the service.
+    pub fn try_response(&mut self) -> Result<Option<Response>> {
+        loop {
+            let Some(d) = self.rx.try_recv()? else {
+                return Ok(None);
+            };
+            // Anything that is not a response header is dropped (a broken server).
+            if let Some((status, id, body)) = unframe(&d, RSP_MAGIC) {
+                let result = if status == 0 { Ok(body) } else { Err(status) };
+                return Ok(Some(Response { id, result }));
+            }
+        }
+    }
+
+    /// Sends `request` and waits for its response, at most `timeout` in all.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if no response came in time (a late one is dropped when it
+    /// comes), [`Error::RequestFailed`] if the server's handler failed, and
+    /// [`Error::PeerGone`]/[`Error::Disconnected`] if the server died or withdrew.
+    pub fn call(&mut self, request: &IoData, timeout: Duration) -> Result<IoData> {
+        let deadline = Instant::now() + timeout;
+        let id = self.next_id;
+        let msg = framed(&self.path, REQ_MAGIC, 0, id, request)?;
+        self.tx.send_timeout(&msg, Some(timeout))?;
+        self.next_id += 1;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Some(d) = self.rx.recv_timeout(Some(left))? else {
+                return Err(Error::Timeout);
+            };
+            if let Some((status, rid, body)) = unframe(&d, RSP_MAGIC) {
+                if rid != id {
+                    continue; // the late answer to a request given up on
+                }
+                return if status == 0 {
+                    Ok(body)
+                } else {
+                    Err(Error::RequestFailed { status })
+                };
+            }
+        }
+    }
+
+    /// Like [`call`](Self::call), busy-polling for the response (no system call in
+    /// steady state).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call); [`Error::Full`] if the request queue is full.
+    pub fn call_spin(&mut self, request: &IoData, timeout: Duration) -> Result<IoData> {
+        let deadline = Instant::now() + timeout;
+        let id = self.try_send_request(request)?;
+        loop {
+            if let Some(r) = self.try_response()? {
+                if r.id == id {
+                    return r.result.map_err(|status| Error::RequestFailed { status });
+                }
+                continue;
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Prepares to wait on [`as_fd`](AsFd::as_fd); false if a response is already
+    /// queued. See [`Receiver::arm`].
+    pub fn arm(&mut self) -> Result<bool> {
+        self.rx.arm()
+    }
+
+    /// The server's domain and process.
+    pub fn server(&self) -> Member {
+        self.entry.owner
+    }
+
+    /// The service's name.
+    pub fn name(&self) -> &str {
+        &self.entry.name
+    }
+}
+
+impl AsFd for Client {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.rx.as_fd()
+    }
+}
+
+impl AsRawFd for Client {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.rx.as_raw_fd()
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        Table::new(self.domain.group()).leave(
+            self.entry.index,
+            self.member_index,
+            self.domain.id(),
+        );
+    }
+}

@@ -1,0 +1,641 @@
+//! Named services between real processes: many subscribers with checksummed payloads,
+//! subscribers killed at random points and stopped under both policies, late joins,
+//! names across processes, a hostile process scribbling over the service table,
+//! request-response with a killed client and a killed server, and one handler run in
+//! process and in another process. Each child is this test binary re-executed in a role
+//! (`harness = false`).
+
+mod common;
+
+use std::io::BufReader;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use ferry::service::Kind;
+use ferry::{
+    Caller, Client, Error, Group, IoData, PathConfig, Placement, Publisher, Server, ServiceConfig,
+    SlowSubscriber, Subscriber,
+};
+
+/// Seed that ends a stream.
+const END: u64 = u64::MAX;
+
+// ---------------------------------------------------------------- child roles
+
+fn child_main(role: &str) {
+    let gname = std::env::var("FERRY_TEST_GROUP").unwrap();
+    let group = Group::open(&gname).unwrap();
+    let domain = group.join().unwrap();
+    println!("{}", domain.id());
+    let arg = std::env::var("FERRY_TEST_ARG").unwrap();
+    let mut stdin = BufReader::new(std::io::stdin());
+    match role {
+        // ARG "service,strict": receive until END; in strict mode seeds must follow
+        // one another from the first; verify every byte; print "ok <count> <first>".
+        "sub" => {
+            let (name, mode) = arg.split_once(',').unwrap();
+            let mut sub = Subscriber::open(&domain, name, T).unwrap();
+            println!("joined");
+            let (mut n, mut first, mut last) = (0u64, None, None);
+            loop {
+                let d = sub.recv_timeout(Duration::from_secs(30)).unwrap();
+                let seed = verify(&d).unwrap();
+                drop(d);
+                if seed == END {
+                    break;
+                }
+                if let Some(l) = last {
+                    if mode == "strict" {
+                        assert_eq!(seed, l + 1, "a message was lost or reordered");
+                    } else {
+                        assert!(seed > l, "reordered");
+                    }
+                }
+                first.get_or_insert(seed);
+                last = Some(seed);
+                n += 1;
+            }
+            println!("ok {n} {}", first.unwrap_or(0));
+            read_line(&mut stdin);
+        }
+        // Offer a publisher named ARG and wait.
+        "pub" => {
+            let _p = Publisher::offer(&domain, &arg, ServiceConfig::default()).unwrap();
+            println!("offered");
+            read_line(&mut stdin);
+        }
+        // Serve ARG with the Reverse handler until stdin closes.
+        "server" => {
+            let stop = Arc::new(AtomicBool::new(false));
+            let s = stop.clone();
+            std::thread::spawn(move || {
+                read_line(&mut stdin);
+                s.store(true, Ordering::Relaxed);
+            });
+            let mut h = Reverse { calls: 0 };
+            ferry::service::run_server(&domain, &arg, ServiceConfig::default(), &mut h, |srv| {
+                if srv.name() == arg && !stop.load(Ordering::Relaxed) {
+                    return true;
+                }
+                false
+            })
+            .unwrap();
+        }
+        // ARG "service,calls": call the Reverse server, checking every answer; print
+        // each call's number, then "ok".
+        "client" => {
+            let (name, calls) = arg.split_once(',').unwrap();
+            let mut c = Client::open(&domain, name, T).unwrap();
+            let path = domain.path(PathConfig::default()).unwrap();
+            println!("joined");
+            for i in 0..calls.parse::<u64>().unwrap() {
+                let req = message(&path, i + 1, 100 + (i as usize * 37) % 20_000, 3);
+                let got = c.call(&req, T).unwrap();
+                let mut want = req.to_vec();
+                want.reverse();
+                assert_eq!(got.slice(0..req.len()).to_vec(), want);
+                println!("{i}");
+            }
+            println!("ok");
+            read_line(&mut stdin);
+        }
+        // Scribble over the service table: ARG "garbage,ROUNDS" writes random words,
+        // "lock" takes the table lock as this (live) domain and holds it.
+        "scribbler" => {
+            let (what, rounds) = arg.split_once(',').unwrap();
+            let (off, len) = ferry::service::__table_span();
+            let map = map_control_block(&gname);
+            let words = len / 4;
+            let mut rng = Rng(std::process::id() as u64 | 1);
+            if what == "lock" {
+                let id = domain.id();
+                let w = (id.slot as u32 + 1) | (id.generation & 0x00ff_ffff) << 8;
+                write_word(&map, off, w);
+            } else {
+                for round in 0..rounds.parse::<u32>().unwrap() {
+                    for k in 0..words {
+                        let v = match round % 3 {
+                            0 => rng.next() as u32,
+                            1 => (rng.next() % 4) as u32,
+                            // Plausible owner and member words: slots of this group.
+                            _ => (rng.next() % 8 + 1) as u32 | ((rng.next() % 4) as u32) << 8,
+                        };
+                        write_word(&map, off + 4 * k, v);
+                    }
+                }
+            }
+            println!("done");
+            read_line(&mut stdin);
+        }
+        _ => panic!("unknown role {role}"),
+    }
+}
+
+/// Maps this process's copy of group `name`'s control memfd read-write, as a hostile
+/// member could.
+fn map_control_block(name: &str) -> (*mut u8, usize) {
+    let want = format!("/memfd:ferry.{name} (deleted)");
+    for e in std::fs::read_dir("/proc/self/fd").unwrap() {
+        let e = e.unwrap();
+        let Ok(link) = std::fs::read_link(e.path()) else {
+            continue;
+        };
+        if link.to_str() != Some(want.as_str()) {
+            continue;
+        }
+        let fd: i32 = e.file_name().to_str().unwrap().parse().unwrap();
+        // SAFETY: fstat and mmap on a descriptor we found open; the mapping is used
+        // only through volatile writes below.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            assert_eq!(libc::fstat(fd, &mut st), 0);
+            let len = st.st_size as usize;
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            return (p.cast(), len);
+        }
+    }
+    panic!("no control memfd for group {name}");
+}
+
+fn write_word(map: &(*mut u8, usize), off: usize, v: u32) {
+    assert!(off + 4 <= map.1);
+    // SAFETY: inside the mapping (checked above), 4-aligned (the area is 64-aligned);
+    // the words are atomics in the other processes, a volatile store is what a hostile
+    // writer does.
+    unsafe { map.0.add(off).cast::<u32>().write_volatile(v) };
+}
+
+// ---------------------------------------------------------------- helpers
+
+fn end_marker(path: &ferry::PathAllocator) -> IoData {
+    fill(path, END, 64)
+}
+
+/// Reads a child's "ok <count> <first>" line.
+fn ok_line(p: &mut Peer) -> (u64, u64) {
+    let l = p.line();
+    let mut it = l.split_whitespace();
+    assert_eq!(it.next(), Some("ok"), "child said {l:?}");
+    (
+        it.next().unwrap().parse().unwrap(),
+        it.next().unwrap().parse().unwrap(),
+    )
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + T;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn signal(p: &Peer, sig: i32) {
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe { libc::kill(p.child.id() as i32, sig) };
+}
+
+fn finish(mut peers: Vec<Peer>) {
+    for p in &mut peers {
+        p.tell("exit");
+        p.child.wait().unwrap();
+    }
+}
+
+// ---------------------------------------------------------------- tests
+
+/// Six subscriber processes get every one of 300 multi-fragment messages, byte for
+/// byte, from one publish each; the listing shows them with their pids; every fbuf
+/// comes back to the publisher's path.
+fn many_subscribers_checksummed() {
+    let (g, d, name) = join("fan");
+    let cfg = ServiceConfig {
+        depth: 16,
+        slow: SlowSubscriber::Block,
+        ..ServiceConfig::default()
+    };
+    let mut p = Publisher::offer(&d, "fan/out", cfg).unwrap();
+    let mut subs: Vec<Peer> = (0..6)
+        .map(|_| Peer::spawn("sub", &name, "fan/out,strict"))
+        .collect();
+    for s in &mut subs {
+        assert_eq!(s.line(), "joined");
+    }
+    p.wait_for_subscribers(6, T).unwrap();
+    let listed = g.services();
+    assert_eq!(listed.len(), 1);
+    let mut pids: Vec<u32> = listed[0].subscribers.iter().map(|m| m.pid).collect();
+    let mut want: Vec<u32> = subs.iter().map(|s| s.child.id()).collect();
+    pids.sort();
+    want.sort();
+    assert_eq!(pids, want);
+    let path = d.path(PathConfig::default()).unwrap();
+    let mut rng = seed_rng();
+    for seed in 0..300 {
+        let len = 8 + rng.below(64 * 1024) as usize;
+        let m = message(&path, seed, len, 1 + rng.below(4) as usize);
+        assert_eq!(p.publish(&m).unwrap(), 6);
+    }
+    p.publish(&end_marker(&path)).unwrap();
+    for s in &mut subs {
+        assert_eq!(ok_line(s), (300, 0));
+    }
+    wait_until("every fbuf back", || {
+        p.collect_releases();
+        path.outstanding() == 0
+    });
+    assert_eq!(p.stats().delivered, 301 * 6);
+    finish(subs);
+}
+
+/// A subscriber killed at a random point: the publisher (blocking policy) and the
+/// other subscribers go on, and everything the dead one held comes back.
+fn subscriber_killed_at_random_points() {
+    let (_g, d, name) = join("kill");
+    let mut rng = seed_rng();
+    for round in 0..3 {
+        let svc = format!("kill/{round}");
+        let cfg = ServiceConfig {
+            depth: 8,
+            slow: SlowSubscriber::Block,
+            ..ServiceConfig::default()
+        };
+        let mut p = Publisher::offer(&d, &svc, cfg).unwrap();
+        let mut subs: Vec<Peer> = (0..4)
+            .map(|_| Peer::spawn("sub", &name, &format!("{svc},strict")))
+            .collect();
+        for s in &mut subs {
+            assert_eq!(s.line(), "joined");
+        }
+        p.wait_for_subscribers(4, T).unwrap();
+        let path = d.path(PathConfig::default()).unwrap();
+        let kill_at = rng.below(200);
+        let mut victim = subs.remove(rng.below(4) as usize);
+        for seed in 0..200 {
+            if seed == kill_at {
+                victim.kill9();
+            }
+            p.publish(&message(&path, seed, 5000 + seed as usize, 2))
+                .unwrap();
+        }
+        p.publish(&end_marker(&path)).unwrap();
+        for s in &mut subs {
+            assert_eq!(ok_line(s), (200, 0));
+        }
+        wait_until("the dead subscriber's fbufs", || {
+            p.collect_releases();
+            path.outstanding() == 0
+        });
+        assert_eq!(p.subscriber_count(), 3);
+        assert!(p.stats().departed >= 1);
+        finish(subs);
+    }
+}
+
+/// Drop policy: a stopped subscriber misses messages but never holds up the publisher
+/// or the other subscriber; once it runs again it gets what its queue held, then new
+/// messages.
+fn stopped_subscriber_drop_policy() {
+    let (_g, d, name) = join("stopdrop");
+    let cfg = ServiceConfig {
+        depth: 8,
+        slow: SlowSubscriber::Drop,
+        ..ServiceConfig::default()
+    };
+    let mut p = Publisher::offer(&d, "stop/drop", cfg).unwrap();
+    let mut fast = Peer::spawn("sub", &name, "stop/drop,strict");
+    let mut slow = Peer::spawn("sub", &name, "stop/drop,lossy");
+    assert_eq!(fast.line(), "joined");
+    assert_eq!(slow.line(), "joined");
+    p.wait_for_subscribers(2, T).unwrap();
+    signal(&slow, libc::SIGSTOP);
+    let path = d.path(PathConfig::default()).unwrap();
+    let info = |p: &Publisher, peer: &Peer| {
+        p.subscribers()
+            .into_iter()
+            .find(|s| s.member.pid == peer.child.id())
+            .unwrap()
+    };
+    for seed in 0..200 {
+        // Never blocks: the call returns whether or not the stopped one has room.
+        p.publish(&message(&path, seed, 3000, 1)).unwrap();
+        // Keep pace with the running subscriber (the drop policy would drop for it
+        // too if the publisher outran it).
+        wait_until("the running subscriber", || {
+            p.collect_releases();
+            info(&p, &fast).in_flight == 0
+        });
+    }
+    let slow_info = |p: &Publisher| info(p, &slow);
+    assert_eq!(slow_info(&p).delivered, 8);
+    assert_eq!(slow_info(&p).dropped, 192);
+    // The running subscriber has every message, in order.
+    p.publish(&end_marker(&path)).unwrap();
+    assert_eq!(ok_line(&mut fast), (200, 0));
+    signal(&slow, libc::SIGCONT);
+    wait_until("the stopped subscriber to drain", || {
+        p.collect_releases();
+        slow_info(&p).in_flight == 0
+    });
+    p.publish(&end_marker(&path)).unwrap();
+    assert_eq!(ok_line(&mut slow), (8, 0));
+    // The second end marker still sits in the fast one's queue: it comes back when
+    // that subscriber goes.
+    finish(vec![fast, slow]);
+    wait_until("every fbuf back", || {
+        p.collect_releases();
+        path.outstanding() == 0
+    });
+    assert_eq!(p.subscriber_count(), 0);
+}
+
+/// Block policy: a stopped subscriber holds the publisher back (it publishes no more
+/// than the queue holds) and so the other subscriber; once it runs again, every
+/// subscriber gets every message.
+fn stopped_subscriber_block_policy() {
+    let (_g, d, name) = join("stopblock");
+    let cfg = ServiceConfig {
+        depth: 8,
+        slow: SlowSubscriber::Block,
+        ..ServiceConfig::default()
+    };
+    let mut p = Publisher::offer(&d, "stop/block", cfg).unwrap();
+    let mut a = Peer::spawn("sub", &name, "stop/block,strict");
+    let mut b = Peer::spawn("sub", &name, "stop/block,strict");
+    assert_eq!(a.line(), "joined");
+    assert_eq!(b.line(), "joined");
+    p.wait_for_subscribers(2, T).unwrap();
+    signal(&b, libc::SIGSTOP);
+    let progress = Arc::new(AtomicU64::new(0));
+    let prog = progress.clone();
+    let path = d.path(PathConfig::default()).unwrap();
+    let publishing = std::thread::spawn(move || {
+        for seed in 0..100 {
+            p.publish(&message(&path, seed, 2000, 1)).unwrap();
+            prog.store(seed + 1, Ordering::Release);
+        }
+        p.publish(&end_marker(&path)).unwrap();
+        (p, path)
+    });
+    // Whatever the machine's speed, the publisher cannot get past the stopped queue.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(progress.load(Ordering::Acquire) <= 9);
+    signal(&b, libc::SIGCONT);
+    let (mut p, path) = publishing.join().unwrap();
+    assert_eq!(ok_line(&mut a), (100, 0));
+    assert_eq!(ok_line(&mut b), (100, 0));
+    assert_eq!(p.stats().dropped, 0);
+    wait_until("every fbuf back", || {
+        p.collect_releases();
+        path.outstanding() == 0
+    });
+    finish(vec![a, b]);
+}
+
+/// A subscriber that joins while the publisher is busy gets every message from some
+/// point on, none before it joined.
+fn late_join() {
+    let (_g, d, name) = join("late");
+    let cfg = ServiceConfig {
+        depth: 8,
+        slow: SlowSubscriber::Block,
+        ..ServiceConfig::default()
+    };
+    let mut p = Publisher::offer(&d, "late", cfg).unwrap();
+    let path = d.path(PathConfig::default()).unwrap();
+    for seed in 0..50 {
+        assert_eq!(p.publish(&message(&path, seed, 1000, 1)).unwrap(), 0);
+    }
+    let mut s = Peer::spawn("sub", &name, "late,strict");
+    assert_eq!(s.line(), "joined");
+    let mut seed = 50;
+    while p.subscriber_count() == 0 {
+        p.publish(&message(&path, seed, 1000, 1)).unwrap();
+        seed += 1;
+    }
+    for _ in 0..100 {
+        p.publish(&message(&path, seed, 1000, 1)).unwrap();
+        seed += 1;
+    }
+    p.publish(&end_marker(&path)).unwrap();
+    let (n, first) = ok_line(&mut s);
+    assert!(first >= 50, "got a message published before it joined");
+    assert_eq!(first + n, seed);
+    finish(vec![s]);
+}
+
+/// Names across processes: a collision, an unknown name, the listing, and a dead
+/// publisher's name reclaimed.
+fn names_across_processes() {
+    let (g, d, name) = join("names");
+    let mut other = Peer::spawn("pub", &name, "shared/name");
+    assert_eq!(other.line(), "offered");
+    assert!(matches!(
+        Publisher::offer(&d, "shared/name", ServiceConfig::default()),
+        Err(Error::ServiceExists { .. })
+    ));
+    let d2 = g.join().unwrap();
+    assert!(matches!(
+        Subscriber::open(&d2, "shared/nothing", Duration::from_millis(100)),
+        Err(Error::NoSuchService { .. })
+    ));
+    let l = g.services();
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0].owner.pid, other.child.id());
+    assert_eq!(l[0].kind, Kind::PubSub);
+    other.kill9();
+    assert!(g.services().is_empty(), "a dead publisher is listed");
+    let _p = Publisher::offer(&d, "shared/name", ServiceConfig::default()).unwrap();
+    assert_eq!(g.services()[0].owner.pid, std::process::id());
+}
+
+/// A hostile process scribbles over the service table: everyone else gets errors or
+/// valid answers, never a crash or a hang, and channels already open go on.
+fn hostile_scribbler() {
+    let (g, d, name) = join("hostile");
+    let cfg = ServiceConfig {
+        slow: SlowSubscriber::Block,
+        ..ServiceConfig::default()
+    };
+    let mut p = Publisher::offer(&d, "victim", cfg).unwrap();
+    let mut sub = Peer::spawn("sub", &name, "victim,strict");
+    assert_eq!(sub.line(), "joined");
+    p.wait_for_subscribers(1, T).unwrap();
+    let path = d.path(PathConfig::default()).unwrap();
+    let mut seed = 0;
+    let mut scribbler = Peer::spawn("scribbler", &name, "garbage,30");
+    let other = g.join().unwrap();
+    let mut outcomes = std::collections::BTreeMap::<String, u32>::new();
+    let mut note = |r: Result<(), Error>| {
+        let k = match r {
+            Ok(()) => "ok".to_owned(),
+            Err(e) => format!("{e:?}")
+                .split([' ', '(', '{'])
+                .next()
+                .unwrap()
+                .to_owned(),
+        };
+        *outcomes.entry(k).or_default() += 1;
+    };
+    let t0 = Instant::now();
+    for i in 0..30 {
+        let _ = g.services();
+        let _ = g.service_table_damage();
+        note(Subscriber::open(&other, "victim", Duration::from_millis(20)).map(|_| ()));
+        note(Publisher::offer(&other, &format!("new/{i}"), ServiceConfig::default()).map(|_| ()));
+        note(Client::open(&other, "victim", Duration::from_millis(20)).map(|_| ()));
+        p.publish(&message(&path, seed, 500, 1)).unwrap();
+        seed += 1;
+    }
+    assert_eq!(scribbler.line(), "done");
+    eprintln!("    outcomes under scribbling: {outcomes:?}");
+    // Bounded: every call above gave up by its own timeout (plus handshake patience).
+    assert!(t0.elapsed() < Duration::from_secs(120));
+    p.publish(&end_marker(&path)).unwrap();
+    assert_eq!(ok_line(&mut sub), (seed, 0));
+
+    // A live member holding the table lock: offers fail with a clear error, and go
+    // through once it is gone.
+    let mut holder = Peer::spawn("scribbler", &name, "lock,0");
+    assert_eq!(holder.line(), "done");
+    assert!(matches!(
+        Publisher::offer(&other, "after/lock", ServiceConfig::default()),
+        Err(Error::BadServiceTable(_))
+    ));
+    holder.kill9();
+    Publisher::offer(&other, "after/lock", ServiceConfig::default()).unwrap();
+    finish(vec![sub, scribbler]);
+}
+
+/// Three client processes call one server; one is killed at a random point. The
+/// others finish with every answer right; the server drops the dead one and gets its
+/// fbufs back. Then a server process is killed under a client: the client's call fails
+/// with PeerGone.
+fn request_response_with_killed_client_and_server() {
+    let (_g, d, name) = join("rr");
+    let server = Server::offer(&d, "rev", ServiceConfig::default()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    let serving = std::thread::spawn(move || {
+        let mut server = server;
+        let mut h = Reverse { calls: 0 };
+        while !st.load(Ordering::Relaxed) {
+            match server.serve_one(&mut h, Duration::from_millis(20)) {
+                Ok(()) | Err(Error::Timeout) => {}
+                Err(e) => panic!("server: {e}"),
+            }
+        }
+        server
+    });
+    let mut clients: Vec<Peer> = (0..3)
+        .map(|_| Peer::spawn("client", &name, "rev,300"))
+        .collect();
+    for c in &mut clients {
+        assert_eq!(c.line(), "joined");
+    }
+    let mut rng = seed_rng();
+    let mut victim = clients.remove(rng.below(3) as usize);
+    let kill_after = rng.below(250);
+    while victim.line().parse::<u64>().is_ok_and(|n| n < kill_after) {}
+    victim.kill9();
+    for c in &mut clients {
+        loop {
+            let l = c.line();
+            if l == "ok" {
+                break;
+            }
+            l.parse::<u64>().expect("a call number");
+        }
+    }
+    finish(clients);
+    stop.store(true, Ordering::Relaxed);
+    let mut server = serving.join().unwrap();
+    wait_until("the server's fbufs back", || {
+        let _ = server.try_recv();
+        d.collect_releases();
+        server.path().outstanding() == 0
+    });
+    assert!(server.stats().departed >= 1);
+    assert!(server.clients().is_empty());
+    drop(server);
+
+    // A server process killed under a client.
+    let mut srv = Peer::spawn("server", &name, "rev2");
+    let c = d.clone();
+    let mut client = Client::open(&c, "rev2", T).unwrap();
+    let path = d.path(PathConfig::default()).unwrap();
+    client.call(&fill(&path, 1, 100), T).unwrap();
+    srv.kill9();
+    assert!(matches!(
+        client.call(&fill(&path, 2, 100), T),
+        Err(Error::PeerGone { .. } | Error::Disconnected)
+    ));
+}
+
+/// One handler, run in this process and in a server process, gives identical results.
+fn handler_in_process_or_in_another_process() {
+    let (_g, d, name) = join("place");
+    let mut srv = Peer::spawn("server", &name, "place/rev");
+    let path = d.path(PathConfig::default()).unwrap();
+    let mut answers = Vec::new();
+    for placement in [Placement::InProcess, Placement::Remote] {
+        let mut caller =
+            Caller::bind(&d, "place/rev", placement, || Reverse { calls: 0 }, T).unwrap();
+        let mut out = Vec::new();
+        for i in 0..50 {
+            let req = message(&path, i + 1, 10 + i as usize * 300, 2);
+            out.push(caller.call(&req, T).unwrap().to_vec());
+        }
+        assert!(matches!(
+            caller.call(&IoData::new(), T),
+            Err(Error::InvalidArgument(_) | Error::RequestFailed { .. })
+        ));
+        answers.push(out);
+    }
+    assert_eq!(answers[0], answers[1]);
+    srv.tell("exit");
+    srv.child.wait().unwrap();
+}
+
+fn main() {
+    if let Ok(role) = std::env::var("FERRY_TEST_ROLE") {
+        child_main(&role);
+        return;
+    }
+    run(&[
+        ("many_subscribers_checksummed", many_subscribers_checksummed),
+        (
+            "subscriber_killed_at_random_points",
+            subscriber_killed_at_random_points,
+        ),
+        (
+            "stopped_subscriber_drop_policy",
+            stopped_subscriber_drop_policy,
+        ),
+        (
+            "stopped_subscriber_block_policy",
+            stopped_subscriber_block_policy,
+        ),
+        ("late_join", late_join),
+        ("names_across_processes", names_across_processes),
+        ("hostile_scribbler", hostile_scribbler),
+        (
+            "request_response_with_killed_client_and_server",
+            request_response_with_killed_client_and_server,
+        ),
+        (
+            "handler_in_process_or_in_another_process",
+            handler_in_process_or_in_another_process,
+        ),
+    ]);
+}
