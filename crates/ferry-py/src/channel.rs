@@ -16,7 +16,7 @@ use crate::region::timeout;
 /// How long a blocking call sleeps between checks for signals (Ctrl-C).
 const SIGNAL_SLICE: Duration = Duration::from_millis(100);
 
-fn stats_dict(py: Python<'_>, s: ChannelStats) -> PyResult<Bound<'_, PyDict>> {
+pub(crate) fn stats_dict(py: Python<'_>, s: ChannelStats) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("messages", s.messages)?;
     d.set_item("bytes", s.bytes)?;
@@ -29,7 +29,7 @@ fn stats_dict(py: Python<'_>, s: ChannelStats) -> PyResult<Bound<'_, PyDict>> {
 }
 
 /// What `send` accepts: a `Message`, or any bytes-like object (copied).
-fn to_iodata(obj: &Bound<'_, PyAny>) -> PyResult<IoData> {
+pub(crate) fn to_iodata(obj: &Bound<'_, PyAny>) -> PyResult<IoData> {
     if let Ok(m) = obj.cast::<PyMessage>() {
         return m.get().data();
     }
@@ -39,7 +39,7 @@ fn to_iodata(obj: &Bound<'_, PyAny>) -> PyResult<IoData> {
 
 /// Runs `step(slice)` until it returns `Some`, in slices of at most [`SIGNAL_SLICE`]
 /// with the GIL released, checking for signals between slices; `None` after `limit`.
-fn blocking<T>(
+pub(crate) fn blocking<T>(
     py: Python<'_>,
     limit: Option<Duration>,
     mut step: impl FnMut(Duration) -> ferry::Result<Option<T>> + Send,

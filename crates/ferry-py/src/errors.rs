@@ -57,6 +57,15 @@ pub(crate) fn raise(e: ferry::Error) -> PyErr {
             ferry::Error::Full => make(py, "Full", msg, &[]),
             ferry::Error::Timeout => make(py, "Timeout", msg, &[]),
             ferry::Error::InvalidArgument(_) => make(py, "InvalidArgument", msg, &[]),
+            ferry::Error::ServiceExists { .. } => make(py, "ServiceExists", msg, &[]),
+            ferry::Error::NoSuchService { .. } => make(py, "NoSuchService", msg, &[]),
+            ferry::Error::ServiceTableFull => make(py, "ServiceTableFull", msg, &[]),
+            ferry::Error::ServiceFull { .. } => make(py, "ServiceFull", msg, &[]),
+            ferry::Error::AlreadyMember { .. } => make(py, "AlreadyMember", msg, &[]),
+            ferry::Error::BadServiceTable(_) => make(py, "BadServiceTable", msg, &[]),
+            ferry::Error::RequestFailed { status } => {
+                make(py, "RequestFailed", msg, &[("status", *status as u64)])
+            }
             _ => make(py, "FerryError", msg, &[]),
         };
         made.unwrap_or_else(|lookup| {

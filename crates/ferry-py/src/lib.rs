@@ -20,6 +20,7 @@ mod handle;
 #[allow(unsafe_code)]
 mod message;
 mod region;
+mod service;
 
 use pyo3::prelude::*;
 
@@ -34,6 +35,11 @@ fn _ferry(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<message::PyFragment>()?;
     m.add_class::<channel::PySender>()?;
     m.add_class::<channel::PyReceiver>()?;
+    m.add_class::<service::PyPublisher>()?;
+    m.add_class::<service::PySubscriber>()?;
+    m.add_class::<service::PyServer>()?;
+    m.add_class::<service::PyClient>()?;
+    m.add_class::<service::PyRequest>()?;
     m.add_function(wrap_pyfunction!(message::copy_stats, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

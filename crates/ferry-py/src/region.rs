@@ -29,6 +29,11 @@ fn finite(t: Option<Duration>) -> Duration {
     t.unwrap_or(Duration::from_secs(86_400))
 }
 
+/// The domain behind a Python `Domain` argument.
+pub(crate) fn domain_of(obj: &Bound<'_, PyAny>) -> PyResult<ferry::Domain> {
+    obj.cast::<PyDomain>()?.get().inner.get()
+}
+
 /// A named group of processes that share lots (`/dev/shm/ferry.<name>`).
 #[pyclass(module = "ferry._ferry", name = "Group", frozen)]
 pub struct PyGroup {
@@ -92,6 +97,13 @@ impl PyGroup {
             .into_iter()
             .map(|m| (m.id.to_string(), m.pid))
             .collect())
+    }
+
+    /// The services offered in the group by live domains, as dicts: `name`, `kind`
+    /// (`"pubsub"` or `"reqresp"`), `owner` and `members` (`(domain id, pid)`), `depth`,
+    /// `slow`.
+    fn services<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        crate::service::services(py, &*self.inner.get()?)
     }
 
     /// Makes this process a member: claims a slot and creates its lot.

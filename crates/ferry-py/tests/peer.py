@@ -4,6 +4,9 @@
                                                    of SIZE bytes (byte i % 251 + k for
                                                    message k), print "sent", then wait
                                                    to be killed if "hold"
+    peer.py publish GROUP NAME COUNT               offer publish-subscribe NAME, wait for
+                                                   one subscriber, publish "NAME k" for k
+                                                   below COUNT, wait to be killed
     peer.py consume GROUP COUNT                    print our id, accept, receive COUNT
                                                    messages and keep them, print
                                                    "held", wait to be killed
@@ -64,10 +67,23 @@ def consume(group: str, count: int) -> None:
     time.sleep(3600)
 
 
+def publish(group: str, name: str, count: int) -> None:
+    g = ferry.Group(group)
+    d = g.join()
+    pub = ferry.Publisher(d, name, slow="block")
+    pub.wait_for_subscribers(1, timeout=30)
+    for k in range(count):
+        pub.publish(f"{name} {k}".encode(), timeout=30)
+    print("published", flush=True)
+    time.sleep(3600)
+
+
 def main() -> None:
     role = sys.argv[1]
     if role == "produce":
         produce(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), "hold" in sys.argv[6:])
+    elif role == "publish":
+        publish(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif role == "consume":
         consume(sys.argv[2], int(sys.argv[3]))
     else:

@@ -22,6 +22,11 @@ and sends it; the consumer receives a :class:`Message` over the same pages, read
     msg = rx.recv(timeout=1)
     img = np.frombuffer(msg, dtype=np.uint8).reshape(1080, 1920, 3)  # read-only, no copy
 
+Named services work the same way: ``ferry.Publisher(domain, "camera/front")`` and
+``ferry.Subscriber(domain, "camera/front")`` for publish-subscribe,
+``ferry.Server(domain, "resize")`` and ``ferry.Client(domain, "resize").call(msg)`` for
+request-response.
+
 A view keeps its message (and the mapping under it) alive; the fbuf returns to the
 producer when the last view is gone.
 """
@@ -31,18 +36,30 @@ from __future__ import annotations
 from . import errors
 from ._ferry import (
     Buffer,
+    Client,
     Domain,
     Fragment,
     Group,
     Message,
     Path,
+    Publisher,
     Receiver,
+    Request,
     Sender,
+    Server,
+    Subscriber,
     __version__,
     copy_stats,
 )
 from .errors import (
     AddressInUse,
+    AlreadyMember,
+    BadServiceTable,
+    NoSuchService,
+    RequestFailed,
+    ServiceExists,
+    ServiceFull,
+    ServiceTableFull,
     BadDescriptor,
     BadGroup,
     Disconnected,
@@ -58,7 +75,19 @@ from .errors import (
 
 __all__ = [
     "Buffer",
+    "Client",
     "Domain",
+    "Publisher",
+    "Request",
+    "Server",
+    "Subscriber",
+    "AlreadyMember",
+    "BadServiceTable",
+    "NoSuchService",
+    "RequestFailed",
+    "ServiceExists",
+    "ServiceFull",
+    "ServiceTableFull",
     "Fragment",
     "Group",
     "Message",

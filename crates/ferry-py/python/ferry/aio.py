@@ -9,11 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Optional
+from typing import Optional, Protocol
 
-from ._ferry import Message, Receiver
+from ._ferry import Message
 
-__all__ = ["recv"]
+
+class Receiving(Protocol):
+    """What :func:`recv` needs: a :class:`ferry.Receiver` or :class:`ferry.Subscriber`."""
+
+    @property
+    def peer_pid(self) -> int: ...
+    def try_recv(self) -> Optional[Message]: ...
+    def arm(self) -> bool: ...
+    def fileno(self) -> int: ...
+
+
+__all__ = ["recv", "Receiving"]
 
 # After the sender's pidfd turns readable, ferry reports PeerGone at its next liveness
 # check (about every 10 ms of an empty ring): poll until then.
@@ -27,8 +38,9 @@ def _pidfd(pid: int) -> Optional[int]:
         return None  # no pidfd support, or the process is already gone and reaped
 
 
-async def recv(rx: Receiver, timeout: Optional[float] = None) -> Message:
-    """Receives the next message from ``rx`` without blocking the event loop.
+async def recv(rx: Receiving, timeout: Optional[float] = None) -> Message:
+    """Receives the next message from ``rx`` (a ``Receiver`` or ``Subscriber``) without
+    blocking the event loop.
 
     Raises :class:`ferry.Timeout` after ``timeout`` seconds (``None``: no limit), and
     :class:`ferry.PeerGone` or :class:`ferry.Disconnected` like ``Receiver.recv``.
@@ -43,7 +55,7 @@ async def recv(rx: Receiver, timeout: Optional[float] = None) -> Message:
         raise Timeout("timed out") from None
 
 
-async def _recv(rx: Receiver) -> Message:
+async def _recv(rx: Receiving) -> Message:
     loop = asyncio.get_running_loop()
     fd = rx.fileno()
     pidfd = _pidfd(rx.peer_pid)

@@ -19,6 +19,13 @@ __all__ = [
     "Full",
     "Timeout",
     "InvalidArgument",
+    "ServiceExists",
+    "NoSuchService",
+    "ServiceTableFull",
+    "ServiceFull",
+    "AlreadyMember",
+    "BadServiceTable",
+    "RequestFailed",
 ]
 
 
@@ -85,3 +92,33 @@ class Timeout(FerryError, TimeoutError):
 
 class InvalidArgument(FerryError, ValueError):
     """An argument was out of range."""
+
+
+class ServiceExists(FerryError):
+    """A live domain of the group already offers a service of this name."""
+
+
+class NoSuchService(FerryError):
+    """No live domain offers a service of this name (and kind) within the timeout."""
+
+
+class ServiceTableFull(FerryError):
+    """Every entry of the group's service table is in use."""
+
+
+class ServiceFull(FerryError):
+    """The service has its maximum of subscribers or clients."""
+
+
+class AlreadyMember(FerryError):
+    """This domain already subscribed to (or is a client of) the service."""
+
+
+class BadServiceTable(FerryError):
+    """The group's service table is damaged or its lock stayed held."""
+
+
+class RequestFailed(FerryError):
+    """The server's handler failed the request; ``status`` is its non-zero code."""
+
+    status: int
