@@ -357,7 +357,11 @@ pub unsafe extern "C" fn ferry_path_alloc(
 pub unsafe extern "C" fn ferry_buf_data(buf: *mut FerryBuf) -> *mut u8 {
     // SAFETY: as the caller vouches.
     match unsafe { handle(buf) } {
-        Ok(b) => b.0.fragments_mut().next().map_or(ptr::null_mut(), |f| f.as_mut_ptr()),
+        Ok(b) => {
+            b.0.fragments_mut()
+                .next()
+                .map_or(ptr::null_mut(), |f| f.as_mut_ptr())
+        }
         Err(_) => ptr::null_mut(),
     }
 }
@@ -501,7 +505,10 @@ pub unsafe extern "C" fn ferry_domain_connect(
         Err(c) => return c,
     };
     let mut s = None;
-    let rc = with!(domain, |d| d.0.connect(peer, finite(timeout_ms)).map(|x| s = Some(x)));
+    let rc = with!(domain, |d| d
+        .0
+        .connect(peer, finite(timeout_ms))
+        .map(|x| s = Some(x)));
     match s {
         // SAFETY: `out` is writable, as the caller vouches.
         Some(s) => unsafe { put(out, FerrySender(s)) },
@@ -520,7 +527,10 @@ pub unsafe extern "C" fn ferry_domain_accept(
     out: *mut *mut FerryReceiver,
 ) -> c_int {
     let mut r = None;
-    let rc = with!(domain, |d| d.0.accept(finite(timeout_ms)).map(|x| r = Some(x)));
+    let rc = with!(domain, |d| d
+        .0
+        .accept(finite(timeout_ms))
+        .map(|x| r = Some(x)));
     match r {
         // SAFETY: `out` is writable, as the caller vouches.
         Some(r) => unsafe { put(out, FerryReceiver(r)) },
@@ -672,7 +682,8 @@ pub unsafe extern "C" fn ferry_publisher_offer(
         config.slow = SlowSubscriber::Block;
     }
     let mut p = None;
-    let rc = with!(domain, |d| Publisher::offer(&d.0, name, config).map(|x| p = Some(x)));
+    let rc = with!(domain, |d| Publisher::offer(&d.0, name, config)
+        .map(|x| p = Some(x)));
     match p {
         // SAFETY: `out` is writable, as the caller vouches.
         Some(p) => unsafe { put(out, FerryPublisher(p)) },
@@ -690,7 +701,9 @@ pub unsafe extern "C" fn ferry_publisher_wait(
     n: usize,
     timeout_ms: i64,
 ) -> c_int {
-    with!(publisher, |p| p.0.wait_for_subscribers(n, finite(timeout_ms)))
+    with!(publisher, |p| p
+        .0
+        .wait_for_subscribers(n, finite(timeout_ms)))
 }
 
 /// Publishes `msg` (which stays the caller's) to every subscriber; `*delivered`
@@ -712,12 +725,15 @@ pub unsafe extern "C" fn ferry_publish(
         Ok(m) => m.0.clone(),
         Err(c) => return c,
     };
-    with!(publisher, |p| p.0.publish_timeout(&m, timeout(timeout_ms)).map(|n| {
-        if !delivered.is_null() {
-            // SAFETY: non-null and writable, as the caller vouches.
-            unsafe { delivered.write(n) };
-        }
-    }))
+    with!(publisher, |p| p
+        .0
+        .publish_timeout(&m, timeout(timeout_ms))
+        .map(|n| {
+            if !delivered.is_null() {
+                // SAFETY: non-null and writable, as the caller vouches.
+                unsafe { delivered.write(n) };
+            }
+        }))
 }
 
 /// Withdraws the service (NULL is ignored).

@@ -95,10 +95,12 @@ impl PySender {
         let data = to_iodata(message)?;
         let tx = self.inner.get()?;
         let limit = self::timeout(timeout)?;
-        let sent = blocking(py, limit, |slice| match tx.send_timeout(&data, Some(slice)) {
-            Ok(()) => Ok(Some(())),
-            Err(ferry::Error::Timeout) => Ok(None),
-            Err(e) => Err(e),
+        let sent = blocking(py, limit, |slice| {
+            match tx.send_timeout(&data, Some(slice)) {
+                Ok(()) => Ok(Some(())),
+                Err(ferry::Error::Timeout) => Ok(None),
+                Err(e) => Err(e),
+            }
         })?;
         sent.ok_or_else(|| raise(ferry::Error::Timeout))
     }

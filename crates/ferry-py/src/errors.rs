@@ -40,7 +40,10 @@ pub(crate) fn raise(e: ferry::Error) -> PyErr {
                 py,
                 "QuotaExceeded",
                 msg,
-                &[("outstanding", *outstanding as u64), ("quota", *quota as u64)],
+                &[
+                    ("outstanding", *outstanding as u64),
+                    ("quota", *quota as u64),
+                ],
             ),
             ferry::Error::LotExhausted { requested } => {
                 make(py, "LotExhausted", msg, &[("requested", *requested as u64)])

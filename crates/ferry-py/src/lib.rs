@@ -2,9 +2,9 @@
 //!
 //! The Python package (`python/ferry`) re-exports these classes and adds the exception
 //! hierarchy (`ferry.errors`) and asyncio helpers (`ferry.aio`). Build it with maturin
-//! (`pip install ./crates/ferry-py`), which turns on the `extension-module` feature;
-//! a plain `cargo build` links libpython instead, so the workspace builds and lints it
-//! like any crate.
+//! (`pip install ./crates/ferry-py`; `test.sh` does that in a venv and runs pytest). A
+//! plain `cargo build --workspace` builds the same cdylib, which links no libpython
+//! (pyo3's `extension-module`), so the workspace builds and lints it like any crate.
 //!
 //! The buffer protocol needs the stable ABI of Python 3.11 (`Py_buffer` entered the
 //! limited API there), so the wheel is `abi3` for CPython 3.11 and later.

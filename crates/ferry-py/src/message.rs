@@ -74,7 +74,9 @@ impl PyBuffer {
         let me = slf.get();
         let ptr = me.inner.with(|m| {
             let mut frags = m.fragments_mut();
-            let p = frags.next().map_or(std::ptr::null_mut(), |f| f.as_mut_ptr());
+            let p = frags
+                .next()
+                .map_or(std::ptr::null_mut(), |f| f.as_mut_ptr());
             if frags.next().is_some() {
                 return Err(PyBufferError::new_err(
                     "buffer spans several fbufs; write it with write()",

@@ -74,9 +74,7 @@ impl PyPublisher {
     ) -> PyResult<Self> {
         let d = domain_of(domain)?;
         let c = config(depth, slow, None)?;
-        let p = py
-            .detach(|| Publisher::offer(&d, name, c))
-            .map_err(raise)?;
+        let p = py.detach(|| Publisher::offer(&d, name, c)).map_err(raise)?;
         Ok(PyPublisher {
             inner: Handle::new("Publisher", Arc::new(Mutex::new(p))),
         })
@@ -203,9 +201,7 @@ impl PySubscriber {
     ) -> PyResult<Self> {
         let d = domain_of(domain)?;
         let t = open_timeout(timeout)?;
-        let s = py
-            .detach(|| Subscriber::open(&d, name, t))
-            .map_err(raise)?;
+        let s = py.detach(|| Subscriber::open(&d, name, t)).map_err(raise)?;
         Ok(PySubscriber {
             fd: s.as_fd().as_raw_fd(),
             publisher: s.publisher(),
@@ -499,9 +495,7 @@ impl PyClient {
         let data = to_iodata(request)?;
         let c = self.inner.get()?;
         let t = open_timeout(timeout)?;
-        let got = py
-            .detach(|| lock(&c).call(&data, t))
-            .map_err(raise)?;
+        let got = py.detach(|| lock(&c).call(&data, t)).map_err(raise)?;
         Ok(PyMessage::new(got))
     }
 
@@ -537,7 +531,10 @@ impl PyClient {
 }
 
 /// `group.services()`: the services offered in the group.
-pub(crate) fn services<'py>(py: Python<'py>, g: &ferry::Group) -> PyResult<Vec<Bound<'py, PyDict>>> {
+pub(crate) fn services<'py>(
+    py: Python<'py>,
+    g: &ferry::Group,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
     g.services()
         .into_iter()
         .map(|s| {
