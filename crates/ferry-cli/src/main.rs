@@ -7,6 +7,8 @@
 //!   tells it and what it reports back is the [`protocol`], and it moves messages
 //!   through a [`transport`];
 //! - [`pipeline`] (`ferry pipeline`, `ferry __stage`) ships containers through stages;
+//! - [`services`] (`ferry pub`, `ferry sub`, `ferry stat`) feeds and prints named
+//!   services and lists groups, members and services;
 //! - [`sys`] holds the few system calls the tool makes itself.
 #![deny(unsafe_code)]
 
@@ -14,6 +16,7 @@ mod bench;
 mod harness;
 mod pipeline;
 mod protocol;
+mod services;
 mod suites;
 mod sys;
 mod transport;
@@ -46,6 +49,12 @@ enum Command {
     /// One stage of a pipeline; spawned by `ferry pipeline`, not for direct use.
     #[command(name = "__stage", hide = true)]
     Stage(pipeline::StageArgs),
+    /// Offer a publish-subscribe service and publish stdin to it (a message per line).
+    Pub(services::PubArgs),
+    /// Subscribe to a service and print its messages to stdout.
+    Sub(services::SubArgs),
+    /// List groups, their members and services, from the control blocks in /dev/shm.
+    Stat(services::StatArgs),
 }
 
 fn main() -> Result<()> {
@@ -54,5 +63,8 @@ fn main() -> Result<()> {
         Command::Worker(args) => worker::run(args),
         Command::Pipeline(args) => pipeline::run(args),
         Command::Stage(args) => pipeline::run_stage_process(args),
+        Command::Pub(args) => services::publish(args),
+        Command::Sub(args) => services::subscribe(args),
+        Command::Stat(args) => services::stat(args),
     }
 }

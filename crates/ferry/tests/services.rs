@@ -212,6 +212,33 @@ fn finish(mut peers: Vec<Peer>) {
     }
 }
 
+/// Offers `svc` from `d` with `depth` and `slow`, and starts one subscriber process
+/// per mode in `modes` ("strict" or "lossy"), waiting until all are connected.
+fn start(
+    d: &ferry::Domain,
+    group: &str,
+    svc: &str,
+    depth: u32,
+    slow: SlowSubscriber,
+    modes: &[&str],
+) -> (Publisher, Vec<Peer>) {
+    let cfg = ServiceConfig {
+        depth,
+        slow,
+        ..ServiceConfig::default()
+    };
+    let p = Publisher::offer(d, svc, cfg).unwrap();
+    let mut subs: Vec<Peer> = modes
+        .iter()
+        .map(|m| Peer::spawn("sub", group, &format!("{svc},{m}")))
+        .collect();
+    for s in &mut subs {
+        assert_eq!(s.line(), "joined");
+    }
+    p.wait_for_subscribers(modes.len(), T).unwrap();
+    (p, subs)
+}
+
 // ---------------------------------------------------------------- tests
 
 /// Six subscriber processes get every one of 300 multi-fragment messages, byte for
@@ -219,19 +246,14 @@ fn finish(mut peers: Vec<Peer>) {
 /// comes back to the publisher's path.
 fn many_subscribers_checksummed() {
     let (g, d, name) = join("fan");
-    let cfg = ServiceConfig {
-        depth: 16,
-        slow: SlowSubscriber::Block,
-        ..ServiceConfig::default()
-    };
-    let mut p = Publisher::offer(&d, "fan/out", cfg).unwrap();
-    let mut subs: Vec<Peer> = (0..6)
-        .map(|_| Peer::spawn("sub", &name, "fan/out,strict"))
-        .collect();
-    for s in &mut subs {
-        assert_eq!(s.line(), "joined");
-    }
-    p.wait_for_subscribers(6, T).unwrap();
+    let (mut p, mut subs) = start(
+        &d,
+        &name,
+        "fan/out",
+        16,
+        SlowSubscriber::Block,
+        &["strict"; 6],
+    );
     let listed = g.services();
     assert_eq!(listed.len(), 1);
     let mut pids: Vec<u32> = listed[0].subscribers.iter().map(|m| m.pid).collect();
@@ -265,19 +287,7 @@ fn subscriber_killed_at_random_points() {
     let mut rng = seed_rng();
     for round in 0..3 {
         let svc = format!("kill/{round}");
-        let cfg = ServiceConfig {
-            depth: 8,
-            slow: SlowSubscriber::Block,
-            ..ServiceConfig::default()
-        };
-        let mut p = Publisher::offer(&d, &svc, cfg).unwrap();
-        let mut subs: Vec<Peer> = (0..4)
-            .map(|_| Peer::spawn("sub", &name, &format!("{svc},strict")))
-            .collect();
-        for s in &mut subs {
-            assert_eq!(s.line(), "joined");
-        }
-        p.wait_for_subscribers(4, T).unwrap();
+        let (mut p, mut subs) = start(&d, &name, &svc, 8, SlowSubscriber::Block, &["strict"; 4]);
         let path = d.path(PathConfig::default()).unwrap();
         let kill_at = rng.below(200);
         let mut victim = subs.remove(rng.below(4) as usize);
@@ -307,17 +317,15 @@ fn subscriber_killed_at_random_points() {
 /// messages.
 fn stopped_subscriber_drop_policy() {
     let (_g, d, name) = join("stopdrop");
-    let cfg = ServiceConfig {
-        depth: 8,
-        slow: SlowSubscriber::Drop,
-        ..ServiceConfig::default()
-    };
-    let mut p = Publisher::offer(&d, "stop/drop", cfg).unwrap();
-    let mut fast = Peer::spawn("sub", &name, "stop/drop,strict");
-    let mut slow = Peer::spawn("sub", &name, "stop/drop,lossy");
-    assert_eq!(fast.line(), "joined");
-    assert_eq!(slow.line(), "joined");
-    p.wait_for_subscribers(2, T).unwrap();
+    let (mut p, mut subs) = start(
+        &d,
+        &name,
+        "stop/drop",
+        8,
+        SlowSubscriber::Drop,
+        &["strict", "lossy"],
+    );
+    let (mut fast, mut slow) = (subs.remove(0), subs.remove(0));
     signal(&slow, libc::SIGSTOP);
     let path = d.path(PathConfig::default()).unwrap();
     let info = |p: &Publisher, peer: &Peer| {
@@ -364,17 +372,15 @@ fn stopped_subscriber_drop_policy() {
 /// subscriber gets every message.
 fn stopped_subscriber_block_policy() {
     let (_g, d, name) = join("stopblock");
-    let cfg = ServiceConfig {
-        depth: 8,
-        slow: SlowSubscriber::Block,
-        ..ServiceConfig::default()
-    };
-    let mut p = Publisher::offer(&d, "stop/block", cfg).unwrap();
-    let mut a = Peer::spawn("sub", &name, "stop/block,strict");
-    let mut b = Peer::spawn("sub", &name, "stop/block,strict");
-    assert_eq!(a.line(), "joined");
-    assert_eq!(b.line(), "joined");
-    p.wait_for_subscribers(2, T).unwrap();
+    let (mut p, mut subs) = start(
+        &d,
+        &name,
+        "stop/block",
+        8,
+        SlowSubscriber::Block,
+        &["strict"; 2],
+    );
+    let (mut a, mut b) = (subs.remove(0), subs.remove(0));
     signal(&b, libc::SIGSTOP);
     let progress = Arc::new(AtomicU64::new(0));
     let prog = progress.clone();
@@ -463,14 +469,8 @@ fn names_across_processes() {
 /// valid answers, never a crash or a hang, and channels already open go on.
 fn hostile_scribbler() {
     let (g, d, name) = join("hostile");
-    let cfg = ServiceConfig {
-        slow: SlowSubscriber::Block,
-        ..ServiceConfig::default()
-    };
-    let mut p = Publisher::offer(&d, "victim", cfg).unwrap();
-    let mut sub = Peer::spawn("sub", &name, "victim,strict");
-    assert_eq!(sub.line(), "joined");
-    p.wait_for_subscribers(1, T).unwrap();
+    let (mut p, mut subs) = start(&d, &name, "victim", 64, SlowSubscriber::Block, &["strict"]);
+    let mut sub = subs.remove(0);
     let path = d.path(PathConfig::default()).unwrap();
     let mut seed = 0;
     let mut scribbler = Peer::spawn("scribbler", &name, "garbage,30");

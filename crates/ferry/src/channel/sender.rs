@@ -368,21 +368,9 @@ impl Sender {
 
     /// Copies fragments that are not in any lot into one fbuf (the fallback path).
     pub(super) fn shareable(&self, data: &IoData) -> Result<IoData> {
-        if data.fragments().iter().all(|f| f.lot_span().is_some()) {
-            return Ok(data.clone());
-        }
-        let mut out = IoData::new();
-        for f in data.fragments() {
-            if f.lot_span().is_some() {
-                out.append(IoData::from_fragments([f.clone()]));
-            } else {
-                let mut m = self.core.meta.alloc(f.len())?;
-                m.write_at(0, f.as_slice());
-                Counters::add(&self.core.stats.copied, f.len() as u64);
-                out.append(m.freeze());
-            }
-        }
-        Ok(out)
+        let (data, copied) = data.in_lots(&self.core.meta)?;
+        Counters::add(&self.core.stats.copied, copied as u64);
+        Ok(data)
     }
 
     /// Sends `data`, waiting while the ring is full. The receiver wakes this sender when

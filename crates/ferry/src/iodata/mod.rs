@@ -44,6 +44,7 @@ use crate::segment::Segment;
 mod fragment;
 mod mutable;
 mod reader;
+mod shareable;
 mod units;
 
 use fragment::push_frag;

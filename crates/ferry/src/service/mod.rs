@@ -104,6 +104,7 @@ mod pubsub;
 mod reqresp;
 mod table;
 
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 pub use local::{run_server, Caller, Handler, Placement};
@@ -113,11 +114,12 @@ pub use reqresp::{Client, Request, Response, Server, ServerStats, STATUS_HANDLER
 pub use table::__table_span;
 pub use table::{Kind, MAX_MEMBERS, MAX_NAME, MAX_SERVICES};
 
+use door::{Admit, Door};
 use table::{EntryView, Table};
 
 use crate::error::{Error, Result};
 use crate::region::group::Member;
-use crate::region::{Domain, Group};
+use crate::region::{Domain, DomainId, Group};
 
 /// What a publisher does when a subscriber's queue is full.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -206,67 +208,113 @@ fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Claims the table entry of a new service.
-fn offer_entry(
-    domain: &Domain,
-    name: &str,
-    kind: Kind,
-    config: &ServiceConfig,
-) -> Result<EntryView> {
-    check_name(name)?;
-    if !config.depth.is_power_of_two() || !(2..=1 << 16).contains(&config.depth) {
-        return Err(Error::InvalidArgument(
-            "service depth must be a power of two in 2..=65536",
-        ));
-    }
-    let t = Table::new(domain.group());
-    let block = config.slow == SlowSubscriber::Block;
-    let (index, version) = t.offer(domain.id(), name, kind, block, config.depth)?;
-    Ok(EntryView {
-        index,
-        version,
-        owner: Member {
-            id: domain.id(),
-            pid: std::process::id(),
-        },
-        kind,
-        block,
-        depth: config.depth,
-        name: name.to_owned(),
-    })
+/// An owner's entry in the table and its door thread: dropping it stops the door,
+/// then withdraws the name.
+struct Offering {
+    group: Arc<Group>,
+    entry: EntryView,
+    me: DomainId,
+    door: Option<Door>,
 }
 
-/// Waits until `deadline` for service `name` of `kind` and joins it as a member.
-fn open_entry(
-    domain: &Domain,
-    name: &str,
-    kind: Kind,
-    deadline: Instant,
-) -> Result<(EntryView, usize)> {
-    check_name(name)?;
-    let t = Table::new(domain.group());
-    loop {
-        let seq = t.seq();
-        if let Some(e) = t.find(name) {
-            if e.kind != kind {
+impl Offering {
+    /// Claims the table entry of a new service and starts its door, which hands new
+    /// members to `admit`.
+    fn start(
+        domain: &Domain,
+        name: &str,
+        kind: Kind,
+        config: &ServiceConfig,
+        admit: Weak<dyn Admit>,
+    ) -> Result<Offering> {
+        check_name(name)?;
+        if !config.depth.is_power_of_two() || !(2..=1 << 16).contains(&config.depth) {
+            return Err(Error::InvalidArgument(
+                "service depth must be a power of two in 2..=65536",
+            ));
+        }
+        let me = domain.id();
+        let block = config.slow == SlowSubscriber::Block;
+        let (index, version) =
+            Table::new(domain.group()).offer(me, name, kind, block, config.depth)?;
+        let mut o = Offering {
+            group: domain.group().clone(),
+            entry: EntryView {
+                index,
+                version,
+                owner: Member {
+                    id: me,
+                    pid: std::process::id(),
+                },
+                kind,
+                block,
+                depth: config.depth,
+                name: name.to_owned(),
+            },
+            me,
+            door: None,
+        };
+        // On failure, dropping `o` withdraws the entry.
+        o.door = Some(Door::spawn(o.group.clone(), index, me, admit)?);
+        Ok(o)
+    }
+}
+
+impl Drop for Offering {
+    fn drop(&mut self) {
+        // Stop admitting first, then take the name back; the members' channels close as
+        // the owner's endpoints drop.
+        drop(self.door.take());
+        Table::new(&self.group).withdraw(self.entry.index, self.entry.version, self.me);
+    }
+}
+
+/// A member's word in a service's entry; dropping it leaves the service.
+struct Membership {
+    domain: Domain,
+    entry: EntryView,
+    index: usize,
+}
+
+impl Membership {
+    /// Waits until `deadline` for service `name` of `kind` and records `domain` as a
+    /// member.
+    fn join(domain: &Domain, name: &str, kind: Kind, deadline: Instant) -> Result<Membership> {
+        check_name(name)?;
+        let t = Table::new(domain.group());
+        loop {
+            let seq = t.seq();
+            if let Some(e) = t.find(name) {
+                if e.kind != kind {
+                    return Err(Error::NoSuchService {
+                        name: name.to_owned(),
+                    });
+                }
+                if e.owner.id == domain.id() {
+                    return Err(Error::InvalidArgument(
+                        "a domain cannot join its own service",
+                    ));
+                }
+                let index = t.join(&e, domain.id())?;
+                return Ok(Membership {
+                    domain: domain.clone(),
+                    entry: e,
+                    index,
+                });
+            }
+            let now = Instant::now();
+            if now >= deadline {
                 return Err(Error::NoSuchService {
                     name: name.to_owned(),
                 });
             }
-            if e.owner.id == domain.id() {
-                return Err(Error::InvalidArgument(
-                    "a domain cannot join its own service",
-                ));
-            }
-            let m = t.join(&e, domain.id())?;
-            return Ok((e, m));
+            t.wait_seq(seq, (deadline - now).min(Duration::from_millis(50)));
         }
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(Error::NoSuchService {
-                name: name.to_owned(),
-            });
-        }
-        t.wait_seq(seq, (deadline - now).min(Duration::from_millis(50)));
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        Table::new(self.domain.group()).leave(self.entry.index, self.index, self.domain.id());
     }
 }

@@ -6,9 +6,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::door::{Admit, Door, HANDSHAKE_PATIENCE};
-use super::table::{EntryView, Kind, Table};
-use super::{open_entry, ServiceConfig, SlowSubscriber};
+use super::door::{Admit, HANDSHAKE_PATIENCE};
+use super::table::Kind;
+use super::{Membership, Offering, ServiceConfig, SlowSubscriber};
 use crate::channel::{ChannelConfig, ChannelStats, Receiver, Sender};
 use crate::error::{Error, Result};
 use crate::iodata::IoData;
@@ -91,18 +91,18 @@ pub struct SubscriberInfo {
 /// starts (the *door*), so they may join at any time; dead subscribers are found by their
 /// pidfds and everything they held is reclaimed by the channel machinery.
 pub struct Publisher {
+    /// First: on drop the door stops and the name is withdrawn before the channels
+    /// close, so a subscriber that sees its channel close finds the name gone.
+    offering: Offering,
     shared: Arc<PubShared>,
-    entry: EntryView,
-    me: DomainId,
     copy_path: PathAllocator,
     stats: PublisherStats,
-    door: Option<Door>,
 }
 
 impl std::fmt::Debug for Publisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Publisher")
-            .field("name", &self.entry.name)
+            .field("name", &self.offering.entry.name)
             .field("subscribers", &self.subscriber_count())
             .finish()
     }
@@ -116,28 +116,18 @@ impl Publisher {
     /// [`Error::ServiceTableFull`], [`Error::InvalidArgument`] for a bad name or depth,
     /// [`Error::BadServiceTable`] if the table lock stayed held.
     pub fn offer(domain: &Domain, name: &str, config: ServiceConfig) -> Result<Publisher> {
-        let entry = super::offer_entry(domain, name, Kind::PubSub, &config)?;
         let shared = Arc::new(PubShared {
             domain: domain.clone(),
             config,
             subs: Mutex::new(Vec::new()),
         });
-        let me = domain.id();
         let weak: std::sync::Weak<dyn Admit> = Arc::downgrade(&shared) as _;
-        let door = match Door::spawn(domain.group().clone(), entry.index, me, weak) {
-            Ok(d) => d,
-            Err(e) => {
-                Table::new(domain.group()).withdraw(entry.index, entry.version, me);
-                return Err(e.into());
-            }
-        };
+        let offering = Offering::start(domain, name, Kind::PubSub, &shared.config, weak)?;
         Ok(Publisher {
             copy_path: domain.path(PathConfig::default())?,
             shared,
-            entry,
-            me,
             stats: PublisherStats::default(),
-            door: Some(door),
+            offering,
         })
     }
 
@@ -181,10 +171,7 @@ impl Publisher {
             if full & 1 << i == 0 {
                 continue;
             }
-            let left = match deadline {
-                Some(d) => Some(d.saturating_duration_since(Instant::now())),
-                None => None,
-            };
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             match s.tx.send_timeout(&data, left) {
                 Ok(()) => {
                     s.delivered += 1;
@@ -215,21 +202,9 @@ impl Publisher {
     /// `data` with every fragment in a lot: fragments outside any lot are copied once
     /// into the publisher's lot here (counted), rather than once per subscriber.
     fn shareable(&mut self, data: &IoData) -> Result<IoData> {
-        if data.fragments().iter().all(|f| f.lot_span().is_some()) {
-            return Ok(data.clone());
-        }
-        let mut out = IoData::new();
-        for f in data.fragments() {
-            if f.lot_span().is_some() {
-                out.append(IoData::from_fragments([f.clone()]));
-            } else {
-                let mut m = self.copy_path.alloc(f.len())?;
-                m.write_at(0, f.as_slice());
-                self.stats.copied_bytes += f.len() as u64;
-                out.append(m.freeze());
-            }
-        }
-        Ok(out)
+        let (data, copied) = data.in_lots(&self.copy_path)?;
+        self.stats.copied_bytes += copied as u64;
+        Ok(data)
     }
 
     /// Takes back now every fbuf subscribers have released (publishing and allocating
@@ -285,20 +260,7 @@ impl Publisher {
 
     /// The service's name.
     pub fn name(&self) -> &str {
-        &self.entry.name
-    }
-}
-
-impl Drop for Publisher {
-    fn drop(&mut self) {
-        // Stop admitting first, then take the name back; the channels close as the
-        // subscribers' senders drop (they see Disconnected once their queues are empty).
-        drop(self.door.take());
-        Table::new(self.shared.domain.group()).withdraw(
-            self.entry.index,
-            self.entry.version,
-            self.me,
-        );
+        &self.offering.entry.name
     }
 }
 
@@ -308,16 +270,14 @@ impl Drop for Publisher {
 /// turn readable (epoll, async runtimes), then [`try_recv`](Self::try_recv).
 pub struct Subscriber {
     rx: Receiver,
-    domain: Domain,
-    entry: EntryView,
-    member_index: usize,
+    member: Membership,
 }
 
 impl std::fmt::Debug for Subscriber {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Subscriber")
-            .field("name", &self.entry.name)
-            .field("publisher", &self.entry.owner)
+            .field("name", &self.member.entry.name)
+            .field("publisher", &self.member.entry.owner)
             .finish()
     }
 }
@@ -333,20 +293,10 @@ impl Subscriber {
     /// if it died meanwhile.
     pub fn open(domain: &Domain, name: &str, timeout: Duration) -> Result<Subscriber> {
         let deadline = Instant::now() + timeout;
-        let (entry, member_index) = open_entry(domain, name, Kind::PubSub, deadline)?;
+        let member = Membership::join(domain, name, Kind::PubSub, deadline)?;
         let left = deadline.saturating_duration_since(Instant::now());
-        match domain.accept_from(entry.owner.id, left) {
-            Ok(rx) => Ok(Subscriber {
-                rx,
-                domain: domain.clone(),
-                entry,
-                member_index,
-            }),
-            Err(e) => {
-                Table::new(domain.group()).leave(entry.index, member_index, domain.id());
-                Err(e)
-            }
-        }
+        let rx = domain.accept_from(member.entry.owner.id, left)?;
+        Ok(Subscriber { rx, member })
     }
 
     /// Takes the next message if one is queued, never blocking (`Ok(None)` if none).
@@ -388,12 +338,12 @@ impl Subscriber {
 
     /// The publisher's domain and process.
     pub fn publisher(&self) -> Member {
-        self.entry.owner
+        self.member.entry.owner
     }
 
     /// The service's name.
     pub fn name(&self) -> &str {
-        &self.entry.name
+        &self.member.entry.name
     }
 
     /// The queue's counters.
@@ -411,16 +361,6 @@ impl AsFd for Subscriber {
 impl AsRawFd for Subscriber {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
         self.rx.as_raw_fd()
-    }
-}
-
-impl Drop for Subscriber {
-    fn drop(&mut self) {
-        Table::new(self.domain.group()).leave(
-            self.entry.index,
-            self.member_index,
-            self.domain.id(),
-        );
     }
 }
 

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use rustix::event::epoll;
 
-use super::door::{Admit, Door, HANDSHAKE_PATIENCE};
-use super::table::{EntryView, Kind, Table};
-use super::{open_entry, Handler, ServiceConfig};
+use super::door::{Admit, HANDSHAKE_PATIENCE};
+use super::table::Kind;
+use super::{Handler, Membership, Offering, ServiceConfig};
 use crate::channel::{Receiver, Sender};
 use crate::error::{Error, Result};
 use crate::iodata::IoData;
@@ -138,19 +138,20 @@ pub struct ServerStats {
 /// door's join notifications: call [`arm`](Self::arm), wait for it to turn readable,
 /// then [`try_recv`](Self::try_recv).
 pub struct Server {
+    /// First: as for [`Publisher`](super::Publisher), withdrawn before the channels
+    /// close.
+    offering: Offering,
     shared: Arc<SrvShared>,
-    entry: EntryView,
-    me: DomainId,
     path: PathAllocator,
     cursor: usize,
     stats: ServerStats,
-    door: Option<Door>,
 }
 
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
-            .field("name", &self.entry.name)
+            .field("name", &self.offering.entry.name)
+            .field("clients", &self.clients().len())
             .finish()
     }
 }
@@ -161,49 +162,29 @@ impl Server {
     /// # Errors
     /// As [`Publisher::offer`](super::Publisher::offer).
     pub fn offer(domain: &Domain, name: &str, config: ServiceConfig) -> Result<Server> {
-        let entry = super::offer_entry(domain, name, Kind::ReqResp, &config)?;
-        let me = domain.id();
-        let made = (|| -> Result<(OwnedFd, EventFd)> {
-            let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
-            let joined = EventFd::new()?;
-            epoll::add(
-                &ep,
-                joined.as_fd(),
-                epoll::EventData::new_u64(1),
-                epoll::EventFlags::IN,
-            )?;
-            Ok((ep, joined))
-        })();
-        let (ep, joined) = match made {
-            Ok(v) => v,
-            Err(e) => {
-                Table::new(domain.group()).withdraw(entry.index, entry.version, me);
-                return Err(e);
-            }
-        };
+        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        let joined = EventFd::new()?;
+        epoll::add(
+            &epoll,
+            joined.as_fd(),
+            epoll::EventData::new_u64(1),
+            epoll::EventFlags::IN,
+        )?;
         let shared = Arc::new(SrvShared {
             domain: domain.clone(),
             config,
             conns: Mutex::new(Vec::new()),
-            epoll: ep,
+            epoll,
             joined,
         });
         let weak: std::sync::Weak<dyn Admit> = Arc::downgrade(&shared) as _;
-        let door = match Door::spawn(domain.group().clone(), entry.index, me, weak) {
-            Ok(d) => d,
-            Err(e) => {
-                Table::new(domain.group()).withdraw(entry.index, entry.version, me);
-                return Err(e.into());
-            }
-        };
+        let offering = Offering::start(domain, name, Kind::ReqResp, &shared.config, weak)?;
         Ok(Server {
             path: domain.path(PathConfig::default())?,
             shared,
-            entry,
-            me,
             cursor: 0,
             stats: ServerStats::default(),
-            door: Some(door),
+            offering,
         })
     }
 
@@ -237,7 +218,9 @@ impl Server {
                 Err(e) => return Err(e),
             }
         }
-        for &i in gone.iter().rev() {
+        // Highest index first, so that each swap_remove leaves the others in place.
+        gone.sort_unstable_by(|a, b| b.cmp(a));
+        for &i in &gone {
             let c = conns.swap_remove(i);
             let _ = epoll::delete(&self.shared.epoll, c.rx.as_fd());
             self.stats.departed += 1;
@@ -350,7 +333,7 @@ impl Server {
 
     /// The service's name.
     pub fn name(&self) -> &str {
-        &self.entry.name
+        &self.offering.entry.name
     }
 }
 
@@ -366,17 +349,6 @@ impl AsRawFd for Server {
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        drop(self.door.take());
-        Table::new(self.shared.domain.group()).withdraw(
-            self.entry.index,
-            self.entry.version,
-            self.me,
-        );
-    }
-}
-
 /// The calling end of a named request-response service.
 ///
 /// Its [`AsFd`] is the response channel's eventfd (see [`arm`](Self::arm)).
@@ -384,17 +356,15 @@ pub struct Client {
     tx: Sender,
     rx: Receiver,
     path: PathAllocator,
-    domain: Domain,
-    entry: EntryView,
-    member_index: usize,
+    member: Membership,
     next_id: u64,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("name", &self.entry.name)
-            .field("server", &self.entry.owner)
+            .field("name", &self.member.entry.name)
+            .field("server", &self.member.entry.owner)
             .finish()
     }
 }
@@ -416,36 +386,24 @@ impl Client {
     /// As [`Subscriber::open`](super::Subscriber::open).
     pub fn open(domain: &Domain, name: &str, timeout: Duration) -> Result<Client> {
         let deadline = Instant::now() + timeout;
-        let (entry, member_index) = open_entry(domain, name, Kind::ReqResp, deadline)?;
-        let server = entry.owner.id;
-        let made = (|| {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let rx = domain.accept_from(server, left)?;
-            let config = ServiceConfig {
-                depth: entry.depth,
-                ..ServiceConfig::default()
-            };
-            let left = deadline
-                .saturating_duration_since(Instant::now())
-                .max(HANDSHAKE_PATIENCE);
-            let tx = domain.connect_with(server, config.channel_config(), left)?;
-            Ok::<_, Error>((tx, rx))
-        })();
-        match made {
-            Ok((tx, rx)) => Ok(Client {
-                tx,
-                rx,
-                path: domain.path(PathConfig::default())?,
-                domain: domain.clone(),
-                entry,
-                member_index,
-                next_id: 1,
-            }),
-            Err(e) => {
-                Table::new(domain.group()).leave(entry.index, member_index, domain.id());
-                Err(e)
-            }
-        }
+        let member = Membership::join(domain, name, Kind::ReqResp, deadline)?;
+        let server = member.entry.owner.id;
+        let rx = domain.accept_from(server, deadline.saturating_duration_since(Instant::now()))?;
+        let config = ServiceConfig {
+            depth: member.entry.depth,
+            ..ServiceConfig::default()
+        };
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(HANDSHAKE_PATIENCE);
+        let tx = domain.connect_with(server, config.channel_config(), left)?;
+        Ok(Client {
+            tx,
+            rx,
+            path: domain.path(PathConfig::default())?,
+            member,
+            next_id: 1,
+        })
     }
 
     /// Sends `request` if the request queue has room, never blocking; returns its id.
@@ -539,12 +497,12 @@ impl Client {
 
     /// The server's domain and process.
     pub fn server(&self) -> Member {
-        self.entry.owner
+        self.member.entry.owner
     }
 
     /// The service's name.
     pub fn name(&self) -> &str {
-        &self.entry.name
+        &self.member.entry.name
     }
 }
 
@@ -557,15 +515,5 @@ impl AsFd for Client {
 impl AsRawFd for Client {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
         self.rx.as_raw_fd()
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        Table::new(self.domain.group()).leave(
-            self.entry.index,
-            self.member_index,
-            self.domain.id(),
-        );
     }
 }
