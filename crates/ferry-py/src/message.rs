@@ -105,7 +105,7 @@ impl PyBuffer {
     fn write(&self, data: &Bound<'_, PyAny>, offset: usize) -> PyResult<()> {
         let src = Borrowed::get(data, false)?;
         let n = src.len();
-        if offset.checked_add(n).is_none_or(|end| end > self.len) {
+        if offset.checked_add(n).map_or(true, |end| end > self.len) {
             return Err(PyIndexError::new_err(format!(
                 "write of {n} bytes at {offset} past the end of {} bytes",
                 self.len
