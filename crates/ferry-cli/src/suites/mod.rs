@@ -8,6 +8,7 @@
 //! | [`container`] | `ferry bench container` | [`container::domain`] |
 //! | [`xlate`] | `ferry bench xlate` | none: one process |
 //! | [`vcm`] | `ferry bench vcm` | [`vcm::echo`] |
+//! | [`python`] | `ferry bench python` | none: Python processes (`crates/ferry-py/bench`) |
 //!
 //! Adding a benchmark: write `suites/<name>/mod.rs` with
 //! `pub const BENCH: BenchDef = BenchDef { name, about, run }`, where `run`
@@ -18,6 +19,7 @@
 pub mod container;
 pub mod fbufs;
 pub mod fbufs_path;
+pub mod python;
 pub mod vcm;
 pub mod xlate;
 
@@ -30,4 +32,5 @@ pub const BENCHES: &[BenchDef] = &[
     container::BENCH,
     xlate::BENCH,
     vcm::BENCH,
+    python::BENCH,
 ];
