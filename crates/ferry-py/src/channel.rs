@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::errors::raise;
-use crate::handle::Handle;
+use crate::handle::{closable, Handle};
 use crate::message::PyMessage;
 use crate::region::timeout;
 
@@ -37,30 +37,26 @@ pub(crate) fn to_iodata(obj: &Bound<'_, PyAny>) -> PyResult<IoData> {
     Ok(IoData::from_vec(b.as_slice().to_vec()))
 }
 
-/// Runs `step(slice)` until it returns `Some`, in slices of at most [`SIGNAL_SLICE`]
-/// with the GIL released, checking for signals between slices; `None` after `limit`.
-pub(crate) fn blocking<T>(
+/// Runs `step(slice)` with the GIL released until it returns anything but
+/// `Err(Timeout)`, in slices of at most [`SIGNAL_SLICE`], checking for signals (Ctrl-C)
+/// between slices; raises `Timeout` once `seconds` (`None`: no limit) have passed.
+pub(crate) fn blocking<T: Send>(
     py: Python<'_>,
-    limit: Option<Duration>,
-    mut step: impl FnMut(Duration) -> ferry::Result<Option<T>> + Send,
-) -> PyResult<Option<T>>
-where
-    T: Send,
-{
-    let deadline = limit.map(|l| Instant::now() + l);
+    seconds: Option<f64>,
+    mut step: impl FnMut(Duration) -> ferry::Result<T> + Send,
+) -> PyResult<T> {
+    let deadline = timeout(seconds)?.map(|l| Instant::now() + l);
     loop {
-        let slice = match deadline {
-            Some(d) => {
-                let left = d.saturating_duration_since(Instant::now());
-                left.min(SIGNAL_SLICE)
-            }
-            None => SIGNAL_SLICE,
-        };
-        if let Some(v) = py.detach(|| step(slice)).map_err(raise)? {
-            return Ok(Some(v));
+        let slice = deadline.map_or(SIGNAL_SLICE, |d| {
+            d.saturating_duration_since(Instant::now())
+                .min(SIGNAL_SLICE)
+        });
+        match py.detach(|| step(slice)) {
+            Err(ferry::Error::Timeout) => {}
+            done => return done.map_err(raise),
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(None);
+            return Err(raise(ferry::Error::Timeout));
         }
         py.check_signals()?;
     }
@@ -80,99 +76,68 @@ impl PySender {
     }
 }
 
-#[pymethods]
-impl PySender {
-    /// Sends `message` (a `Message`, or bytes-like data, which is copied into an fbuf),
-    /// waiting while the ring is full: at most `timeout` seconds (`None`: no limit), then
-    /// `Timeout`. Raises `PeerGone` if the receiver died, `Disconnected` if it closed.
-    #[pyo3(signature = (message, timeout = None))]
-    fn send(
-        &self,
-        py: Python<'_>,
-        message: &Bound<'_, PyAny>,
-        timeout: Option<f64>,
-    ) -> PyResult<()> {
-        let data = to_iodata(message)?;
-        let tx = self.inner.get()?;
-        let limit = self::timeout(timeout)?;
-        let sent = blocking(py, limit, |slice| {
-            match tx.send_timeout(&data, Some(slice)) {
-                Ok(()) => Ok(Some(())),
-                Err(ferry::Error::Timeout) => Ok(None),
-                Err(e) => Err(e),
+closable! {
+    PySender {
+        /// Sends `message` (a `Message`, or bytes-like data, which is copied into an fbuf),
+        /// waiting while the ring is full: at most `timeout` seconds (`None`: no limit), then
+        /// `Timeout`. Raises `PeerGone` if the receiver died, `Disconnected` if it closed.
+        #[pyo3(signature = (message, timeout = None))]
+        fn send(
+            &self,
+            py: Python<'_>,
+            message: &Bound<'_, PyAny>,
+            timeout: Option<f64>,
+        ) -> PyResult<()> {
+            let data = to_iodata(message)?;
+            let tx = self.inner.get()?;
+            blocking(py, timeout, |slice| tx.send_timeout(&data, Some(slice)))
+        }
+
+        /// Sends `message` if the ring has room, never blocking; raises `Full` otherwise.
+        fn try_send(&self, message: &Bound<'_, PyAny>) -> PyResult<()> {
+            let data = to_iodata(message)?;
+            self.inner.get()?.try_send(&data).map_err(raise)
+        }
+
+        /// Messages sent and not yet released by the receiver.
+        #[getter]
+        fn in_flight(&self) -> PyResult<usize> {
+            Ok(self.inner.get()?.in_flight())
+        }
+
+        /// Drains pending releases now (sending and allocating do this too).
+        fn collect_releases(&self) -> PyResult<()> {
+            self.inner.get()?.collect_releases().map_err(raise)
+        }
+
+        /// Checks whether the receiver lives; if it died, takes back everything it held and
+        /// raises `PeerGone`.
+        fn check_peer(&self) -> PyResult<()> {
+            self.inner.get()?.check_peer().map_err(raise)
+        }
+
+        /// The receiver's domain id.
+        #[getter]
+        fn peer(&self) -> PyResult<String> {
+            Ok(self.inner.get()?.peer().to_string())
+        }
+
+        /// The receiver's process id.
+        #[getter]
+        fn peer_pid(&self) -> PyResult<u32> {
+            Ok(self.inner.get()?.peer_pid())
+        }
+
+        /// The channel's counters at this end.
+        fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+            stats_dict(py, self.inner.get()?.stats())
+        }
+
+        fn __repr__(&self) -> String {
+            match self.inner.get() {
+                Ok(t) => format!("<ferry.Sender to {}>", t.peer()),
+                Err(_) => "<ferry.Sender (closed)>".into(),
             }
-        })?;
-        sent.ok_or_else(|| raise(ferry::Error::Timeout))
-    }
-
-    /// Sends `message` if the ring has room, never blocking; raises `Full` otherwise.
-    fn try_send(&self, message: &Bound<'_, PyAny>) -> PyResult<()> {
-        let data = to_iodata(message)?;
-        self.inner.get()?.try_send(&data).map_err(raise)
-    }
-
-    /// Messages sent and not yet released by the receiver.
-    #[getter]
-    fn in_flight(&self) -> PyResult<usize> {
-        Ok(self.inner.get()?.in_flight())
-    }
-
-    /// Drains pending releases now (sending and allocating do this too).
-    fn collect_releases(&self) -> PyResult<()> {
-        self.inner.get()?.collect_releases().map_err(raise)
-    }
-
-    /// Checks whether the receiver lives; if it died, takes back everything it held and
-    /// raises `PeerGone`.
-    fn check_peer(&self) -> PyResult<()> {
-        self.inner.get()?.check_peer().map_err(raise)
-    }
-
-    /// The receiver's domain id.
-    #[getter]
-    fn peer(&self) -> PyResult<String> {
-        Ok(self.inner.get()?.peer().to_string())
-    }
-
-    /// The receiver's process id.
-    #[getter]
-    fn peer_pid(&self) -> PyResult<u32> {
-        Ok(self.inner.get()?.peer_pid())
-    }
-
-    /// The channel's counters at this end.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        stats_dict(py, self.inner.get()?.stats())
-    }
-
-    /// Closes this end (the receiver sees `Disconnected` once it drained the ring).
-    fn close(&self) {
-        drop(self.inner.take());
-    }
-
-    /// Whether `close` ran.
-    #[getter]
-    fn closed(&self) -> bool {
-        self.inner.is_closed()
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __exit__(
-        &self,
-        _t: Option<Bound<'_, PyAny>>,
-        _v: Option<Bound<'_, PyAny>>,
-        _tb: Option<Bound<'_, PyAny>>,
-    ) {
-        self.close();
-    }
-
-    fn __repr__(&self) -> String {
-        match self.inner.get() {
-            Ok(t) => format!("<ferry.Sender to {}>", t.peer()),
-            Err(_) => "<ferry.Sender (closed)>".into(),
         }
     }
 }
@@ -203,94 +168,69 @@ fn lock(m: &Mutex<ferry::Receiver>) -> std::sync::MutexGuard<'_, ferry::Receiver
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-#[pymethods]
-impl PyReceiver {
-    /// Receives the next message, waiting at most `timeout` seconds (`None`: no limit),
-    /// then raising `Timeout`. Raises `PeerGone` once the sender died and everything it
-    /// sent was received, `Disconnected` once it closed and the ring is drained.
-    #[pyo3(signature = (timeout = None))]
-    fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyMessage> {
-        let rx = self.rx()?;
-        let limit = self::timeout(timeout)?;
-        let got = blocking(py, limit, |slice| {
-            match lock(&rx).recv_timeout(Some(slice)) {
-                Ok(d) => Ok(d),
-                Err(ferry::Error::Timeout) => Ok(None),
-                Err(e) => Err(e),
-            }
-        })?;
-        got.map(PyMessage::new)
-            .ok_or_else(|| raise(ferry::Error::Timeout))
-    }
+closable! {
+    PyReceiver {
+        /// Receives the next message, waiting at most `timeout` seconds (`None`: no limit),
+        /// then raising `Timeout`. Raises `PeerGone` once the sender died and everything it
+        /// sent was received, `Disconnected` once it closed and the ring is drained.
+        #[pyo3(signature = (timeout = None))]
+        fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyMessage> {
+            let rx = self.rx()?;
+            // (`recv_timeout` answers a timeout with Ok(None) or Err(Timeout), depending
+            // on the version of the convention; both mean "nothing yet" here.)
+            let got = blocking(py, timeout, |slice| {
+                lock(&rx)
+                    .recv_timeout(Some(slice))
+                    .and_then(|d| d.ok_or(ferry::Error::Timeout))
+            })?;
+            Ok(PyMessage::new(got))
+        }
 
-    /// The next message if one is ready, else `None`; never blocks.
-    fn try_recv(&self) -> PyResult<Option<PyMessage>> {
-        let rx = self.rx()?;
-        let got = lock(&rx).try_recv().map_err(raise)?;
-        Ok(got.map(PyMessage::new))
-    }
+        /// The next message if one is ready, else `None`; never blocks.
+        fn try_recv(&self) -> PyResult<Option<PyMessage>> {
+            let rx = self.rx()?;
+            let got = lock(&rx).try_recv().map_err(raise)?;
+            Ok(got.map(PyMessage::new))
+        }
 
-    /// Prepares to wait on `fileno()`: returns False if a message is already waiting
-    /// (call `try_recv`), True if the fd will turn readable when the next one arrives.
-    fn arm(&self) -> PyResult<bool> {
-        let rx = self.rx()?;
-        let armed = lock(&rx).arm().map_err(raise)?;
-        Ok(armed)
-    }
+        /// Prepares to wait on `fileno()`: returns False if a message is already waiting
+        /// (call `try_recv`), True if the fd will turn readable when the next one arrives.
+        fn arm(&self) -> PyResult<bool> {
+            let rx = self.rx()?;
+            let armed = lock(&rx).arm().map_err(raise)?;
+            Ok(armed)
+        }
 
-    /// The eventfd that turns readable when a message arrives for an armed receiver
-    /// (for `select`, `selectors`, `asyncio` `add_reader`).
-    fn fileno(&self) -> PyResult<i32> {
-        self.rx()?;
-        Ok(self.fd)
-    }
+        /// The eventfd that turns readable when a message arrives for an armed receiver
+        /// (for `select`, `selectors`, `asyncio` `add_reader`).
+        fn fileno(&self) -> PyResult<i32> {
+            self.rx()?;
+            Ok(self.fd)
+        }
 
-    /// The sender's process id.
-    #[getter]
-    fn peer_pid(&self) -> u32 {
-        self.pid
-    }
+        /// The sender's process id.
+        #[getter]
+        fn peer_pid(&self) -> u32 {
+            self.pid
+        }
 
-    /// Releases that could not be sent back yet.
-    #[getter]
-    fn pending_releases(&self) -> PyResult<usize> {
-        let rx = self.rx()?;
-        let n = lock(&rx).pending_releases();
-        Ok(n)
-    }
+        /// Releases that could not be sent back yet.
+        #[getter]
+        fn pending_releases(&self) -> PyResult<usize> {
+            let rx = self.rx()?;
+            let n = lock(&rx).pending_releases();
+            Ok(n)
+        }
 
-    /// The channel's counters at this end.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let rx = self.rx()?;
-        let s = lock(&rx).stats();
-        stats_dict(py, s)
-    }
+        /// The channel's counters at this end.
+        fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+            let rx = self.rx()?;
+            let s = lock(&rx).stats();
+            stats_dict(py, s)
+        }
 
-    /// Closes this end. Messages already received stay readable.
-    fn close(&self) {
-        drop(self.inner.take());
-    }
-
-    /// Whether `close` ran.
-    #[getter]
-    fn closed(&self) -> bool {
-        self.inner.is_closed()
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __exit__(
-        &self,
-        _t: Option<Bound<'_, PyAny>>,
-        _v: Option<Bound<'_, PyAny>>,
-        _tb: Option<Bound<'_, PyAny>>,
-    ) {
-        self.close();
-    }
-
-    fn __repr__(&self) -> String {
-        format!("<ferry.Receiver from pid {}>", self.pid)
+        fn __repr__(&self) -> String {
+            format!("<ferry.Receiver from pid {}>", self.pid)
+        }
     }
 }

@@ -58,3 +58,45 @@ impl<T: Clone> Handle<T> {
         self.lock().clone().ok_or_else(|| self.closed())
     }
 }
+
+/// `#[pymethods]` for a class whose state is a [`Handle`] in its field `inner`, plus the
+/// lifecycle every such class has: `close()`, `closed`, and the context-manager protocol
+/// (leaving a `with` block closes the object).
+macro_rules! closable {
+    ($ty:ident { $($body:tt)* }) => {
+        #[pyo3::pymethods]
+        impl $ty {
+            $($body)*
+
+            /// Closes this object now rather than when Python collects it. Messages
+            /// already received stay readable; a closed sender or publisher makes its
+            /// peers see `Disconnected` once they drained what it sent. The GIL is
+            /// released meanwhile (closing a service joins its thread).
+            fn close(&self, py: pyo3::Python<'_>) {
+                let value = self.inner.take();
+                py.detach(move || drop(value));
+            }
+
+            /// Whether `close` ran.
+            #[getter]
+            fn closed(&self) -> bool {
+                self.inner.is_closed()
+            }
+
+            fn __enter__(slf: pyo3::Py<Self>) -> pyo3::Py<Self> {
+                slf
+            }
+
+            fn __exit__(
+                &self,
+                py: pyo3::Python<'_>,
+                _t: Option<pyo3::Bound<'_, pyo3::PyAny>>,
+                _v: Option<pyo3::Bound<'_, pyo3::PyAny>>,
+                _tb: Option<pyo3::Bound<'_, pyo3::PyAny>>,
+            ) {
+                self.close(py);
+            }
+        }
+    };
+}
+pub(crate) use closable;

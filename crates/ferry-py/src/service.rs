@@ -13,7 +13,7 @@ use pyo3::types::PyDict;
 
 use crate::channel::{blocking, stats_dict, to_iodata};
 use crate::errors::raise;
-use crate::handle::Handle;
+use crate::handle::{closable, Handle};
 use crate::message::PyMessage;
 use crate::region::{domain_of, timeout};
 
@@ -57,125 +57,100 @@ pub struct PyPublisher {
     inner: Handle<Shared<Publisher>>,
 }
 
-#[pymethods]
-impl PyPublisher {
-    /// Offers publish-subscribe service `name` from `domain`. Each subscriber's queue
-    /// holds `depth` messages; when one is full, `slow="drop"` makes it miss the message
-    /// and `slow="block"` makes `publish` wait. Raises `ServiceExists` if a live domain
-    /// offers `name` already.
-    #[new]
-    #[pyo3(signature = (domain, name, *, depth = None, slow = "drop"))]
-    fn new(
-        py: Python<'_>,
-        domain: &Bound<'_, PyAny>,
-        name: &str,
-        depth: Option<u32>,
-        slow: &str,
-    ) -> PyResult<Self> {
-        let d = domain_of(domain)?;
-        let c = config(depth, slow, None)?;
-        let p = py.detach(|| Publisher::offer(&d, name, c)).map_err(raise)?;
-        Ok(PyPublisher {
-            inner: Handle::new("Publisher", Arc::new(Mutex::new(p))),
-        })
-    }
-
-    /// Publishes `message` (a `Message`, or bytes-like data, copied once into the
-    /// publisher's lot) to every subscriber; returns how many were handed it. Under
-    /// `slow="block"`, waits at most `timeout` seconds for room (`None`: no limit).
-    #[pyo3(signature = (message, timeout = None))]
-    fn publish(
-        &self,
-        py: Python<'_>,
-        message: &Bound<'_, PyAny>,
-        timeout: Option<f64>,
-    ) -> PyResult<usize> {
-        let data = to_iodata(message)?;
-        let p = self.inner.get()?;
-        let t = self::timeout(timeout)?;
-        py.detach(|| lock(&p).publish_timeout(&data, t))
-            .map_err(raise)
-    }
-
-    /// Waits up to `timeout` seconds until `n` subscribers are connected (`Timeout`).
-    #[pyo3(signature = (n, timeout = 5.0))]
-    fn wait_for_subscribers(&self, py: Python<'_>, n: usize, timeout: Option<f64>) -> PyResult<()> {
-        let p = self.inner.get()?;
-        let t = open_timeout(timeout)?;
-        py.detach(|| lock(&p).wait_for_subscribers(n, t))
-            .map_err(raise)
-    }
-
-    /// Connected subscribers.
-    #[getter]
-    fn subscriber_count(&self) -> PyResult<usize> {
-        Ok(lock(&*self.inner.get()?).subscriber_count())
-    }
-
-    /// Each subscriber as a dict: `id`, `pid`, `delivered`, `dropped`, `in_flight`.
-    fn subscribers<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let subs = lock(&*self.inner.get()?).subscribers();
-        subs.into_iter()
-            .map(|s| {
-                let d = PyDict::new(py);
-                d.set_item("id", s.member.id.to_string())?;
-                d.set_item("pid", s.member.pid)?;
-                d.set_item("delivered", s.delivered)?;
-                d.set_item("dropped", s.dropped)?;
-                d.set_item("in_flight", s.in_flight)?;
-                Ok(d)
+closable! {
+    PyPublisher {
+        /// Offers publish-subscribe service `name` from `domain`. Each subscriber's queue
+        /// holds `depth` messages; when one is full, `slow="drop"` makes it miss the message
+        /// and `slow="block"` makes `publish` wait. Raises `ServiceExists` if a live domain
+        /// offers `name` already.
+        #[new]
+        #[pyo3(signature = (domain, name, *, depth = None, slow = "drop"))]
+        fn new(
+            py: Python<'_>,
+            domain: &Bound<'_, PyAny>,
+            name: &str,
+            depth: Option<u32>,
+            slow: &str,
+        ) -> PyResult<Self> {
+            let d = domain_of(domain)?;
+            let c = config(depth, slow, None)?;
+            let p = py.detach(|| Publisher::offer(&d, name, c)).map_err(raise)?;
+            Ok(PyPublisher {
+                inner: Handle::new("Publisher", Arc::new(Mutex::new(p))),
             })
-            .collect()
-    }
+        }
 
-    /// Drains the subscribers' releases now (publishing does this too).
-    fn collect_releases(&self) -> PyResult<()> {
-        lock(&*self.inner.get()?).collect_releases();
-        Ok(())
-    }
+        /// Publishes `message` (a `Message`, or bytes-like data, copied once into the
+        /// publisher's lot) to every subscriber; returns how many were handed it. Under
+        /// `slow="block"`, waits at most `timeout` seconds for room (`None`: no limit).
+        #[pyo3(signature = (message, timeout = None))]
+        fn publish(
+            &self,
+            py: Python<'_>,
+            message: &Bound<'_, PyAny>,
+            timeout: Option<f64>,
+        ) -> PyResult<usize> {
+            let data = to_iodata(message)?;
+            let p = self.inner.get()?;
+            let t = self::timeout(timeout)?;
+            py.detach(|| lock(&p).publish_timeout(&data, t))
+                .map_err(raise)
+        }
 
-    /// The publisher's counters.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = lock(&*self.inner.get()?).stats();
-        let d = PyDict::new(py);
-        d.set_item("published", s.published)?;
-        d.set_item("delivered", s.delivered)?;
-        d.set_item("dropped", s.dropped)?;
-        d.set_item("copied_bytes", s.copied_bytes)?;
-        d.set_item("departed", s.departed)?;
-        Ok(d)
-    }
+        /// Waits up to `timeout` seconds until `n` subscribers are connected (`Timeout`).
+        #[pyo3(signature = (n, timeout = 5.0))]
+        fn wait_for_subscribers(&self, py: Python<'_>, n: usize, timeout: Option<f64>) -> PyResult<()> {
+            let p = self.inner.get()?;
+            let t = open_timeout(timeout)?;
+            py.detach(|| lock(&p).wait_for_subscribers(n, t))
+                .map_err(raise)
+        }
 
-    /// The service's name.
-    #[getter]
-    fn name(&self) -> PyResult<String> {
-        Ok(lock(&*self.inner.get()?).name().to_owned())
-    }
+        /// Connected subscribers.
+        #[getter]
+        fn subscriber_count(&self) -> PyResult<usize> {
+            Ok(lock(&*self.inner.get()?).subscriber_count())
+        }
 
-    /// Withdraws the service (subscribers see `Disconnected` once drained).
-    fn close(&self, py: Python<'_>) {
-        let p = self.inner.take();
-        py.detach(|| drop(p));
-    }
+        /// Each subscriber as a dict: `id`, `pid`, `delivered`, `dropped`, `in_flight`.
+        fn subscribers<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+            let subs = lock(&*self.inner.get()?).subscribers();
+            subs.into_iter()
+                .map(|s| {
+                    let d = PyDict::new(py);
+                    d.set_item("id", s.member.id.to_string())?;
+                    d.set_item("pid", s.member.pid)?;
+                    d.set_item("delivered", s.delivered)?;
+                    d.set_item("dropped", s.dropped)?;
+                    d.set_item("in_flight", s.in_flight)?;
+                    Ok(d)
+                })
+                .collect()
+        }
 
-    /// Whether `close` ran.
-    #[getter]
-    fn closed(&self) -> bool {
-        self.inner.is_closed()
-    }
+        /// Drains the subscribers' releases now (publishing does this too).
+        fn collect_releases(&self) -> PyResult<()> {
+            lock(&*self.inner.get()?).collect_releases();
+            Ok(())
+        }
 
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
+        /// The publisher's counters.
+        fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+            let s = lock(&*self.inner.get()?).stats();
+            let d = PyDict::new(py);
+            d.set_item("published", s.published)?;
+            d.set_item("delivered", s.delivered)?;
+            d.set_item("dropped", s.dropped)?;
+            d.set_item("copied_bytes", s.copied_bytes)?;
+            d.set_item("departed", s.departed)?;
+            Ok(d)
+        }
 
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        _t: Option<Bound<'_, PyAny>>,
-        _v: Option<Bound<'_, PyAny>>,
-        _tb: Option<Bound<'_, PyAny>>,
-    ) {
-        self.close(py);
+        /// The service's name.
+        #[getter]
+        fn name(&self) -> PyResult<String> {
+            Ok(lock(&*self.inner.get()?).name().to_owned())
+        }
     }
 }
 
@@ -187,104 +162,75 @@ pub struct PySubscriber {
     publisher: Member,
 }
 
-#[pymethods]
-impl PySubscriber {
-    /// Subscribes `domain` to service `name`, waiting up to `timeout` seconds for it to
-    /// be offered and for the publisher to connect (`NoSuchService`, `Timeout`).
-    #[new]
-    #[pyo3(signature = (domain, name, timeout = 5.0))]
-    fn new(
-        py: Python<'_>,
-        domain: &Bound<'_, PyAny>,
-        name: &str,
-        timeout: Option<f64>,
-    ) -> PyResult<Self> {
-        let d = domain_of(domain)?;
-        let t = open_timeout(timeout)?;
-        let s = py.detach(|| Subscriber::open(&d, name, t)).map_err(raise)?;
-        Ok(PySubscriber {
-            fd: s.as_fd().as_raw_fd(),
-            publisher: s.publisher(),
-            inner: Handle::new("Subscriber", Arc::new(Mutex::new(s))),
-        })
-    }
+closable! {
+    PySubscriber {
+        /// Subscribes `domain` to service `name`, waiting up to `timeout` seconds for it to
+        /// be offered and for the publisher to connect (`NoSuchService`, `Timeout`).
+        #[new]
+        #[pyo3(signature = (domain, name, timeout = 5.0))]
+        fn new(
+            py: Python<'_>,
+            domain: &Bound<'_, PyAny>,
+            name: &str,
+            timeout: Option<f64>,
+        ) -> PyResult<Self> {
+            let d = domain_of(domain)?;
+            let t = open_timeout(timeout)?;
+            let s = py.detach(|| Subscriber::open(&d, name, t)).map_err(raise)?;
+            Ok(PySubscriber {
+                fd: s.as_fd().as_raw_fd(),
+                publisher: s.publisher(),
+                inner: Handle::new("Subscriber", Arc::new(Mutex::new(s))),
+            })
+        }
 
-    /// Receives the next message, waiting at most `timeout` seconds (`None`: no limit;
-    /// then `Timeout`). Raises `PeerGone` once the publisher died and its queued
-    /// messages were taken, `Disconnected` once it withdrew.
-    #[pyo3(signature = (timeout = None))]
-    fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyMessage> {
-        let s = self.inner.get()?;
-        let limit = self::timeout(timeout)?;
-        let got = blocking(py, limit, |slice| match lock(&s).recv_timeout(slice) {
-            Ok(d) => Ok(Some(d)),
-            Err(ferry::Error::Timeout) => Ok(None),
-            Err(e) => Err(e),
-        })?;
-        got.map(PyMessage::new)
-            .ok_or_else(|| raise(ferry::Error::Timeout))
-    }
+        /// Receives the next message, waiting at most `timeout` seconds (`None`: no limit;
+        /// then `Timeout`). Raises `PeerGone` once the publisher died and its queued
+        /// messages were taken, `Disconnected` once it withdrew.
+        #[pyo3(signature = (timeout = None))]
+        fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyMessage> {
+            let s = self.inner.get()?;
+            let got = blocking(py, timeout, |slice| lock(&s).recv_timeout(slice))?;
+            Ok(PyMessage::new(got))
+        }
 
-    /// The next queued message, or `None`; never blocks.
-    fn try_recv(&self) -> PyResult<Option<PyMessage>> {
-        let s = self.inner.get()?;
-        let got = lock(&s).try_recv().map_err(raise)?;
-        Ok(got.map(PyMessage::new))
-    }
+        /// The next queued message, or `None`; never blocks.
+        fn try_recv(&self) -> PyResult<Option<PyMessage>> {
+            let s = self.inner.get()?;
+            let got = lock(&s).try_recv().map_err(raise)?;
+            Ok(got.map(PyMessage::new))
+        }
 
-    /// Prepares to wait on `fileno()`; False if a message is already queued.
-    fn arm(&self) -> PyResult<bool> {
-        let s = self.inner.get()?;
-        let armed = lock(&s).arm().map_err(raise)?;
-        Ok(armed)
-    }
+        /// Prepares to wait on `fileno()`; False if a message is already queued.
+        fn arm(&self) -> PyResult<bool> {
+            let s = self.inner.get()?;
+            let armed = lock(&s).arm().map_err(raise)?;
+            Ok(armed)
+        }
 
-    /// The eventfd that turns readable when a message arrives after `arm()`.
-    fn fileno(&self) -> PyResult<i32> {
-        self.inner.get()?;
-        Ok(self.fd)
-    }
+        /// The eventfd that turns readable when a message arrives after `arm()`.
+        fn fileno(&self) -> PyResult<i32> {
+            self.inner.get()?;
+            Ok(self.fd)
+        }
 
-    /// The publisher's `(domain id, pid)`.
-    #[getter]
-    fn publisher(&self) -> (String, u32) {
-        member(self.publisher)
-    }
+        /// The publisher's `(domain id, pid)`.
+        #[getter]
+        fn publisher(&self) -> (String, u32) {
+            member(self.publisher)
+        }
 
-    /// The publisher's process id (what `ferry.aio.recv` watches).
-    #[getter]
-    fn peer_pid(&self) -> u32 {
-        self.publisher.pid
-    }
+        /// The publisher's process id (what `ferry.aio.recv` watches).
+        #[getter]
+        fn peer_pid(&self) -> u32 {
+            self.publisher.pid
+        }
 
-    /// The queue's counters.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = lock(&*self.inner.get()?).stats();
-        stats_dict(py, s)
-    }
-
-    /// Leaves the service. Messages already received stay readable.
-    fn close(&self) {
-        drop(self.inner.take());
-    }
-
-    /// Whether `close` ran.
-    #[getter]
-    fn closed(&self) -> bool {
-        self.inner.is_closed()
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __exit__(
-        &self,
-        _t: Option<Bound<'_, PyAny>>,
-        _v: Option<Bound<'_, PyAny>>,
-        _tb: Option<Bound<'_, PyAny>>,
-    ) {
-        self.close();
+        /// The queue's counters.
+        fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+            let s = lock(&*self.inner.get()?).stats();
+            stats_dict(py, s)
+        }
     }
 }
 
@@ -328,129 +274,96 @@ fn request(py: Python<'_>, r: Request) -> PyResult<PyRequest> {
     Ok(PyRequest { request: r, data })
 }
 
-#[pymethods]
-impl PyServer {
-    /// Offers request-response service `name` from `domain`; each client's queues hold
-    /// `depth` messages, and a reply waits at most `reply_timeout` seconds for room.
-    #[new]
-    #[pyo3(signature = (domain, name, *, depth = None, reply_timeout = None))]
-    fn new(
-        py: Python<'_>,
-        domain: &Bound<'_, PyAny>,
-        name: &str,
-        depth: Option<u32>,
-        reply_timeout: Option<f64>,
-    ) -> PyResult<Self> {
-        let d = domain_of(domain)?;
-        let c = config(depth, "drop", reply_timeout)?;
-        let s = py.detach(|| Server::offer(&d, name, c)).map_err(raise)?;
-        Ok(PyServer {
-            fd: s.as_fd().as_raw_fd(),
-            inner: Handle::new("Server", Arc::new(Mutex::new(s))),
-        })
-    }
-
-    /// The next request from any client, waiting at most `timeout` seconds (`None`: no
-    /// limit; then `Timeout`).
-    #[pyo3(signature = (timeout = None))]
-    fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyRequest> {
-        let s = self.inner.get()?;
-        let limit = self::timeout(timeout)?;
-        let got = blocking(py, limit, |slice| match lock(&s).recv_timeout(slice) {
-            Ok(r) => Ok(Some(r)),
-            Err(ferry::Error::Timeout) => Ok(None),
-            Err(e) => Err(e),
-        })?;
-        match got {
-            Some(r) => request(py, r),
-            None => Err(raise(ferry::Error::Timeout)),
+closable! {
+    PyServer {
+        /// Offers request-response service `name` from `domain`; each client's queues hold
+        /// `depth` messages, and a reply waits at most `reply_timeout` seconds for room.
+        #[new]
+        #[pyo3(signature = (domain, name, *, depth = None, reply_timeout = None))]
+        fn new(
+            py: Python<'_>,
+            domain: &Bound<'_, PyAny>,
+            name: &str,
+            depth: Option<u32>,
+            reply_timeout: Option<f64>,
+        ) -> PyResult<Self> {
+            let d = domain_of(domain)?;
+            let c = config(depth, "drop", reply_timeout)?;
+            let s = py.detach(|| Server::offer(&d, name, c)).map_err(raise)?;
+            Ok(PyServer {
+                fd: s.as_fd().as_raw_fd(),
+                inner: Handle::new("Server", Arc::new(Mutex::new(s))),
+            })
         }
-    }
 
-    /// The next request if one is queued, or `None`; never blocks.
-    fn try_recv(&self, py: Python<'_>) -> PyResult<Option<PyRequest>> {
-        let s = self.inner.get()?;
-        let got = lock(&s).try_recv().map_err(raise)?;
-        got.map(|r| request(py, r)).transpose()
-    }
+        /// The next request from any client, waiting at most `timeout` seconds (`None`: no
+        /// limit; then `Timeout`).
+        #[pyo3(signature = (timeout = None))]
+        fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyRequest> {
+            let s = self.inner.get()?;
+            let got = blocking(py, timeout, |slice| lock(&s).recv_timeout(slice))?;
+            request(py, got)
+        }
 
-    /// Sends `response` (a `Message` or bytes-like data) to the client of `request`.
-    /// Raises `PeerGone`/`Disconnected` if that client is gone (the server goes on).
-    fn reply(
-        &self,
-        py: Python<'_>,
-        request: &Bound<'_, PyRequest>,
-        response: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let data = to_iodata(response)?;
-        let s = self.inner.get()?;
-        let r = &request.get().request;
-        py.detach(|| lock(&s).reply(r, &data)).map_err(raise)
-    }
+        /// The next request if one is queued, or `None`; never blocks.
+        fn try_recv(&self, py: Python<'_>) -> PyResult<Option<PyRequest>> {
+            let s = self.inner.get()?;
+            let got = lock(&s).try_recv().map_err(raise)?;
+            got.map(|r| request(py, r)).transpose()
+        }
 
-    /// Fails `request` with non-zero `status` (the client's call raises
-    /// `RequestFailed`).
-    fn fail(&self, py: Python<'_>, request: &Bound<'_, PyRequest>, status: u32) -> PyResult<()> {
-        let s = self.inner.get()?;
-        let r = &request.get().request;
-        py.detach(|| lock(&s).fail(r, status)).map_err(raise)
-    }
+        /// Sends `response` (a `Message` or bytes-like data) to the client of `request`.
+        /// Raises `PeerGone`/`Disconnected` if that client is gone (the server goes on).
+        fn reply(
+            &self,
+            py: Python<'_>,
+            request: &Bound<'_, PyRequest>,
+            response: &Bound<'_, PyAny>,
+        ) -> PyResult<()> {
+            let data = to_iodata(response)?;
+            let s = self.inner.get()?;
+            let r = &request.get().request;
+            py.detach(|| lock(&s).reply(r, &data)).map_err(raise)
+        }
 
-    /// Prepares to wait on `fileno()`; False if a request is already queued.
-    fn arm(&self) -> PyResult<bool> {
-        let s = self.inner.get()?;
-        let armed = lock(&s).arm().map_err(raise)?;
-        Ok(armed)
-    }
+        /// Fails `request` with non-zero `status` (the client's call raises
+        /// `RequestFailed`).
+        fn fail(&self, py: Python<'_>, request: &Bound<'_, PyRequest>, status: u32) -> PyResult<()> {
+            let s = self.inner.get()?;
+            let r = &request.get().request;
+            py.detach(|| lock(&s).fail(r, status)).map_err(raise)
+        }
 
-    /// An epoll fd that turns readable when a request arrives after `arm()`.
-    fn fileno(&self) -> PyResult<i32> {
-        self.inner.get()?;
-        Ok(self.fd)
-    }
+        /// Prepares to wait on `fileno()`; False if a request is already queued.
+        fn arm(&self) -> PyResult<bool> {
+            let s = self.inner.get()?;
+            let armed = lock(&s).arm().map_err(raise)?;
+            Ok(armed)
+        }
 
-    /// Connected clients as `(domain id, pid)`.
-    fn clients(&self) -> PyResult<Vec<(String, u32)>> {
-        let c = lock(&*self.inner.get()?).clients();
-        Ok(c.into_iter().map(member).collect())
-    }
+        /// An epoll fd that turns readable when a request arrives after `arm()`.
+        fn fileno(&self) -> PyResult<i32> {
+            self.inner.get()?;
+            Ok(self.fd)
+        }
 
-    /// The server's counters.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = lock(&*self.inner.get()?).stats();
-        let d = PyDict::new(py);
-        d.set_item("requests", s.requests)?;
-        d.set_item("responses", s.responses)?;
-        d.set_item("failed", s.failed)?;
-        d.set_item("malformed", s.malformed)?;
-        d.set_item("departed", s.departed)?;
-        Ok(d)
-    }
+        /// Connected clients as `(domain id, pid)`.
+        fn clients(&self) -> PyResult<Vec<(String, u32)>> {
+            let c = lock(&*self.inner.get()?).clients();
+            Ok(c.into_iter().map(member).collect())
+        }
 
-    /// Withdraws the service.
-    fn close(&self, py: Python<'_>) {
-        let s = self.inner.take();
-        py.detach(|| drop(s));
-    }
-
-    /// Whether `close` ran.
-    #[getter]
-    fn closed(&self) -> bool {
-        self.inner.is_closed()
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        _t: Option<Bound<'_, PyAny>>,
-        _v: Option<Bound<'_, PyAny>>,
-        _tb: Option<Bound<'_, PyAny>>,
-    ) {
-        self.close(py);
+        /// The server's counters.
+        fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+            let s = lock(&*self.inner.get()?).stats();
+            let d = PyDict::new(py);
+            d.set_item("requests", s.requests)?;
+            d.set_item("responses", s.responses)?;
+            d.set_item("failed", s.failed)?;
+            d.set_item("malformed", s.malformed)?;
+            d.set_item("departed", s.departed)?;
+            Ok(d)
+        }
     }
 }
 
@@ -461,72 +374,49 @@ pub struct PyClient {
     server: Member,
 }
 
-#[pymethods]
-impl PyClient {
-    /// Connects `domain` to service `name`, waiting up to `timeout` seconds for it to be
-    /// offered and for the server to take the client in.
-    #[new]
-    #[pyo3(signature = (domain, name, timeout = 5.0))]
-    fn new(
-        py: Python<'_>,
-        domain: &Bound<'_, PyAny>,
-        name: &str,
-        timeout: Option<f64>,
-    ) -> PyResult<Self> {
-        let d = domain_of(domain)?;
-        let t = open_timeout(timeout)?;
-        let c = py.detach(|| Client::open(&d, name, t)).map_err(raise)?;
-        Ok(PyClient {
-            server: c.server(),
-            inner: Handle::new("Client", Arc::new(Mutex::new(c))),
-        })
-    }
+closable! {
+    PyClient {
+        /// Connects `domain` to service `name`, waiting up to `timeout` seconds for it to be
+        /// offered and for the server to take the client in.
+        #[new]
+        #[pyo3(signature = (domain, name, timeout = 5.0))]
+        fn new(
+            py: Python<'_>,
+            domain: &Bound<'_, PyAny>,
+            name: &str,
+            timeout: Option<f64>,
+        ) -> PyResult<Self> {
+            let d = domain_of(domain)?;
+            let t = open_timeout(timeout)?;
+            let c = py.detach(|| Client::open(&d, name, t)).map_err(raise)?;
+            Ok(PyClient {
+                server: c.server(),
+                inner: Handle::new("Client", Arc::new(Mutex::new(c))),
+            })
+        }
 
-    /// Sends `request` (a `Message` or bytes-like data) and returns the response,
-    /// waiting at most `timeout` seconds in all (`Timeout`). Raises `RequestFailed`
-    /// with the server's status if its handler failed, `PeerGone` if it died.
-    #[pyo3(signature = (request, timeout = 5.0))]
-    fn call(
-        &self,
-        py: Python<'_>,
-        request: &Bound<'_, PyAny>,
-        timeout: Option<f64>,
-    ) -> PyResult<PyMessage> {
-        let data = to_iodata(request)?;
-        let c = self.inner.get()?;
-        let t = open_timeout(timeout)?;
-        let got = py.detach(|| lock(&c).call(&data, t)).map_err(raise)?;
-        Ok(PyMessage::new(got))
-    }
+        /// Sends `request` (a `Message` or bytes-like data) and returns the response,
+        /// waiting at most `timeout` seconds in all (`Timeout`). Raises `RequestFailed`
+        /// with the server's status if its handler failed, `PeerGone` if it died.
+        #[pyo3(signature = (request, timeout = 5.0))]
+        fn call(
+            &self,
+            py: Python<'_>,
+            request: &Bound<'_, PyAny>,
+            timeout: Option<f64>,
+        ) -> PyResult<PyMessage> {
+            let data = to_iodata(request)?;
+            let c = self.inner.get()?;
+            let t = open_timeout(timeout)?;
+            let got = py.detach(|| lock(&c).call(&data, t)).map_err(raise)?;
+            Ok(PyMessage::new(got))
+        }
 
-    /// The server's `(domain id, pid)`.
-    #[getter]
-    fn server(&self) -> (String, u32) {
-        member(self.server)
-    }
-
-    /// Leaves the service.
-    fn close(&self) {
-        drop(self.inner.take());
-    }
-
-    /// Whether `close` ran.
-    #[getter]
-    fn closed(&self) -> bool {
-        self.inner.is_closed()
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __exit__(
-        &self,
-        _t: Option<Bound<'_, PyAny>>,
-        _v: Option<Bound<'_, PyAny>>,
-        _tb: Option<Bound<'_, PyAny>>,
-    ) {
-        self.close();
+        /// The server's `(domain id, pid)`.
+        #[getter]
+        fn server(&self) -> (String, u32) {
+            member(self.server)
+        }
     }
 }
 
