@@ -61,13 +61,13 @@ def connect(producer: ferry.Domain, consumer: ferry.Domain) -> tuple[ferry.Sende
 
     def run() -> None:
         try:
-            out["tx"] = producer.connect(consumer.id, timeout=5)
+            out["tx"] = producer.connect(consumer.id, timeout=30)
         except BaseException as e:  # reported below
             out["err"] = e
 
     t = threading.Thread(target=run)
     t.start()
-    rx = consumer.accept(timeout=5)
+    rx = consumer.accept(timeout=30)
     t.join()
     if "err" in out:
         raise out["err"]
