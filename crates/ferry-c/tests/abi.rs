@@ -93,9 +93,15 @@ fn send_receive_fragments_and_ownership() {
         let (mut data, mut len) = (ptr::null(), 0usize);
         assert_eq!(ferry_msg_fragment(got, 0, &mut data, &mut len), FERRY_OK);
         assert_eq!(data, p.cast_const()); // the sender's pages
-        assert_eq!(ferry_msg_fragment(got, 1, &mut data, &mut len), FERRY_EINVAL);
+        assert_eq!(
+            ferry_msg_fragment(got, 1, &mut data, &mut len),
+            FERRY_EINVAL
+        );
         let mut copy = vec![0u8; 5000];
-        assert_eq!(ferry_msg_copy(got, copy.as_mut_ptr(), 10), i64::from(FERRY_EINVAL));
+        assert_eq!(
+            ferry_msg_copy(got, copy.as_mut_ptr(), 10),
+            i64::from(FERRY_EINVAL)
+        );
         assert_eq!(ferry_msg_copy(got, copy.as_mut_ptr(), copy.len()), 5000);
         assert!(copy.iter().enumerate().all(|(i, &b)| b == (i % 256) as u8));
         assert!(ferry_path_outstanding(path) > 0);
@@ -130,11 +136,20 @@ fn publish_subscribe() {
         assert_eq!(ferry_group_join(g, &mut a), FERRY_OK);
         assert_eq!(ferry_group_join(g, &mut b), FERRY_OK);
         let mut none = ptr::null_mut();
-        assert_eq!(ferry_subscriber_open(b, svc.as_ptr(), 10, &mut none), FERRY_ENO_SUCH_SERVICE);
+        assert_eq!(
+            ferry_subscriber_open(b, svc.as_ptr(), 10, &mut none),
+            FERRY_ENO_SUCH_SERVICE
+        );
         let mut publ = ptr::null_mut();
-        assert_eq!(ferry_publisher_offer(a, svc.as_ptr(), 0, 0, &mut publ), FERRY_OK);
+        assert_eq!(
+            ferry_publisher_offer(a, svc.as_ptr(), 0, 0, &mut publ),
+            FERRY_OK
+        );
         let mut sub = ptr::null_mut();
-        assert_eq!(ferry_subscriber_open(b, svc.as_ptr(), 5000, &mut sub), FERRY_OK);
+        assert_eq!(
+            ferry_subscriber_open(b, svc.as_ptr(), 5000, &mut sub),
+            FERRY_OK
+        );
         assert_eq!(ferry_publisher_wait(publ, 1, 5000), FERRY_OK);
         let mut path = ptr::null_mut();
         assert_eq!(ferry_domain_path(a, 0, &mut path), FERRY_OK);

@@ -17,7 +17,7 @@ use crate::suites::BENCHES;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// A benchmark (fbufs, fbufs-path, container, xlate, vcm) or `all`.
+    /// A benchmark (fbufs, fbufs-path, container, xlate, vcm, services) or `all`.
     pub name: String,
     /// Fewer sizes and messages: under 30 s for everything.
     #[arg(long)]

@@ -49,6 +49,9 @@ enum Command {
     /// One stage of a pipeline; spawned by `ferry pipeline`, not for direct use.
     #[command(name = "__stage", hide = true)]
     Stage(pipeline::StageArgs),
+    /// The subscriber process of `ferry bench services`; not for direct use.
+    #[command(name = "__drain", hide = true)]
+    Drain { args: Vec<String> },
     /// Offer a publish-subscribe service and publish stdin to it (a message per line).
     Pub(services::PubArgs),
     /// Subscribe to a service and print its messages to stdout.
@@ -63,6 +66,7 @@ fn main() -> Result<()> {
         Command::Worker(args) => worker::run(args),
         Command::Pipeline(args) => pipeline::run(args),
         Command::Stage(args) => pipeline::run_stage_process(args),
+        Command::Drain { args } => suites::services::drain_main(&args),
         Command::Pub(args) => services::publish(args),
         Command::Sub(args) => services::subscribe(args),
         Command::Stat(args) => services::stat(args),

@@ -142,7 +142,7 @@ pub fn subscribe(a: SubArgs) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut n = 0;
-    while a.count.is_none_or(|c| n < c) {
+    while a.count.map_or(true, |c| n < c) {
         let msg = match sub.recv() {
             Ok(m) => m,
             // The publisher withdrew or exited: the stream ended.

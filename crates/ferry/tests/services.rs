@@ -60,6 +60,28 @@ fn child_main(role: &str) {
             println!("ok {n} {}", first.unwrap_or(0));
             read_line(&mut stdin);
         }
+        // Two subscriber domains of this one process, both on ARG: both read the
+        // publisher's lot (through one mapping); print "ok <count> <count>".
+        "two-subs" => {
+            let other = group.join().unwrap();
+            let mut subs = [
+                Subscriber::open(&domain, &arg, T).unwrap(),
+                Subscriber::open(&other, &arg, T).unwrap(),
+            ];
+            println!("joined");
+            let mut counts = [0u64; 2];
+            for (k, s) in subs.iter_mut().enumerate() {
+                loop {
+                    let d = s.recv_timeout(Duration::from_secs(30)).unwrap();
+                    if verify(&d).unwrap() == END {
+                        break;
+                    }
+                    counts[k] += 1;
+                }
+            }
+            println!("ok {} {}", counts[0], counts[1]);
+            read_line(&mut stdin);
+        }
         // Offer a publisher named ARG and wait.
         "pub" => {
             let _p = Publisher::offer(&domain, &arg, ServiceConfig::default()).unwrap();
@@ -440,6 +462,26 @@ fn late_join() {
     finish(vec![s]);
 }
 
+/// Two subscriber domains in one process read the same publisher's messages.
+fn two_subscriber_domains_in_one_process() {
+    let (_g, d, name) = join("twosubs");
+    let cfg = ServiceConfig {
+        slow: SlowSubscriber::Block,
+        ..ServiceConfig::default()
+    };
+    let mut p = Publisher::offer(&d, "two", cfg).unwrap();
+    let mut child = Peer::spawn("two-subs", &name, "two");
+    assert_eq!(child.line(), "joined");
+    p.wait_for_subscribers(2, T).unwrap();
+    let path = d.path(PathConfig::default()).unwrap();
+    for seed in 0..20 {
+        assert_eq!(p.publish(&message(&path, seed, 9000, 2)).unwrap(), 2);
+    }
+    p.publish(&end_marker(&path)).unwrap();
+    assert_eq!(ok_line(&mut child), (20, 20));
+    finish(vec![child]);
+}
+
 /// Names across processes: a collision, an unknown name, the listing, and a dead
 /// publisher's name reclaimed.
 fn names_across_processes() {
@@ -627,6 +669,10 @@ fn main() {
             stopped_subscriber_block_policy,
         ),
         ("late_join", late_join),
+        (
+            "two_subscriber_domains_in_one_process",
+            two_subscriber_domains_in_one_process,
+        ),
         ("names_across_processes", names_across_processes),
         ("hostile_scribbler", hostile_scribbler),
         (

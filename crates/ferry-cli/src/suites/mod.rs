@@ -8,6 +8,7 @@
 //! | [`container`] | `ferry bench container` | [`container::domain`] |
 //! | [`xlate`] | `ferry bench xlate` | none: one process |
 //! | [`vcm`] | `ferry bench vcm` | [`vcm::echo`] |
+//! | [`services`] | `ferry bench services` | `ferry __drain` ([`services::drain_main`]) |
 //! | [`python`] | `ferry bench python` | none: Python processes (`crates/ferry-py/bench`) |
 //!
 //! Adding a benchmark: write `suites/<name>/mod.rs` with
@@ -20,6 +21,7 @@ pub mod container;
 pub mod fbufs;
 pub mod fbufs_path;
 pub mod python;
+pub mod services;
 pub mod vcm;
 pub mod xlate;
 
@@ -32,5 +34,6 @@ pub const BENCHES: &[BenchDef] = &[
     container::BENCH,
     xlate::BENCH,
     vcm::BENCH,
+    services::BENCH,
     python::BENCH,
 ];

@@ -455,6 +455,12 @@ impl Sender {
         Ok(())
     }
 
+    /// True once the receiver closed its end (read from the channel's memory: no
+    /// system call). A receiver that died is found by [`check_peer`](Self::check_peer).
+    pub fn is_closed(&self) -> bool {
+        self.core.link.header().rx_closed.load(Ordering::Acquire) != 0
+    }
+
     /// Pushes a raw descriptor, bypassing every check: for tests of how receivers treat
     /// a faulty or hostile sender. Not part of the supported API.
     #[doc(hidden)]

@@ -128,6 +128,11 @@ impl DomainInner {
             return Ok(LotRef::Own(l));
         }
         let mut peers = lock(&self.peers);
+        // Another domain of this process may have it mapped: share that mapping.
+        if let Some(p) = super::lot::mapped_peer_lot(&self.group, id) {
+            peers.insert(id.slot, Arc::downgrade(&p));
+            return Ok(LotRef::Peer(p));
+        }
         let mut unmapping = false;
         if let Some(w) = peers.get(&id.slot) {
             match w.upgrade() {
@@ -157,6 +162,7 @@ impl DomainInner {
             }
         };
         peers.insert(id.slot, Arc::downgrade(&p));
+        super::lot::note_peer_lot(&self.group, &p);
         Ok(LotRef::Peer(p))
     }
 

@@ -917,7 +917,14 @@ mod tests {
         assert_eq!(std::mem::size_of::<SlotRaw>(), 24 + 28 * MAX_OFFERS);
         assert_eq!(std::mem::offset_of!(GroupHeader, offer_seq), 40);
         assert_eq!(std::mem::offset_of!(GroupHeader, slots), 48);
-        assert_eq!(std::mem::align_of::<GroupHeader>(), 8);
+        // The service area is cache-line aligned, and so the header (its mapping is
+        // page-aligned).
+        assert_eq!(std::mem::align_of::<GroupHeader>(), 64);
+        assert_eq!(std::mem::offset_of!(GroupHeader, services) % 64, 0);
+        assert_eq!(
+            std::mem::size_of::<ServiceArea>(),
+            SERVICE_WORDS * std::mem::size_of::<AtomicU32>()
+        );
         // Sparse: the ledgers' pages cost memory only once written.
         assert!(std::mem::size_of::<GroupHeader>() < 8 << 20);
     }

@@ -40,6 +40,30 @@ pub(crate) fn local_lot(group: &Group, id: LotId) -> Option<Arc<Lot>> {
         .and_then(Weak::upgrade)
 }
 
+/// Peers' lots mapped in this process, by (group path, slot, generation): every domain
+/// of the process reads a peer's lot through one mapping, since the group-wide address
+/// can be mapped only once here.
+type PeerLots = Mutex<HashMap<(std::path::PathBuf, LotId), Weak<PeerLot>>>;
+
+fn peer_lots() -> &'static PeerLots {
+    static LOTS: OnceLock<PeerLots> = OnceLock::new();
+    LOTS.get_or_init(Default::default)
+}
+
+/// Lot `id` of `group` if a domain of this process has it mapped already.
+pub(crate) fn mapped_peer_lot(group: &Group, id: LotId) -> Option<Arc<PeerLot>> {
+    lock(peer_lots())
+        .get(&(group.path().to_owned(), id))
+        .and_then(Weak::upgrade)
+}
+
+/// Records a peer lot this process mapped, for its other domains.
+pub(crate) fn note_peer_lot(group: &Group, lot: &Arc<PeerLot>) {
+    let mut m = lock(peer_lots());
+    m.retain(|_, w| w.strong_count() > 0);
+    m.insert((group.path().to_owned(), lot.id), Arc::downgrade(lot));
+}
+
 /// Carves a lot into power-of-two spans: a bump pointer plus a free list per class.
 #[derive(Debug, Default)]
 struct Spans {

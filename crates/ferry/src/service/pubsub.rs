@@ -33,8 +33,10 @@ struct PubShared {
 impl Admit for PubShared {
     fn connected(&self) -> Vec<DomainId> {
         let mut subs = lock(&self.subs);
-        // A subscriber that left (or died) and may be joining again: drop its channel.
-        subs.retain(|s| s.tx.check_peer().is_ok());
+        // A subscriber that left and may be joining again: drop its channel. (No system
+        // call under the lock, which `publish` takes; a dead subscriber is dropped by
+        // `publish` or `collect_releases`.)
+        subs.retain(|s| !s.tx.is_closed());
         subs.iter().map(|s| s.member.id).collect()
     }
 

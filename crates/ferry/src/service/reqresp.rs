@@ -82,7 +82,15 @@ struct SrvShared {
 impl Admit for SrvShared {
     fn connected(&self) -> Vec<DomainId> {
         let mut conns = lock(&self.conns);
-        conns.retain(|c| c.tx.check_peer().is_ok());
+        // As for publishers: no system call under the lock `try_recv` takes.
+        conns.retain(|c| {
+            let open = !c.tx.is_closed();
+            if !open {
+                // The eventfd's file lives on in the client: take it out of the set.
+                let _ = epoll::delete(&self.epoll, c.rx.as_fd());
+            }
+            open
+        });
         conns.iter().map(|c| c.member.id).collect()
     }
 
