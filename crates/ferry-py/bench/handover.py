@@ -149,6 +149,28 @@ def shm_consumer(size: int, n: int, read: bool) -> list[float]:
     return lat
 
 
+def small_roundtrip(n: int) -> list[float]:
+    """Publish a 64-byte message and receive it, in one thread of one process (two
+    domains): the binding's own cost, compared with the same loop in Rust."""
+    import ferry
+
+    out = []
+    with ferry.Group(f"pyrt-{os.getpid()}") as g, g.join() as a, g.join() as b:
+        with ferry.Publisher(a, "rt") as pub, ferry.Subscriber(b, "rt") as sub:
+            pub.wait_for_subscribers(1, timeout=10)
+            buf = a.path().alloc(64)
+            buf.write(b"x" * 64)
+            msg = buf.freeze()
+            for _ in range(n):
+                t0 = time.perf_counter_ns()
+                pub.publish(msg)
+                got = sub.recv(timeout=1)
+                got.release()
+                out.append((time.perf_counter_ns() - t0) / 1e3)
+            del msg
+    return out[n // 10 :]  # the first tenth warms up
+
+
 TRANSPORTS = {
     "ferry": ferry_consumer,
     "multiprocessing.Queue": queue_consumer,
@@ -181,6 +203,7 @@ def main() -> None:
                     }
                 )
                 print(f"  {name} {size} read={read}: median {sorted(lat)[len(lat) // 2]:.0f} us", file=sys.stderr)
+    roundtrip = small_roundtrip(2000 if args.quick else 20000)
     skipped = {
         "iceoryx2": "not measured yet (this is the skeleton of the issue's benchmark)",
     }
@@ -190,7 +213,7 @@ def main() -> None:
         skipped["torch.multiprocessing"] = "not measured yet"
     except ImportError:
         skipped["torch.multiprocessing"] = "torch is not importable"
-    json.dump({"results": results, "skipped": skipped, "python": sys.version.split()[0]}, sys.stdout)
+    json.dump({"results": results, "roundtrip_us": roundtrip, "skipped": skipped, "python": sys.version.split()[0]}, sys.stdout)
 
 
 if __name__ == "__main__":

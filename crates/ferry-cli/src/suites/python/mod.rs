@@ -102,7 +102,60 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         rows.push((transport, size, series, s));
     }
     out.markdown = markdown(&rows, &v["skipped"], v["python"].as_str().unwrap_or("?"));
+
+    // The binding's own cost: the same publish-and-receive loop in Rust and in Python.
+    let py_rt: Vec<f64> = v["roundtrip_us"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default();
+    let rust_rt = rust_roundtrip(ctx.pick(2000, 20000))?;
+    let (p, r) = (Summary::of(&py_rt), Summary::of(&rust_rt));
+    for (series, s, n) in [
+        ("roundtrip python", p, py_rt.len()),
+        ("roundtrip rust", r, rust_rt.len()),
+    ] {
+        out.records.push(
+            Record::new("python", series, "us", s, 1, 0.0)
+                .param("size", 64)
+                .param("messages", n),
+        );
+    }
+    let _ = writeln!(
+        out.markdown,
+        "\nPublish a 64-byte message and receive it, one thread, two domains of one process \
+         ({} round trips each): Rust median {} µs (p99 {}), Python median {} µs (p99 {}); \
+         the binding adds {} µs at the median (the issue's bar: at most 5).",
+        py_rt.len(),
+        num(r.median),
+        num(r.p99),
+        num(p.median),
+        num(p.p99),
+        num(p.median - r.median)
+    );
     Ok(out)
+}
+
+/// [`handover.py`]'s `small_roundtrip`, in Rust.
+fn rust_roundtrip(n: usize) -> Result<Vec<f64>> {
+    use ferry::{Group, PathConfig, Publisher, ServiceConfig, Subscriber};
+    use std::time::{Duration, Instant};
+    let group = Group::open(&format!("rsrt-{}", std::process::id()))?;
+    let (a, b) = (group.join()?, group.join()?);
+    let mut publisher = Publisher::offer(&a, "rt", ServiceConfig::default())?;
+    let mut sub = Subscriber::open(&b, "rt", Duration::from_secs(10))?;
+    publisher.wait_for_subscribers(1, Duration::from_secs(10))?;
+    let path = a.path(PathConfig::default())?;
+    let mut buf = path.alloc(64)?;
+    buf.write_at(0, &[b'x'; 64]);
+    let msg = buf.freeze();
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t0 = Instant::now();
+        publisher.publish(&msg)?;
+        drop(sub.recv_timeout(Duration::from_secs(1))?);
+        out.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(out.split_off(n / 10))
 }
 
 fn markdown(rows: &[(String, u64, String, Summary)], skipped: &Value, version: &str) -> String {
