@@ -114,3 +114,47 @@ impl Drop for Borrowed {
         unsafe { ffi::PyBuffer_Release(&mut *self.view) }
     }
 }
+
+/// How many views of an object exist: counted up (under the object's lock) before
+/// exporting, down when CPython releases a view, so that `freeze`/`release` can refuse to
+/// pull the memory from under a view.
+#[derive(Default)]
+pub(crate) struct Exports(std::sync::atomic::AtomicUsize);
+
+impl Exports {
+    /// Counts a view about to be exported.
+    pub(crate) fn add(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// A view was released (`__releasebuffer__`).
+    pub(crate) fn remove(&self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Views alive now.
+    pub(crate) fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// [`export`]s a view counted with [`add`](Self::add), uncounting it if that fails.
+    ///
+    /// # Safety
+    /// As for [`export`].
+    pub(crate) unsafe fn export(
+        &self,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+        owner: &Bound<'_, PyAny>,
+        ptr: *const u8,
+        len: usize,
+        readonly: bool,
+    ) -> PyResult<()> {
+        // SAFETY: the caller's promise, passed on.
+        let r = unsafe { export(view, flags, owner, ptr, len, readonly) };
+        if r.is_err() {
+            self.remove();
+        }
+        r
+    }
+}

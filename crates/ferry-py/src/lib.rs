@@ -9,7 +9,7 @@
 //! The buffer protocol needs the stable ABI of Python 3.11 (`Py_buffer` entered the
 //! limited API there), so the wheel is `abi3` for CPython 3.11 and later.
 //!
-//! `unsafe` is confined to [`buffer`] and the `__getbuffer__` methods that call it.
+//! `unsafe` is confined to the `buffer` module and the `__getbuffer__` methods that call it.
 #![deny(unsafe_code)]
 
 #[allow(unsafe_code)]

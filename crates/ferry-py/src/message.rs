@@ -12,7 +12,7 @@
 //!   counted in [`copy_stats`].
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ferry::{Fragment, IoData, IoDataMut};
 use pyo3::exceptions::{PyBufferError, PyIndexError, PyValueError};
@@ -20,7 +20,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PySlice, PySliceMethods};
 
-use crate::buffer::{export, Borrowed};
+use crate::buffer::{export, Borrowed, Exports};
 use crate::handle::Handle;
 
 static COPIES: AtomicU64 = AtomicU64::new(0);
@@ -46,7 +46,7 @@ pub fn copy_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 pub struct PyBuffer {
     inner: Handle<IoDataMut>,
     len: usize,
-    exports: AtomicUsize,
+    exports: Exports,
 }
 
 impl PyBuffer {
@@ -54,7 +54,7 @@ impl PyBuffer {
         PyBuffer {
             len: m.len(),
             inner: Handle::new("Buffer (frozen)", m),
-            exports: AtomicUsize::new(0),
+            exports: Exports::default(),
         }
     }
 }
@@ -83,21 +83,20 @@ impl PyBuffer {
                 ));
             }
             // Counted under the lock, so a `freeze` in another thread sees the export.
-            me.exports.fetch_add(1, Ordering::AcqRel);
+            me.exports.add();
             Ok(p)
         })?;
         // SAFETY: `ptr..ptr+len` is the fbuf the IoDataMut in `inner` owns; it stays
         // mapped and writable while the IoDataMut lives, and `freeze`/`close` refuse to
         // take it while `exports` is non-zero. The view holds a reference to `slf`.
-        let r = unsafe { export(view, flags, slf.as_any(), ptr, me.len, false) };
-        if r.is_err() {
-            me.exports.fetch_sub(1, Ordering::AcqRel);
+        unsafe {
+            me.exports
+                .export(view, flags, slf.as_any(), ptr, me.len, false)
         }
-        r
     }
 
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
-        self.exports.fetch_sub(1, Ordering::AcqRel);
+        self.exports.remove();
     }
 
     /// Copies `data` (any bytes-like object) into the buffer at `offset`.
@@ -120,7 +119,7 @@ impl PyBuffer {
     /// Number of live views (memoryviews, arrays) of this buffer.
     #[getter]
     fn exports(&self) -> usize {
-        self.exports.load(Ordering::Acquire)
+        self.exports.count()
     }
 
     /// Whether the buffer was frozen (or closed).
@@ -137,7 +136,7 @@ impl PyBuffer {
     /// nothing (`BufferError`) and `write` raises `ValueError`.
     fn freeze(&self) -> PyResult<PyMessage> {
         let mut slot = self.inner.lock();
-        let n = self.exports.load(Ordering::Acquire);
+        let n = self.exports.count();
         if n > 0 {
             return Err(PyBufferError::new_err(format!(
                 "cannot freeze: {n} writable view(s) of this buffer exist; release them first"
@@ -150,7 +149,7 @@ impl PyBuffer {
     /// Gives the fbuf back unsent (refused while views exist).
     fn close(&self) -> PyResult<()> {
         let mut slot = self.inner.lock();
-        if self.exports.load(Ordering::Acquire) > 0 {
+        if self.exports.count() > 0 {
             return Err(PyBufferError::new_err(
                 "cannot close: writable views of this buffer exist",
             ));
@@ -174,7 +173,7 @@ impl PyBuffer {
 pub struct PyMessage {
     inner: Handle<IoData>,
     len: usize,
-    exports: AtomicUsize,
+    exports: Exports,
 }
 
 impl PyMessage {
@@ -182,7 +181,7 @@ impl PyMessage {
         PyMessage {
             len: d.len(),
             inner: Handle::new("Message (released)", d),
-            exports: AtomicUsize::new(0),
+            exports: Exports::default(),
         }
     }
 
@@ -227,27 +226,26 @@ impl PyMessage {
                 }
             };
             // Counted under the lock, so a `release` in another thread sees the export.
-            me.exports.fetch_add(1, Ordering::AcqRel);
+            me.exports.add();
             Ok(p)
         })?;
         // SAFETY: the fragment's segment lives as long as the IoData in `inner`, which
         // `release` refuses to drop while `exports` is non-zero; the view holds a
         // reference to `slf`. Exported read-only: PyBuffer_FillInfo refuses writers.
-        let r = unsafe { export(view, flags, slf.as_any(), ptr, me.len, true) };
-        if r.is_err() {
-            me.exports.fetch_sub(1, Ordering::AcqRel);
+        unsafe {
+            me.exports
+                .export(view, flags, slf.as_any(), ptr, me.len, true)
         }
-        r
     }
 
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
-        self.exports.fetch_sub(1, Ordering::AcqRel);
+        self.exports.remove();
     }
 
     /// Number of live views of the whole message.
     #[getter]
     fn exports(&self) -> usize {
-        self.exports.load(Ordering::Acquire)
+        self.exports.count()
     }
 
     /// Number of fragments.
@@ -335,7 +333,7 @@ impl PyMessage {
     /// to the sender). Refused with `BufferError` while views of it exist.
     fn release(&self) -> PyResult<()> {
         let mut slot = self.inner.lock();
-        let n = self.exports.load(Ordering::Acquire);
+        let n = self.exports.count();
         if n > 0 {
             return Err(PyBufferError::new_err(format!(
                 "cannot release: {n} view(s) of this message exist"
