@@ -7,6 +7,10 @@
     peer.py publish GROUP NAME COUNT               offer publish-subscribe NAME, wait for
                                                    one subscriber, publish "NAME k" for k
                                                    below COUNT, wait to be killed
+    peer.py scribble GROUP                         print our id, accept, receive one
+                                                   message, print "got", then write into
+                                                   it through ctypes (the kernel must
+                                                   kill us with SIGSEGV)
     peer.py consume GROUP COUNT                    print our id, accept, receive COUNT
                                                    messages and keep them, print
                                                    "held", wait to be killed
@@ -78,12 +82,27 @@ def publish(group: str, name: str, count: int) -> None:
     time.sleep(3600)
 
 
+def scribble(group: str) -> None:
+    import ctypes
+
+    g = ferry.Group(group)
+    d = g.join()
+    print("id", d.id, flush=True)
+    rx = d.accept(timeout=10)
+    msg = rx.recv(timeout=10)
+    print("got", msg.address, flush=True)
+    ctypes.memset(msg.address, 0x55, 1)  # the sender's page, mapped read-only here
+    print("wrote", flush=True)
+
+
 def main() -> None:
     role = sys.argv[1]
     if role == "produce":
         produce(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), "hold" in sys.argv[6:])
     elif role == "publish":
         publish(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif role == "scribble":
+        scribble(sys.argv[2])
     elif role == "consume":
         consume(sys.argv[2], int(sys.argv[3]))
     else:

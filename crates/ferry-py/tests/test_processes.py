@@ -142,3 +142,28 @@ def test_zero_copy_across_processes_pointer_and_rss(group_name):
         finally:
             kill(producer)
         rx.close()
+
+
+def test_receivers_pages_are_read_only_in_the_kernel(group_name):
+    """Past the buffer protocol: a receiver that writes through a raw pointer faults."""
+    with ferry.Group(group_name) as g, g.join() as me:
+        peer = spawn("scribble", group_name)
+        try:
+            (peer_id,) = read_line(peer, "id")
+            tx = me.connect(peer_id, timeout=30)
+            path = me.path()
+            buf = path.alloc(4096)
+            buf.write(b"original")
+            msg = buf.freeze()
+            tx.send(msg)
+            (addr,) = read_line(peer, "got")
+            assert int(addr) == msg.address
+            assert peer.wait(timeout=30) == -signal.SIGSEGV
+            assert peer.stdout.read() == ""  # it never printed "wrote"
+        finally:
+            kill(peer)
+        assert msg.to_bytes()[:8] == b"original"
+        with pytest.raises(ferry.PeerGone):
+            tx.check_peer()
+        del msg
+        tx.close()
