@@ -115,6 +115,21 @@ fn einval(what: &str) -> c_int {
     FERRY_EINVAL
 }
 
+/// Receives, waiting at most `d`; `Err(Timeout)` if nothing came.
+///
+/// This and [`send_for`] are the only calls of the channel's timed waits: today's
+/// `recv_timeout` takes an `Option<Duration>` and answers a timeout with `Ok(None)`;
+/// under the timeout convention being applied on branch `names` it takes a `Duration`
+/// and returns `Err(Timeout)`, and these two bodies become one call each.
+fn recv_for(rx: &mut Receiver, d: Duration) -> ferry::Result<IoData> {
+    rx.recv_timeout(Some(d))?.ok_or(Error::Timeout)
+}
+
+/// Sends, waiting at most `d` for room; `Err(Timeout)` if none came.
+fn send_for(tx: &Sender, data: &IoData, d: Duration) -> ferry::Result<()> {
+    tx.send_timeout(data, Some(d))
+}
+
 /// `timeout_ms` < 0 means no limit.
 fn timeout(ms: i64) -> Option<Duration> {
     u64::try_from(ms).ok().map(Duration::from_millis)
@@ -554,10 +569,10 @@ pub unsafe extern "C" fn ferry_send(
         Ok(m) => m.0.clone(),
         Err(c) => return c,
     };
-    with!(tx, |t| if timeout_ms == 0 {
-        t.0.try_send(&m)
-    } else {
-        t.0.send_timeout(&m, timeout(timeout_ms))
+    with!(tx, |t| match timeout(timeout_ms) {
+        Some(Duration::ZERO) => t.0.try_send(&m),
+        Some(d) => send_for(&t.0, &m, d),
+        None => t.0.send(&m),
     })
 }
 
@@ -599,18 +614,17 @@ pub unsafe extern "C" fn ferry_recv(
 ) -> c_int {
     let mut got: Option<Option<IoData>> = None;
     let rc = with!(rx, |r| {
-        let res = if timeout_ms == 0 {
-            r.0.try_recv()
-        } else {
-            r.0.recv_timeout(timeout(timeout_ms))
+        let res = match timeout(timeout_ms) {
+            Some(Duration::ZERO) => r.0.try_recv(),
+            Some(d) => recv_for(&mut r.0, d).map(Some),
+            None => r.0.recv().map(Some),
         };
         res.map(|d| got = Some(d))
     });
     match got {
         // SAFETY: `out` is writable, as the caller vouches.
         Some(Some(d)) => unsafe { put(out, FerryMsg(d)) },
-        Some(None) if timeout_ms == 0 => FERRY_EMPTY,
-        Some(None) => code(Error::Timeout),
+        Some(None) => FERRY_EMPTY,
         None => rc,
     }
 }

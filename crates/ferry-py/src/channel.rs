@@ -28,6 +28,21 @@ pub(crate) fn stats_dict(py: Python<'_>, s: ChannelStats) -> PyResult<Bound<'_, 
     Ok(d)
 }
 
+/// Receives, waiting at most `d`; `Err(Timeout)` if nothing came.
+///
+/// This and [`send_for`] are the only calls of the channel's timed waits: today's
+/// `recv_timeout` takes an `Option<Duration>` and answers a timeout with `Ok(None)`;
+/// under the timeout convention being applied on branch `names` it takes a `Duration`
+/// and returns `Err(Timeout)`, and these two bodies become one call each.
+fn recv_for(rx: &mut ferry::Receiver, d: Duration) -> ferry::Result<IoData> {
+    rx.recv_timeout(Some(d))?.ok_or(ferry::Error::Timeout)
+}
+
+/// Sends, waiting at most `d` for room; `Err(Timeout)` if none came.
+fn send_for(tx: &ferry::Sender, data: &IoData, d: Duration) -> ferry::Result<()> {
+    tx.send_timeout(data, Some(d))
+}
+
 /// What `send` accepts: a `Message`, or any bytes-like object (copied).
 pub(crate) fn to_iodata(obj: &Bound<'_, PyAny>) -> PyResult<IoData> {
     if let Ok(m) = obj.cast::<PyMessage>() {
@@ -90,7 +105,7 @@ closable! {
         ) -> PyResult<()> {
             let data = to_iodata(message)?;
             let tx = self.inner.get()?;
-            blocking(py, timeout, |slice| tx.send_timeout(&data, Some(slice)))
+            blocking(py, timeout, |slice| send_for(&tx, &data, slice))
         }
 
         /// Sends `message` if the ring has room, never blocking; raises `Full` otherwise.
@@ -176,13 +191,7 @@ closable! {
         #[pyo3(signature = (timeout = None))]
         fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyMessage> {
             let rx = self.rx()?;
-            // (`recv_timeout` answers a timeout with Ok(None) or Err(Timeout), depending
-            // on the version of the convention; both mean "nothing yet" here.)
-            let got = blocking(py, timeout, |slice| {
-                lock(&rx)
-                    .recv_timeout(Some(slice))
-                    .and_then(|d| d.ok_or(ferry::Error::Timeout))
-            })?;
+            let got = blocking(py, timeout, |slice| recv_for(&mut lock(&rx), slice))?;
             Ok(PyMessage::new(got))
         }
 
