@@ -24,6 +24,15 @@ def unique_name() -> str:
     return f"{PREFIX}{next(_counter)}"
 
 
+@pytest.fixture(autouse=True)
+def collect_garbage() -> None:
+    """Frees what earlier tests left in reference cycles (pytest.raises keeps tracebacks,
+    whose frames hold domains and messages) before each test. A group's lots sit at an
+    address derived from its name, and two names can hash to the same one: a stale
+    mapping of an earlier test's group would make joining fail with AddressInUse."""
+    gc.collect()
+
+
 @pytest.fixture
 def group_name() -> str:
     return unique_name()
