@@ -19,6 +19,9 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade \
     "maturin>=1.5,<2" numpy pytest
+# iceoryx2 is a baseline of `ferry bench python`, not a dependency: its absence is not an error.
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "iceoryx2==0.10.0" ||
+    echo "iceoryx2 could not be installed: ferry bench python will skip it"
 export PATH="$venv/bin:$PATH" # the build backend runs `maturin` by name
 # Build with the workspace's target dir, so the Rust part is not compiled twice.
 CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target} \

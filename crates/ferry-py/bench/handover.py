@@ -9,7 +9,8 @@ transport, the payload size, the series ("handover": the consumer holds the arra
 both CLOCK_MONOTONIC). Producer and consumer take turns (the producer waits for the
 consumer's acknowledgement before the next message), so this is latency, not throughput.
 
-Transports: ferry (the producer writes the frame into an fbuf, freezes and sends it; the
+Transports: iceoryx2 when its Python package is importable (loaned slice, busy-polled
+subscriber), ferry (the producer writes the frame into an fbuf, freezes and sends it; the
 consumer reads the producer's pages), multiprocessing.Queue (the array is pickled), and
 multiprocessing.shared_memory plus a queue of segment names (the producer writes into a
 new segment per message, the consumer attaches by name). `ferry bench python` runs this
@@ -149,6 +150,67 @@ def shm_consumer(size: int, n: int, read: bool) -> list[float]:
     return lat
 
 
+# ---------------------------------------------------------------- iceoryx2 (if installed)
+
+
+def iox_producer(service: str, size: int, n: int, acks) -> None:
+    import ctypes
+
+    import iceoryx2 as iox
+
+    node = iox.NodeBuilder.new().create(iox.ServiceType.Ipc)
+    svc = (
+        node.service_builder(iox.ServiceName.new(service))
+        .publish_subscribe(iox.Slice[ctypes.c_uint8])
+        .open_or_create()
+    )
+    pub = svc.publisher_builder().initial_max_slice_len(size).create()
+    acks.recv()  # the consumer's subscriber exists
+    for i in range(n):
+        sample = pub.loan_slice_uninit(size)
+        a = np.frombuffer(sample.payload().as_memory_view(), dtype=np.uint8)
+        a[8:] = i & 0xFF
+        a[:8] = np.frombuffer(now_ns().to_bytes(8, "little"), dtype=np.uint8)
+        del a
+        sample.assume_init().send()
+        acks.recv()
+
+
+def iox_consumer(size: int, n: int, read: bool) -> list[float]:
+    import ctypes
+
+    import iceoryx2 as iox
+
+    service = f"ferry-bench/{os.getpid()}/{size}/{int(read)}"
+    node = iox.NodeBuilder.new().create(iox.ServiceType.Ipc)
+    svc = (
+        node.service_builder(iox.ServiceName.new(service))
+        .publish_subscribe(iox.Slice[ctypes.c_uint8])
+        .open_or_create()
+    )
+    sub = svc.subscriber_builder().create()
+    ack_r, ack_w = mp.Pipe(duplex=False)
+    p = mp.Process(target=iox_producer, args=(service, size, n, ack_r))
+    p.start()
+    ack_w.send(None)
+    lat = []
+    for _ in range(n):
+        deadline = time.monotonic() + 60
+        while (sample := sub.receive()) is None:  # no blocking receive: poll
+            if time.monotonic() > deadline:
+                raise TimeoutError("iceoryx2: nothing received")
+            time.sleep(0)
+        a = np.frombuffer(sample.payload().as_memory_view(), dtype=np.uint8)
+        if read:
+            a.sum(dtype=np.uint64)
+        t1 = now_ns()
+        lat.append((t1 - int.from_bytes(bytes(a[:8]), "little")) / 1e3)
+        del a, sample
+        ack_w.send(None)
+    p.join(60)
+    return lat
+
+
 def small_roundtrip(n: int) -> list[float]:
     """Publish a 64-byte message and receive it, in one thread of one process (two
     domains): the binding's own cost, compared with the same loop in Rust."""
@@ -177,6 +239,14 @@ TRANSPORTS = {
     "shared_memory+Queue": shm_consumer,
 }
 
+try:
+    import iceoryx2  # noqa: F401
+
+    TRANSPORTS["iceoryx2"] = iox_consumer
+    ICEORYX2 = None
+except ImportError:
+    ICEORYX2 = "the iceoryx2 package is not importable (pip install iceoryx2==0.10.0)"
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -204,9 +274,9 @@ def main() -> None:
                 )
                 print(f"  {name} {size} read={read}: median {sorted(lat)[len(lat) // 2]:.0f} us", file=sys.stderr)
     roundtrip = small_roundtrip(2000 if args.quick else 20000)
-    skipped = {
-        "iceoryx2": "not measured yet (this is the skeleton of the issue's benchmark)",
-    }
+    skipped = {}
+    if ICEORYX2:
+        skipped["iceoryx2"] = ICEORYX2
     try:
         import torch  # noqa: F401
 

@@ -1,14 +1,16 @@
 //! `ferry bench python`: handing numpy arrays (a 1080p RGB frame, 6 MB, and 64 MiB) from
 //! one Python process to another, through ferry's Python package against
-//! `multiprocessing.Queue` (pickling) and `multiprocessing.shared_memory` with a queue of
-//! segment names. Median and p99 one-way latency, with the consumer holding the array
-//! and with it also reading every byte (a sum).
+//! `multiprocessing.Queue` (pickling), `multiprocessing.shared_memory` with a queue of
+//! segment names and, when its package is installed (`test.sh` installs 0.10.0),
+//! iceoryx2. Median and p99 one-way latency, with the consumer holding the array and
+//! with it also reading every byte (a sum); and the binding's own cost, a small
+//! publish-receive round trip in Python against the same loop in Rust.
 //!
 //! The measuring is Python (`crates/ferry-py/bench/handover.py`, run with the venv that
 //! `crates/ferry-py/test.sh` builds, or `$FERRY_PYTHON`); this suite runs it and turns
 //! its JSON into records and a table. Without an interpreter that imports `ferry` and
-//! `numpy` the suite is skipped with the reason printed. iceoryx2 and
-//! `torch.multiprocessing` are not measured yet: the report says so.
+//! `numpy` the suite is skipped with the reason printed. `torch.multiprocessing` is not
+//! measured yet: the report says so.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -25,7 +27,7 @@ use crate::harness::BenchDef;
 
 pub const BENCH: BenchDef = BenchDef {
     name: "python",
-    about: "Python: numpy arrays (6 MB, 64 MiB) between processes via ferry, multiprocessing.Queue and shared_memory",
+    about: "Python: numpy arrays (6 MB, 64 MiB) between processes via ferry, multiprocessing.Queue, shared_memory and iceoryx2",
     run,
 };
 
