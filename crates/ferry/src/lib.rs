@@ -101,8 +101,8 @@ pub mod iodata;
 pub mod region;
 #[allow(unsafe_code)]
 pub mod segment;
-pub mod service;
 pub mod semantics;
+pub mod service;
 pub(crate) mod sync;
 #[allow(unsafe_code)]
 pub(crate) mod sys;

@@ -11,6 +11,7 @@
 //! | [`services`] | `ferry bench services` | `ferry __drain` ([`services::drain_main`]) |
 //! | [`genie`] | `ferry bench genie` | [`genie::worker`] (source and sink) |
 //! | [`calibrate`] | `ferry bench calibrate`, `ferry calibrate` | none: one process, plus the chain's for the hand-over |
+//! | [`python`] | `ferry bench python` | none: Python processes (`crates/ferry-py/bench`) |
 //!
 //! Adding a benchmark: write `suites/<name>/mod.rs` with
 //! `pub const BENCH: BenchDef = BenchDef { name, about, run }`, where `run`
@@ -22,8 +23,9 @@ pub mod calibrate;
 pub mod container;
 pub mod fbufs;
 pub mod fbufs_path;
-pub mod services;
 pub mod genie;
+pub mod python;
+pub mod services;
 pub mod vcm;
 pub mod xlate;
 
@@ -39,4 +41,5 @@ pub const BENCHES: &[BenchDef] = &[
     services::BENCH,
     calibrate::BENCH,
     genie::BENCH,
+    python::BENCH,
 ];

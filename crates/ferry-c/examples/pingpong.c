@@ -1,0 +1,165 @@
+/*
+ * ferry from C: a sender and a receiver process, checked with checksums.
+ *
+ *   cc -O2 -Icrates/ferry-c/include crates/ferry-c/examples/pingpong.c \
+ *      -Ltarget/release -lferry_c -Wl,-rpath,$PWD/target/release -o pingpong
+ *   ./pingpong [messages]
+ *
+ * The process forks before touching ferry. The child joins the group, passes its
+ * domain id to the parent through a pipe, accepts a channel and receives; it reads
+ * every fragment in place (no copy) and sends the checksums back through a second
+ * pipe. The parent joins, connects, writes each message straight into an fbuf,
+ * freezes and sends it, and compares checksums. Then both leave; exit status 0 means
+ * every checksum matched and every fbuf came back to the sender's path.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ferry.h"
+
+#define CHECK(call)                                                              \
+    do {                                                                         \
+        int rc_ = (call);                                                        \
+        if (rc_ != FERRY_OK) {                                                   \
+            fprintf(stderr, "%s:%d: %s -> %d: %s\n", __FILE__, __LINE__, #call,  \
+                    rc_, ferry_last_error());                                    \
+            exit(2);                                                             \
+        }                                                                        \
+    } while (0)
+
+static uint64_t fnv1a(uint64_t h, const uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+static const uint64_t FNV_START = 0xcbf29ce484222325ULL;
+
+static size_t message_size(int i) { return 1000 + (size_t)i * 37 * 1024; }
+
+static void fill(uint8_t *p, size_t n, uint64_t seed) {
+    uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[i] = (uint8_t)x;
+    }
+}
+
+static int receiver(const char *group_name, int id_fd, int sums_fd, int count) {
+    FerryGroup *group;
+    FerryDomain *domain;
+    FerryReceiver *rx;
+    char id[32];
+    CHECK(ferry_group_open(group_name, &group));
+    CHECK(ferry_group_join(group, &domain));
+    CHECK(ferry_domain_id(domain, id, sizeof id));
+    if (write(id_fd, id, sizeof id) != (ssize_t)sizeof id) return 2;
+    CHECK(ferry_domain_accept(domain, 10000, &rx));
+    for (int i = 0; i < count; i++) {
+        FerryMsg *msg;
+        CHECK(ferry_recv(rx, 10000, &msg));
+        uint64_t h = FNV_START;
+        size_t n = ferry_msg_fragment_count(msg);
+        for (size_t f = 0; f < n; f++) {
+            const uint8_t *data;
+            size_t len;
+            CHECK(ferry_msg_fragment(msg, f, &data, &len));
+            h = fnv1a(h, data, len); /* read in place: the sender's pages */
+        }
+        uint64_t rec[2] = {ferry_msg_len(msg), h};
+        ferry_msg_release(msg); /* the fbuf goes back to the sender */
+        if (write(sums_fd, rec, sizeof rec) != (ssize_t)sizeof rec) return 2;
+    }
+    /* The sender closes its end after the last message. */
+    FerryMsg *none = NULL;
+    int rc = ferry_recv(rx, 10000, &none);
+    if (rc != FERRY_EDISCONNECTED) {
+        fprintf(stderr, "receiver: expected FERRY_EDISCONNECTED, got %d\n", rc);
+        return 1;
+    }
+    ferry_receiver_close(rx);
+    ferry_domain_close(domain);
+    ferry_group_close(group);
+    return 0;
+}
+
+static int sender(const char *group_name, int id_fd, int sums_fd, int count) {
+    FerryGroup *group;
+    FerryDomain *domain;
+    FerryPath *path;
+    FerrySender *tx;
+    char peer[32];
+    CHECK(ferry_group_open(group_name, &group));
+    CHECK(ferry_group_join(group, &domain));
+    CHECK(ferry_domain_path(domain, 0, &path));
+    if (read(id_fd, peer, sizeof peer) != (ssize_t)sizeof peer) return 2;
+    CHECK(ferry_domain_connect(domain, peer, 10000, &tx));
+
+    uint64_t *sums = calloc((size_t)count, sizeof *sums);
+    for (int i = 0; i < count; i++) {
+        FerryBuf *buf;
+        size_t n = message_size(i);
+        CHECK(ferry_path_alloc(path, n, &buf));
+        uint8_t *p = ferry_buf_data(buf); /* write phase: the fbuf itself */
+        fill(p, n, (uint64_t)i);
+        sums[i] = fnv1a(FNV_START, p, n);
+        FerryMsg *msg = ferry_buf_freeze(buf); /* buf is consumed */
+        CHECK(ferry_send(tx, msg, 10000));
+        ferry_msg_release(msg); /* ours; the receiver holds its own */
+    }
+    int bad = 0;
+    for (int i = 0; i < count; i++) {
+        uint64_t rec[2];
+        if (read(sums_fd, rec, sizeof rec) != (ssize_t)sizeof rec) return 2;
+        if (rec[0] != message_size(i) || rec[1] != sums[i]) {
+            fprintf(stderr, "message %d: sent %zu bytes sum %016llx, received %llu bytes sum %016llx\n",
+                    i, message_size(i), (unsigned long long)sums[i], (unsigned long long)rec[0],
+                    (unsigned long long)rec[1]);
+            bad++;
+        }
+    }
+    /* Every release has arrived once the receiver reported every checksum. */
+    size_t in_flight = ferry_sender_in_flight(tx);
+    size_t outstanding = ferry_path_outstanding(path);
+    ferry_sender_close(tx);
+    ferry_path_close(path);
+    ferry_domain_close(domain);
+    ferry_group_close(group);
+    free(sums);
+    printf("%d messages, %d checksum mismatches, %zu in flight, %zu bytes outstanding\n",
+           count, bad, in_flight, outstanding);
+    return bad == 0 && in_flight == 0 && outstanding == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    int count = argc > 1 ? atoi(argv[1]) : 50;
+    char group_name[64];
+    snprintf(group_name, sizeof group_name, "c-example-%d", (int)getpid());
+    int id_pipe[2], sums_pipe[2];
+    if (pipe(id_pipe) || pipe(sums_pipe)) return 2;
+    pid_t child = fork();
+    if (child < 0) return 2;
+    if (child == 0) {
+        close(id_pipe[0]);
+        close(sums_pipe[0]);
+        _exit(receiver(group_name, id_pipe[1], sums_pipe[1], count));
+    }
+    close(id_pipe[1]);
+    close(sums_pipe[1]);
+    int rc = sender(group_name, id_pipe[0], sums_pipe[0], count);
+    int status;
+    if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "receiver failed (status %d)\n", status);
+        rc = 1;
+    }
+    printf("%s\n", rc == 0 ? "ok" : "FAILED");
+    return rc;
+}

@@ -1,0 +1,230 @@
+//! Channel endpoints.
+
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ferry::{ChannelStats, IoData};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::errors::raise;
+use crate::handle::{closable, Handle};
+use crate::message::PyMessage;
+use crate::region::timeout;
+
+/// How long a blocking call sleeps between checks for signals (Ctrl-C).
+const SIGNAL_SLICE: Duration = Duration::from_millis(100);
+
+pub(crate) fn stats_dict(py: Python<'_>, s: ChannelStats) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("messages", s.messages)?;
+    d.set_item("bytes", s.bytes)?;
+    d.set_item("copied_bytes", s.copied_bytes)?;
+    d.set_item("wakeups", s.wakeups)?;
+    d.set_item("sleeps", s.sleeps)?;
+    d.set_item("releases", s.releases)?;
+    d.set_item("bad_from_peer", s.bad_from_peer)?;
+    Ok(d)
+}
+
+/// What `send` accepts: a `Message`, or any bytes-like object (copied).
+pub(crate) fn to_iodata(obj: &Bound<'_, PyAny>) -> PyResult<IoData> {
+    if let Ok(m) = obj.cast::<PyMessage>() {
+        return m.get().data();
+    }
+    let b = crate::buffer::Borrowed::get(obj, false)?;
+    Ok(IoData::from_vec(b.as_slice().to_vec()))
+}
+
+/// Runs `step(slice)` with the GIL released until it returns anything but
+/// `Err(Timeout)`, in slices of at most [`SIGNAL_SLICE`], checking for signals (Ctrl-C)
+/// between slices; raises `Timeout` once `seconds` (`None`: no limit) have passed.
+pub(crate) fn blocking<T: Send>(
+    py: Python<'_>,
+    seconds: Option<f64>,
+    mut step: impl FnMut(Duration) -> ferry::Result<T> + Send,
+) -> PyResult<T> {
+    let deadline = timeout(seconds)?.map(|l| Instant::now() + l);
+    loop {
+        let slice = deadline.map_or(SIGNAL_SLICE, |d| {
+            d.saturating_duration_since(Instant::now())
+                .min(SIGNAL_SLICE)
+        });
+        match py.detach(|| step(slice)) {
+            Err(ferry::Error::Timeout) => {}
+            done => return done.map_err(raise),
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(raise(ferry::Error::Timeout));
+        }
+        py.check_signals()?;
+    }
+}
+
+/// The sending end of a channel.
+#[pyclass(module = "ferry._ferry", name = "Sender", frozen)]
+pub struct PySender {
+    inner: Handle<Arc<ferry::Sender>>,
+}
+
+impl PySender {
+    pub(crate) fn new(tx: ferry::Sender) -> Self {
+        PySender {
+            inner: Handle::new("Sender", Arc::new(tx)),
+        }
+    }
+}
+
+closable! {
+    PySender {
+        /// Sends `message` (a `Message`, or bytes-like data, which is copied into an fbuf),
+        /// waiting while the ring is full: at most `timeout` seconds (`None`: no limit), then
+        /// `Timeout`. Raises `PeerGone` if the receiver died, `Disconnected` if it closed.
+        #[pyo3(signature = (message, timeout = None))]
+        fn send(
+            &self,
+            py: Python<'_>,
+            message: &Bound<'_, PyAny>,
+            timeout: Option<f64>,
+        ) -> PyResult<()> {
+            let data = to_iodata(message)?;
+            let tx = self.inner.get()?;
+            blocking(py, timeout, |slice| tx.send_timeout(&data, slice))
+        }
+
+        /// Sends `message` if the ring has room, never blocking; raises `Full` otherwise.
+        fn try_send(&self, message: &Bound<'_, PyAny>) -> PyResult<()> {
+            let data = to_iodata(message)?;
+            self.inner.get()?.try_send(&data).map_err(raise)
+        }
+
+        /// Messages sent and not yet released by the receiver.
+        #[getter]
+        fn in_flight(&self) -> PyResult<usize> {
+            Ok(self.inner.get()?.in_flight())
+        }
+
+        /// Drains pending releases now (sending and allocating do this too).
+        fn collect_releases(&self) -> PyResult<()> {
+            self.inner.get()?.collect_releases().map_err(raise)
+        }
+
+        /// Checks whether the receiver lives; if it died, takes back everything it held and
+        /// raises `PeerGone`.
+        fn check_peer(&self) -> PyResult<()> {
+            self.inner.get()?.check_peer().map_err(raise)
+        }
+
+        /// The receiver's domain id.
+        #[getter]
+        fn peer(&self) -> PyResult<String> {
+            Ok(self.inner.get()?.peer().to_string())
+        }
+
+        /// The receiver's process id.
+        #[getter]
+        fn peer_pid(&self) -> PyResult<u32> {
+            Ok(self.inner.get()?.peer_pid())
+        }
+
+        /// The channel's counters at this end.
+        fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+            stats_dict(py, self.inner.get()?.stats())
+        }
+
+        fn __repr__(&self) -> String {
+            match self.inner.get() {
+                Ok(t) => format!("<ferry.Sender to {}>", t.peer()),
+                Err(_) => "<ferry.Sender (closed)>".into(),
+            }
+        }
+    }
+}
+
+/// The receiving end of a channel. Use it from one thread at a time.
+#[pyclass(module = "ferry._ferry", name = "Receiver", frozen)]
+pub struct PyReceiver {
+    inner: Handle<Arc<Mutex<ferry::Receiver>>>,
+    fd: i32,
+    pid: u32,
+}
+
+impl PyReceiver {
+    pub(crate) fn new(rx: ferry::Receiver) -> Self {
+        PyReceiver {
+            fd: rx.as_raw_fd(),
+            pid: rx.peer_pid(),
+            inner: Handle::new("Receiver", Arc::new(Mutex::new(rx))),
+        }
+    }
+
+    fn rx(&self) -> PyResult<Arc<Mutex<ferry::Receiver>>> {
+        self.inner.get()
+    }
+}
+
+fn lock(m: &Mutex<ferry::Receiver>) -> std::sync::MutexGuard<'_, ferry::Receiver> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+closable! {
+    PyReceiver {
+        /// Receives the next message, waiting at most `timeout` seconds (`None`: no limit),
+        /// then raising `Timeout`. Raises `PeerGone` once the sender died and everything it
+        /// sent was received, `Disconnected` once it closed and the ring is drained.
+        #[pyo3(signature = (timeout = None))]
+        fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyMessage> {
+            let rx = self.rx()?;
+            let got = blocking(py, timeout, |slice| lock(&rx).recv_timeout(slice))?;
+            Ok(PyMessage::new(got))
+        }
+
+        /// The next message if one is ready, else `None`; never blocks.
+        fn try_recv(&self) -> PyResult<Option<PyMessage>> {
+            let rx = self.rx()?;
+            let got = lock(&rx).try_recv().map_err(raise)?;
+            Ok(got.map(PyMessage::new))
+        }
+
+        /// Prepares to wait on `fileno()`: returns False if a message is already waiting
+        /// (call `try_recv`), True if the fd will turn readable when the next one arrives.
+        fn arm(&self) -> PyResult<bool> {
+            let rx = self.rx()?;
+            let armed = lock(&rx).arm().map_err(raise)?;
+            Ok(armed)
+        }
+
+        /// The eventfd that turns readable when a message arrives for an armed receiver
+        /// (for `select`, `selectors`, `asyncio` `add_reader`).
+        fn fileno(&self) -> PyResult<i32> {
+            self.rx()?;
+            Ok(self.fd)
+        }
+
+        /// The sender's process id.
+        #[getter]
+        fn peer_pid(&self) -> u32 {
+            self.pid
+        }
+
+        /// Releases that could not be sent back yet.
+        #[getter]
+        fn pending_releases(&self) -> PyResult<usize> {
+            let rx = self.rx()?;
+            let n = lock(&rx).pending_releases();
+            Ok(n)
+        }
+
+        /// The channel's counters at this end.
+        fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+            let rx = self.rx()?;
+            let s = lock(&rx).stats();
+            stats_dict(py, s)
+        }
+
+        fn __repr__(&self) -> String {
+            format!("<ferry.Receiver from pid {}>", self.pid)
+        }
+    }
+}

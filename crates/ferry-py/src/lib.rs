@@ -1,0 +1,46 @@
+//! Python bindings of ferry: the `ferry._ferry` extension module.
+//!
+//! The Python package (`python/ferry`) re-exports these classes and adds the exception
+//! hierarchy (`ferry.errors`) and asyncio helpers (`ferry.aio`). Build it with maturin
+//! (`pip install ./crates/ferry-py`; `test.sh` does that in a venv and runs pytest). A
+//! plain `cargo build --workspace` builds the same cdylib, which links no libpython
+//! (pyo3's `extension-module`), so the workspace builds and lints it like any crate.
+//!
+//! The buffer protocol needs the stable ABI of Python 3.11 (`Py_buffer` entered the
+//! limited API there), so the wheel is `abi3` for CPython 3.11 and later.
+//!
+//! `unsafe` is confined to the `buffer` module and the `__getbuffer__` methods that call it.
+#![deny(unsafe_code)]
+
+#[allow(unsafe_code)]
+mod buffer;
+mod channel;
+mod errors;
+mod handle;
+#[allow(unsafe_code)]
+mod message;
+mod region;
+mod service;
+
+use pyo3::prelude::*;
+
+/// The compiled part of the `ferry` package.
+#[pymodule]
+fn _ferry(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<region::PyGroup>()?;
+    m.add_class::<region::PyDomain>()?;
+    m.add_class::<region::PyPath>()?;
+    m.add_class::<message::PyBuffer>()?;
+    m.add_class::<message::PyMessage>()?;
+    m.add_class::<message::PyFragment>()?;
+    m.add_class::<channel::PySender>()?;
+    m.add_class::<channel::PyReceiver>()?;
+    m.add_class::<service::PyPublisher>()?;
+    m.add_class::<service::PySubscriber>()?;
+    m.add_class::<service::PyServer>()?;
+    m.add_class::<service::PyClient>()?;
+    m.add_class::<service::PyRequest>()?;
+    m.add_function(wrap_pyfunction!(message::copy_stats, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

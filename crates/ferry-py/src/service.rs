@@ -1,0 +1,460 @@
+//! Named services: publish-subscribe and request-response.
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use ferry::region::Member;
+use ferry::service::Request;
+use ferry::{Client, Publisher, Server, ServiceConfig, SlowSubscriber, Subscriber};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::channel::{blocking, stats_dict, to_iodata};
+use crate::errors::raise;
+use crate::handle::{closable, Handle};
+use crate::message::PyMessage;
+use crate::region::{domain_of, timeout};
+
+type Shared<T> = Arc<Mutex<T>>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn member(m: Member) -> (String, u32) {
+    (m.id.to_string(), m.pid)
+}
+
+fn config(depth: Option<u32>, slow: &str, reply_timeout: Option<f64>) -> PyResult<ServiceConfig> {
+    let mut c = ServiceConfig::default();
+    if let Some(d) = depth {
+        c.depth = d;
+    }
+    c.slow = match slow {
+        "drop" => SlowSubscriber::Drop,
+        "block" => SlowSubscriber::Block,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "slow must be \"drop\" or \"block\", not {other:?}"
+            )))
+        }
+    };
+    if let Some(t) = timeout(reply_timeout)? {
+        c.reply_timeout = t;
+    }
+    Ok(c)
+}
+
+fn open_timeout(t: Option<f64>) -> PyResult<Duration> {
+    Ok(timeout(t)?.unwrap_or(Duration::from_secs(86_400)))
+}
+
+/// The publishing end of a named publish-subscribe service.
+#[pyclass(module = "ferry._ferry", name = "Publisher", frozen)]
+pub struct PyPublisher {
+    inner: Handle<Shared<Publisher>>,
+}
+
+closable! {
+    PyPublisher {
+        /// Offers publish-subscribe service `name` from `domain`. Each subscriber's queue
+        /// holds `depth` messages; when one is full, `slow="drop"` makes it miss the message
+        /// and `slow="block"` makes `publish` wait. Raises `ServiceExists` if a live domain
+        /// offers `name` already.
+        #[new]
+        #[pyo3(signature = (domain, name, *, depth = None, slow = "drop"))]
+        fn new(
+            py: Python<'_>,
+            domain: &Bound<'_, PyAny>,
+            name: &str,
+            depth: Option<u32>,
+            slow: &str,
+        ) -> PyResult<Self> {
+            let d = domain_of(domain)?;
+            let c = config(depth, slow, None)?;
+            let p = py.detach(|| Publisher::offer(&d, name, c)).map_err(raise)?;
+            Ok(PyPublisher {
+                inner: Handle::new("Publisher", Arc::new(Mutex::new(p))),
+            })
+        }
+
+        /// Publishes `message` (a `Message`, or bytes-like data, copied once into the
+        /// publisher's lot) to every subscriber; returns how many were handed it. Under
+        /// `slow="block"`, waits at most `timeout` seconds for room (`None`: no limit).
+        #[pyo3(signature = (message, timeout = None))]
+        fn publish(
+            &self,
+            py: Python<'_>,
+            message: &Bound<'_, PyAny>,
+            timeout: Option<f64>,
+        ) -> PyResult<usize> {
+            let data = to_iodata(message)?;
+            let p = self.inner.get()?;
+            let t = self::timeout(timeout)?;
+            py.detach(|| match t {
+                Some(d) => lock(&p).publish_timeout(&data, d),
+                None => lock(&p).publish(&data),
+            })
+                .map_err(raise)
+        }
+
+        /// Waits up to `timeout` seconds until `n` subscribers are connected (`Timeout`).
+        #[pyo3(signature = (n, timeout = 5.0))]
+        fn wait_for_subscribers(&self, py: Python<'_>, n: usize, timeout: Option<f64>) -> PyResult<()> {
+            let p = self.inner.get()?;
+            let t = open_timeout(timeout)?;
+            py.detach(|| lock(&p).wait_for_subscribers(n, t))
+                .map_err(raise)
+        }
+
+        /// Connected subscribers.
+        #[getter]
+        fn subscriber_count(&self) -> PyResult<usize> {
+            Ok(lock(&*self.inner.get()?).subscriber_count())
+        }
+
+        /// Each subscriber as a dict: `id`, `pid`, `delivered`, `dropped`, `in_flight`.
+        fn subscribers<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+            let subs = lock(&*self.inner.get()?).subscribers();
+            subs.into_iter()
+                .map(|s| {
+                    let d = PyDict::new(py);
+                    d.set_item("id", s.member.id.to_string())?;
+                    d.set_item("pid", s.member.pid)?;
+                    d.set_item("delivered", s.delivered)?;
+                    d.set_item("dropped", s.dropped)?;
+                    d.set_item("in_flight", s.in_flight)?;
+                    Ok(d)
+                })
+                .collect()
+        }
+
+        /// Drains the subscribers' releases now (publishing does this too).
+        fn collect_releases(&self) -> PyResult<()> {
+            lock(&*self.inner.get()?).collect_releases();
+            Ok(())
+        }
+
+        /// The publisher's counters.
+        fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+            let s = lock(&*self.inner.get()?).stats();
+            let d = PyDict::new(py);
+            d.set_item("published", s.published)?;
+            d.set_item("delivered", s.delivered)?;
+            d.set_item("dropped", s.dropped)?;
+            d.set_item("copied_bytes", s.copied_bytes)?;
+            d.set_item("departed", s.departed)?;
+            Ok(d)
+        }
+
+        /// The service's name.
+        #[getter]
+        fn name(&self) -> PyResult<String> {
+            Ok(lock(&*self.inner.get()?).name().to_owned())
+        }
+    }
+}
+
+/// The subscribing end of a named publish-subscribe service.
+#[pyclass(module = "ferry._ferry", name = "Subscriber", frozen)]
+pub struct PySubscriber {
+    inner: Handle<Shared<Subscriber>>,
+    fd: i32,
+    publisher: Member,
+}
+
+closable! {
+    PySubscriber {
+        /// Subscribes `domain` to service `name`, waiting up to `timeout` seconds for it to
+        /// be offered and for the publisher to connect (`NoSuchService`, `Timeout`).
+        #[new]
+        #[pyo3(signature = (domain, name, timeout = 5.0))]
+        fn new(
+            py: Python<'_>,
+            domain: &Bound<'_, PyAny>,
+            name: &str,
+            timeout: Option<f64>,
+        ) -> PyResult<Self> {
+            let d = domain_of(domain)?;
+            let t = open_timeout(timeout)?;
+            let s = py.detach(|| Subscriber::open(&d, name, t)).map_err(raise)?;
+            Ok(PySubscriber {
+                fd: s.as_fd().as_raw_fd(),
+                publisher: s.publisher(),
+                inner: Handle::new("Subscriber", Arc::new(Mutex::new(s))),
+            })
+        }
+
+        /// Receives the next message, waiting at most `timeout` seconds (`None`: no limit;
+        /// then `Timeout`). Raises `PeerGone` once the publisher died and its queued
+        /// messages were taken, `Disconnected` once it withdrew.
+        #[pyo3(signature = (timeout = None))]
+        fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyMessage> {
+            let s = self.inner.get()?;
+            let got = blocking(py, timeout, |slice| lock(&s).recv_timeout(slice))?;
+            Ok(PyMessage::new(got))
+        }
+
+        /// The next queued message, or `None`; never blocks.
+        fn try_recv(&self) -> PyResult<Option<PyMessage>> {
+            let s = self.inner.get()?;
+            let got = lock(&s).try_recv().map_err(raise)?;
+            Ok(got.map(PyMessage::new))
+        }
+
+        /// Prepares to wait on `fileno()`; False if a message is already queued.
+        fn arm(&self) -> PyResult<bool> {
+            let s = self.inner.get()?;
+            let armed = lock(&s).arm().map_err(raise)?;
+            Ok(armed)
+        }
+
+        /// The eventfd that turns readable when a message arrives after `arm()`.
+        fn fileno(&self) -> PyResult<i32> {
+            self.inner.get()?;
+            Ok(self.fd)
+        }
+
+        /// The publisher's `(domain id, pid)`.
+        #[getter]
+        fn publisher(&self) -> (String, u32) {
+            member(self.publisher)
+        }
+
+        /// The publisher's process id (what `ferry.aio.recv` watches).
+        #[getter]
+        fn peer_pid(&self) -> u32 {
+            self.publisher.pid
+        }
+
+        /// The queue's counters.
+        fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+            let s = lock(&*self.inner.get()?).stats();
+            stats_dict(py, s)
+        }
+    }
+}
+
+/// A request taken by a `Server`: answer it with `server.reply` or `server.fail`.
+#[pyclass(module = "ferry._ferry", name = "Request", frozen)]
+pub struct PyRequest {
+    request: Request,
+    data: Py<PyMessage>,
+}
+
+#[pymethods]
+impl PyRequest {
+    /// The request's payload (the client's pages, read-only).
+    #[getter]
+    fn data(&self, py: Python<'_>) -> Py<PyMessage> {
+        self.data.clone_ref(py)
+    }
+
+    /// The client's id for this request.
+    #[getter]
+    fn id(&self) -> u64 {
+        self.request.id
+    }
+
+    /// The client's `(domain id, pid)`.
+    #[getter]
+    fn client(&self) -> (String, u32) {
+        member(self.request.client)
+    }
+}
+
+/// The serving end of a named request-response service.
+#[pyclass(module = "ferry._ferry", name = "Server", frozen)]
+pub struct PyServer {
+    inner: Handle<Shared<Server>>,
+    fd: i32,
+}
+
+fn request(py: Python<'_>, r: Request) -> PyResult<PyRequest> {
+    let data = Py::new(py, PyMessage::new(r.data.clone()))?;
+    Ok(PyRequest { request: r, data })
+}
+
+closable! {
+    PyServer {
+        /// Offers request-response service `name` from `domain`; each client's queues hold
+        /// `depth` messages, and a reply waits at most `reply_timeout` seconds for room.
+        #[new]
+        #[pyo3(signature = (domain, name, *, depth = None, reply_timeout = None))]
+        fn new(
+            py: Python<'_>,
+            domain: &Bound<'_, PyAny>,
+            name: &str,
+            depth: Option<u32>,
+            reply_timeout: Option<f64>,
+        ) -> PyResult<Self> {
+            let d = domain_of(domain)?;
+            let c = config(depth, "drop", reply_timeout)?;
+            let s = py.detach(|| Server::offer(&d, name, c)).map_err(raise)?;
+            Ok(PyServer {
+                fd: s.as_fd().as_raw_fd(),
+                inner: Handle::new("Server", Arc::new(Mutex::new(s))),
+            })
+        }
+
+        /// The next request from any client, waiting at most `timeout` seconds (`None`: no
+        /// limit; then `Timeout`).
+        #[pyo3(signature = (timeout = None))]
+        fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyRequest> {
+            let s = self.inner.get()?;
+            let got = blocking(py, timeout, |slice| lock(&s).recv_timeout(slice))?;
+            request(py, got)
+        }
+
+        /// The next request if one is queued, or `None`; never blocks.
+        fn try_recv(&self, py: Python<'_>) -> PyResult<Option<PyRequest>> {
+            let s = self.inner.get()?;
+            let got = lock(&s).try_recv().map_err(raise)?;
+            got.map(|r| request(py, r)).transpose()
+        }
+
+        /// Sends `response` (a `Message` or bytes-like data) to the client of `request`.
+        /// Raises `PeerGone`/`Disconnected` if that client is gone (the server goes on).
+        fn reply(
+            &self,
+            py: Python<'_>,
+            request: &Bound<'_, PyRequest>,
+            response: &Bound<'_, PyAny>,
+        ) -> PyResult<()> {
+            let data = to_iodata(response)?;
+            let s = self.inner.get()?;
+            let r = &request.get().request;
+            py.detach(|| lock(&s).reply(r, &data)).map_err(raise)
+        }
+
+        /// Fails `request` with non-zero `status` (the client's call raises
+        /// `RequestFailed`).
+        fn fail(&self, py: Python<'_>, request: &Bound<'_, PyRequest>, status: u32) -> PyResult<()> {
+            let s = self.inner.get()?;
+            let r = &request.get().request;
+            py.detach(|| lock(&s).fail(r, status)).map_err(raise)
+        }
+
+        /// Prepares to wait on `fileno()`; False if a request is already queued.
+        fn arm(&self) -> PyResult<bool> {
+            let s = self.inner.get()?;
+            let armed = lock(&s).arm().map_err(raise)?;
+            Ok(armed)
+        }
+
+        /// An epoll fd that turns readable when a request arrives after `arm()`.
+        fn fileno(&self) -> PyResult<i32> {
+            self.inner.get()?;
+            Ok(self.fd)
+        }
+
+        /// Connected clients as `(domain id, pid)`.
+        fn clients(&self) -> PyResult<Vec<(String, u32)>> {
+            let c = lock(&*self.inner.get()?).clients();
+            Ok(c.into_iter().map(member).collect())
+        }
+
+        /// The server's counters.
+        fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+            let s = lock(&*self.inner.get()?).stats();
+            let d = PyDict::new(py);
+            d.set_item("requests", s.requests)?;
+            d.set_item("responses", s.responses)?;
+            d.set_item("failed", s.failed)?;
+            d.set_item("malformed", s.malformed)?;
+            d.set_item("departed", s.departed)?;
+            Ok(d)
+        }
+    }
+}
+
+/// The calling end of a named request-response service.
+#[pyclass(module = "ferry._ferry", name = "Client", frozen)]
+pub struct PyClient {
+    inner: Handle<Shared<Client>>,
+    server: Member,
+}
+
+closable! {
+    PyClient {
+        /// Connects `domain` to service `name`, waiting up to `timeout` seconds for it to be
+        /// offered and for the server to take the client in.
+        #[new]
+        #[pyo3(signature = (domain, name, timeout = 5.0))]
+        fn new(
+            py: Python<'_>,
+            domain: &Bound<'_, PyAny>,
+            name: &str,
+            timeout: Option<f64>,
+        ) -> PyResult<Self> {
+            let d = domain_of(domain)?;
+            let t = open_timeout(timeout)?;
+            let c = py.detach(|| Client::open(&d, name, t)).map_err(raise)?;
+            Ok(PyClient {
+                server: c.server(),
+                inner: Handle::new("Client", Arc::new(Mutex::new(c))),
+            })
+        }
+
+        /// Sends `request` (a `Message` or bytes-like data) and returns the response,
+        /// waiting at most `timeout` seconds in all (`Timeout`). Raises `RequestFailed`
+        /// with the server's status if its handler failed, `PeerGone` if it died.
+        #[pyo3(signature = (request, timeout = 5.0))]
+        fn call(
+            &self,
+            py: Python<'_>,
+            request: &Bound<'_, PyAny>,
+            timeout: Option<f64>,
+        ) -> PyResult<PyMessage> {
+            let data = to_iodata(request)?;
+            let c = self.inner.get()?;
+            let t = open_timeout(timeout)?;
+            let got = py.detach(|| lock(&c).call(&data, t)).map_err(raise)?;
+            Ok(PyMessage::new(got))
+        }
+
+        /// The server's `(domain id, pid)`.
+        #[getter]
+        fn server(&self) -> (String, u32) {
+            member(self.server)
+        }
+    }
+}
+
+/// `group.services()`: the services offered in the group.
+pub(crate) fn services<'py>(
+    py: Python<'py>,
+    g: &ferry::Group,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    g.services()
+        .into_iter()
+        .map(|s| {
+            let d = PyDict::new(py);
+            d.set_item("name", s.name)?;
+            d.set_item(
+                "kind",
+                match s.kind {
+                    ferry::service::Kind::PubSub => "pubsub",
+                    _ => "reqresp",
+                },
+            )?;
+            d.set_item("owner", member(s.owner))?;
+            d.set_item(
+                "members",
+                s.subscribers.into_iter().map(member).collect::<Vec<_>>(),
+            )?;
+            d.set_item("depth", s.depth)?;
+            d.set_item(
+                "slow",
+                if s.slow == SlowSubscriber::Block {
+                    "block"
+                } else {
+                    "drop"
+                },
+            )?;
+            Ok(d)
+        })
+        .collect()
+}

@@ -1,0 +1,113 @@
+"""A peer process for the multi-process tests, driven by arguments and stdout lines.
+
+    peer.py produce GROUP PEER SIZE COUNT [hold]   connect to PEER, send COUNT messages
+                                                   of SIZE bytes (byte i % 251 + k for
+                                                   message k), print "sent", then wait
+                                                   to be killed if "hold"
+    peer.py publish GROUP NAME COUNT               offer publish-subscribe NAME, wait for
+                                                   one subscriber, publish "NAME k" for k
+                                                   below COUNT, wait to be killed
+    peer.py scribble GROUP                         print our id, accept, receive one
+                                                   message, print "got", then write into
+                                                   it through ctypes (the kernel must
+                                                   kill us with SIGSEGV)
+    peer.py consume GROUP COUNT                    print our id, accept, receive COUNT
+                                                   messages and keep them, print
+                                                   "held", wait to be killed
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+import ferry
+
+
+def pattern(size: int, k: int) -> np.ndarray:
+    return ((np.arange(size, dtype=np.uint64) + k) % 251).astype(np.uint8)
+
+
+def produce(group: str, peer: str, size: int, count: int, hold: bool) -> None:
+    g = ferry.Group(group)
+    d = g.join()
+    print("id", d.id, d.lot_addr, flush=True)
+    tx = d.connect(peer, timeout=10)
+    path = d.path()
+    base = pattern(size, 0)
+    for k in range(count):
+        while True:
+            try:
+                buf = path.alloc(size)
+                break
+            except ferry.QuotaExceeded:
+                tx.collect_releases()
+                time.sleep(0.001)
+        a = np.frombuffer(buf, dtype=np.uint8)
+        a[:] = base
+        a[0] = k % 256
+        del a
+        tx.send(buf.freeze(), timeout=30)
+    print("sent", flush=True)
+    if hold:
+        time.sleep(3600)
+    # Wait for the consumer to let go before leaving (the fbufs stay readable to it
+    # anyway; this keeps the test's accounting simple).
+    deadline = time.monotonic() + 30
+    while tx.in_flight and time.monotonic() < deadline:
+        tx.collect_releases()
+        time.sleep(0.005)
+
+
+def consume(group: str, count: int) -> None:
+    g = ferry.Group(group)
+    d = g.join()
+    print("id", d.id, flush=True)
+    rx = d.accept(timeout=10)
+    held = [rx.recv(timeout=10) for _ in range(count)]
+    print("held", len(held), flush=True)
+    time.sleep(3600)
+
+
+def publish(group: str, name: str, count: int) -> None:
+    g = ferry.Group(group)
+    d = g.join()
+    pub = ferry.Publisher(d, name, slow="block")
+    pub.wait_for_subscribers(1, timeout=30)
+    for k in range(count):
+        pub.publish(f"{name} {k}".encode(), timeout=30)
+    print("published", flush=True)
+    time.sleep(3600)
+
+
+def scribble(group: str) -> None:
+    import ctypes
+
+    g = ferry.Group(group)
+    d = g.join()
+    print("id", d.id, flush=True)
+    rx = d.accept(timeout=10)
+    msg = rx.recv(timeout=10)
+    print("got", msg.address, flush=True)
+    ctypes.memset(msg.address, 0x55, 1)  # the sender's page, mapped read-only here
+    print("wrote", flush=True)
+
+
+def main() -> None:
+    role = sys.argv[1]
+    if role == "produce":
+        produce(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), "hold" in sys.argv[6:])
+    elif role == "publish":
+        publish(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif role == "scribble":
+        scribble(sys.argv[2])
+    elif role == "consume":
+        consume(sys.argv[2], int(sys.argv[3]))
+    else:
+        raise SystemExit(f"unknown role {role}")
+
+
+if __name__ == "__main__":
+    main()
