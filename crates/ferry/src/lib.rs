@@ -42,7 +42,8 @@
 //! Layers, bottom up: `sys` (thin syscall wrappers, private to the crate; [`diagnostics`]
 //! re-exports its syscall counters and page size), [`region`] (groups, domains, lots,
 //! fbufs), [`segment`] and [`iodata`] (handles), [`channel`] (rings and endpoints),
-//! [`service`] (named publish-subscribe and request-response over channels).
+//! [`service`] (named publish-subscribe and request-response over channels), and with
+//! the `tokio` feature `aio` (async endpoints over the same wait descriptors).
 //! Errors are one enum, [`Error`]; a descriptor that fails validation is
 //! [`Error::BadDescriptor`], a dead peer [`Error::PeerGone`].
 //!
@@ -64,6 +65,7 @@
 //! | [`container`] | `container::unload` hands out slices over an unloaded pallet's mapping |
 //! | [`uring`] | io_uring: pushing entries whose buffers the kernel uses until completion, registered buffers, the `IoBuf` traits, aligned allocations, xlate's bounce buffers |
 //! | [`vcm`] | its io_uring ring (pushes, registered region), `msghdr` space, slices over the registered region |
+//! | `aio` (feature `tokio`) | registering an endpoint's descriptor with tokio's reactor (`AsyncFd::register_with_interest`), whose contract is that the descriptor stays open and the same while registered |
 //!
 //! [`error`], [`diagnostics`], [`service`] and the `sync` shim contain none.
 #![deny(unsafe_code)]
@@ -72,6 +74,9 @@
 
 // `unsafe` is denied at the root; each module below that needs it says so here (container
 // on its `unload` submodule), as listed under "Where `unsafe` lives" in the crate docs.
+#[cfg(feature = "tokio")]
+#[allow(unsafe_code)]
+pub mod aio;
 #[allow(unsafe_code)]
 pub mod channel;
 pub mod container;

@@ -21,6 +21,7 @@ const RANKS: &[(&str, u32)] = &[
     ("vcm", 3),
     ("channel", 4),
     ("service", 5),
+    ("aio", 6),
 ];
 
 fn rank(module: &str) -> Option<u32> {
