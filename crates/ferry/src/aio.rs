@@ -198,9 +198,7 @@ wrapper_common!(AsyncSubscriber, Subscriber);
 impl AsyncSubscriber {
     /// Registers `sub` with the current tokio runtime.
     pub fn new(sub: Subscriber) -> Result<AsyncSubscriber> {
-        Ok(AsyncSubscriber {
-            fd: register(sub)?,
-        })
+        Ok(AsyncSubscriber { fd: register(sub)? })
     }
 
     /// Receives the next published message. Cancel safe.

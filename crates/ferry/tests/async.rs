@@ -203,10 +203,7 @@ fn many_tasks_on_current_thread() {
         let local = tokio::task::LocalSet::new();
         for s in subs {
             let mut s = AsyncSubscriber::new(s).unwrap();
-            tasks.spawn_local_on(
-                async move { consume(&mut s, N).await.map(|_| ()) },
-                &local,
-            );
+            tasks.spawn_local_on(async move { consume(&mut s, N).await.map(|_| ()) }, &local);
         }
         for (k, (c, path)) in clients.into_iter().enumerate() {
             let mut c = AsyncClient::new(c).unwrap();
@@ -257,7 +254,9 @@ fn peer_killed_while_awaiting() {
             std::thread::sleep(Duration::from_millis(100));
             p.kill9();
         });
-        let r = waiting.await.expect("a dead publisher left the task hanging");
+        let r = waiting
+            .await
+            .expect("a dead publisher left the task hanging");
         assert!(matches!(r, Err(Error::PeerGone { .. })), "{r:?}");
         killer.await.unwrap();
     });
@@ -310,10 +309,16 @@ fn peer_killed_while_awaiting() {
             std::thread::sleep(Duration::from_millis(100));
             rxp.kill9();
         });
-        let r = waiting.await.expect("a dead receiver left the sender hanging");
+        let r = waiting
+            .await
+            .expect("a dead receiver left the sender hanging");
         assert!(matches!(r, Err(Error::PeerGone { .. })), "{r:?}");
         killer.await.unwrap();
-        assert_eq!(tx.get_ref().in_flight(), 0, "the dead receiver's holds came back");
+        assert_eq!(
+            tx.get_ref().in_flight(),
+            0,
+            "the dead receiver's holds came back"
+        );
     });
     drop(g);
 }
@@ -348,7 +353,10 @@ fn cancelled_recv_loses_nothing() {
         cancelled
     });
     eprintln!("    ({cancelled} receives cancelled)");
-    assert!(cancelled > 0, "no receive was cancelled: the test proved nothing");
+    assert!(
+        cancelled > 0,
+        "no receive was cancelled: the test proved nothing"
+    );
     finish(p);
     drop(g);
 }
@@ -459,7 +467,10 @@ fn async_sender_and_receiver() {
         tx.get_ref().stats().sleeps
     });
     assert_eq!(rxp.line(), "ok");
-    assert!(sleeps > 0, "the sender never waited for room: the test proved nothing");
+    assert!(
+        sleeps > 0,
+        "the sender never waited for room: the test proved nothing"
+    );
     finish(rxp);
 
     // In-process pair, async on the receiving side.

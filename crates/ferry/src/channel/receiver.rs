@@ -272,7 +272,10 @@ pub struct Receiver {
 pub(super) fn wait_set(link: &Link) -> Result<OwnedFd> {
     use rustix::event::epoll;
     let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
-    for (i, fd) in [link.rx_efd.as_fd(), link.pidfd.as_fd()].into_iter().enumerate() {
+    for (i, fd) in [link.rx_efd.as_fd(), link.pidfd.as_fd()]
+        .into_iter()
+        .enumerate()
+    {
         epoll::add(
             &ep,
             fd,
