@@ -4,7 +4,7 @@
 //! ([`AsyncFd`]) and awaits it between non-blocking attempts, following the same
 //! protocol any epoll loop would: `try_*` until nothing is ready, `arm()`, wait for
 //! readability only if `arm()` said so, repeat. The descriptors are the ones the plain
-//! endpoints hand out through [`AsFd`](std::os::fd::AsFd), so nothing here is hidden from
+//! endpoints hand out through [`AsFd`], so nothing here is hidden from
 //! an epoll loop of one's own.
 //!
 //! ```no_run
