@@ -66,7 +66,6 @@
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
-use rustix::event::epoll;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
@@ -331,15 +330,7 @@ impl AsyncSender {
     /// Registers `tx` with the current tokio runtime (one epoll set over its two wait
     /// descriptors).
     pub fn new(tx: Sender) -> Result<AsyncSender> {
-        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
-        for (i, fd) in tx.room_fds().into_iter().enumerate() {
-            epoll::add(
-                &ep,
-                fd,
-                epoll::EventData::new_u64(i as u64),
-                epoll::EventFlags::IN,
-            )?;
-        }
+        let ep = crate::sys::fd::wait_set(&tx.room_fds())?;
         Ok(AsyncSender {
             fd: register(RoomFd(ep))?,
             tx,

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::*;
 use ferry::aio::{AsyncClient, AsyncReceiver, AsyncSender, AsyncSubscriber};
 use ferry::service::{Client, Publisher, ServiceConfig, SlowSubscriber, Subscriber};
-use ferry::{ChannelConfig, Error, Group, PathConfig};
+use ferry::{ChannelConfig, Domain, Error, Group, PathConfig, Sender};
 use rustix::event::epoll;
 
 /// Seed that ends a stream.
@@ -151,6 +151,19 @@ async fn consume(sub: &mut AsyncSubscriber, count: u64) -> Result<u64, String> {
     Ok(count)
 }
 
+/// Starts a "slow-rx" child that reads `count` messages, and connects to it from `d`
+/// with a ring of 4.
+fn slow_receiver(d: &Domain, group: &str, count: u64) -> (Peer, Sender) {
+    let mut rxp = Peer::spawn("slow-rx", group, &count.to_string());
+    let config = ChannelConfig {
+        capacity: 4,
+        release_capacity: 16,
+    };
+    let tx = d.connect_with(rxp.id, config, T).unwrap();
+    assert_eq!(rxp.line(), "accepted");
+    (rxp, tx)
+}
+
 fn finish(mut p: Peer) {
     p.tell("exit");
     assert!(p.child.wait().unwrap().success());
@@ -285,18 +298,7 @@ fn peer_killed_while_awaiting() {
 
     // Sender waiting for room.
     let d = g.join().unwrap();
-    let mut rxp = Peer::spawn("slow-rx", &name, "0");
-    let tx = d
-        .connect_with(
-            rxp.id,
-            ChannelConfig {
-                capacity: 4,
-                release_capacity: 16,
-            },
-            T,
-        )
-        .unwrap();
-    assert_eq!(rxp.line(), "accepted");
+    let (mut rxp, tx) = slow_receiver(&d, &name, 0);
     let path = d.path(PathConfig::default()).unwrap();
     rt.block_on(async {
         let tx = AsyncSender::new(tx).unwrap();
@@ -442,18 +444,7 @@ fn arm_reports_dead_publisher() {
 fn async_sender_and_receiver() {
     const N: u64 = 300;
     let (g, d, name) = join("send");
-    let mut rxp = Peer::spawn("slow-rx", &name, &N.to_string());
-    let tx = d
-        .connect_with(
-            rxp.id,
-            ChannelConfig {
-                capacity: 4,
-                release_capacity: 16,
-            },
-            T,
-        )
-        .unwrap();
-    assert_eq!(rxp.line(), "accepted");
+    let (mut rxp, tx) = slow_receiver(&d, &name, N);
     let path = d.path(PathConfig::default()).unwrap();
     let rt = runtime();
     let sleeps = rt.block_on(async {

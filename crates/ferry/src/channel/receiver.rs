@@ -267,23 +267,12 @@ pub struct Receiver {
 }
 
 /// The epoll set a receiver's [`AsFd`] stands for: the channel's eventfd (a message, a
-/// closed sender, room for releases) and the sender's pidfd (its death). Level
-/// triggered, so it can itself sit in an edge- or level-triggered epoll set.
+/// closed sender, room for releases) and the sender's pidfd (its death).
 pub(super) fn wait_set(link: &Link) -> Result<OwnedFd> {
-    use rustix::event::epoll;
-    let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
-    for (i, fd) in [link.rx_efd.as_fd(), link.pidfd.as_fd()]
-        .into_iter()
-        .enumerate()
-    {
-        epoll::add(
-            &ep,
-            fd,
-            epoll::EventData::new_u64(i as u64),
-            epoll::EventFlags::IN,
-        )?;
-    }
-    Ok(ep)
+    Ok(crate::sys::fd::wait_set(&[
+        link.rx_efd.as_fd(),
+        link.pidfd.as_fd(),
+    ])?)
 }
 
 impl std::fmt::Debug for Receiver {
