@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use ferry::aio::{AsyncClient, AsyncReceiver, AsyncSender, AsyncSubscriber};
-use ferry::service::{Client, Publisher, ServiceConfig, SlowSubscriber, Subscriber};
+use ferry::aio::{AsyncClient, AsyncReceiver, AsyncSender, AsyncServer, AsyncSubscriber};
+use ferry::service::{Client, Publisher, Server, ServiceConfig, SlowSubscriber, Subscriber};
+use ferry::Handler;
 use ferry::{ChannelConfig, Domain, Error, Group, PathConfig, Sender};
 use rustix::event::epoll;
 
@@ -105,6 +106,28 @@ fn child_main(role: &str) {
                 assert_eq!(verify(&d).unwrap(), want, "lost or reordered");
                 if want % 16 == 0 {
                     std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+            println!("ok");
+            read_line(&mut stdin);
+        }
+        // ARG "service,calls": call the Reverse service `calls` times (blocking), checking
+        // each answer; print "calling" after the first, "ok" at the end, then wait.
+        "client" => {
+            let (name, calls) = arg.split_once(',').unwrap();
+            let calls: u64 = calls.parse().unwrap();
+            let mut c = Client::open(&domain, name, T).unwrap();
+            let path = domain.path(PathConfig::default()).unwrap();
+            for i in 0..calls {
+                let body = format!("call {i} from {}", std::process::id());
+                let mut m = path.alloc(body.len()).unwrap();
+                m.write_at(0, body.as_bytes());
+                let got = c.call(&m.freeze(), HANG).unwrap();
+                let mut want = body.into_bytes();
+                want.reverse();
+                assert_eq!(got.slice(0..want.len()).to_vec(), want);
+                if i == 0 {
+                    println!("calling");
                 }
             }
             println!("ok");
@@ -424,6 +447,64 @@ fn raw_epoll_on_subscriber_fd() {
     drop(g);
 }
 
+/// An async server in this process serves three client processes to the end while a
+/// fourth is killed mid-stream; the dead and departed clients are dropped while the
+/// server's task awaits.
+fn async_server_serves_client_processes() {
+    let (g, d, name) = join("srv");
+    let server = Server::offer(&d, "srv/rev", ServiceConfig::default()).unwrap();
+    let rt = runtime();
+    rt.block_on(async {
+        let mut srv = AsyncServer::new(server).unwrap();
+        let clients: Vec<Peer> = (0..3)
+            .map(|_| Peer::spawn("client", &name, "srv/rev,200"))
+            .collect();
+        let mut victim = Peer::spawn("client", &name, "srv/rev,1000000000");
+        let waiting = tokio::task::spawn_blocking(move || {
+            assert_eq!(victim.line(), "calling");
+            victim.kill9();
+            for mut c in clients {
+                assert_eq!(c.line(), "calling");
+                assert_eq!(c.line(), "ok");
+                c.tell("exit");
+                assert!(c.child.wait().unwrap().success());
+            }
+        });
+        tokio::pin!(waiting);
+        let mut handler = Reverse { calls: 0 };
+        loop {
+            tokio::select! {
+                done = &mut waiting => {
+                    done.unwrap();
+                    break;
+                }
+                req = tokio::time::timeout(HANG, srv.recv()) => {
+                    let req = req.expect("hang").unwrap();
+                    let resp = handler.handle(&req.data, srv.get_ref().path()).unwrap();
+                    match srv.reply(&req, &resp) {
+                        Ok(()) | Err(Error::PeerGone { .. } | Error::Disconnected) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+        }
+        assert!(handler.calls >= 600);
+        // Every client is gone now: each departure is noticed while the task awaits.
+        let give_up = tokio::time::Instant::now() + HANG;
+        while srv.get_ref().stats().departed < 4 {
+            assert!(
+                tokio::time::Instant::now() < give_up,
+                "departures not noticed"
+            );
+            if let Ok(r) = tokio::time::timeout(Duration::from_millis(20), srv.recv()).await {
+                panic!("a request from nowhere: {r:?}");
+            }
+        }
+        assert!(srv.get_ref().clients().is_empty());
+    });
+    drop(g);
+}
+
 /// `arm()` never lets a caller sleep on a dead publisher: it returns false, and the next
 /// `try_recv` reports PeerGone at once (not after the periodic liveness check).
 fn arm_reports_dead_publisher() {
@@ -507,6 +588,10 @@ fn main() {
         ("cancelled_recv_loses_nothing", cancelled_recv_loses_nothing),
         ("raw_epoll_on_subscriber_fd", raw_epoll_on_subscriber_fd),
         ("arm_reports_dead_publisher", arm_reports_dead_publisher),
+        (
+            "async_server_serves_client_processes",
+            async_server_serves_client_processes,
+        ),
         ("async_sender_and_receiver", async_sender_and_receiver),
     ]);
 }
