@@ -80,35 +80,10 @@ trait Armed: AsRawFd {
     fn arm(&mut self) -> Result<bool>;
 }
 
-impl Armed for Receiver {
-    fn arm(&mut self) -> Result<bool> {
-        Receiver::arm(self)
-    }
-}
-impl Armed for Subscriber {
-    fn arm(&mut self) -> Result<bool> {
-        Subscriber::arm(self)
-    }
-}
-impl Armed for Client {
-    fn arm(&mut self) -> Result<bool> {
-        Client::arm(self)
-    }
-}
-impl Armed for Server {
-    fn arm(&mut self) -> Result<bool> {
-        Server::arm(self)
-    }
-}
-
 /// Endpoints whose [`AsRawFd`] is one descriptor they own, open and unchanged for as
 /// long as they live (the wrappers below never hand out `&mut` to them, so nobody can
 /// swap one for another while registered).
 trait FixedFd: AsRawFd {}
-impl FixedFd for Receiver {}
-impl FixedFd for Subscriber {}
-impl FixedFd for Client {}
-impl FixedFd for Server {}
 impl FixedFd for RoomFd {}
 
 fn register<T: FixedFd>(inner: T) -> Result<AsyncFd<T>> {
@@ -137,9 +112,22 @@ async fn until<T: Armed, R>(
     }
 }
 
-macro_rules! wrapper_common {
-    ($name:ident, $inner:ty) => {
+/// An async wrapper: the struct, its constructor, and access to the plain endpoint.
+macro_rules! wrapper {
+    ($(#[$doc:meta])* $name:ident, $inner:ty) => {
+        $(#[$doc])*
+        pub struct $name {
+            fd: AsyncFd<$inner>,
+        }
+
         impl $name {
+            /// Registers `inner` with the current tokio runtime.
+            pub fn new(inner: $inner) -> Result<$name> {
+                Ok($name {
+                    fd: register(inner)?,
+                })
+            }
+
             /// The plain endpoint.
             pub fn get_ref(&self) -> &$inner {
                 self.fd.get_ref()
@@ -151,6 +139,16 @@ macro_rules! wrapper_common {
             }
         }
 
+        impl Armed for $inner {
+            fn arm(&mut self) -> Result<bool> {
+                <$inner>::arm(self)
+            }
+        }
+
+        // Each of these owns its descriptor (a receiver's or a server's epoll set) for
+        // life, and the wrapper never lends it out mutably.
+        impl FixedFd for $inner {}
+
         impl std::fmt::Debug for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.debug_tuple(stringify!($name))
@@ -161,18 +159,13 @@ macro_rules! wrapper_common {
     };
 }
 
-/// A channel [`Receiver`] whose receive can be awaited.
-pub struct AsyncReceiver {
-    fd: AsyncFd<Receiver>,
-}
-wrapper_common!(AsyncReceiver, Receiver);
+wrapper!(
+    /// A channel [`Receiver`] whose receive can be awaited.
+    AsyncReceiver,
+    Receiver
+);
 
 impl AsyncReceiver {
-    /// Registers `rx` with the current tokio runtime.
-    pub fn new(rx: Receiver) -> Result<AsyncReceiver> {
-        Ok(AsyncReceiver { fd: register(rx)? })
-    }
-
     /// Receives the next message. Cancel safe.
     ///
     /// # Errors
@@ -188,18 +181,13 @@ impl AsyncReceiver {
     }
 }
 
-/// A [`Subscriber`] whose receive can be awaited.
-pub struct AsyncSubscriber {
-    fd: AsyncFd<Subscriber>,
-}
-wrapper_common!(AsyncSubscriber, Subscriber);
+wrapper!(
+    /// A [`Subscriber`] whose receive can be awaited.
+    AsyncSubscriber,
+    Subscriber
+);
 
 impl AsyncSubscriber {
-    /// Registers `sub` with the current tokio runtime.
-    pub fn new(sub: Subscriber) -> Result<AsyncSubscriber> {
-        Ok(AsyncSubscriber { fd: register(sub)? })
-    }
-
     /// Receives the next published message. Cancel safe.
     ///
     /// # Errors
@@ -215,20 +203,13 @@ impl AsyncSubscriber {
     }
 }
 
-/// A request-response [`Client`] whose calls can be awaited.
-pub struct AsyncClient {
-    fd: AsyncFd<Client>,
-}
-wrapper_common!(AsyncClient, Client);
+wrapper!(
+    /// A request-response [`Client`] whose calls can be awaited.
+    AsyncClient,
+    Client
+);
 
 impl AsyncClient {
-    /// Registers `client` with the current tokio runtime.
-    pub fn new(client: Client) -> Result<AsyncClient> {
-        Ok(AsyncClient {
-            fd: register(client)?,
-        })
-    }
-
     /// Sends `request` and awaits its response. Wrap it in `tokio::time::timeout` for
     /// a deadline; dropping the future abandons the request (its late response is
     /// discarded by a later call).
@@ -256,20 +237,13 @@ impl AsyncClient {
     }
 }
 
-/// A request-response [`Server`] whose receive can be awaited.
-pub struct AsyncServer {
-    fd: AsyncFd<Server>,
-}
-wrapper_common!(AsyncServer, Server);
+wrapper!(
+    /// A request-response [`Server`] whose receive can be awaited.
+    AsyncServer,
+    Server
+);
 
 impl AsyncServer {
-    /// Registers `server` with the current tokio runtime.
-    pub fn new(server: Server) -> Result<AsyncServer> {
-        Ok(AsyncServer {
-            fd: register(server)?,
-        })
-    }
-
     /// Receives the next request from any client. Cancel safe. Clients that die or
     /// leave are dropped on the way, as by [`Server::try_recv`].
     pub async fn recv(&mut self) -> Result<Request> {
