@@ -573,6 +573,27 @@ fn async_sender_and_receiver() {
     drop(g);
 }
 
+/// The wrappers and their futures can move to another thread (tokio::spawn on a
+/// multi-thread runtime); checked at compile time.
+#[allow(dead_code)]
+fn wrappers_are_send(
+    mut s: AsyncSubscriber,
+    mut r: AsyncReceiver,
+    mut c: AsyncClient,
+    mut v: AsyncServer,
+    t: AsyncSender,
+    d: ferry::IoData,
+) {
+    fn send<T: Send>(_: T) {}
+    send(async move {
+        let _ = s.recv().await;
+        let _ = r.recv().await;
+        let _ = c.call(&d).await;
+        let _ = v.recv().await;
+        let _ = t.send(&d).await;
+    });
+}
+
 fn main() {
     if let Ok(role) = std::env::var("FERRY_TEST_ROLE") {
         child_main(&role);
