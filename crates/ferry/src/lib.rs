@@ -43,7 +43,8 @@
 //! re-exports its syscall counters and page size), [`region`] (groups, domains, lots,
 //! fbufs), [`segment`] and [`iodata`] (handles), [`channel`] (rings, senders and receivers),
 //! and on top [`service`] (named publish-subscribe and request-response over channels)
-//! and [`semantics`] (Genie's eight data-passing semantics over channels and TCP).
+//! and [`semantics`] (Genie's eight data-passing semantics over channels and TCP), and
+//! with the `tokio` feature `aio` (async endpoints over the same wait descriptors).
 //! Errors are one enum, [`Error`]; a descriptor that fails validation is
 //! [`Error::BadDescriptor`], a dead peer [`Error::PeerGone`].
 //!
@@ -82,6 +83,7 @@
 //! | [`uring`] | io_uring: pushing entries whose buffers the kernel uses until completion, registered buffers, the `IoBuf` traits, aligned allocations, xlate's bounce buffers |
 //! | [`vcm`] | its io_uring ring (pushes, registered region), `msghdr` space, slices over the registered region |
 //! | [`semantics`] (its `app`, `hide`, `regions`, `tcow` and `tcp` submodules) | slices over application buffers' views, segments over output regions, hiding and unmapping regions given up at output, replacing a page under a writer (TCOW), buffers lent to io_uring sends and receives |
+//! | `aio` (feature `tokio`) | registering an endpoint's descriptor with tokio's reactor (`AsyncFd::register_with_interest`), whose contract is that the descriptor stays open and the same while registered |
 //!
 //! [`error`], [`diagnostics`], [`service`] and the `sync` shim contain none.
 #![deny(unsafe_code)]
@@ -90,6 +92,9 @@
 
 // `unsafe` is denied at the root; each module below that needs it says so here (container
 // on its `unload` submodule), as listed under "Where `unsafe` lives" in the crate docs.
+#[cfg(feature = "tokio")]
+#[allow(unsafe_code)]
+pub mod aio;
 #[allow(unsafe_code)]
 pub mod channel;
 pub mod container;

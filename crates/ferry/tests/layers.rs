@@ -22,6 +22,7 @@ const RANKS: &[(&str, u32)] = &[
     ("channel", 4),
     ("service", 5),
     ("semantics", 5),
+    ("aio", 6),
 ];
 
 fn rank(module: &str) -> Option<u32> {

@@ -308,12 +308,14 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Resul
     let weak: std::sync::Weak<dyn PendingReleases> = Arc::downgrade(&core) as _;
     domain.add_sink(weak);
     Ok(Receiver {
+        wait: super::receiver::wait_set(&core.link)?,
         core,
         fwd,
         last_check: Instant::now(),
         map_per_transfer: false,
         lots: Vec::new(),
         frags: Vec::new(),
+        recheck: false,
     })
 }
 

@@ -1,7 +1,7 @@
 //! The receiving end: taking descriptors off the ring, checking them, turning them into
 //! IoData over the sender's pages, and sending releases back.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -245,9 +245,10 @@ unsafe fn copy_shared(src: *const u8, out: &mut [u8]) {
     }
 }
 
-/// The receiving end of a channel. Its [`AsFd`] is an eventfd that turns readable when
-/// a message arrives for a receiver that [armed](Self::arm) it, so it works with epoll
-/// and async runtimes.
+/// The receiving end of a channel. Its [`AsFd`] is a descriptor (an epoll set over the
+/// channel's eventfd and the sender's pidfd) that turns readable when a message arrives
+/// for a receiver that [armed](Self::arm) it, when the sender closes its end, and when
+/// the sender dies, so it works with any epoll loop and with async runtimes.
 pub struct Receiver {
     pub(super) core: Arc<RecvCore>,
     pub(super) fwd: Consumer<RawDesc>,
@@ -258,6 +259,20 @@ pub struct Receiver {
     pub(super) lots: Vec<((u16, u32), LotRef)>,
     /// Decoded fragments of the message being received (reused).
     pub(super) frags: Vec<RawFrag>,
+    /// What [`AsFd`] hands out: an epoll set over `rx_efd` and the sender's pidfd.
+    pub(super) wait: OwnedFd,
+    /// [`arm`](Self::arm) saw the sender dead: the next idle receive checks liveness
+    /// at once instead of waiting for the period.
+    pub(super) recheck: bool,
+}
+
+/// The epoll set a receiver's [`AsFd`] stands for: the channel's eventfd (a message, a
+/// closed sender, room for releases) and the sender's pidfd (its death).
+pub(super) fn wait_set(link: &Link) -> Result<OwnedFd> {
+    Ok(crate::sys::fd::wait_set(&[
+        link.rx_efd.as_fd(),
+        link.pidfd.as_fd(),
+    ])?)
 }
 
 impl std::fmt::Debug for Receiver {
@@ -407,6 +422,7 @@ impl Receiver {
             return Err(Error::Disconnected);
         }
         let now = Instant::now();
+        let force = force || std::mem::take(&mut self.recheck);
         if force || now.duration_since(self.last_check) >= LIVENESS_PERIOD {
             self.last_check = now;
             if self.core.link.peer_exited() && !self.fwd.has_data().map_err(corrupt)? {
@@ -529,12 +545,39 @@ impl Receiver {
         }
     }
 
-    /// Prepares to wait on this receiver's fd (epoll, async runtimes). Returns false if a
-    /// message is already waiting (do not wait: call [`try_recv`](Self::try_recv)). After
-    /// true, the fd becomes readable when the next message arrives.
+    /// Prepares to wait on this receiver's fd (epoll, async runtimes). Returns false if
+    /// there is something for [`try_recv`](Self::try_recv) to do (do not wait: call it):
+    /// a message is waiting, the sender closed its end or died (`try_recv` then reports
+    /// it), or releases that did not fit the reverse ring found room. After true, the fd
+    /// becomes readable when the next message arrives, the sender closes or dies, or
+    /// the sender makes room for pending releases.
+    ///
+    /// The loop is: `try_recv` until `Ok(None)`, `arm`, wait for the fd only if `arm`
+    /// returned true, repeat. Arming costs a `read` of the eventfd and a `poll` of the
+    /// sender's pidfd.
     pub fn arm(&mut self) -> Result<bool> {
-        self.core.link.rx_efd.drain();
-        self.fwd.prepare_sleep().map_err(corrupt)
+        let link = &self.core.link;
+        link.rx_efd.drain();
+        // What the drain may have swallowed, or what never notifies: a closed or dead
+        // sender. Let try_recv look (and, for a death, at once).
+        if link.header().tx_closed.load(Ordering::Acquire) != 0 {
+            return Ok(false);
+        }
+        if link.peer_exited() {
+            self.recheck = true;
+            return Ok(false);
+        }
+        // Releases that did not fit: be woken (through rx_efd) when the sender makes
+        // room, unless room appeared already.
+        let room = self.core.wait_for_room();
+        if room == Some(false) {
+            return Ok(false);
+        }
+        let sleep = self.fwd.prepare_sleep().map_err(corrupt)?;
+        if !sleep && room.is_some() {
+            self.core.cancel_wait_for_room();
+        }
+        Ok(sleep)
     }
 
     /// Releases waiting in this receiver because neither the reverse ring nor the
@@ -556,14 +599,14 @@ impl Receiver {
 
 impl AsFd for Receiver {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.core.link.rx_efd.as_fd()
+        self.wait.as_fd()
     }
 }
 
 /// For event loops that take raw descriptors (such as tokio's `AsyncFd`).
 impl AsRawFd for Receiver {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.core.link.rx_efd.as_raw_fd()
+        self.wait.as_raw_fd()
     }
 }
 

@@ -398,39 +398,60 @@ impl Sender {
                 ),
                 None => None,
             };
-            let c = &*self.core;
-            let sleep = {
-                let mut st = c.lock();
-                let sleep = st.fwd.prepare_wait().map_err(corrupt)?;
-                if !sleep && st.tx_sleepers > 0 {
-                    // Finding room cleared the ring's flag under another sleeper, whose
-                    // wake-up may not come now: wake it to look again.
-                    c.link.tx_efd.notify();
-                }
-                st.tx_sleepers += sleep as u32;
-                sleep
-            };
-            if sleep {
-                Counters::add(&c.stats.sleeps, 1);
-                let fds = [c.link.tx_efd.as_fd(), c.link.pidfd.as_fd()];
-                let woke = wait_readable(&fds, left);
-                {
-                    // As in `ReleaseSource::disarm`: the last sleeper clears and drains.
-                    let mut st = c.lock();
-                    st.tx_sleepers -= 1;
-                    if st.tx_sleepers == 0 {
-                        st.fwd.cancel_wait();
-                        c.link.tx_efd.drain();
-                    }
-                }
+            if self.begin_room_wait()? {
+                let woke = wait_readable(&self.room_fds(), left);
+                self.end_room_wait();
                 if woke? == Some(1) {
-                    let mut st = c.lock();
-                    c.reclaim_all(&mut st);
-                    return Err(Error::PeerGone {
-                        pid: c.link.peer_pid,
-                    });
+                    return Err(self.peer_died());
                 }
             }
+        }
+    }
+
+    /// Prepares to wait for room in a full ring: true once registered as a sleeper (the
+    /// receiver notifies the first of [`room_fds`](Self::room_fds) when the ring
+    /// drains to half; call [`end_room_wait`](Self::end_room_wait) after the wait),
+    /// false if room appeared (try again instead of waiting).
+    pub(crate) fn begin_room_wait(&self) -> Result<bool> {
+        let c = &*self.core;
+        let mut st = c.lock();
+        let sleep = st.fwd.prepare_wait().map_err(corrupt)?;
+        if !sleep && st.tx_sleepers > 0 {
+            // Finding room cleared the ring's flag under another sleeper, whose
+            // wake-up may not come now: wake it to look again.
+            c.link.tx_efd.notify();
+        }
+        st.tx_sleepers += sleep as u32;
+        if sleep {
+            Counters::add(&c.stats.sleeps, 1);
+        }
+        Ok(sleep)
+    }
+
+    /// Ends a wait that [`begin_room_wait`](Self::begin_room_wait) began.
+    pub(crate) fn end_room_wait(&self) {
+        let c = &*self.core;
+        // As in `ReleaseSource::disarm`: the last sleeper clears and drains.
+        let mut st = c.lock();
+        st.tx_sleepers -= 1;
+        if st.tx_sleepers == 0 {
+            st.fwd.cancel_wait();
+            c.link.tx_efd.drain();
+        }
+    }
+
+    /// What a wait for room sleeps on: the eventfd the receiver notifies, and the
+    /// receiver's pidfd (readable once it died).
+    pub(crate) fn room_fds(&self) -> [BorrowedFd<'_>; 2] {
+        [self.core.link.tx_efd.as_fd(), self.core.link.pidfd.as_fd()]
+    }
+
+    /// The receiver died: reclaims everything it held; the error to report.
+    pub(crate) fn peer_died(&self) -> Error {
+        let c = &*self.core;
+        c.reclaim_all(&mut c.lock());
+        Error::PeerGone {
+            pid: c.link.peer_pid,
         }
     }
 

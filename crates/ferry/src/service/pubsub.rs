@@ -277,7 +277,8 @@ impl Publisher {
 
 /// The subscribing end of a named service: a bounded queue of the publisher's messages.
 ///
-/// Its [`AsFd`] is the channel's eventfd: call [`arm`](Self::arm), then wait for it to
+/// Its [`AsFd`] is the receiver's wait descriptor (readable on a message or when the publisher
+/// dies): call [`arm`](Self::arm), then wait for it to
 /// turn readable (epoll, async runtimes), then [`try_recv`](Self::try_recv).
 pub struct Subscriber {
     rx: Receiver,

@@ -359,7 +359,8 @@ impl AsRawFd for Server {
 
 /// The calling end of a named request-response service.
 ///
-/// Its [`AsFd`] is the response channel's eventfd (see [`arm`](Self::arm)).
+/// Its [`AsFd`] is the response receiver's wait descriptor (readable on a response or when the
+/// server dies; see [`arm`](Self::arm)).
 pub struct Client {
     tx: Sender,
     rx: Receiver,

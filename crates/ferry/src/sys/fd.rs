@@ -177,6 +177,25 @@ pub fn wait_readable(
     }
 }
 
+/// An epoll descriptor, level triggered, that turns readable while any of `fds` is
+/// readable: one descriptor an event loop (or an async runtime) can wait on for several.
+/// It can itself sit in an edge- or level-triggered epoll set.
+pub fn wait_set(fds: &[BorrowedFd<'_>]) -> io::Result<OwnedFd> {
+    use rustix::event::epoll;
+    count();
+    let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+    for (i, fd) in fds.iter().enumerate() {
+        count();
+        epoll::add(
+            &ep,
+            fd,
+            epoll::EventData::new_u64(i as u64),
+            epoll::EventFlags::IN,
+        )?;
+    }
+    Ok(ep)
+}
+
 /// A non-blocking eventfd (`eventfd(2)`), used to wake a sleeping sender or receiver.
 #[derive(Debug)]
 pub struct EventFd(OwnedFd);
