@@ -23,6 +23,10 @@ pub enum Role {
     Domain,
     /// The echo peer of `ferry bench vcm` ([`crate::suites::vcm::echo`]).
     VcmEcho,
+    /// The sender of `ferry bench handover` ([`crate::suites::handover::worker`]).
+    HandoverSend,
+    /// The receiver of `ferry bench handover`.
+    HandoverRecv,
 }
 
 /// Worker-side implementation of a transport, named on the worker's command line.
@@ -211,6 +215,8 @@ pub enum SampleKind {
     OneWay,
     /// One memcpy of `size` bytes.
     Memcpy,
+    /// Sender-side cost of one send call alone (`ferry bench handover`).
+    SendCall,
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use crate::harness::chain::roles;
 use crate::harness::memcpy;
 use crate::protocol::{Header, Plan, Role, Sample, WorkerArgs, WorkerTransport};
 use crate::suites::container::domain;
+use crate::suites::handover;
 use crate::suites::vcm::echo;
 use crate::sys;
 use crate::transport::ack::Ack;
@@ -36,6 +37,7 @@ pub fn run(args: WorkerArgs) -> Result<()> {
         Role::Memcpy => memcpy::worker(&plan),
         Role::Domain => domain::run(&args, &plan)?,
         Role::VcmEcho => echo::run(&args)?,
+        Role::HandoverSend | Role::HandoverRecv => handover::worker::run(&args, &plan)?,
         _ => match args.transport {
             WorkerTransport::FdStream => run_with::<FdStream>(&args, &plan)?,
             WorkerTransport::Ferry => {
@@ -77,7 +79,12 @@ fn run_with<T: Transport>(args: &WorkerArgs, plan: &Plan) -> Result<Vec<Sample>>
             roles::stage::<T>(plan, &mut rx()?, &mut tx()?)?;
             Vec::new()
         }
-        Role::Local | Role::Memcpy | Role::Domain | Role::VcmEcho => {
+        Role::Local
+        | Role::Memcpy
+        | Role::Domain
+        | Role::VcmEcho
+        | Role::HandoverSend
+        | Role::HandoverRecv => {
             bail!("{:?} takes no transport", args.role)
         }
     })

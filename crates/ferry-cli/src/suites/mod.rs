@@ -8,6 +8,7 @@
 //! | [`container`] | `ferry bench container` | [`container::domain`] |
 //! | [`xlate`] | `ferry bench xlate` | none: one process |
 //! | [`vcm`] | `ferry bench vcm` | [`vcm::echo`] |
+//! | [`handover`] | `ferry bench handover` | [`handover::worker`] |
 //!
 //! Adding a benchmark: write `suites/<name>/mod.rs` with
 //! `pub const BENCH: BenchDef = BenchDef { name, about, run }`, where `run`
@@ -18,6 +19,8 @@
 pub mod container;
 pub mod fbufs;
 pub mod fbufs_path;
+#[allow(unsafe_code)]
+pub mod handover;
 pub mod vcm;
 pub mod xlate;
 
@@ -30,4 +33,5 @@ pub const BENCHES: &[BenchDef] = &[
     container::BENCH,
     xlate::BENCH,
     vcm::BENCH,
+    handover::BENCH,
 ];
