@@ -293,5 +293,7 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Resul
         map_per_transfer: false,
         lots: Vec::new(),
         frags: Vec::new(),
+        idle_polls: 0,
+        out: Vec::new(),
     })
 }

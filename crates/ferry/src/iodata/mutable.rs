@@ -1,13 +1,12 @@
 //! The write phase: IoDataMut, and the allocator call that starts one.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::sync::Arc;
 
 use bytes::BufMut;
 
-use super::{Fragment, IoData};
+use super::{Fragment, Frags, IoData};
 use crate::error::{Error, Result};
 use crate::segment::Segment;
 
@@ -170,7 +169,7 @@ impl IoDataMut {
     /// buffers). Segments beyond the logical length are dropped.
     pub fn freeze(self) -> IoData {
         let mut rem = self.len;
-        let mut list = VecDeque::with_capacity(self.segs.len());
+        let mut list = Frags::None;
         for mut seg in self.segs {
             if rem == 0 {
                 break;
@@ -181,13 +180,13 @@ impl IoDataMut {
             }
             rem -= n;
             seg.freeze();
-            list.push_back(Fragment {
+            list.push(Fragment {
                 seg: Arc::new(seg),
                 off: 0,
                 len: n,
             });
         }
-        IoData::from_list(list)
+        IoData::from_frags(list)
     }
 
     fn set_cursor(&mut self, pos: usize) {

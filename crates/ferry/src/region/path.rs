@@ -140,6 +140,7 @@ impl PathAllocator {
             path: self.inner.clone(),
             off,
             class: k,
+            secure_on_send: p.secure,
             secured: AtomicBool::new(false),
         };
         let ptr =
@@ -186,6 +187,8 @@ struct Fbuf {
     path: Arc<PathInner>,
     off: u64,
     class: usize,
+    /// The path's `secure` setting, copied here so that a send reads no other line.
+    secure_on_send: bool,
     secured: AtomicBool,
 }
 
@@ -207,7 +210,7 @@ impl Keep for Fbuf {
     }
 
     fn on_send(&self) -> Result<()> {
-        if self.path.secure {
+        if self.secure_on_send {
             self.secure()?;
         }
         Ok(())

@@ -48,6 +48,10 @@ pub struct AtSize {
     pub floor: Vec<f64>,
     /// The floor's one-way by stamps (the same protocol as the two systems).
     pub floor_stamped: Vec<f64>,
+    /// Half the round trip of the two-line floor (descriptor line, then header line).
+    pub floor2: Vec<f64>,
+    /// The two-line floor's one-way by stamps.
+    pub floor2_stamped: Vec<f64>,
     pub ferry: Vec<f64>,
     pub ferry_call: Vec<f64>,
     pub ice: Vec<f64>,
@@ -202,6 +206,11 @@ fn summarise(
                     .map(|x| x / 2.0)
                     .collect(),
                 floor_stamped: pick(rx, SampleKind::OneWay, size, System::Floor, None),
+                floor2: pick(tx, SampleKind::RoundTrip, size, System::Floor2, None)
+                    .into_iter()
+                    .map(|x| x / 2.0)
+                    .collect(),
+                floor2_stamped: pick(rx, SampleKind::OneWay, size, System::Floor2, None),
                 ferry: pick(rx, SampleKind::OneWay, size, System::Ferry, None),
                 ferry_call: pick(tx, SampleKind::SendCall, size, System::Ferry, None),
                 ice: pick(rx, SampleKind::OneWay, size, System::Iceoryx2, None),

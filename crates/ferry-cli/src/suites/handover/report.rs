@@ -15,20 +15,25 @@ pub(super) fn output(ctx: &BenchCtx, m: &Measured) -> BenchOutput {
         ..BenchOutput::default()
     };
     for a in &m.sizes {
-        let series: [(&str, &str, &[f64], &[f64]); 6] = [
+        let series: [(&str, &str, &[f64]); 8] = [
             (
                 "floor",
                 "one-way (half round trip of one cache line)",
                 &a.floor,
-                &a.ratio_floor,
             ),
-            ("floor", "one-way by stamps", &a.floor_stamped, &[]),
-            ("ferry", "one-way", &a.ferry, &a.ratio_ice),
-            ("ferry", "send call", &a.ferry_call, &[]),
-            ("iceoryx2", "one-way", &a.ice, &[]),
-            ("iceoryx2", "send call", &a.ice_call, &[]),
+            ("floor", "one-way by stamps", &a.floor_stamped),
+            (
+                "two-line floor",
+                "one-way (half round trip: descriptor line, then header line)",
+                &a.floor2,
+            ),
+            ("two-line floor", "one-way by stamps", &a.floor2_stamped),
+            ("ferry", "one-way", &a.ferry),
+            ("ferry", "send call", &a.ferry_call),
+            ("iceoryx2", "one-way", &a.ice),
+            ("iceoryx2", "send call", &a.ice_call),
         ];
-        for (system, what, v, _) in series {
+        for (system, what, v) in series {
             if v.is_empty() {
                 continue;
             }
@@ -116,6 +121,7 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
         "floor median",
         "floor p99",
         "floor by stamps",
+        "2-line floor by stamps",
         "ferry median",
         "ferry p99",
         "ferry send call",
@@ -126,9 +132,10 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
         "ferry/floor",
     ]);
     for a in &m.sizes {
-        let (fl, fs, f, fc, i, ic) = (
+        let (fl, fs, f2, f, fc, i, ic) = (
             summary(&a.floor),
             summary(&a.floor_stamped),
+            summary(&a.floor2_stamped),
             summary(&a.ferry),
             summary(&a.ferry_call),
             summary(&a.ice),
@@ -139,6 +146,7 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
             num(fl.median),
             num(fl.p99),
             num(fs.median),
+            num(f2.median),
             num(f.median),
             num(f.p99),
             num(fc.median),
@@ -178,7 +186,11 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
         md,
         "- \"send call\" is the sender's time from the stamp to the return of the send (ferry: freeze \
          and try_send; iceoryx2: assume_init and send). The floor by stamps is the one-line hand-over \
-         timed like the systems (stamp, store / load, stamp): the clock reads are in it.\n"
+         timed like the systems (stamp, store / load, stamp): the clock reads are in it. The 2-line \
+         floor is what any descriptor hand-over pays when its receiver reads the payload's header: \
+         the sender writes a header line and then a descriptor line, the receiver polls the \
+         descriptor line and then reads the header line, two cache lines crossing one after the \
+         other.\n"
     );
     md
 }

@@ -32,12 +32,22 @@ use crate::transport::ferry::{accept, connect, err};
 /// The systems, in the order of their index in [`tag`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum System {
+    /// One cache line bounced between the two processes.
     Floor,
+    /// Two lines: the "header" line written first, then the "descriptor" line that the
+    /// receiver polls; the receiver then reads the header line. The least any hand-over
+    /// of a descriptor whose receiver reads the payload's header can cost.
+    Floor2,
     Ferry,
     Iceoryx2,
 }
 
-pub const SYSTEMS: [System; 3] = [System::Floor, System::Ferry, System::Iceoryx2];
+pub const SYSTEMS: [System; 4] = [
+    System::Floor,
+    System::Floor2,
+    System::Ferry,
+    System::Iceoryx2,
+];
 
 impl System {
     pub fn index(self) -> u32 {
@@ -57,11 +67,12 @@ pub fn untag(trial: u32) -> (u32, System) {
 }
 
 /// Lines of the shared memfd: the floor's ping (sequence, stamp), the acknowledgement,
-/// and the start-up handshake.
-pub const LINES: usize = 3;
+/// the start-up handshake, and the two-line floor's header line (sequence, stamp).
+pub const LINES: usize = 4;
 const PING: usize = 0;
 const ACK: usize = 1;
 const CTL: usize = 2;
+const HEAD: usize = 3;
 /// Words of the control line: each side's "ready" mark, and "failed" set by either.
 const RX_READY: usize = 0;
 const TX_READY: usize = 1;
@@ -273,6 +284,15 @@ fn send(args: &WorkerArgs, plan: &Plan, spec: &Spec) -> Result<Vec<Sample>> {
                             l.word(PING, 0).store(seq, Release);
                             (t0, 0)
                         }
+                        System::Floor2 => {
+                            let t0 = now_ns();
+                            l.word(HEAD, 1).store(t0, Relaxed);
+                            l.word(HEAD, 0).store(seq, Relaxed);
+                            // SYNC: pairs with the receiver's Acquire load of the ping,
+                            // which makes the header line's words visible.
+                            l.word(PING, 0).store(seq, Release);
+                            (t0, 0)
+                        }
                         System::Ferry => ferry.send(size, seq)?,
                         System::Iceoryx2 => ice
                             .as_mut()
@@ -284,11 +304,14 @@ fn send(args: &WorkerArgs, plan: &Plan, spec: &Spec) -> Result<Vec<Sample>> {
                     })?;
                     let rtt = now_ns() - t0;
                     if k >= warm {
-                        ns.push(if sys == System::Floor { rtt } else { call });
+                        ns.push(match sys {
+                            System::Floor | System::Floor2 => rtt,
+                            _ => call,
+                        });
                     }
                 }
                 let kind = match sys {
-                    System::Floor => SampleKind::RoundTrip,
+                    System::Floor | System::Floor2 => SampleKind::RoundTrip,
                     _ => SampleKind::SendCall,
                 };
                 out.push(kind, size, round, sys, ns);
@@ -335,6 +358,14 @@ fn recv(args: &WorkerArgs, plan: &Plan, spec: &Spec) -> Result<Vec<Sample>> {
                             })?;
                             let t0 = l.word(PING, 1).load(Relaxed);
                             (seq, t0, now_ns())
+                        }
+                        System::Floor2 => {
+                            spin_until(l, "the two-line floor's ping", || {
+                                Ok(l.word(PING, 0).load(Acquire) == seq)
+                            })?;
+                            let got = l.word(HEAD, 0).load(Relaxed);
+                            let t0 = l.word(HEAD, 1).load(Relaxed);
+                            (got, t0, now_ns())
                         }
                         System::Ferry => recv_ferry(l, &mut rx, size)?,
                         System::Iceoryx2 => ice
