@@ -35,6 +35,8 @@ pub struct Segment {
     len: usize,
     span: Option<LotSpan>,
     writable: bool,
+    /// Handed to `keep` when the segment goes (see [`Keep::segment_dropped`]).
+    tag: Option<u64>,
     // Dropped after the segment is no longer reachable; keeps `ptr..ptr+len` mapped.
     keep: Arc<dyn Keep>,
 }
@@ -51,6 +53,11 @@ pub(crate) trait Keep: Send + Sync {
     fn on_send(&self) -> crate::Result<()> {
         Ok(())
     }
+
+    /// Called when a segment made by [`Segment::from_raw_tagged`] goes, with its tag.
+    /// One keeper shared by many segments (a channel's receiving end) can so act for
+    /// each segment, without a keeper allocated per segment.
+    fn segment_dropped(&self, _tag: u64) {}
 }
 
 impl Keep for Vec<u8> {}
@@ -73,6 +80,7 @@ impl Segment {
             len,
             span: None,
             writable: true,
+            tag: None,
             keep: Arc::new(v),
         }
     }
@@ -96,6 +104,29 @@ impl Segment {
             len,
             span,
             writable,
+            tag: None,
+            keep,
+        }
+    }
+
+    /// Like [`from_raw`](Self::from_raw) for read-only memory, and `keep` is told
+    /// [`segment_dropped(tag)`](Keep::segment_dropped) when this segment goes.
+    ///
+    /// # Safety
+    /// As for [`from_raw`](Self::from_raw) with `writable` false.
+    pub(crate) unsafe fn from_raw_tagged(
+        ptr: NonNull<u8>,
+        len: usize,
+        span: Option<LotSpan>,
+        keep: Arc<dyn Keep>,
+        tag: u64,
+    ) -> Self {
+        Segment {
+            ptr,
+            len,
+            span,
+            writable: false,
+            tag: Some(tag),
             keep,
         }
     }
@@ -149,6 +180,14 @@ impl Segment {
     /// Address of the first byte.
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr.as_ptr()
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        if let Some(tag) = self.tag {
+            self.keep.segment_dropped(tag);
+        }
     }
 }
 

@@ -45,6 +45,15 @@ impl Drop for Hold {
 
 impl Keep for Hold {}
 
+/// A message of one fragment in the sender's own lot (the common case) needs no [`Hold`]:
+/// its segment is tagged with the token and keeps the channel's end, which keeps the
+/// sender's lot mapped and releases the token when the segment goes.
+impl Keep for RecvCore {
+    fn segment_dropped(&self, token: u64) {
+        self.release(token);
+    }
+}
+
 /// A fragment mapped for this one transfer (the uncached baseline); unmapped on drop,
 /// before the hold releases the fbuf.
 pub(super) struct MappedKeep {
@@ -340,6 +349,9 @@ impl Receiver {
         // Record forwarded fragments (not in the sender's own lot) in our ledger before
         // anyone can read them, so that no death upstream gets them reused under us. If
         // the ledger is full, copy the fragment instead (counted in `copied_bytes`).
+        if self.frags.len() == 1 && more.is_empty() && !self.map_per_transfer {
+            return Ok(Some(self.one_fragment(d.token)));
+        }
         let mut ledger: Vec<u32> = Vec::new();
         let mut copies: Vec<usize> = Vec::new();
         for (i, f) in self.frags.iter().enumerate() {
@@ -414,6 +426,36 @@ impl Receiver {
         Counters::bump(&c.stats.messages, 1);
         Counters::bump(&c.stats.bytes, total);
         Ok(Some(data))
+    }
+
+    /// The message `token` of one fragment in the sender's lot, as one segment tagged
+    /// with the token (one allocation; see `impl Keep for RecvCore`).
+    fn one_fragment(&mut self, token: u64) -> IoData {
+        let c = &self.core;
+        let f = self.frags[0];
+        let base = self
+            .lots
+            .iter()
+            .find(|(k, _)| *k == (f.slot, f.generation))
+            .map(|(_, l)| l.base())
+            .expect("decode resolved every lot");
+        let span = LotSpan {
+            lot: LotId {
+                slot: f.slot,
+                generation: f.generation,
+            },
+            offset: f.offset,
+        };
+        let ptr =
+            NonNull::new(base.wrapping_add(f.offset as usize)).expect("mappings are non-null");
+        let keep: Arc<dyn Keep> = c.clone();
+        // SAFETY: decode checked the span lies inside the sender's lot, which the channel
+        // (`keep`) keeps mapped for as long as it lives; the memory is read-only here.
+        let seg = unsafe { Segment::from_raw_tagged(ptr, f.len as usize, Some(span), keep, token) };
+        // Only `try_recv` (through `&mut self`) counts messages and bytes.
+        Counters::bump(&c.stats.messages, 1);
+        Counters::bump(&c.stats.bytes, f.len);
+        IoData::from_fragment(Fragment::whole(Arc::new(seg)))
     }
 
     /// The ring was empty: check liveness now and then (or now if `force`).

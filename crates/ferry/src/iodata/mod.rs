@@ -173,6 +173,17 @@ impl IoData {
         IoData::from_frags(list)
     }
 
+    /// An `IoData` of the one fragment `f` (empty if `f` is).
+    pub fn from_fragment(f: Fragment) -> IoData {
+        if f.len == 0 {
+            return IoData::new();
+        }
+        IoData {
+            len: f.len,
+            frags: Frags::One(f),
+        }
+    }
+
     /// Builds from a list made by [`Frags::push`].
     pub(super) fn from_frags(frags: Frags) -> IoData {
         let len = frags.total();

@@ -28,7 +28,9 @@ use crate::segment::Segment;
 /// assert!(d.eq_bytes(b"\xab\xcdwxyz"));
 /// ```
 pub struct IoDataMut {
-    pub(super) segs: Vec<Segment>,
+    // Each `Arc` is the only reference to its segment until `freeze` hands it to the
+    // `IoData`: allocated here, so that freezing allocates nothing.
+    pub(super) segs: Vec<Arc<Segment>>,
     pub(super) len: usize,
     // Write cursor for `io::Write`/`BufMut`: byte position, and the same position as a
     // segment index and offset within that segment.
@@ -58,7 +60,7 @@ impl IoDataMut {
             ));
         }
         Ok(IoDataMut {
-            segs,
+            segs: segs.into_iter().map(Arc::new).collect(),
             len,
             pos: 0,
             cur_seg: 0,
@@ -69,7 +71,7 @@ impl IoDataMut {
     /// A zeroed buffer of `len` bytes in one heap segment.
     pub fn with_capacity_heap(len: usize) -> IoDataMut {
         IoDataMut {
-            segs: vec![Segment::from_vec(vec![0; len])],
+            segs: vec![Arc::new(Segment::from_vec(vec![0; len]))],
             len,
             pos: 0,
             cur_seg: 0,
@@ -113,7 +115,7 @@ impl IoDataMut {
                 if rem == 0 {
                     return None;
                 }
-                let sl = s.as_mut_slice().expect("IoDataMut segments are writable");
+                let sl = writable(s);
                 let n = sl.len().min(rem);
                 rem -= n;
                 Some(&mut sl[..n])
@@ -167,7 +169,19 @@ impl IoDataMut {
     /// Freezes the buffer into an immutable [`IoData`] of [`len`](IoDataMut::len) bytes.
     /// Bytes that were never written keep the allocator's contents (zeros for heap
     /// buffers). Segments beyond the logical length are dropped.
-    pub fn freeze(self) -> IoData {
+    pub fn freeze(mut self) -> IoData {
+        if self.segs.len() == 1 {
+            // The common case (one fbuf): no list to build.
+            let mut seg = self.segs.pop().expect("one segment");
+            Arc::get_mut(&mut seg)
+                .expect("IoDataMut segments are unique")
+                .freeze();
+            return IoData::from_fragment(Fragment {
+                seg,
+                off: 0,
+                len: self.len,
+            });
+        }
         let mut rem = self.len;
         let mut list = Frags::None;
         for mut seg in self.segs {
@@ -179,9 +193,11 @@ impl IoDataMut {
                 continue;
             }
             rem -= n;
-            seg.freeze();
+            Arc::get_mut(&mut seg)
+                .expect("IoDataMut segments are unique")
+                .freeze();
             list.push(Fragment {
-                seg: Arc::new(seg),
+                seg,
                 off: 0,
                 len: n,
             });
@@ -216,9 +232,7 @@ impl IoDataMut {
             return &mut [];
         }
         let off = self.cur_off;
-        let sl = self.segs[self.cur_seg]
-            .as_mut_slice()
-            .expect("IoDataMut segments are writable");
+        let sl = writable(&mut self.segs[self.cur_seg]);
         let n = (sl.len() - off).min(rem);
         &mut sl[off..off + n]
     }
@@ -240,6 +254,13 @@ impl IoDataMut {
             self.cur_off = 0;
         }
     }
+}
+
+/// The bytes of a segment of an `IoDataMut` (unique and writable until frozen).
+fn writable(s: &mut Arc<Segment>) -> &mut [u8] {
+    Arc::get_mut(s)
+        .and_then(Segment::as_mut_slice)
+        .expect("IoDataMut segments are unique and writable")
 }
 
 impl fmt::Debug for IoDataMut {
@@ -307,6 +328,12 @@ impl crate::region::PathAllocator {
             return IoDataMut::from_segments(Vec::new(), 0);
         }
         let seg = self.alloc_segment(len)?;
-        IoDataMut::from_segments(vec![seg], len)
+        Ok(IoDataMut {
+            segs: vec![Arc::new(seg)],
+            len,
+            pos: 0,
+            cur_seg: 0,
+            cur_off: 0,
+        })
     }
 }
