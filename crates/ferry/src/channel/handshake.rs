@@ -152,6 +152,7 @@ fn connect(
             inflight: Vec::new(),
             free_tokens: Vec::new(),
             last_check: Instant::now(),
+            rev_corrupt: false,
             rel_sleepers: 0,
             tx_sleepers: 0,
         }),

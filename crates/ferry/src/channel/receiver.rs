@@ -276,8 +276,8 @@ pub struct Receiver {
     pub(super) out: Vec<Fragment>,
 }
 
-/// A busy-polling receiver does the idle work (collect releases, check the clock) on
-/// the first empty poll after a message and then once every this many.
+/// A busy-polling receiver does the idle work (collect releases, check the clock) once
+/// every this many empty polls.
 const IDLE_EVERY: u32 = 64;
 
 impl std::fmt::Debug for Receiver {
@@ -463,9 +463,9 @@ impl Receiver {
     /// A busy-polling receiver calls this between every two looks at the ring, so only
     /// the closed flag (one load of a line that rarely changes) is read on every call;
     /// the rest (collecting the domain's releases, which takes its locks, and reading the
-    /// clock for the liveness period) runs on the first empty poll after a message and
-    /// then on every [`IDLE_EVERY`]th, so that the poll loop stays short and a message is
-    /// seen soon after it lands.
+    /// clock for the liveness period) runs on every [`IDLE_EVERY`]th empty poll, so that
+    /// the poll loop stays short and a message is seen soon after it lands, even when it
+    /// follows the previous one closely.
     pub(super) fn idle(&mut self, force: bool) -> Result<()> {
         let h = self.core.link.header();
         if h.tx_closed.load(Ordering::Acquire) != 0 && !self.fwd.has_data().map_err(corrupt)? {
@@ -474,9 +474,8 @@ impl Receiver {
             self.core.end_inbound();
             return Err(Error::Disconnected);
         }
-        let polls = self.idle_polls;
-        self.idle_polls = polls.wrapping_add(1);
-        if !force && polls % IDLE_EVERY != 0 {
+        self.idle_polls = self.idle_polls.wrapping_add(1);
+        if !force && self.idle_polls % IDLE_EVERY != 0 {
             return Ok(());
         }
         // Nothing to receive: pass on releases of what this domain forwarded.

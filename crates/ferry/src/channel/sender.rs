@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::desc::{self, RawDesc, RawFrag, RawRef, BLOCK_BYTES};
 use super::layout;
 use super::link::{corrupt, ChannelStats, Counters, Link, LIVENESS_PERIOD};
-use super::ring::{Consumer, Producer, Push};
+use super::ring::{Consumer, Corrupt, Producer, Push};
 use crate::error::{Error, Result};
 use crate::iodata::IoData;
 use crate::region::domain::{DomainInner, ReleaseSource};
@@ -42,6 +42,8 @@ pub(super) struct SendState {
     pub(super) inflight: Vec<InFlight>,
     pub(super) free_tokens: Vec<u32>,
     pub(super) last_check: Instant,
+    /// The receiver broke the reverse ring: every later send fails.
+    pub(super) rev_corrupt: bool,
 }
 
 pub(super) struct SendCore {
@@ -287,7 +289,9 @@ impl Sender {
         if c.link.header().rx_closed.load(Ordering::Acquire) != 0 {
             return Err(Error::Disconnected);
         }
-        c.drain(&mut st)?;
+        if st.rev_corrupt {
+            return Err(corrupt(Corrupt));
+        }
         // Make sure every fragment lies in a lot the receiver can map.
         let data = self.shareable(data)?;
         let n = data.num_fragments();
@@ -357,6 +361,7 @@ impl Sender {
         match st.fwd.try_push(entry).map_err(corrupt)? {
             Push::Full(_) => {
                 st.free_tokens.push(idx);
+                c.drain(&mut st)?;
                 c.check_peer(&mut st, true)?;
                 Err(Error::Full)
             }
@@ -369,6 +374,13 @@ impl Sender {
                     pos,
                     data: Some((data, meta)),
                 };
+                // Releases are collected after the descriptor is out, not before: the
+                // reverse ring's lines are the receiver's, and reading one can cost a
+                // transfer between cores that the hand-over need not wait for. A broken
+                // reverse ring is reported by the next send (this one went out).
+                if c.drain(&mut st).is_err() {
+                    st.rev_corrupt = true;
+                }
                 drop(st);
                 if wake {
                     Counters::add(&c.stats.wakeups, 1);
