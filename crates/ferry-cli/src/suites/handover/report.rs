@@ -195,6 +195,9 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
     md
 }
 
+/// Which samples of a size a plot series shows.
+type Column = fn(&AtSize) -> &[f64];
+
 fn plot(m: &Measured) -> PlotSpec {
     fn ferry(a: &AtSize) -> &[f64] {
         &a.ferry
@@ -205,7 +208,7 @@ fn plot(m: &Measured) -> PlotSpec {
     fn floor(a: &AtSize) -> &[f64] {
         &a.floor
     }
-    let pts = |f: fn(&AtSize) -> &[f64], p99: bool| -> Vec<(f64, f64)> {
+    let pts = |f: Column, p99: bool| -> Vec<(f64, f64)> {
         m.sizes
             .iter()
             .filter(|a| !f(a).is_empty())
@@ -216,7 +219,7 @@ fn plot(m: &Measured) -> PlotSpec {
             .collect()
     };
     let mut series = Vec::new();
-    let all: [(&str, fn(&AtSize) -> &[f64]); 3] = [
+    let all: [(&str, Column); 3] = [
         ("ferry", ferry),
         ("iceoryx2", ice),
         ("cache-line floor", floor),
