@@ -172,24 +172,6 @@ pub fn read_header(s: &[u8]) -> (u64, u64) {
     (w(0), w(8))
 }
 
-/// Per (round, size, system): the timed values of one worker.
-struct Collect {
-    samples: Vec<Sample>,
-}
-
-impl Collect {
-    fn push(&mut self, kind: SampleKind, size: usize, round: u32, sys: System, ns: Vec<u64>) {
-        self.samples.push(Sample {
-            kind,
-            size,
-            trial: tag(round, sys),
-            bytes: 0,
-            ns,
-            syscalls: None,
-        });
-    }
-}
-
 /// Fbuf paths of the sender, one per size, each with room for a few fbufs.
 struct FerryTx {
     domain: Domain,
@@ -245,6 +227,75 @@ impl FerryTx {
     }
 }
 
+/// One block of the schedule: `warm` untimed messages, then `timed` timed ones, of one
+/// system at one size in one round. Both workers walk the same blocks in the same order.
+struct Block {
+    round: u32,
+    size: usize,
+    sys: System,
+    warm: u32,
+    timed: u32,
+}
+
+fn blocks(plan: &Plan, with_ice: bool) -> Vec<Block> {
+    let mut out = Vec::new();
+    for round in 0..plan.trials {
+        for (i, &size) in plan.sizes.iter().enumerate() {
+            for sys in order(round, with_ice) {
+                out.push(Block {
+                    round,
+                    size,
+                    sys,
+                    warm: plan.warmup[i],
+                    timed: plan.msgs[i],
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Says this worker is ready (word `mine` of the control line) and waits for the other.
+fn meet(l: &SharedLines, mine: usize, theirs: usize) -> Result<()> {
+    use std::sync::atomic::Ordering::{Acquire, Release};
+    // SYNC: pairs with the other worker's Acquire load of its word `theirs`.
+    l.word(CTL, mine).store(1, Release);
+    spin_until(l, "the other worker to start", || {
+        Ok(l.word(CTL, theirs).load(Acquire) != 0)
+    })
+}
+
+/// Runs every block, calling `one(block, seq)` for each message; it returns the value to
+/// record (kept for timed messages only). Returns one sample of `kind(system)` per block.
+fn run_blocks(
+    plan: &Plan,
+    with_ice: bool,
+    kind: impl Fn(System) -> SampleKind,
+    mut one: impl FnMut(&Block, u64) -> Result<u64>,
+) -> Result<Vec<Sample>> {
+    let mut out = Vec::new();
+    let mut seq = 0u64;
+    for b in blocks(plan, with_ice) {
+        let mut ns = Vec::with_capacity(b.timed as usize);
+        for k in 0..b.warm + b.timed {
+            seq += 1;
+            let v = one(&b, seq)?;
+            if k >= b.warm {
+                ns.push(v);
+            }
+        }
+        out.push(Sample {
+            kind: kind(b.sys),
+            size: b.size,
+            trial: tag(b.round, b.sys),
+            bytes: 0,
+            ns,
+            syscalls: None,
+        });
+    }
+    Ok(out)
+}
+
 fn send(args: &WorkerArgs, plan: &Plan, spec: &Spec) -> Result<Vec<Sample>> {
     use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
     let l = &spec.lines;
@@ -261,63 +312,45 @@ fn send(args: &WorkerArgs, plan: &Plan, spec: &Spec) -> Result<Vec<Sample>> {
         )?),
         None => None,
     };
-    l.word(CTL, TX_READY).store(1, Release);
-    spin_until(l, "the receiver to start", || {
-        Ok(l.word(CTL, RX_READY).load(Acquire) != 0)
-    })?;
-    let mut out = Collect {
-        samples: Vec::new(),
+    meet(l, TX_READY, RX_READY)?;
+    let kind = |sys| match sys {
+        System::Floor | System::Floor2 => SampleKind::RoundTrip,
+        _ => SampleKind::SendCall,
     };
-    let mut seq = 0u64;
-    for round in 0..plan.trials {
-        for (i, &size) in plan.sizes.iter().enumerate() {
-            let (warm, timed) = (plan.warmup[i], plan.msgs[i]);
-            for sys in order(round, ice.is_some()) {
-                let mut ns = Vec::with_capacity(timed as usize);
-                for k in 0..warm + timed {
-                    seq += 1;
-                    let (t0, call) = match sys {
-                        System::Floor => {
-                            let t0 = now_ns();
-                            l.word(PING, 1).store(t0, Relaxed);
-                            // SYNC: pairs with the receiver's Acquire load of the ping.
-                            l.word(PING, 0).store(seq, Release);
-                            (t0, 0)
-                        }
-                        System::Floor2 => {
-                            let t0 = now_ns();
-                            l.word(HEAD, 1).store(t0, Relaxed);
-                            l.word(HEAD, 0).store(seq, Relaxed);
-                            // SYNC: pairs with the receiver's Acquire load of the ping,
-                            // which makes the header line's words visible.
-                            l.word(PING, 0).store(seq, Release);
-                            (t0, 0)
-                        }
-                        System::Ferry => ferry.send(size, seq)?,
-                        System::Iceoryx2 => ice
-                            .as_mut()
-                            .expect("only scheduled when open")
-                            .send(size, seq)?,
-                    };
-                    spin_until(l, "an acknowledgement", || {
-                        Ok(l.word(ACK, 0).load(Acquire) == seq)
-                    })?;
-                    let rtt = now_ns() - t0;
-                    if k >= warm {
-                        ns.push(match sys {
-                            System::Floor | System::Floor2 => rtt,
-                            _ => call,
-                        });
-                    }
-                }
-                let kind = match sys {
-                    System::Floor | System::Floor2 => SampleKind::RoundTrip,
-                    _ => SampleKind::SendCall,
-                };
-                out.push(kind, size, round, sys, ns);
+    let with_ice = ice.is_some();
+    let samples = run_blocks(plan, with_ice, kind, |b, seq| {
+        let (t0, call) = match b.sys {
+            System::Floor => {
+                let t0 = now_ns();
+                l.word(PING, 1).store(t0, Relaxed);
+                // SYNC: pairs with the receiver's Acquire load of the ping.
+                l.word(PING, 0).store(seq, Release);
+                (t0, 0)
             }
-        }
-    }
+            System::Floor2 => {
+                let t0 = now_ns();
+                l.word(HEAD, 1).store(t0, Relaxed);
+                l.word(HEAD, 0).store(seq, Relaxed);
+                // SYNC: pairs with the receiver's Acquire load of the ping, which makes
+                // the header line's words visible.
+                l.word(PING, 0).store(seq, Release);
+                (t0, 0)
+            }
+            System::Ferry => ferry.send(b.size, seq)?,
+            System::Iceoryx2 => ice
+                .as_mut()
+                .expect("only scheduled when open")
+                .send(b.size, seq)?,
+        };
+        spin_until(l, "an acknowledgement", || {
+            Ok(l.word(ACK, 0).load(Acquire) == seq)
+        })?;
+        let rtt = now_ns() - t0;
+        Ok(match b.sys {
+            System::Floor | System::Floor2 => rtt,
+            _ => call,
+        })
+    })?;
     let stats = ferry.tx.stats();
     if stats.copied_bytes != 0 {
         bail!(
@@ -325,7 +358,7 @@ fn send(args: &WorkerArgs, plan: &Plan, spec: &Spec) -> Result<Vec<Sample>> {
             stats.copied_bytes
         );
     }
-    Ok(out.samples)
+    Ok(samples)
 }
 
 fn recv(args: &WorkerArgs, plan: &Plan, spec: &Spec) -> Result<Vec<Sample>> {
@@ -336,58 +369,44 @@ fn recv(args: &WorkerArgs, plan: &Plan, spec: &Spec) -> Result<Vec<Sample>> {
         Some(name) => Some(ice::Rx::open(name)?),
         None => None,
     };
-    l.word(CTL, RX_READY).store(1, Release);
-    spin_until(l, "the sender to start", || {
-        Ok(l.word(CTL, TX_READY).load(Acquire) != 0)
-    })?;
-    let mut out = Collect {
-        samples: Vec::new(),
+    meet(l, RX_READY, TX_READY)?;
+    let ping = |seq: u64| {
+        spin_until(l, "the floor's ping", || {
+            Ok(l.word(PING, 0).load(Acquire) == seq)
+        })
     };
-    let mut seq = 0u64;
-    for round in 0..plan.trials {
-        for (i, &size) in plan.sizes.iter().enumerate() {
-            let (warm, timed) = (plan.warmup[i], plan.msgs[i]);
-            for sys in order(round, ice.is_some()) {
-                let mut ns = Vec::with_capacity(timed as usize);
-                for k in 0..warm + timed {
-                    seq += 1;
-                    let (got, t0, t1) = match sys {
-                        System::Floor => {
-                            spin_until(l, "the floor's ping", || {
-                                Ok(l.word(PING, 0).load(Acquire) == seq)
-                            })?;
-                            let t0 = l.word(PING, 1).load(Relaxed);
-                            (seq, t0, now_ns())
-                        }
-                        System::Floor2 => {
-                            spin_until(l, "the two-line floor's ping", || {
-                                Ok(l.word(PING, 0).load(Acquire) == seq)
-                            })?;
-                            let got = l.word(HEAD, 0).load(Relaxed);
-                            let t0 = l.word(HEAD, 1).load(Relaxed);
-                            (got, t0, now_ns())
-                        }
-                        System::Ferry => recv_ferry(l, &mut rx, size)?,
-                        System::Iceoryx2 => ice
-                            .as_ref()
-                            .expect("only scheduled when open")
-                            .recv(size, &mut || spin_check(l))?,
-                    };
-                    if got != seq {
-                        bail!("{sys:?}: expected message {seq}, got {got}");
-                    }
-                    // SYNC: pairs with the sender's Acquire load of the acknowledgement;
-                    // the message was dropped (released) before this store.
-                    l.word(ACK, 0).store(seq, Release);
-                    if k >= warm {
-                        ns.push(t1.saturating_sub(t0));
-                    }
+    run_blocks(
+        plan,
+        ice.is_some(),
+        |_| SampleKind::OneWay,
+        |b, seq| {
+            let (got, t0, t1) = match b.sys {
+                System::Floor => {
+                    ping(seq)?;
+                    let t0 = l.word(PING, 1).load(Relaxed);
+                    (seq, t0, now_ns())
                 }
-                out.push(SampleKind::OneWay, size, round, sys, ns);
+                System::Floor2 => {
+                    ping(seq)?;
+                    let got = l.word(HEAD, 0).load(Relaxed);
+                    let t0 = l.word(HEAD, 1).load(Relaxed);
+                    (got, t0, now_ns())
+                }
+                System::Ferry => recv_ferry(l, &mut rx, b.size)?,
+                System::Iceoryx2 => ice
+                    .as_ref()
+                    .expect("only scheduled when open")
+                    .recv(b.size, &mut || spin_check(l))?,
+            };
+            if got != seq {
+                bail!("{:?}: expected message {seq}, got {got}", b.sys);
             }
-        }
-    }
-    Ok(out.samples)
+            // SYNC: pairs with the sender's Acquire load of the acknowledgement; the message
+            // was dropped (released) before this store.
+            l.word(ACK, 0).store(seq, Release);
+            Ok(t1.saturating_sub(t0))
+        },
+    )
 }
 
 /// Called now and then while busy-polling: fails if the sender failed.
