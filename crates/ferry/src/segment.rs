@@ -37,6 +37,9 @@ pub struct Segment {
     writable: bool,
     /// Handed to `keep` when the segment goes (see [`Keep::segment_dropped`]).
     tag: Option<u64>,
+    /// `keep` wants [`Keep::on_send`] (a secured fbuf); others skip the call, so that a
+    /// send reads nothing of the keeper.
+    send_hook: bool,
     // Dropped after the segment is no longer reachable; keeps `ptr..ptr+len` mapped.
     keep: Arc<dyn Keep>,
 }
@@ -81,6 +84,7 @@ impl Segment {
             span: None,
             writable: true,
             tag: None,
+            send_hook: false,
             keep: Arc::new(v),
         }
     }
@@ -105,8 +109,15 @@ impl Segment {
             span,
             writable,
             tag: None,
+            send_hook: false,
             keep,
         }
+    }
+
+    /// Makes a channel call [`Keep::on_send`] before describing this segment.
+    pub(crate) fn with_send_hook(mut self) -> Self {
+        self.send_hook = true;
+        self
     }
 
     /// Like [`from_raw`](Self::from_raw) for read-only memory, and `keep` is told
@@ -127,6 +138,7 @@ impl Segment {
             span,
             writable: false,
             tag: Some(tag),
+            send_hook: false,
             keep,
         }
     }
@@ -137,7 +149,10 @@ impl Segment {
     }
 
     pub(crate) fn on_send(&self) -> crate::Result<()> {
-        self.keep.on_send()
+        if self.send_hook {
+            self.keep.on_send()?;
+        }
+        Ok(())
     }
 
     /// Length in bytes.

@@ -152,7 +152,9 @@ impl PathAllocator {
         // SAFETY: `off..off+size` is a span of our lot that this path just took, so no
         // one else writes it until `fbuf` returns it; `fbuf` holds the lot (and so the
         // mapping) alive. `len <= size`.
-        Ok(unsafe { Segment::from_raw(ptr, len, Some(span), true, Arc::new(fbuf)) })
+        let seg = unsafe { Segment::from_raw(ptr, len, Some(span), true, Arc::new(fbuf)) };
+        // Only secured fbufs have work to do when sent (write-protect).
+        Ok(if p.secure { seg.with_send_hook() } else { seg })
     }
 
     fn pop(&self, k: usize) -> Option<u64> {
