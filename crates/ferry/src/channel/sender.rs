@@ -286,6 +286,9 @@ impl Sender {
                 pid: c.link.peer_pid,
             });
         }
+        if c.link.header().rx_closed.load(Ordering::Acquire) != 0 {
+            return Err(Error::Disconnected);
+        }
         if st.rev_corrupt {
             return Err(corrupt(Corrupt));
         }
@@ -360,9 +363,6 @@ impl Sender {
                 st.free_tokens.push(idx);
                 c.drain(&mut st)?;
                 c.check_peer(&mut st, true)?;
-                if c.link.header().rx_closed.load(Ordering::Acquire) != 0 {
-                    return Err(Error::Disconnected);
-                }
                 Err(Error::Full)
             }
             Push::Done { wake } => {
@@ -378,13 +378,6 @@ impl Sender {
                 // reverse ring is reported by the next send (this one went out).
                 if c.drain(&mut st).is_err() {
                     st.rev_corrupt = true;
-                }
-                // Whether the receiver had closed is read after the push too (the flag
-                // shares a page with nothing else the push needs). A message pushed to a
-                // closed receiver is never delivered: the receiver releases what it finds
-                // in its ring as it closes, and `drain` takes back what came later.
-                if c.link.header().rx_closed.load(Ordering::Acquire) != 0 {
-                    return Err(Error::Disconnected);
                 }
                 // Under the state lock: the only writer.
                 Counters::bump(&c.stats.messages, 1);
