@@ -30,7 +30,7 @@ use crate::segment::Segment;
 pub struct IoDataMut {
     // Each `Arc` is the only reference to its segment until `freeze` hands it to the
     // `IoData`: allocated here, so that freezing allocates nothing.
-    pub(super) segs: Vec<Arc<Segment>>,
+    pub(super) segs: Segs,
     pub(super) len: usize,
     // Write cursor for `io::Write`/`BufMut`: byte position, and the same position as a
     // segment index and offset within that segment.
@@ -60,7 +60,7 @@ impl IoDataMut {
             ));
         }
         Ok(IoDataMut {
-            segs: segs.into_iter().map(Arc::new).collect(),
+            segs: Segs::Many(segs.into_iter().map(Arc::new).collect()),
             len,
             pos: 0,
             cur_seg: 0,
@@ -71,7 +71,7 @@ impl IoDataMut {
     /// A zeroed buffer of `len` bytes in one heap segment.
     pub fn with_capacity_heap(len: usize) -> IoDataMut {
         IoDataMut {
-            segs: vec![Arc::new(Segment::from_vec(vec![0; len]))],
+            segs: Segs::One(Arc::new(Segment::from_vec(vec![0; len]))),
             len,
             pos: 0,
             cur_seg: 0,
@@ -169,22 +169,25 @@ impl IoDataMut {
     /// Freezes the buffer into an immutable [`IoData`] of [`len`](IoDataMut::len) bytes.
     /// Bytes that were never written keep the allocator's contents (zeros for heap
     /// buffers). Segments beyond the logical length are dropped.
-    pub fn freeze(mut self) -> IoData {
-        if self.segs.len() == 1 {
-            // The common case (one fbuf): no list to build.
-            let mut seg = self.segs.pop().expect("one segment");
+    pub fn freeze(self) -> IoData {
+        let len = self.len;
+        // The common case (one fbuf): no list to build.
+        let one = |mut seg: Arc<Segment>| {
             Arc::get_mut(&mut seg)
                 .expect("IoDataMut segments are unique")
                 .freeze();
-            return IoData::from_fragment(Fragment {
-                seg,
-                off: 0,
-                len: self.len,
-            });
+            IoData::from_fragment(Fragment { seg, off: 0, len })
+        };
+        let mut segs = match self.segs {
+            Segs::One(seg) => return one(seg),
+            Segs::Many(v) => v,
+        };
+        if segs.len() == 1 {
+            return one(segs.pop().expect("one segment"));
         }
-        let mut rem = self.len;
+        let mut rem = len;
         let mut list = Frags::None;
-        for mut seg in self.segs {
+        for mut seg in segs {
             if rem == 0 {
                 break;
             }
@@ -252,6 +255,32 @@ impl IoDataMut {
             cnt -= avail;
             self.cur_seg += 1;
             self.cur_off = 0;
+        }
+    }
+}
+
+/// The segments of an `IoDataMut`: one held inline (an fbuf from a path: neither
+/// allocating nor freezing it touches a list), or several.
+pub(super) enum Segs {
+    One(Arc<Segment>),
+    Many(Vec<Arc<Segment>>),
+}
+
+impl std::ops::Deref for Segs {
+    type Target = [Arc<Segment>];
+    fn deref(&self) -> &[Arc<Segment>] {
+        match self {
+            Segs::One(s) => std::slice::from_ref(s),
+            Segs::Many(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Segs {
+    fn deref_mut(&mut self) -> &mut [Arc<Segment>] {
+        match self {
+            Segs::One(s) => std::slice::from_mut(s),
+            Segs::Many(v) => v,
         }
     }
 }
@@ -329,7 +358,7 @@ impl crate::region::PathAllocator {
         }
         let seg = self.alloc_segment(len)?;
         Ok(IoDataMut {
-            segs: vec![Arc::new(seg)],
+            segs: Segs::One(Arc::new(seg)),
             len,
             pos: 0,
             cur_seg: 0,
