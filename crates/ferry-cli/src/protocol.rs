@@ -27,6 +27,10 @@ pub enum Role {
     GenieSource,
     /// The input side of `ferry bench genie`.
     GenieSink,
+    /// The sender of `ferry bench handover` ([`crate::suites::handover::worker`]).
+    HandoverSend,
+    /// The receiver of `ferry bench handover`.
+    HandoverRecv,
 }
 
 /// Worker-side implementation of a transport, named on the worker's command line.
@@ -222,6 +226,8 @@ pub enum SampleKind {
     CpuTime,
     /// A counter of the worker's library (`trial` says which, `bytes` holds its value).
     Counter,
+    /// Sender-side cost of one send call alone (`ferry bench handover`).
+    SendCall,
 }
 
 #[cfg(test)]

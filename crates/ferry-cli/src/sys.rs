@@ -81,3 +81,69 @@ pub fn inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
     // process owns or closes it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
+
+/// A few cache lines shared by two workers: a memfd the harness creates and
+/// hands to both, mapped `MAP_SHARED` in each (`mmap(2)`), used only through
+/// atomics. Each line holds eight 64-bit words.
+pub struct SharedLines {
+    ptr: std::ptr::NonNull<std::sync::atomic::AtomicU64>,
+    lines: usize,
+}
+
+// SAFETY: the mapping is only reached through `&AtomicU64`, which may be
+// shared between threads; `SharedLines` owns it until drop.
+unsafe impl Send for SharedLines {}
+// SAFETY: as above.
+unsafe impl Sync for SharedLines {}
+
+impl SharedLines {
+    /// A fresh zeroed memfd of `lines` cache lines (`memfd_create(2)`), to be
+    /// mapped by each worker with [`SharedLines::map`].
+    pub fn create(lines: usize) -> io::Result<OwnedFd> {
+        use rustix::fs::{ftruncate, memfd_create, MemfdFlags};
+        let fd = memfd_create("ferry-bench-lines", MemfdFlags::CLOEXEC)?;
+        ftruncate(&fd, (lines * 64) as u64)?;
+        Ok(fd)
+    }
+
+    /// Maps `lines` cache lines of `fd` shared, read-write.
+    pub fn map(fd: impl AsFd, lines: usize) -> io::Result<SharedLines> {
+        use rustix::mm::{mmap, MapFlags, ProtFlags};
+        // SAFETY: a fresh mapping chosen by the kernel (no address given), so it
+        // replaces nothing; the memory is accessed only as atomics.
+        let p = unsafe {
+            mmap(
+                std::ptr::null_mut(),
+                lines * 64,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                0,
+            )?
+        };
+        Ok(SharedLines {
+            ptr: std::ptr::NonNull::new(p.cast()).expect("mmap never returns null"),
+            lines,
+        })
+    }
+
+    /// Word `i` (0..8) of line `line`.
+    pub fn word(&self, line: usize, i: usize) -> &std::sync::atomic::AtomicU64 {
+        assert!(
+            line < self.lines && i < 8,
+            "word {line}.{i} is outside the mapping"
+        );
+        // SAFETY: inside the mapping (checked above), which lives as long as
+        // `self`; the memory is 8-byte aligned (page-aligned base) and only
+        // ever accessed atomically, by both processes.
+        unsafe { &*self.ptr.as_ptr().add(line * 8 + i) }
+    }
+}
+
+impl Drop for SharedLines {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped once; no reference into it
+        // outlives `self` (`word` borrows `self`).
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.lines * 64) };
+    }
+}

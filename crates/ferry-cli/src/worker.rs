@@ -13,6 +13,7 @@ use crate::harness::memcpy;
 use crate::protocol::{Header, Plan, Role, Sample, WorkerArgs, WorkerTransport};
 use crate::suites::container::domain;
 use crate::suites::genie::worker as genie_worker;
+use crate::suites::handover;
 use crate::suites::vcm::echo;
 use crate::sys;
 use crate::transport::ack::Ack;
@@ -42,6 +43,7 @@ pub fn run(args: WorkerArgs) -> Result<()> {
             ferry_link::leave();
             samples?
         }
+        Role::HandoverSend | Role::HandoverRecv => handover::worker::run(&args, &plan)?,
         _ => match args.transport {
             WorkerTransport::FdStream => run_with::<FdStream>(&args, &plan)?,
             WorkerTransport::Ferry => {
@@ -88,7 +90,9 @@ fn run_with<T: Transport>(args: &WorkerArgs, plan: &Plan) -> Result<Vec<Sample>>
         | Role::Domain
         | Role::VcmEcho
         | Role::GenieSource
-        | Role::GenieSink => {
+        | Role::GenieSink
+        | Role::HandoverSend
+        | Role::HandoverRecv => {
             bail!("{:?} takes no transport", args.role)
         }
     })

@@ -35,6 +35,11 @@ pub struct Segment {
     len: usize,
     span: Option<LotSpan>,
     writable: bool,
+    /// Handed to `keep` when the segment goes (see [`Keep::segment_dropped`]).
+    tag: Option<u64>,
+    /// `keep` wants [`Keep::on_send`] (a secured fbuf); others skip the call, so that a
+    /// send reads nothing of the keeper.
+    send_hook: bool,
     // Dropped after the segment is no longer reachable; keeps `ptr..ptr+len` mapped.
     keep: Arc<dyn Keep>,
 }
@@ -51,6 +56,11 @@ pub(crate) trait Keep: Send + Sync {
     fn on_send(&self) -> crate::Result<()> {
         Ok(())
     }
+
+    /// Called when a segment made by [`Segment::from_raw_tagged`] goes, with its tag.
+    /// One keeper shared by many segments (a channel's receiving end) can so act for
+    /// each segment, without a keeper allocated per segment.
+    fn segment_dropped(&self, _tag: u64) {}
 }
 
 impl Keep for Vec<u8> {}
@@ -73,6 +83,8 @@ impl Segment {
             len,
             span: None,
             writable: true,
+            tag: None,
+            send_hook: false,
             keep: Arc::new(v),
         }
     }
@@ -96,6 +108,37 @@ impl Segment {
             len,
             span,
             writable,
+            tag: None,
+            send_hook: false,
+            keep,
+        }
+    }
+
+    /// Makes a channel call [`Keep::on_send`] before describing this segment.
+    pub(crate) fn with_send_hook(mut self) -> Self {
+        self.send_hook = true;
+        self
+    }
+
+    /// Like [`from_raw`](Self::from_raw) for read-only memory, and `keep` is told
+    /// [`segment_dropped(tag)`](Keep::segment_dropped) when this segment goes.
+    ///
+    /// # Safety
+    /// As for [`from_raw`](Self::from_raw) with `writable` false.
+    pub(crate) unsafe fn from_raw_tagged(
+        ptr: NonNull<u8>,
+        len: usize,
+        span: Option<LotSpan>,
+        keep: Arc<dyn Keep>,
+        tag: u64,
+    ) -> Self {
+        Segment {
+            ptr,
+            len,
+            span,
+            writable: false,
+            tag: Some(tag),
+            send_hook: false,
             keep,
         }
     }
@@ -106,7 +149,10 @@ impl Segment {
     }
 
     pub(crate) fn on_send(&self) -> crate::Result<()> {
-        self.keep.on_send()
+        if self.send_hook {
+            self.keep.on_send()?;
+        }
+        Ok(())
     }
 
     /// Length in bytes.
@@ -149,6 +195,14 @@ impl Segment {
     /// Address of the first byte.
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr.as_ptr()
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        if let Some(tag) = self.tag {
+            self.keep.segment_dropped(tag);
+        }
     }
 }
 

@@ -53,6 +53,35 @@ fn send_receive_release() {
     assert_eq!(tx.stats().copied_bytes, 0);
 }
 
+/// A received one-fragment message (one segment that carries its release token) stays out
+/// while any clone or slice of it lives, and is released once, when the last piece goes.
+#[test]
+fn one_fragment_message_is_released_once_by_its_last_piece() {
+    let g = group("onefrag");
+    let (a, _b, tx, mut rx) = pair(&g);
+    let path = a.path(PathConfig::default()).unwrap();
+    let mut m = path.alloc(8192).unwrap();
+    m.fill_from(&[7u8; 8192]);
+    tx.try_send(&m.freeze()).unwrap();
+    let got = rx.try_recv().unwrap().expect("message ready");
+    assert_eq!(got.num_fragments(), 1);
+    let (front, back) = got.split_at(100);
+    let copy = got.clone();
+    drop(got);
+    for piece in [front, copy] {
+        drop(piece);
+        tx.collect_releases().unwrap();
+        assert_eq!(tx.in_flight(), 1, "a piece is still held");
+    }
+    assert!(back.iter_bytes().all(|b| b == 7));
+    drop(back);
+    tx.collect_releases().unwrap();
+    assert_eq!(tx.in_flight(), 0);
+    assert_eq!(path.outstanding(), 0);
+    assert_eq!(rx.stats().releases, 1, "released exactly once");
+    assert_eq!(tx.stats().bad_from_peer, 0);
+}
+
 #[test]
 fn many_fragments_and_heap_fallback() {
     let g = group("frag");

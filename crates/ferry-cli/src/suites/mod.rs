@@ -12,6 +12,7 @@
 //! | [`genie`] | `ferry bench genie` | [`genie::worker`] (source and sink) |
 //! | [`calibrate`] | `ferry bench calibrate`, `ferry calibrate` | none: one process, plus the chain's for the hand-over |
 //! | [`python`] | `ferry bench python` | none: Python processes (`crates/ferry-py/bench`) |
+//! | [`handover`] | `ferry bench handover` | [`handover::worker`] |
 //!
 //! Adding a benchmark: write `suites/<name>/mod.rs` with
 //! `pub const BENCH: BenchDef = BenchDef { name, about, run }`, where `run`
@@ -24,6 +25,8 @@ pub mod container;
 pub mod fbufs;
 pub mod fbufs_path;
 pub mod genie;
+#[allow(unsafe_code)]
+pub mod handover;
 pub mod python;
 pub mod services;
 pub mod vcm;
@@ -42,4 +45,5 @@ pub const BENCHES: &[BenchDef] = &[
     calibrate::BENCH,
     genie::BENCH,
     python::BENCH,
+    handover::BENCH,
 ];

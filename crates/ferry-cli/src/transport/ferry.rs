@@ -180,8 +180,35 @@ pub fn leave() {
     DOMAIN.lock().unwrap_or_else(|p| p.into_inner()).take();
 }
 
-fn err(e: ferry::Error) -> io::Error {
+pub fn err(e: ferry::Error) -> io::Error {
     io::Error::other(e.to_string())
+}
+
+/// The sending end of link `spec`: joins its group, reads the receiver's id from the
+/// link's pipe and connects. Also says whether the link asks for secured fbufs.
+pub fn connect(spec: &str) -> io::Result<(Domain, Sender, bool)> {
+    let mut s = parse(spec)?;
+    let domain = domain(&s.group)?;
+    let mut id = String::new();
+    s.fd.read_to_string(&mut id)?;
+    let peer: DomainId = id
+        .trim()
+        .parse()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{e} ({id:?})")))?;
+    let tx = domain.connect(peer, RENDEZVOUS).map_err(err)?;
+    Ok((domain, tx, s.secure))
+}
+
+/// The receiving end of link `spec`: joins its group, writes its id into the link's
+/// pipe and accepts.
+pub fn accept(spec: &str) -> io::Result<(Domain, Receiver)> {
+    let mut s = parse(spec)?;
+    let domain = domain(&s.group)?;
+    writeln!(s.fd, "{}", domain.id())?;
+    drop(s.fd);
+    let mut rx = domain.accept(RENDEZVOUS).map_err(err)?;
+    rx.set_map_per_transfer(s.uncached);
+    Ok((domain, rx))
 }
 
 /// Worker side of ferry links.
@@ -266,31 +293,18 @@ impl Transport for Ferry {
     type Rx = FerryRx;
 
     fn open_tx(spec: &str, wait: Wait) -> io::Result<FerryTx> {
-        let mut s = parse(spec)?;
-        let domain = domain(&s.group)?;
-        let mut id = String::new();
-        s.fd.read_to_string(&mut id)?;
-        let peer: DomainId = id
-            .trim()
-            .parse()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{e} ({id:?})")))?;
-        let tx = domain.connect(peer, RENDEZVOUS).map_err(err)?;
+        let (domain, tx, secure) = connect(spec)?;
         Ok(FerryTx {
             domain,
             paths: Default::default(),
-            secure: s.secure,
+            secure,
             tx,
             wait,
         })
     }
 
     fn open_rx(spec: &str, wait: Wait) -> io::Result<FerryRx> {
-        let mut s = parse(spec)?;
-        let domain = domain(&s.group)?;
-        writeln!(s.fd, "{}", domain.id())?;
-        drop(s.fd);
-        let mut rx = domain.accept(RENDEZVOUS).map_err(err)?;
-        rx.set_map_per_transfer(s.uncached);
+        let (domain, rx) = accept(spec)?;
         Ok(FerryRx {
             _domain: domain,
             rx,

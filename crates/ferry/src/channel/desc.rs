@@ -251,7 +251,8 @@ pub fn decode_into(
         })?;
     }
     let mut next = d.next;
-    let mut seen = HashSet::new();
+    // Made on first use, like `block`: hashing state costs even when nothing is hashed.
+    let mut seen: Option<HashSet<(u16, u32, u64)>> = None;
     // Allocated on first use: most messages have no continuation block.
     let mut block = Vec::new();
     while (out.len() as u64) < n {
@@ -261,7 +262,10 @@ pub fn decode_into(
                 found: out.len() as u64,
             });
         }
-        if !seen.insert((next.slot, next.generation, next.offset)) {
+        if !seen
+            .get_or_insert_with(HashSet::new)
+            .insert((next.slot, next.generation, next.offset))
+        {
             return Err(BadDescriptor::Cycle);
         }
         if block.is_empty() {

@@ -168,6 +168,7 @@ fn connect(
             inflight: Vec::new(),
             free_tokens: Vec::new(),
             last_check: Instant::now(),
+            rev_corrupt: false,
             rel_sleepers: 0,
             tx_sleepers: 0,
         }),
@@ -316,6 +317,8 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Resul
         lots: Vec::new(),
         frags: Vec::new(),
         recheck: false,
+        idle_polls: 0,
+        out: Vec::new(),
     })
 }
 

@@ -83,6 +83,12 @@ impl Counters {
     pub(super) fn add(a: &AtomicU64, n: u64) {
         a.fetch_add(n, Ordering::Relaxed);
     }
+    /// Adds `n` to a counter that only one thread writes at a time (under the endpoint's
+    /// lock, or through `&mut` of the endpoint): a plain load and store, so that the
+    /// message path runs no locked instruction for its statistics.
+    pub(super) fn bump(a: &AtomicU64, n: u64) {
+        a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
 }
 
 /// What both ends share: the mapping, the wake-up fds and the peer's pidfd.

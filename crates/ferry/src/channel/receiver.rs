@@ -23,8 +23,8 @@ use crate::sys::mem::{Access, Mapping};
 /// Keeps a received message's memory mapped, and releases it to the sender on drop.
 pub(super) struct Hold {
     pub(super) token: u64,
-    /// The lot of the first fragment, and any others the message spans.
-    pub(super) _lot: LotRef,
+    /// The lots the message spans, other than the sender's own (which `core` keeps
+    /// mapped for as long as the channel lives).
     pub(super) _more_lots: Vec<LotRef>,
     /// Ledger entries of the forwarded fragments (those not in the sender's lot).
     pub(super) ledger: Vec<u32>,
@@ -44,6 +44,15 @@ impl Drop for Hold {
 }
 
 impl Keep for Hold {}
+
+/// A message of one fragment in the sender's own lot (the common case) needs no [`Hold`]:
+/// its segment is tagged with the token and keeps the channel's end, which keeps the
+/// sender's lot mapped and releases the token when the segment goes.
+impl Keep for RecvCore {
+    fn segment_dropped(&self, token: u64) {
+        self.release(token);
+    }
+}
 
 /// A fragment mapped for this one transfer (the uncached baseline); unmapped on drop,
 /// before the hold releases the fbuf.
@@ -167,7 +176,10 @@ impl RecvCore {
             Counters::add(&stats.wakeups, 1);
             link.rel_efd.notify();
         }
-        Counters::add(&stats.releases, sent);
+        if sent > 0 {
+            // Under the release lock: the only writer.
+            Counters::bump(&stats.releases, sent);
+        }
         self.has_pending
             .store(!r.pending.is_empty(), Ordering::Release);
     }
@@ -264,6 +276,10 @@ pub struct Receiver {
     /// [`arm`](Self::arm) saw the sender dead: the next idle receive checks liveness
     /// at once instead of waiting for the period.
     pub(super) recheck: bool,
+    /// Empty polls since the last message (see [`Receiver::idle`]).
+    pub(super) idle_polls: u32,
+    /// The fragments of the message being built (reused, always left empty).
+    pub(super) out: Vec<Fragment>,
 }
 
 /// The epoll set a receiver's [`AsFd`] stands for: the channel's eventfd (a message, a
@@ -274,6 +290,10 @@ pub(super) fn wait_set(link: &Link) -> Result<OwnedFd> {
         link.pidfd.as_fd(),
     ])?)
 }
+
+/// A busy-polling receiver does the idle work (collect releases, check the clock) once
+/// every this many empty polls.
+const IDLE_EVERY: u32 = 64;
 
 impl std::fmt::Debug for Receiver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -301,6 +321,7 @@ impl Receiver {
             return self.idle(false).map(|_| None);
         };
         let c = &self.core;
+        self.idle_polls = 0;
         if wake {
             Counters::add(&c.stats.wakeups, 1);
             c.link.tx_efd.notify();
@@ -316,28 +337,36 @@ impl Receiver {
         }
         if self.frags.is_empty() {
             c.release(d.token);
-            Counters::add(&c.stats.messages, 1);
+            Counters::bump(&c.stats.messages, 1);
             return Ok(Some(IoData::new()));
         }
-        let lot_of = |f: &RawFrag| {
-            self.lots
-                .iter()
+        let lots = &self.lots;
+        let lot_of = |f: &RawFrag| -> &LotRef {
+            lots.iter()
                 .find(|(k, _)| *k == (f.slot, f.generation))
-                .map(|(_, l)| l.clone())
+                .map(|(_, l)| l)
                 .expect("decode resolved every lot")
         };
-        let first = lot_of(&self.frags[0]);
+        // Fragments in the sender's own lot (most, usually all) need no reference of
+        // their own: the channel keeps that lot mapped while any message is held.
+        let sender = (c.sender.slot, c.sender.generation);
         let mut more: Vec<LotRef> = Vec::new();
-        for f in &self.frags[1..] {
+        for f in self
+            .frags
+            .iter()
+            .filter(|f| (f.slot, f.generation) != sender)
+        {
             let l = lot_of(f);
-            if l.base() != first.base() && !more.iter().any(|m| m.base() == l.base()) {
-                more.push(l);
+            if !more.iter().any(|m| m.base() == l.base()) {
+                more.push(l.clone());
             }
         }
         // Record forwarded fragments (not in the sender's own lot) in our ledger before
         // anyone can read them, so that no death upstream gets them reused under us. If
         // the ledger is full, copy the fragment instead (counted in `copied_bytes`).
-        let sender = (c.sender.slot, c.sender.generation);
+        if self.frags.len() == 1 && more.is_empty() && !self.map_per_transfer {
+            return Ok(Some(self.one_fragment(d.token)));
+        }
         let mut ledger: Vec<u32> = Vec::new();
         let mut copies: Vec<usize> = Vec::new();
         for (i, f) in self.frags.iter().enumerate() {
@@ -356,12 +385,13 @@ impl Receiver {
         let hold = Arc::new(Hold {
             core: c.clone(),
             token: d.token,
-            _lot: first,
             _more_lots: more,
             ledger,
         });
         let mut total = 0;
-        let mut fragments = Vec::with_capacity(self.frags.len());
+        // Reused: building the message allocates no fragment vector.
+        let mut fragments = std::mem::take(&mut self.out);
+        fragments.clear();
         for (i, f) in self.frags.iter().enumerate() {
             let base = lot_of(f);
             total += f.len;
@@ -405,24 +435,68 @@ impl Receiver {
             let seg = unsafe { Segment::from_raw(ptr, f.len as usize, Some(span), false, keep) };
             fragments.push(Fragment::whole(Arc::new(seg)));
         }
-        let data = IoData::from_fragments(fragments);
-        Counters::add(&c.stats.messages, 1);
-        Counters::add(&c.stats.bytes, total);
+        let data = IoData::from_fragments(fragments.drain(..));
+        self.out = fragments;
+        // Only `try_recv` (through `&mut self`) counts messages and bytes.
+        Counters::bump(&c.stats.messages, 1);
+        Counters::bump(&c.stats.bytes, total);
         Ok(Some(data))
     }
 
+    /// The message `token` of one fragment in the sender's lot, as one segment tagged
+    /// with the token (one allocation; see `impl Keep for RecvCore`).
+    fn one_fragment(&mut self, token: u64) -> IoData {
+        let c = &self.core;
+        let f = self.frags[0];
+        let base = self
+            .lots
+            .iter()
+            .find(|(k, _)| *k == (f.slot, f.generation))
+            .map(|(_, l)| l.base())
+            .expect("decode resolved every lot");
+        let span = LotSpan {
+            lot: LotId {
+                slot: f.slot,
+                generation: f.generation,
+            },
+            offset: f.offset,
+        };
+        let ptr =
+            NonNull::new(base.wrapping_add(f.offset as usize)).expect("mappings are non-null");
+        let keep: Arc<dyn Keep> = c.clone();
+        // SAFETY: decode checked the span lies inside the sender's lot, which the channel
+        // (`keep`) keeps mapped for as long as it lives; the memory is read-only here.
+        let seg = unsafe { Segment::from_raw_tagged(ptr, f.len as usize, Some(span), keep, token) };
+        // Only `try_recv` (through `&mut self`) counts messages and bytes.
+        Counters::bump(&c.stats.messages, 1);
+        Counters::bump(&c.stats.bytes, f.len);
+        IoData::from_fragment(Fragment::whole(Arc::new(seg)))
+    }
+
     /// The ring was empty: check liveness now and then (or now if `force`).
+    ///
+    /// A busy-polling receiver calls this between every two looks at the ring, so only
+    /// the closed flag (one load of a line that rarely changes) is read on every call;
+    /// the rest (collecting the domain's releases, which takes its locks, and reading the
+    /// clock for the liveness period) runs on every [`IDLE_EVERY`]th empty poll, so that
+    /// the poll loop stays short and a message is seen soon after it lands, even when it
+    /// follows the previous one closely.
     pub(super) fn idle(&mut self, force: bool) -> Result<()> {
-        // Nothing to receive: pass on releases of what this domain forwarded.
-        self.core.domain.collect_releases();
         let h = self.core.link.header();
         if h.tx_closed.load(Ordering::Acquire) != 0 && !self.fwd.has_data().map_err(corrupt)? {
+            self.core.domain.collect_releases();
             self.lots.clear();
             self.core.end_inbound();
             return Err(Error::Disconnected);
         }
-        let now = Instant::now();
         let force = force || std::mem::take(&mut self.recheck);
+        self.idle_polls = self.idle_polls.wrapping_add(1);
+        if !force && self.idle_polls % IDLE_EVERY != 0 {
+            return Ok(());
+        }
+        // Nothing to receive: pass on releases of what this domain forwarded.
+        self.core.domain.collect_releases();
+        let now = Instant::now();
         if force || now.duration_since(self.last_check) >= LIVENESS_PERIOD {
             self.last_check = now;
             if self.core.link.peer_exited() && !self.fwd.has_data().map_err(corrupt)? {

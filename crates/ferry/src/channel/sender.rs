@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::desc::{self, RawDesc, RawFrag, RawRef, BLOCK_BYTES};
 use super::layout;
 use super::link::{corrupt, ChannelStats, Counters, Link, LIVENESS_PERIOD};
-use super::ring::{Consumer, Producer, Push};
+use super::ring::{Consumer, Corrupt, Producer, Push};
 use crate::error::{Error, Result};
 use crate::iodata::IoData;
 use crate::region::domain::{DomainInner, ReleaseSource};
@@ -42,6 +42,8 @@ pub(super) struct SendState {
     pub(super) inflight: Vec<InFlight>,
     pub(super) free_tokens: Vec<u32>,
     pub(super) last_check: Instant,
+    /// The receiver broke the reverse ring: every later send fails.
+    pub(super) rev_corrupt: bool,
 }
 
 pub(super) struct SendCore {
@@ -63,7 +65,6 @@ impl SendCore {
     /// Drains the reverse ring; returns fbufs of released messages.
     pub(super) fn drain(&self, st: &mut SendState) -> Result<u64> {
         let mut n = 0;
-        let mut done = Vec::new();
         let mut wake = false;
         let mut spilled = Vec::new();
         // SYNC: pairs with the receiver's Release increment after it wrote a slot.
@@ -93,7 +94,8 @@ impl SendCore {
             let generation = (token >> 32) as u32;
             match st.inflight.get_mut(idx) {
                 Some(f) if f.generation == generation && f.data.is_some() => {
-                    done.push(f.data.take());
+                    // Returns its fbufs to their paths now.
+                    drop(f.data.take());
                     st.free_tokens.push(idx as u32);
                     n += 1;
                 }
@@ -107,19 +109,21 @@ impl SendCore {
             let head = st.fwd.consumed().map_err(corrupt)?;
             for (i, f) in st.inflight.iter_mut().enumerate() {
                 if f.data.is_some() && f.pos >= head {
-                    done.push(f.data.take());
+                    drop(f.data.take());
                     st.free_tokens.push(i as u32);
                     n += 1;
                 }
             }
         }
-        Counters::add(&self.stats.releases, n);
+        if n > 0 {
+            // Under the state lock: the only writer.
+            Counters::bump(&self.stats.releases, n);
+        }
         if wake {
             // The receiver has releases that did not fit and sleeps until there is room.
             Counters::add(&self.stats.wakeups, 1);
             self.link.rx_efd.notify();
         }
-        drop(done);
         Ok(n)
     }
 
@@ -285,28 +289,40 @@ impl Sender {
         if c.link.header().rx_closed.load(Ordering::Acquire) != 0 {
             return Err(Error::Disconnected);
         }
-        c.drain(&mut st)?;
+        if st.rev_corrupt {
+            return Err(corrupt(Corrupt));
+        }
         // Make sure every fragment lies in a lot the receiver can map.
         let data = self.shareable(data)?;
-        let frags: Vec<RawFrag> = data
-            .fragments()
-            .iter()
-            .map(|f| {
-                let s = f
-                    .lot_span()
-                    .expect("shareable() put every fragment in a lot");
-                RawFrag {
-                    slot: s.lot.slot,
-                    pad: 0,
-                    generation: s.lot.generation,
-                    offset: s.offset,
-                    len: f.len() as u64,
-                }
-            })
-            .collect();
-        if frags.len() as u64 > desc::MAX_FRAGS {
+        let n = data.num_fragments();
+        if n as u64 > desc::MAX_FRAGS {
             return Err(Error::InvalidArgument("too many fragments for one message"));
         }
+        let raw = data.fragments().iter().map(|f| {
+            let s = f
+                .lot_span()
+                .expect("shareable() put every fragment in a lot");
+            RawFrag {
+                slot: s.lot.slot,
+                pad: 0,
+                generation: s.lot.generation,
+                offset: s.offset,
+                len: f.len() as u64,
+            }
+        });
+        // Messages that fit the ring entry (most) describe their fragments on the stack:
+        // a send allocates nothing.
+        let mut inline = [RawFrag::default(); desc::INLINE_FRAGS];
+        let many: Vec<RawFrag>;
+        let frags: &[RawFrag] = if n <= desc::INLINE_FRAGS {
+            for (slot, f) in inline.iter_mut().zip(raw) {
+                *slot = f;
+            }
+            &inline[..n]
+        } else {
+            many = raw.collect();
+            &many
+        };
         for f in data.fragments() {
             f.segment().on_send()?;
         }
@@ -334,29 +350,39 @@ impl Sender {
                 offset: span.offset,
             };
             let bytes = m.as_mut_slice().expect("fresh fbufs are writable");
-            let e = desc::encode(token, &frags, bytes, at);
+            let e = desc::encode(token, frags, bytes, at);
             m.freeze();
             meta = Some(m);
             e
         } else {
-            desc::encode(token, &frags, &mut [], RawRef::NONE)
+            desc::encode(token, frags, &mut [], RawRef::NONE)
         };
         let pos = st.fwd.position();
         match st.fwd.try_push(entry).map_err(corrupt)? {
             Push::Full(_) => {
                 st.free_tokens.push(idx);
+                c.drain(&mut st)?;
                 c.check_peer(&mut st, true)?;
                 Err(Error::Full)
             }
             Push::Done { wake } => {
+                let len = data.len() as u64;
                 st.inflight[idx as usize] = InFlight {
                     generation,
                     pos,
-                    data: Some((data.clone(), meta)),
+                    data: Some((data, meta)),
                 };
+                // Releases are collected after the descriptor is out, not before: the
+                // reverse ring's lines are the receiver's, and reading one can cost a
+                // transfer between cores that the hand-over need not wait for. A broken
+                // reverse ring is reported by the next send (this one went out).
+                if c.drain(&mut st).is_err() {
+                    st.rev_corrupt = true;
+                }
+                // Under the state lock: the only writer.
+                Counters::bump(&c.stats.messages, 1);
+                Counters::bump(&c.stats.bytes, len);
                 drop(st);
-                Counters::add(&c.stats.messages, 1);
-                Counters::add(&c.stats.bytes, data.len() as u64);
                 if wake {
                     Counters::add(&c.stats.wakeups, 1);
                     c.link.rx_efd.notify();

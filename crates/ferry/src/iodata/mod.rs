@@ -71,17 +71,74 @@ pub use units::Units;
 /// ```
 #[derive(Clone, Default)]
 pub struct IoData {
-    // `None` exactly when `len == 0`. The deque is always contiguous (its second
-    // `as_slices` half is empty), holds no empty fragments, and its lengths sum to `len`.
-    pub(super) frags: Option<Arc<VecDeque<Fragment>>>,
+    // `Frags::None` exactly when `len == 0`. The fragments are never empty and their
+    // lengths sum to `len`; a deque is always contiguous (its second `as_slices` half is
+    // empty).
+    pub(super) frags: Frags,
     pub(super) len: usize,
+}
+
+/// The fragment list of an [`IoData`]. A single fragment (the common case: one fbuf, one
+/// received message) is held inline, so that making, sending and receiving such an
+/// `IoData` allocates no list; longer lists are a shared deque.
+#[derive(Clone, Default)]
+pub(super) enum Frags {
+    #[default]
+    None,
+    One(Fragment),
+    Many(Arc<VecDeque<Fragment>>),
+}
+
+impl Frags {
+    fn as_slice(&self) -> &[Fragment] {
+        match self {
+            Frags::None => &[],
+            Frags::One(f) => std::slice::from_ref(f),
+            Frags::Many(list) => {
+                let (head, tail) = list.as_slices();
+                debug_assert!(tail.is_empty());
+                head
+            }
+        }
+    }
+
+    /// Appends `f`, merging it into the last fragment when the two are adjacent windows
+    /// of the same segment; empty fragments are dropped. A shared deque is copied first
+    /// (the list, not the payload).
+    fn push(&mut self, f: Fragment) {
+        if f.len == 0 {
+            return;
+        }
+        match self {
+            Frags::None => *self = Frags::One(f),
+            Frags::One(last) => {
+                if Arc::ptr_eq(&last.seg, &f.seg) && last.off + last.len == f.off {
+                    last.len += f.len;
+                    return;
+                }
+                let Frags::One(first) = std::mem::take(self) else {
+                    unreachable!("matched One above")
+                };
+                let mut list = VecDeque::with_capacity(4);
+                list.push_back(first);
+                list.push_back(f);
+                *self = Frags::Many(Arc::new(list));
+            }
+            Frags::Many(list) => push_frag(Arc::make_mut(list), f),
+        }
+    }
+
+    /// Total length of the fragments.
+    fn total(&self) -> usize {
+        self.as_slice().iter().map(|f| f.len).sum()
+    }
 }
 
 impl IoData {
     /// The empty `IoData`. Does not allocate.
     pub const fn new() -> IoData {
         IoData {
-            frags: None,
+            frags: Frags::None,
             len: 0,
         }
     }
@@ -110,25 +167,28 @@ impl IoData {
     /// An `IoData` made of the given fragments in order. Empty fragments are dropped, and
     /// adjacent windows of the same segment are merged into one fragment.
     pub fn from_fragments(frags: impl IntoIterator<Item = Fragment>) -> IoData {
-        let frags = frags.into_iter();
-        let mut list = VecDeque::with_capacity(frags.size_hint().0);
+        let mut list = Frags::None;
         for f in frags {
-            push_frag(&mut list, f);
+            list.push(f);
         }
-        IoData::from_list(list)
+        IoData::from_frags(list)
     }
 
-    /// Builds from a list that holds no empty fragments and is contiguous.
-    fn from_list(list: VecDeque<Fragment>) -> IoData {
-        let len = list.iter().map(|f| f.len).sum();
-        if len == 0 {
+    /// An `IoData` of the one fragment `f` (empty if `f` is).
+    pub fn from_fragment(f: Fragment) -> IoData {
+        if f.len == 0 {
             return IoData::new();
         }
-        debug_assert!(list.as_slices().1.is_empty());
         IoData {
-            frags: Some(Arc::new(list)),
-            len,
+            len: f.len,
+            frags: Frags::One(f),
         }
+    }
+
+    /// Builds from a list made by [`Frags::push`].
+    pub(super) fn from_frags(frags: Frags) -> IoData {
+        let len = frags.total();
+        IoData { frags, len }
     }
 
     /// Length in bytes.
@@ -143,14 +203,7 @@ impl IoData {
 
     /// The fragments, in order (the "retrieve" operation). None of them is empty.
     pub fn fragments(&self) -> &[Fragment] {
-        match &self.frags {
-            Some(list) => {
-                let (head, tail) = list.as_slices();
-                debug_assert!(tail.is_empty());
-                head
-            }
-            None => &[],
-        }
+        self.frags.as_slice()
     }
 
     /// Number of fragments.
@@ -205,7 +258,7 @@ impl IoData {
         if a == 0 && b == self.len {
             return self.clone();
         }
-        let mut list = VecDeque::new();
+        let mut list = Frags::None;
         let mut pos = 0;
         for f in self.fragments() {
             let (fs, fe) = (pos, pos + f.len);
@@ -218,10 +271,10 @@ impl IoData {
             }
             let lo = a.max(fs) - fs;
             let hi = b.min(fe) - fs;
-            list.push_back(f.sub(lo, hi - lo));
+            list.push(f.sub(lo, hi - lo));
         }
         IoData {
-            frags: Some(Arc::new(list)),
+            frags: list,
             len: b - a,
         }
     }
@@ -297,7 +350,16 @@ impl IoData {
             *self = IoData::new();
             return;
         }
-        let Some(list) = self.frags.as_mut().and_then(Arc::get_mut) else {
+        let list = match &mut self.frags {
+            Frags::One(f) => {
+                f.len -= self.len - len;
+                self.len = len;
+                return;
+            }
+            Frags::Many(list) => Arc::get_mut(list),
+            Frags::None => None,
+        };
+        let Some(list) = list else {
             *self = self.window(0, len);
             return;
         };
@@ -322,7 +384,17 @@ impl IoData {
             *self = IoData::new();
             return;
         }
-        let Some(list) = self.frags.as_mut().and_then(Arc::get_mut) else {
+        let list = match &mut self.frags {
+            Frags::One(f) => {
+                f.off += cnt;
+                f.len -= cnt;
+                self.len -= cnt;
+                return;
+            }
+            Frags::Many(list) => Arc::get_mut(list),
+            Frags::None => None,
+        };
+        let Some(list) = list else {
             *self = self.window(cnt, self.len);
             return;
         };
@@ -347,12 +419,12 @@ impl IoData {
         if other.is_empty() {
             return self.clone();
         }
-        let mut list = VecDeque::with_capacity(self.num_fragments() + other.num_fragments());
+        let mut list = Frags::None;
         for f in self.fragments().iter().chain(other.fragments()) {
-            push_frag(&mut list, f.clone());
+            list.push(f.clone());
         }
         IoData {
-            frags: Some(Arc::new(list)),
+            frags: list,
             len: self.len + other.len,
         }
     }
@@ -376,20 +448,19 @@ impl IoData {
             return;
         }
         let total = self.len + other.len;
-        if self.frags.as_mut().and_then(Arc::get_mut).is_none() {
-            self.frags = Some(Arc::new(self.fragments().iter().cloned().collect()));
+        // `push` copies our list first if it is shared (the list, not the payload).
+        let list = &mut self.frags;
+        match other.frags {
+            Frags::None => {}
+            Frags::One(f) => list.push(f),
+            Frags::Many(theirs) => match Arc::try_unwrap(theirs) {
+                Ok(owned) => owned.into_iter().for_each(|f| list.push(f)),
+                Err(shared) => shared.iter().for_each(|f| list.push(f.clone())),
+            },
         }
-        let list = self
-            .frags
-            .as_mut()
-            .and_then(Arc::get_mut)
-            .expect("list was just made unique");
-        let theirs = other.frags.expect("non-empty IoData has a list");
-        match Arc::try_unwrap(theirs) {
-            Ok(owned) => owned.into_iter().for_each(|f| push_frag(list, f)),
-            Err(shared) => shared.iter().for_each(|f| push_frag(list, f.clone())),
+        if let Frags::Many(l) = list {
+            Arc::make_mut(l).make_contiguous();
         }
-        list.make_contiguous();
         self.len = total;
     }
 

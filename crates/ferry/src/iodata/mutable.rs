@@ -1,13 +1,12 @@
 //! The write phase: IoDataMut, and the allocator call that starts one.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::sync::Arc;
 
 use bytes::BufMut;
 
-use super::{Fragment, IoData};
+use super::{Fragment, Frags, IoData};
 use crate::error::{Error, Result};
 use crate::segment::Segment;
 
@@ -29,7 +28,9 @@ use crate::segment::Segment;
 /// assert!(d.eq_bytes(b"\xab\xcdwxyz"));
 /// ```
 pub struct IoDataMut {
-    pub(super) segs: Vec<Segment>,
+    // Each `Arc` is the only reference to its segment until `freeze` hands it to the
+    // `IoData`: allocated here, so that freezing allocates nothing.
+    pub(super) segs: Segs,
     pub(super) len: usize,
     // Write cursor for `io::Write`/`BufMut`: byte position, and the same position as a
     // segment index and offset within that segment.
@@ -59,7 +60,7 @@ impl IoDataMut {
             ));
         }
         Ok(IoDataMut {
-            segs,
+            segs: Segs::Many(segs.into_iter().map(Arc::new).collect()),
             len,
             pos: 0,
             cur_seg: 0,
@@ -70,7 +71,7 @@ impl IoDataMut {
     /// A zeroed buffer of `len` bytes in one heap segment.
     pub fn with_capacity_heap(len: usize) -> IoDataMut {
         IoDataMut {
-            segs: vec![Segment::from_vec(vec![0; len])],
+            segs: Segs::One(Arc::new(Segment::from_vec(vec![0; len]))),
             len,
             pos: 0,
             cur_seg: 0,
@@ -114,7 +115,7 @@ impl IoDataMut {
                 if rem == 0 {
                     return None;
                 }
-                let sl = s.as_mut_slice().expect("IoDataMut segments are writable");
+                let sl = writable(s);
                 let n = sl.len().min(rem);
                 rem -= n;
                 Some(&mut sl[..n])
@@ -169,9 +170,24 @@ impl IoDataMut {
     /// Bytes that were never written keep the allocator's contents (zeros for heap
     /// buffers). Segments beyond the logical length are dropped.
     pub fn freeze(self) -> IoData {
-        let mut rem = self.len;
-        let mut list = VecDeque::with_capacity(self.segs.len());
-        for mut seg in self.segs {
+        let len = self.len;
+        // The common case (one fbuf): no list to build.
+        let one = |mut seg: Arc<Segment>| {
+            Arc::get_mut(&mut seg)
+                .expect("IoDataMut segments are unique")
+                .freeze();
+            IoData::from_fragment(Fragment { seg, off: 0, len })
+        };
+        let mut segs = match self.segs {
+            Segs::One(seg) => return one(seg),
+            Segs::Many(v) => v,
+        };
+        if segs.len() == 1 {
+            return one(segs.pop().expect("one segment"));
+        }
+        let mut rem = len;
+        let mut list = Frags::None;
+        for mut seg in segs {
             if rem == 0 {
                 break;
             }
@@ -180,14 +196,16 @@ impl IoDataMut {
                 continue;
             }
             rem -= n;
-            seg.freeze();
-            list.push_back(Fragment {
-                seg: Arc::new(seg),
+            Arc::get_mut(&mut seg)
+                .expect("IoDataMut segments are unique")
+                .freeze();
+            list.push(Fragment {
+                seg,
                 off: 0,
                 len: n,
             });
         }
-        IoData::from_list(list)
+        IoData::from_frags(list)
     }
 
     fn set_cursor(&mut self, pos: usize) {
@@ -217,9 +235,7 @@ impl IoDataMut {
             return &mut [];
         }
         let off = self.cur_off;
-        let sl = self.segs[self.cur_seg]
-            .as_mut_slice()
-            .expect("IoDataMut segments are writable");
+        let sl = writable(&mut self.segs[self.cur_seg]);
         let n = (sl.len() - off).min(rem);
         &mut sl[off..off + n]
     }
@@ -241,6 +257,39 @@ impl IoDataMut {
             self.cur_off = 0;
         }
     }
+}
+
+/// The segments of an `IoDataMut`: one held inline (an fbuf from a path: neither
+/// allocating nor freezing it touches a list), or several.
+pub(super) enum Segs {
+    One(Arc<Segment>),
+    Many(Vec<Arc<Segment>>),
+}
+
+impl std::ops::Deref for Segs {
+    type Target = [Arc<Segment>];
+    fn deref(&self) -> &[Arc<Segment>] {
+        match self {
+            Segs::One(s) => std::slice::from_ref(s),
+            Segs::Many(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Segs {
+    fn deref_mut(&mut self) -> &mut [Arc<Segment>] {
+        match self {
+            Segs::One(s) => std::slice::from_mut(s),
+            Segs::Many(v) => v,
+        }
+    }
+}
+
+/// The bytes of a segment of an `IoDataMut` (unique and writable until frozen).
+fn writable(s: &mut Arc<Segment>) -> &mut [u8] {
+    Arc::get_mut(s)
+        .and_then(Segment::as_mut_slice)
+        .expect("IoDataMut segments are unique and writable")
 }
 
 impl fmt::Debug for IoDataMut {
@@ -308,6 +357,12 @@ impl crate::region::PathAllocator {
             return IoDataMut::from_segments(Vec::new(), 0);
         }
         let seg = self.alloc_segment(len)?;
-        IoDataMut::from_segments(vec![seg], len)
+        Ok(IoDataMut {
+            segs: Segs::One(Arc::new(seg)),
+            len,
+            pos: 0,
+            cur_seg: 0,
+            cur_off: 0,
+        })
     }
 }

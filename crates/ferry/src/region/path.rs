@@ -140,6 +140,7 @@ impl PathAllocator {
             path: self.inner.clone(),
             off,
             class: k,
+            secure_on_send: p.secure,
             secured: AtomicBool::new(false),
         };
         let ptr =
@@ -151,7 +152,9 @@ impl PathAllocator {
         // SAFETY: `off..off+size` is a span of our lot that this path just took, so no
         // one else writes it until `fbuf` returns it; `fbuf` holds the lot (and so the
         // mapping) alive. `len <= size`.
-        Ok(unsafe { Segment::from_raw(ptr, len, Some(span), true, Arc::new(fbuf)) })
+        let seg = unsafe { Segment::from_raw(ptr, len, Some(span), true, Arc::new(fbuf)) };
+        // Only secured fbufs have work to do when sent (write-protect).
+        Ok(if p.secure { seg.with_send_hook() } else { seg })
     }
 
     /// The lot this path carves fbufs from.
@@ -191,6 +194,8 @@ struct Fbuf {
     path: Arc<PathInner>,
     off: u64,
     class: usize,
+    /// The path's `secure` setting, copied here so that a send reads no other line.
+    secure_on_send: bool,
     secured: AtomicBool,
 }
 
@@ -212,7 +217,7 @@ impl Keep for Fbuf {
     }
 
     fn on_send(&self) -> Result<()> {
-        if self.path.secure {
+        if self.secure_on_send {
             self.secure()?;
         }
         Ok(())

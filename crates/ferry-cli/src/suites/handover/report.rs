@@ -1,0 +1,244 @@
+//! The report of `ferry bench handover`: one table with the floor, ferry and iceoryx2
+//! side by side, the per-round ratios and the bars; the records; and the plot.
+
+use std::fmt::Write as _;
+
+use super::{summary, AtSize, Measured, BAR_FLOOR, BAR_ICE};
+use crate::harness::output::{bytes, num, ratio, BenchOutput, PlotSpec, Table};
+use crate::harness::record::Record;
+use crate::harness::stats::spread;
+use crate::harness::BenchCtx;
+
+pub(super) fn output(ctx: &BenchCtx, m: &Measured) -> BenchOutput {
+    let mut out = BenchOutput {
+        markdown: markdown(ctx, m),
+        ..BenchOutput::default()
+    };
+    for a in &m.sizes {
+        let series: [(&str, &str, &[f64]); 8] = [
+            (
+                "floor",
+                "one-way (half round trip of one cache line)",
+                &a.floor,
+            ),
+            ("floor", "one-way by stamps", &a.floor_stamped),
+            (
+                "two-line floor",
+                "one-way (half round trip: descriptor line, then header line)",
+                &a.floor2,
+            ),
+            ("two-line floor", "one-way by stamps", &a.floor2_stamped),
+            ("ferry", "one-way", &a.ferry),
+            ("ferry", "send call", &a.ferry_call),
+            ("iceoryx2", "one-way", &a.ice),
+            ("iceoryx2", "send call", &a.ice_call),
+        ];
+        for (system, what, v) in series {
+            if v.is_empty() {
+                continue;
+            }
+            out.records.push(
+                Record::new(
+                    "handover",
+                    &format!("{system}, {what}"),
+                    "µs",
+                    summary(v),
+                    m.rounds,
+                    0.0,
+                )
+                .param("system", system)
+                .param("measure", what)
+                .param("bytes", a.size)
+                .param("wait", "busy-poll")
+                .param(
+                    "touch",
+                    "one byte per page written; the receiver reads the header",
+                ),
+            );
+        }
+        for (what, v, bar) in [
+            (
+                "ferry/iceoryx2, median of per-round ratios",
+                &a.ratio_ice,
+                BAR_ICE,
+            ),
+            (
+                "ferry/floor, median of per-round ratios",
+                &a.ratio_floor,
+                BAR_FLOOR,
+            ),
+        ] {
+            if v.is_empty() {
+                continue;
+            }
+            out.records.push(
+                Record::new("handover", what, "ratio", summary(v), m.rounds, spread(v))
+                    .param("bytes", a.size)
+                    .param("bar", bar)
+                    .param("met", summary(v).median <= bar),
+            );
+        }
+    }
+    out.plots.push(plot(m));
+    out
+}
+
+fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "## handover: one-way hand-over, ferry vs iceoryx2 0.10 vs the cache-line floor\n"
+    );
+    let _ = writeln!(
+        md,
+        "Sender on CPU {}, receiver on CPU {}, both busy-polling; {} interleaved rounds (each round runs \
+         every size and every system, the systems' order rotated per round), {} timed messages per \
+         system, size and round. Protocol, the same for all: the sender writes one byte in every page, \
+         stamps CLOCK_MONOTONIC into the header and hands over (ferry: freeze + try_send of a cached \
+         fbuf; iceoryx2: send of a loaned `[u8]` slice, ipc service, power-of-two dynamic segment); the \
+         receiver reads the header, stamps, drops the message and acknowledges through a shared cache \
+         line. Floor: one cache line bounced between the two processes, half the round trip. µs, \
+         median and p99 over every message; ratios are the median over rounds of the per-round median \
+         ratio.\n",
+        ctx.cpu(0),
+        ctx.cpu(1),
+        m.rounds,
+        m.msgs
+            .iter()
+            .zip(&m.sizes)
+            .map(|(n, a)| format!("{n} at {}", bytes(a.size)))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    if let Err(why) = &m.ice {
+        let _ = writeln!(
+            md,
+            "**iceoryx2 could not run here, so only ferry and the floor were measured:** {why}\n"
+        );
+    }
+    let mut t = Table::new(&[
+        "size",
+        "floor median",
+        "floor p99",
+        "floor by stamps",
+        "2-line floor by stamps",
+        "ferry median",
+        "ferry p99",
+        "ferry send call",
+        "iceoryx2 median",
+        "iceoryx2 p99",
+        "iceoryx2 send call",
+        "ferry/iceoryx2",
+        "ferry/floor",
+    ]);
+    for a in &m.sizes {
+        let (fl, fs, f2, f, fc, i, ic) = (
+            summary(&a.floor),
+            summary(&a.floor_stamped),
+            summary(&a.floor2_stamped),
+            summary(&a.ferry),
+            summary(&a.ferry_call),
+            summary(&a.ice),
+            summary(&a.ice_call),
+        );
+        t.row(vec![
+            bytes(a.size),
+            num(fl.median),
+            num(fl.p99),
+            num(fs.median),
+            num(f2.median),
+            num(f.median),
+            num(f.p99),
+            num(fc.median),
+            num(i.median),
+            num(i.p99),
+            num(ic.median),
+            ratio(a.ratio_ice()),
+            ratio(a.ratio_floor()),
+        ]);
+    }
+    md.push_str(&t.render());
+    let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+    let worst = |f: &dyn Fn(&AtSize) -> f64| {
+        m.sizes.iter().map(f).fold(
+            f64::NAN,
+            |a: f64, b| if a.is_nan() || b > a { b } else { a },
+        )
+    };
+    let _ = writeln!(md);
+    if m.ice.is_ok() {
+        let w = worst(&|a| a.ratio_ice());
+        let _ = writeln!(
+            md,
+            "- Bar: ferry at most {BAR_ICE}x iceoryx2 at every size: worst {} — **{}**.",
+            ratio(w),
+            verdict(w <= BAR_ICE)
+        );
+    }
+    let w = worst(&|a| a.ratio_floor());
+    let _ = writeln!(
+        md,
+        "- Bar: ferry within {BAR_FLOOR}x of the cache-line floor at every size: worst {} — **{}**.",
+        ratio(w),
+        verdict(w <= BAR_FLOOR)
+    );
+    let _ = writeln!(
+        md,
+        "- \"send call\" is the sender's time from the stamp to the return of the send (ferry: freeze \
+         and try_send; iceoryx2: assume_init and send). The floor by stamps is the one-line hand-over \
+         timed like the systems (stamp, store / load, stamp): the clock reads are in it. The 2-line \
+         floor is what any descriptor hand-over pays when its receiver reads the payload's header: \
+         the sender writes a header line and then a descriptor line, the receiver polls the \
+         descriptor line and then reads the header line, two cache lines crossing one after the \
+         other.\n"
+    );
+    md
+}
+
+/// Which samples of a size a plot series shows.
+type Column = fn(&AtSize) -> &[f64];
+
+fn plot(m: &Measured) -> PlotSpec {
+    fn ferry(a: &AtSize) -> &[f64] {
+        &a.ferry
+    }
+    fn ice(a: &AtSize) -> &[f64] {
+        &a.ice
+    }
+    fn floor(a: &AtSize) -> &[f64] {
+        &a.floor
+    }
+    let pts = |f: Column, p99: bool| -> Vec<(f64, f64)> {
+        m.sizes
+            .iter()
+            .filter(|a| !f(a).is_empty())
+            .map(|a| {
+                let s = summary(f(a));
+                (a.size as f64, if p99 { s.p99 } else { s.median })
+            })
+            .collect()
+    };
+    let mut series = Vec::new();
+    let all: [(&str, Column); 3] = [
+        ("ferry", ferry),
+        ("iceoryx2", ice),
+        ("cache-line floor", floor),
+    ];
+    for (name, f) in all {
+        let med = pts(f, false);
+        if med.is_empty() {
+            continue;
+        }
+        series.push((format!("{name} (median)"), med));
+        series.push((format!("{name} (p99)"), pts(f, true)));
+    }
+    PlotSpec {
+        stem: "handover".into(),
+        title: "One-way hand-over between two pinned processes".into(),
+        x_label: "message size (bytes)".into(),
+        y_label: "µs".into(),
+        series,
+        log_x: true,
+        log_y: true,
+    }
+}

@@ -1,0 +1,443 @@
+//! The two processes of `ferry bench handover`: a sender and a receiver, each pinned,
+//! each holding all three systems at once, so that the rounds interleave them.
+//!
+//! For every message, whatever the system, the two follow one protocol:
+//!
+//! 1. The sender takes a buffer (ferry: an fbuf from the size's path; iceoryx2: a loaned
+//!    slice; the floor: none) and writes one byte in every page of it.
+//! 2. It reads `CLOCK_MONOTONIC` (`t0`), writes the header (sequence number and `t0`),
+//!    and hands the buffer over (ferry: `freeze` + `try_send`; iceoryx2: `send`; the
+//!    floor: a release store of the sequence number into one shared cache line). It
+//!    records how long the send call took.
+//! 3. The receiver, busy-polling, takes the message, reads the header, reads the clock
+//!    (`t1`) and records `t1 - t0`, the one-way hand-over. It drops the message and
+//!    acknowledges by storing the sequence number into another shared cache line.
+//! 4. The sender waits for that acknowledgement before the next message, so messages
+//!    never queue. For the floor it also records the round trip (`t0` to the
+//!    acknowledgement seen): half of it is the cache-line floor.
+//!
+//! Samples carry the round and the system in `trial` (see [`tag`]).
+
+use std::hint::spin_loop;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use ferry::{Domain, IoData, PathAllocator, PathConfig, Receiver, Sender};
+
+use super::ice;
+use crate::protocol::{Plan, Role, Sample, SampleKind, WorkerArgs};
+use crate::sys::{self, now_ns, SharedLines};
+use crate::transport::ferry::{accept, connect, err};
+
+/// The systems, in the order of their index in [`tag`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum System {
+    /// One cache line bounced between the two processes.
+    Floor,
+    /// Two lines: the "header" line written first, then the "descriptor" line that the
+    /// receiver polls; the receiver then reads the header line. The least any hand-over
+    /// of a descriptor whose receiver reads the payload's header can cost.
+    Floor2,
+    Ferry,
+    Iceoryx2,
+}
+
+pub const SYSTEMS: [System; 4] = [
+    System::Floor,
+    System::Floor2,
+    System::Ferry,
+    System::Iceoryx2,
+];
+
+impl System {
+    pub fn index(self) -> u32 {
+        SYSTEMS.iter().position(|&s| s == self).expect("listed") as u32
+    }
+}
+
+/// The `trial` field of a sample: round and system together.
+pub fn tag(round: u32, system: System) -> u32 {
+    round * SYSTEMS.len() as u32 + system.index()
+}
+
+/// The inverse of [`tag`].
+pub fn untag(trial: u32) -> (u32, System) {
+    let n = SYSTEMS.len() as u32;
+    (trial / n, SYSTEMS[(trial % n) as usize])
+}
+
+/// Lines of the shared memfd: the floor's ping (sequence, stamp), the acknowledgement,
+/// the start-up handshake, and the two-line floor's header line (sequence, stamp).
+pub const LINES: usize = 4;
+const PING: usize = 0;
+const ACK: usize = 1;
+const CTL: usize = 2;
+const HEAD: usize = 3;
+/// Words of the control line: each side's "ready" mark, and "failed" set by either.
+const RX_READY: usize = 0;
+const TX_READY: usize = 1;
+const FAILED: usize = 2;
+
+/// How long a spinning wait goes on before it gives up on the peer.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// The systems in the order round `round` runs them: rotated every round, so that no
+/// system always runs right after another.
+pub fn order(round: u32, with_ice: bool) -> Vec<System> {
+    let all: Vec<System> = SYSTEMS
+        .iter()
+        .copied()
+        .filter(|&s| with_ice || s != System::Iceoryx2)
+        .collect();
+    let k = round as usize % all.len();
+    all[k..].iter().chain(&all[..k]).copied().collect()
+}
+
+/// The worker's command line: `--ack FD,SERVICE` (the shared memfd, and the iceoryx2
+/// service name or `-` for none); `--tx` / `--rx` the ferry link.
+struct Spec {
+    lines: SharedLines,
+    service: Option<String>,
+}
+
+fn parse(args: &WorkerArgs) -> Result<Spec> {
+    let ack = args
+        .ack
+        .as_deref()
+        .context("--ack FD,SERVICE is required")?;
+    let (fd, service) = ack.split_once(',').context("--ack is FD,SERVICE")?;
+    let fd = sys::inherited_fd(fd.parse().context("--ack fd")?)?;
+    let lines = SharedLines::map(&fd, LINES)?;
+    let service = (service != "-").then(|| service.to_string());
+    Ok(Spec { lines, service })
+}
+
+/// Spins until `done()` or the peer fails or stays silent for [`PATIENCE`].
+fn spin_until(
+    lines: &SharedLines,
+    what: &str,
+    mut done: impl FnMut() -> Result<bool>,
+) -> Result<()> {
+    let mut n = 0u32;
+    let mut since: Option<Instant> = None;
+    loop {
+        if done()? {
+            return Ok(());
+        }
+        n = n.wrapping_add(1);
+        if n % 4096 == 0 {
+            use std::sync::atomic::Ordering::Relaxed;
+            if lines.word(CTL, FAILED).load(Relaxed) != 0 {
+                bail!("the peer worker failed while we waited for {what}");
+            }
+            let t = *since.get_or_insert_with(Instant::now);
+            if t.elapsed() > PATIENCE {
+                bail!("waited {PATIENCE:?} for {what}");
+            }
+        }
+        spin_loop();
+    }
+}
+
+pub fn run(args: &WorkerArgs, plan: &Plan) -> Result<Vec<Sample>> {
+    let spec = parse(args)?;
+    let out = match args.role {
+        Role::HandoverSend => send(args, plan, &spec),
+        Role::HandoverRecv => recv(args, plan, &spec),
+        r => bail!("{r:?} is not a handover role"),
+    };
+    if out.is_err() {
+        spec.lines
+            .word(CTL, FAILED)
+            .store(1, std::sync::atomic::Ordering::Release);
+    }
+    out
+}
+
+/// Writes one byte in every page of `s` (the payload "touched" before the send).
+pub fn touch_pages(s: &mut [u8], v: u8) {
+    for i in (0..s.len()).step_by(4096) {
+        s[i] = v;
+    }
+}
+
+/// The header: sequence number and the stamp taken just before the hand-over.
+pub fn write_header(s: &mut [u8], seq: u64, t0: u64) {
+    s[0..8].copy_from_slice(&seq.to_ne_bytes());
+    s[8..16].copy_from_slice(&t0.to_ne_bytes());
+}
+
+pub fn read_header(s: &[u8]) -> (u64, u64) {
+    let w = |i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().expect("8 bytes"));
+    (w(0), w(8))
+}
+
+/// Fbuf paths of the sender, one per size, each with room for a few fbufs.
+struct FerryTx {
+    domain: Domain,
+    tx: Sender,
+    paths: Vec<(usize, PathAllocator)>,
+}
+
+impl FerryTx {
+    fn path(&mut self, size: usize) -> Result<&PathAllocator> {
+        if let Some(i) = self.paths.iter().position(|(s, _)| *s == size) {
+            return Ok(&self.paths[i].1);
+        }
+        let fbuf = size.max(1).div_ceil(4096).next_power_of_two() * 4096;
+        let path = self
+            .domain
+            .path(PathConfig {
+                quota: 4 * fbuf,
+                secure: false,
+            })
+            .map_err(err)?;
+        self.paths.push((size, path));
+        Ok(&self.paths.last().expect("just pushed").1)
+    }
+
+    /// Steps 1 and 2 of the protocol; returns (t0, send call ns).
+    fn send(&mut self, size: usize, seq: u64) -> Result<(u64, u64)> {
+        let path = self.path(size)?.clone();
+        let mut m = loop {
+            match path.alloc(size) {
+                Ok(m) => break m,
+                // The receiver has not released yet: it does so before acknowledging,
+                // so this is rare (a release still on its way).
+                Err(ferry::Error::QuotaExceeded { .. }) => spin_loop(),
+                Err(e) => return Err(err(e).into()),
+            }
+        };
+        for s in m.fragments_mut() {
+            touch_pages(s, seq as u8);
+        }
+        let t0 = now_ns();
+        let first = m.fragments_mut().next().context("a non-empty fbuf")?;
+        write_header(first, seq, t0);
+        let d: IoData = m.freeze();
+        loop {
+            match self.tx.try_send(&d) {
+                Ok(()) => break,
+                Err(ferry::Error::Full) => spin_loop(),
+                Err(e) => return Err(err(e).into()),
+            }
+        }
+        let t1 = now_ns();
+        Ok((t0, t1 - t0))
+    }
+}
+
+/// One block of the schedule: `warm` untimed messages, then `timed` timed ones, of one
+/// system at one size in one round. Both workers walk the same blocks in the same order.
+struct Block {
+    round: u32,
+    size: usize,
+    sys: System,
+    warm: u32,
+    timed: u32,
+}
+
+fn blocks(plan: &Plan, with_ice: bool) -> Vec<Block> {
+    let mut out = Vec::new();
+    for round in 0..plan.trials {
+        for (i, &size) in plan.sizes.iter().enumerate() {
+            for sys in order(round, with_ice) {
+                out.push(Block {
+                    round,
+                    size,
+                    sys,
+                    warm: plan.warmup[i],
+                    timed: plan.msgs[i],
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Says this worker is ready (word `mine` of the control line) and waits for the other.
+fn meet(l: &SharedLines, mine: usize, theirs: usize) -> Result<()> {
+    use std::sync::atomic::Ordering::{Acquire, Release};
+    // SYNC: pairs with the other worker's Acquire load of its word `theirs`.
+    l.word(CTL, mine).store(1, Release);
+    spin_until(l, "the other worker to start", || {
+        Ok(l.word(CTL, theirs).load(Acquire) != 0)
+    })
+}
+
+/// Runs every block, calling `one(block, seq)` for each message; it returns the value to
+/// record (kept for timed messages only). Returns one sample of `kind(system)` per block.
+fn run_blocks(
+    plan: &Plan,
+    with_ice: bool,
+    kind: impl Fn(System) -> SampleKind,
+    mut one: impl FnMut(&Block, u64) -> Result<u64>,
+) -> Result<Vec<Sample>> {
+    let mut out = Vec::new();
+    let mut seq = 0u64;
+    for b in blocks(plan, with_ice) {
+        let mut ns = Vec::with_capacity(b.timed as usize);
+        for k in 0..b.warm + b.timed {
+            seq += 1;
+            let v = one(&b, seq)?;
+            if k >= b.warm {
+                ns.push(v);
+            }
+        }
+        out.push(Sample {
+            kind: kind(b.sys),
+            size: b.size,
+            trial: tag(b.round, b.sys),
+            bytes: 0,
+            ns,
+            syscalls: None,
+        });
+    }
+    Ok(out)
+}
+
+fn send(args: &WorkerArgs, plan: &Plan, spec: &Spec) -> Result<Vec<Sample>> {
+    use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+    let l = &spec.lines;
+    let (domain, tx, _) = connect(args.tx.as_deref().context("--tx is required")?)?;
+    let mut ferry = FerryTx {
+        domain,
+        tx,
+        paths: Vec::new(),
+    };
+    let mut ice = match &spec.service {
+        Some(name) => Some(ice::Tx::open(
+            name,
+            *plan.sizes.iter().max().unwrap_or(&64),
+        )?),
+        None => None,
+    };
+    meet(l, TX_READY, RX_READY)?;
+    let kind = |sys| match sys {
+        System::Floor | System::Floor2 => SampleKind::RoundTrip,
+        _ => SampleKind::SendCall,
+    };
+    let with_ice = ice.is_some();
+    let samples = run_blocks(plan, with_ice, kind, |b, seq| {
+        let (t0, call) = match b.sys {
+            System::Floor => {
+                let t0 = now_ns();
+                l.word(PING, 1).store(t0, Relaxed);
+                // SYNC: pairs with the receiver's Acquire load of the ping.
+                l.word(PING, 0).store(seq, Release);
+                (t0, 0)
+            }
+            System::Floor2 => {
+                let t0 = now_ns();
+                l.word(HEAD, 1).store(t0, Relaxed);
+                l.word(HEAD, 0).store(seq, Relaxed);
+                // SYNC: pairs with the receiver's Acquire load of the ping, which makes
+                // the header line's words visible.
+                l.word(PING, 0).store(seq, Release);
+                (t0, 0)
+            }
+            System::Ferry => ferry.send(b.size, seq)?,
+            System::Iceoryx2 => ice
+                .as_mut()
+                .expect("only scheduled when open")
+                .send(b.size, seq)?,
+        };
+        spin_until(l, "an acknowledgement", || {
+            Ok(l.word(ACK, 0).load(Acquire) == seq)
+        })?;
+        let rtt = now_ns() - t0;
+        Ok(match b.sys {
+            System::Floor | System::Floor2 => rtt,
+            _ => call,
+        })
+    })?;
+    let stats = ferry.tx.stats();
+    if stats.copied_bytes != 0 {
+        bail!(
+            "ferry copied {} bytes: the zero-copy path fell back",
+            stats.copied_bytes
+        );
+    }
+    Ok(samples)
+}
+
+fn recv(args: &WorkerArgs, plan: &Plan, spec: &Spec) -> Result<Vec<Sample>> {
+    use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+    let l = &spec.lines;
+    let (_domain, mut rx) = accept(args.rx.as_deref().context("--rx is required")?)?;
+    let ice = match &spec.service {
+        Some(name) => Some(ice::Rx::open(name)?),
+        None => None,
+    };
+    meet(l, RX_READY, TX_READY)?;
+    let ping = |seq: u64| {
+        spin_until(l, "the floor's ping", || {
+            Ok(l.word(PING, 0).load(Acquire) == seq)
+        })
+    };
+    run_blocks(
+        plan,
+        ice.is_some(),
+        |_| SampleKind::OneWay,
+        |b, seq| {
+            let (got, t0, t1) = match b.sys {
+                System::Floor => {
+                    ping(seq)?;
+                    let t0 = l.word(PING, 1).load(Relaxed);
+                    (seq, t0, now_ns())
+                }
+                System::Floor2 => {
+                    ping(seq)?;
+                    let got = l.word(HEAD, 0).load(Relaxed);
+                    let t0 = l.word(HEAD, 1).load(Relaxed);
+                    (got, t0, now_ns())
+                }
+                System::Ferry => recv_ferry(l, &mut rx, b.size)?,
+                System::Iceoryx2 => ice
+                    .as_ref()
+                    .expect("only scheduled when open")
+                    .recv(b.size, &mut || spin_check(l))?,
+            };
+            if got != seq {
+                bail!("{:?}: expected message {seq}, got {got}", b.sys);
+            }
+            // SYNC: pairs with the sender's Acquire load of the acknowledgement; the message
+            // was dropped (released) before this store.
+            l.word(ACK, 0).store(seq, Release);
+            Ok(t1.saturating_sub(t0))
+        },
+    )
+}
+
+/// Called now and then while busy-polling: fails if the sender failed.
+fn spin_check(l: &SharedLines) -> Result<()> {
+    if l.word(CTL, FAILED)
+        .load(std::sync::atomic::Ordering::Acquire)
+        != 0
+    {
+        return Err(anyhow!("the sender failed"));
+    }
+    Ok(())
+}
+
+/// Step 3 for ferry: (sequence, t0, t1); the message is dropped (released) on return.
+fn recv_ferry(l: &SharedLines, rx: &mut Receiver, size: usize) -> Result<(u64, u64, u64)> {
+    let mut n = 0u32;
+    let d = loop {
+        if let Some(d) = rx.try_recv().map_err(err)? {
+            break d;
+        }
+        n = n.wrapping_add(1);
+        if n % 65536 == 0 {
+            spin_check(l)?;
+        }
+        spin_loop();
+    };
+    let first = d.fragments().first().context("an empty message")?;
+    let (seq, t0) = read_header(first.as_slice());
+    let t1 = now_ns();
+    if d.len() != size {
+        bail!("expected {size} bytes, got {}", d.len());
+    }
+    Ok((seq, t0, t1))
+}
