@@ -121,6 +121,7 @@ fn full_ring_then_disconnect() {
             ferry::ChannelConfig {
                 capacity: 4,
                 release_capacity: 8,
+                ..Default::default()
             },
             T,
         )
@@ -470,6 +471,7 @@ fn overflowing_releases_are_flushed_by_every_receive_style() {
         let config = ferry::ChannelConfig {
             capacity: 16,
             release_capacity: 2,
+            ..Default::default()
         };
         let t = std::thread::spawn(move || a2.connect_with(bid, config, T).unwrap());
         let mut rx = b.accept(T).unwrap();

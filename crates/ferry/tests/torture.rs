@@ -634,6 +634,7 @@ fn channel_config(ctx: &Ctx, which: &str) -> ChannelConfig {
     ChannelConfig {
         capacity: ctx.n(&format!("cap{which}")) as u32,
         release_capacity: ctx.n(&format!("rel{which}")) as u32,
+        ..Default::default()
     }
 }
 
@@ -1335,6 +1336,7 @@ fn hostile(ctx: &mut Ctx, domain: &Domain, peers: &Peers) -> Finish {
             ChannelConfig {
                 capacity: 64,
                 release_capacity: 64,
+                ..Default::default()
             },
             SETUP,
         )

@@ -96,6 +96,7 @@ fn connect(
         (*h).tx_generation = me.generation;
         (*h).rx_slot = peer.slot as u32;
         (*h).rx_generation = peer.generation;
+        (*h).flags = if config.lossy { layout::FLAG_LOSSY } else { 0 };
         (*h).magic.store(layout::MAGIC, Ordering::Release);
     }
     let link = Link {
@@ -172,6 +173,7 @@ fn connect(
             tx_sleepers: 0,
         }),
         gone: AtomicBool::new(false),
+        lossy: config.lossy,
         stats: Counters::default(),
     });
     let weak: std::sync::Weak<dyn ReleaseSource> = Arc::downgrade(&core) as _;
@@ -242,13 +244,15 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Resul
     if h.magic.load(Ordering::Acquire) != layout::MAGIC || h.version != layout::VERSION {
         return Err(Error::BadChannel("bad magic or version"));
     }
-    let (fwd_cap, rev_cap) = (h.fwd_cap, h.rev_cap);
+    let (fwd_cap, rev_cap, flags) = (h.fwd_cap, h.rev_cap, h.flags);
     let me = domain.lot.id;
     if check_config(&ChannelConfig {
         capacity: fwd_cap,
         release_capacity: rev_cap,
+        lossy: false,
     })
     .is_err()
+        || flags & !layout::FLAG_LOSSY != 0
         || layout::channel_bytes(fwd_cap, rev_cap) != len
         || h.rx_slot != me.slot as u32
         || h.rx_generation != me.generation
@@ -272,7 +276,8 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Resul
     // ring and the only producer of the reverse ring.
     let (fwd, rev) = unsafe {
         (
-            ring::consumer(link.parts.fwd_ctl, link.parts.fwd_slots, fwd_cap as u64),
+            ring::consumer(link.parts.fwd_ctl, link.parts.fwd_slots, fwd_cap as u64)
+                .with_lossy(flags & layout::FLAG_LOSSY != 0),
             ring::producer(link.parts.rev_ctl, link.parts.rev_slots, rev_cap as u64),
         )
     };

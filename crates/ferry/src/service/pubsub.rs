@@ -158,10 +158,14 @@ impl Publisher {
         let (mut full, mut gone) = (0u64, 0u64);
         let mut delivered = 0;
         for (i, s) in subs.iter_mut().enumerate() {
-            match s.tx.try_send(&data) {
-                Ok(()) => {
+            match s.tx.try_send_evicting(&data) {
+                Ok(evicted) => {
                     s.delivered += 1;
                     delivered += 1;
+                    if evicted {
+                        s.dropped += 1;
+                        self.stats.dropped += 1;
+                    }
                 }
                 Err(Error::Full) if block => full |= 1 << i,
                 Err(Error::Full) => {
@@ -378,6 +382,8 @@ impl ServiceConfig {
         ChannelConfig {
             capacity: self.depth,
             release_capacity: self.depth.max(1024),
+            // Drop: a full queue loses its oldest message (the publisher takes it back).
+            lossy: self.slow == SlowSubscriber::Drop,
         }
     }
 }
