@@ -686,3 +686,131 @@ fn a_full_ledger_makes_the_receiver_copy_forwarded_fragments() {
         one.fragments()[0].as_slice().as_ptr()
     );
 }
+
+/// A lossy pair: `a`'s sender to `b`'s receiver, with a forward ring of `capacity`.
+fn lossy_pair(g: &std::sync::Arc<Group>, capacity: u32) -> (Domain, Domain, Sender, Receiver) {
+    let a = g.join().unwrap();
+    let b = g.join().unwrap();
+    let (bid, a2) = (b.id(), a.clone());
+    let config = ferry::ChannelConfig {
+        capacity,
+        lossy: true,
+        ..Default::default()
+    };
+    let t = std::thread::spawn(move || a2.connect_with(bid, config, T).unwrap());
+    let rx = b.accept(T).unwrap();
+    let tx = t.join().unwrap();
+    (a, b, tx, rx)
+}
+
+/// A message of `len` bytes carrying `seed`, cut into `pieces` fragments of one fbuf
+/// (many pieces need continuation blocks in a meta fbuf).
+fn seeded(path: &ferry::PathAllocator, seed: u64, len: usize, pieces: usize) -> IoData {
+    let mut m = path.alloc(len).unwrap();
+    let bytes: Vec<u8> = (0..len)
+        .map(|i| (seed as usize).wrapping_mul(31).wrapping_add(i) as u8)
+        .collect();
+    m.write_at(0, &bytes);
+    m.write_at(0, &seed.to_le_bytes());
+    let whole = m.freeze();
+    let step = len / pieces;
+    let mut out = IoData::new();
+    for k in 0..pieces {
+        let end = if k + 1 == pieces { len } else { (k + 1) * step };
+        out.append(whole.slice(k * step..end));
+    }
+    out
+}
+
+/// The seed of a message made by [`seeded`], after checking every byte.
+fn seed_checked(d: &IoData) -> u64 {
+    let v = d.to_vec();
+    let seed = u64::from_le_bytes(v[..8].try_into().unwrap());
+    for (i, x) in v.iter().enumerate().skip(8) {
+        assert_eq!(*x, (seed as usize).wrapping_mul(31).wrapping_add(i) as u8);
+    }
+    seed
+}
+
+#[test]
+fn lossy_channel_evicts_the_oldest_and_returns_its_fbufs() {
+    let g = group("lossy");
+    let (a, _b, tx, mut rx) = lossy_pair(&g, 4);
+    let path = a.path(PathConfig::default()).unwrap();
+    for seed in 0..20u64 {
+        // Every other message has more fragments than a descriptor holds inline.
+        let pieces = if seed % 2 == 1 { 40 } else { 1 };
+        let evicted = tx
+            .try_send_evicting(&seeded(&path, seed, 4000, pieces))
+            .unwrap();
+        assert_eq!(evicted, seed >= 4, "message {seed}");
+    }
+    let s = tx.stats();
+    assert_eq!((s.messages, s.evicted, s.releases), (20, 16, 0));
+    assert_eq!(tx.in_flight(), 4);
+    // Only the four queued messages still hold fbufs of the path.
+    let one = {
+        let m = seeded(&path, 99, 4000, 1);
+        path.outstanding() - {
+            drop(m);
+            path.outstanding()
+        }
+    };
+    assert_eq!(path.outstanding(), 4 * one);
+    // The receiver gets the newest four, in order and intact, then new ones.
+    for want in 16..20 {
+        let d = rx.try_recv().unwrap().expect("queued");
+        assert_eq!(seed_checked(&d), want);
+    }
+    assert!(rx.try_recv().unwrap().is_none());
+    tx.try_send(&seeded(&path, 20, 100, 1)).unwrap();
+    assert_eq!(seed_checked(&rx.try_recv().unwrap().unwrap()), 20);
+    tx.collect_releases().unwrap();
+    assert_eq!(path.outstanding(), 0);
+    assert_eq!(tx.in_flight(), 0);
+    assert_eq!(tx.stats().bad_from_peer, 0);
+    assert_eq!(rx.stats().bad_from_peer, 0);
+    assert_eq!(rx.stats().messages, 5);
+}
+
+/// A sender evicting as fast as it can while the receiver takes messages (blocking
+/// when the ring is empty): each message is either received, in order and intact, or
+/// evicted and taken back by the sender, never both and never neither.
+#[test]
+fn lossy_sender_racing_a_receiver_loses_nothing_twice() {
+    const N: u64 = 20_000;
+    let g = group("lossyrace");
+    let (a, _b, tx, mut rx) = lossy_pair(&g, 8);
+    let path = a.path(PathConfig::default()).unwrap();
+    let path2 = path.clone();
+    let sending = std::thread::spawn(move || {
+        let mut evicted = 0u64;
+        for seed in 0..=N {
+            let pieces = if seed % 7 == 0 { 30 } else { 1 + seed as usize % 3 };
+            evicted += tx
+                .try_send_evicting(&seeded(&path2, seed, 256, pieces))
+                .unwrap() as u64;
+        }
+        (tx, evicted)
+    });
+    let mut got = 0u64;
+    let mut last = None;
+    loop {
+        let seed = seed_checked(&rx.recv_timeout(T).unwrap());
+        assert!(last.is_none_or(|l| seed > l), "{seed} after {last:?}");
+        last = Some(seed);
+        got += 1;
+        if seed == N {
+            break;
+        }
+    }
+    let (tx, evicted) = sending.join().unwrap();
+    assert_eq!(got + evicted, N + 1, "received {got}, evicted {evicted}");
+    assert_eq!(tx.stats().evicted, evicted);
+    assert!(rx.try_recv().unwrap().is_none());
+    tx.collect_releases().unwrap();
+    assert_eq!(tx.in_flight(), 0);
+    assert_eq!(path.outstanding(), 0);
+    assert_eq!(tx.stats().bad_from_peer, 0);
+    assert_eq!(rx.stats().bad_from_peer, 0);
+}

@@ -372,4 +372,50 @@ mod tests {
         drop(offers);
         drop(group.offer(a.id().slot, b.id(), fds(&sealed)).unwrap());
     }
+
+    /// The receiver checks the sender's flags like the rest of the header: a flag it
+    /// does not know is refused, the lossy flag is taken.
+    #[test]
+    fn unknown_header_flags_are_refused() {
+        let g = Group::open(&format!("unit-flags-{}", std::process::id())).unwrap();
+        let (a, b) = (g.join().unwrap(), g.join().unwrap());
+        let efd = EventFd::new().unwrap();
+        let size = layout::channel_bytes(4, 4);
+        let chan = memfd("flags", size as u64).unwrap();
+        crate::sys::seal::fix_size(chan.as_fd()).unwrap();
+        let map = Mapping::shared(chan.as_fd(), size, Access::ReadWrite).unwrap();
+        let fds = OfferFds {
+            chan: chan.as_raw_fd(),
+            rx: efd.as_raw_fd(),
+            tx: efd.as_raw_fd(),
+            rel: efd.as_raw_fd(),
+        };
+        let (tx, rx) = (a.inner.lot.id, b.inner.lot.id);
+        for (flags, ok) in [(2, false), (1 << 31, false), (layout::FLAG_LOSSY, true)] {
+            // SAFETY: the header lies at the start of this fresh mapping, which only this
+            // test writes; the receiver reads it after the Release store of `magic`.
+            unsafe {
+                let h = map.as_ptr().cast::<ChanHeader>();
+                (*h).version = layout::VERSION;
+                (*h).fwd_cap = 4;
+                (*h).rev_cap = 4;
+                (*h).tx_slot = tx.slot as u32;
+                (*h).tx_generation = tx.generation;
+                (*h).rx_slot = rx.slot as u32;
+                (*h).rx_generation = rx.generation;
+                (*h).flags = flags;
+                (*h).magic.store(layout::MAGIC, Ordering::Release);
+            }
+            let r = open_offer(&b.inner, a.id(), fds);
+            if ok {
+                assert!(r.is_ok(), "{:?}", r.err());
+            } else {
+                assert!(
+                    matches!(&r, Err(Error::BadChannel(w)) if w.contains("header")),
+                    "flags {flags:#x}: {:?}",
+                    r.err()
+                );
+            }
+        }
+    }
 }
