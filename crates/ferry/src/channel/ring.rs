@@ -328,6 +328,7 @@ impl<T: Entry> Consumer<T> {
     }
 
     /// Copies the value in the slot of position `i`.
+    #[inline]
     fn read(&self, i: u64) -> T {
         let slot = self.ring.slot(i);
         // SAFETY: the slot lies in the ring's memory (see `Ring::slot`).
@@ -342,7 +343,7 @@ impl<T: Entry> Consumer<T> {
         if self.lossy {
             return self.try_pop_lossy();
         }
-        if !self.has_data()? {
+        if !self.has_data_at_head() {
             return Ok(None);
         }
         // `seq` said the producer published this slot (Acquire, so its write of the
@@ -404,7 +405,9 @@ impl<T: Entry> Consumer<T> {
                 return Ok(true);
             }
             // Not ready, or the slot already holds a later lap: the producer then evicted
-            // `h` before writing it, and (Acquire above) this load sees that.
+            // `h` before writing it, and (Acquire above) this load sees that. (Without
+            // this re-read `try_pop` could say "nothing yet" with entries queued; a
+            // sleep would still be safe, as `prepare_sleep`'s fence orders it.)
             if self.ring.ctl().head.0.load(Ordering::Acquire) == h {
                 return Ok(false);
             }
@@ -414,6 +417,7 @@ impl<T: Entry> Consumer<T> {
 
     /// After taking an entry: the Dekker half of the producer's wait, and whether to wake
     /// it.
+    #[inline]
     fn after_pop(&self) -> bool {
         // Dekker: head store, fence, waiting load (see `Producer::prepare_wait`).
         fence(Ordering::SeqCst);
@@ -437,8 +441,15 @@ impl<T: Entry> Consumer<T> {
         if self.lossy {
             return self.has_data_lossy();
         }
+        Ok(self.has_data_at_head())
+    }
+
+    /// True if the entry at our `head` is published (a non-lossy ring: nobody else
+    /// moves `head`).
+    #[inline]
+    fn has_data_at_head(&self) -> bool {
         // SYNC: pairs with the producer's Release store of `seq` in `try_push`.
-        Ok(self.ring.seq(self.head).load(Ordering::Acquire) == self.head.wrapping_add(1))
+        self.ring.seq(self.head).load(Ordering::Acquire) == self.head.wrapping_add(1)
     }
 
     /// Announces that the consumer is about to block on an empty ring. Returns false if
@@ -875,6 +886,53 @@ mod loom_tests {
             assert_eq!(all, (0..n).collect::<Vec<_>>(), "{got:?} {evicted:?}");
             assert_eq!(got.last(), Some(&(n - 1)));
         });
+    }
+
+    /// (e) A lossy consumer that sleeps on what looks like an empty ring while the
+    /// producer evicts (and reuses the slot at the consumer's old head) is always woken:
+    /// it takes values until the last one, which is never evicted.
+    fn lossy_blocking(n: u64) {
+        model(move || {
+            let (_mem, mut p, c) = pair();
+            let mut c = c.with_lossy(true);
+            let data = Arc::new(EventFd::default());
+            let d = data.clone();
+            let t = thread::spawn(move || {
+                let mut evicted = Vec::new();
+                for i in 0..n {
+                    loop {
+                        match p.try_push(i).unwrap() {
+                            Push::Done { wake } => {
+                                if wake {
+                                    d.notify();
+                                }
+                                break;
+                            }
+                            Push::Full(_) => evicted.extend(p.evict_oldest().unwrap()),
+                        }
+                    }
+                }
+                evicted
+            });
+            let mut got = Vec::new();
+            loop {
+                let v = pop_blocking(&mut c, Some(&*data), None);
+                got.push(v);
+                if v == n - 1 {
+                    break;
+                }
+            }
+            let evicted = t.join().unwrap();
+            assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+            let mut all: Vec<u64> = got.iter().chain(&evicted).copied().collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..n).collect::<Vec<_>>(), "{got:?} {evicted:?}");
+        });
+    }
+
+    #[test]
+    fn lossy_consumer_sleep_has_no_lost_wakeup() {
+        lossy_blocking(4);
     }
 
     #[test]
