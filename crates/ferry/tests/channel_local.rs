@@ -786,7 +786,11 @@ fn lossy_sender_racing_a_receiver_loses_nothing_twice() {
     let sending = std::thread::spawn(move || {
         let mut evicted = 0u64;
         for seed in 0..=N {
-            let pieces = if seed % 7 == 0 { 30 } else { 1 + seed as usize % 3 };
+            let pieces = if seed % 7 == 0 {
+                30
+            } else {
+                1 + seed as usize % 3
+            };
             evicted += tx
                 .try_send_evicting(&seeded(&path2, seed, 256, pieces))
                 .unwrap() as u64;

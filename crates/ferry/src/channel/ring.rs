@@ -203,7 +203,6 @@ pub(crate) unsafe fn consumer<T: Entry>(
 /// faulty one, can make it give up).
 const LOSSY_RETRIES: u32 = 64;
 
-
 impl<T: Copy> Producer<T> {
     /// Stores `v` if there is room, never blocking.
     pub fn try_push(&mut self, v: T) -> Result<Push<T>, Corrupt> {
@@ -598,7 +597,11 @@ mod tests {
     fn lossy_producer_evicts_the_oldest_and_the_consumer_skips_it() {
         let (_m, mut p, c) = pair(4);
         let mut c = c.with_lossy(true);
-        assert_eq!(p.evict_oldest(), Ok(None), "nothing to evict while there is room");
+        assert_eq!(
+            p.evict_oldest(),
+            Ok(None),
+            "nothing to evict while there is room"
+        );
         for i in 0..4 {
             p.try_push(i).unwrap();
         }

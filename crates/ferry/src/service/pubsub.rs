@@ -182,7 +182,9 @@ impl Publisher {
                 continue;
             }
             let sent = match deadline {
-                Some(d) => s.tx.send_timeout(&data, d.saturating_duration_since(Instant::now())),
+                Some(d) => {
+                    s.tx.send_timeout(&data, d.saturating_duration_since(Instant::now()))
+                }
                 None => s.tx.send(&data),
             };
             match sent {
