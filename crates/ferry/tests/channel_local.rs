@@ -6,6 +6,13 @@ use std::time::Duration;
 
 use ferry::{Domain, Error, Group, IoData, PathConfig, Receiver, Sender};
 
+mod common;
+
+/// The seed of a message made by `common::message`, after checking every byte.
+fn verify_seed(d: &IoData) -> u64 {
+    common::verify(d).unwrap()
+}
+
 const T: Duration = Duration::from_secs(5);
 
 fn group(tag: &str) -> std::sync::Arc<Group> {
@@ -13,11 +20,18 @@ fn group(tag: &str) -> std::sync::Arc<Group> {
 }
 
 fn pair(g: &std::sync::Arc<Group>) -> (Domain, Domain, Sender, Receiver) {
+    pair_with(g, ferry::ChannelConfig::default())
+}
+
+/// `a`'s sender to `b`'s receiver, made with `config`.
+fn pair_with(
+    g: &std::sync::Arc<Group>,
+    config: ferry::ChannelConfig,
+) -> (Domain, Domain, Sender, Receiver) {
     let a = g.join().unwrap();
     let b = g.join().unwrap();
-    let bid = b.id();
-    let a2 = a.clone();
-    let t = std::thread::spawn(move || a2.connect(bid, T).unwrap());
+    let (bid, a2) = (b.id(), a.clone());
+    let t = std::thread::spawn(move || a2.connect_with(bid, config, T).unwrap());
     let rx = b.accept(T).unwrap();
     let tx = t.join().unwrap();
     (a, b, tx, rx)
@@ -687,49 +701,14 @@ fn a_full_ledger_makes_the_receiver_copy_forwarded_fragments() {
     );
 }
 
-/// A lossy pair: `a`'s sender to `b`'s receiver, with a forward ring of `capacity`.
+/// A lossy pair, with a forward ring of `capacity`.
 fn lossy_pair(g: &std::sync::Arc<Group>, capacity: u32) -> (Domain, Domain, Sender, Receiver) {
-    let a = g.join().unwrap();
-    let b = g.join().unwrap();
-    let (bid, a2) = (b.id(), a.clone());
     let config = ferry::ChannelConfig {
         capacity,
         lossy: true,
         ..Default::default()
     };
-    let t = std::thread::spawn(move || a2.connect_with(bid, config, T).unwrap());
-    let rx = b.accept(T).unwrap();
-    let tx = t.join().unwrap();
-    (a, b, tx, rx)
-}
-
-/// A message of `len` bytes carrying `seed`, cut into `pieces` fragments of one fbuf
-/// (many pieces need continuation blocks in a meta fbuf).
-fn seeded(path: &ferry::PathAllocator, seed: u64, len: usize, pieces: usize) -> IoData {
-    let mut m = path.alloc(len).unwrap();
-    let bytes: Vec<u8> = (0..len)
-        .map(|i| (seed as usize).wrapping_mul(31).wrapping_add(i) as u8)
-        .collect();
-    m.write_at(0, &bytes);
-    m.write_at(0, &seed.to_le_bytes());
-    let whole = m.freeze();
-    let step = len / pieces;
-    let mut out = IoData::new();
-    for k in 0..pieces {
-        let end = if k + 1 == pieces { len } else { (k + 1) * step };
-        out.append(whole.slice(k * step..end));
-    }
-    out
-}
-
-/// The seed of a message made by [`seeded`], after checking every byte.
-fn seed_checked(d: &IoData) -> u64 {
-    let v = d.to_vec();
-    let seed = u64::from_le_bytes(v[..8].try_into().unwrap());
-    for (i, x) in v.iter().enumerate().skip(8) {
-        assert_eq!(*x, (seed as usize).wrapping_mul(31).wrapping_add(i) as u8);
-    }
-    seed
+    pair_with(g, config)
 }
 
 #[test]
@@ -741,7 +720,7 @@ fn lossy_channel_evicts_the_oldest_and_returns_its_fbufs() {
         // Every other message has more fragments than a descriptor holds inline.
         let pieces = if seed % 2 == 1 { 40 } else { 1 };
         let evicted = tx
-            .try_send_evicting(&seeded(&path, seed, 4000, pieces))
+            .try_send_evicting(&common::message(&path, seed, 4000, pieces))
             .unwrap();
         assert_eq!(evicted, seed >= 4, "message {seed}");
     }
@@ -750,7 +729,7 @@ fn lossy_channel_evicts_the_oldest_and_returns_its_fbufs() {
     assert_eq!(tx.in_flight(), 4);
     // Only the four queued messages still hold fbufs of the path.
     let one = {
-        let m = seeded(&path, 99, 4000, 1);
+        let m = common::message(&path, 99, 4000, 1);
         path.outstanding() - {
             drop(m);
             path.outstanding()
@@ -760,11 +739,11 @@ fn lossy_channel_evicts_the_oldest_and_returns_its_fbufs() {
     // The receiver gets the newest four, in order and intact, then new ones.
     for want in 16..20 {
         let d = rx.try_recv().unwrap().expect("queued");
-        assert_eq!(seed_checked(&d), want);
+        assert_eq!(verify_seed(&d), want);
     }
     assert!(rx.try_recv().unwrap().is_none());
-    tx.try_send(&seeded(&path, 20, 100, 1)).unwrap();
-    assert_eq!(seed_checked(&rx.try_recv().unwrap().unwrap()), 20);
+    tx.try_send(&common::message(&path, 20, 100, 1)).unwrap();
+    assert_eq!(verify_seed(&rx.try_recv().unwrap().unwrap()), 20);
     tx.collect_releases().unwrap();
     assert_eq!(path.outstanding(), 0);
     assert_eq!(tx.in_flight(), 0);
@@ -792,7 +771,7 @@ fn lossy_sender_racing_a_receiver_loses_nothing_twice() {
                 1 + seed as usize % 3
             };
             evicted += tx
-                .try_send_evicting(&seeded(&path2, seed, 256, pieces))
+                .try_send_evicting(&common::message(&path2, seed, 256, pieces))
                 .unwrap() as u64;
         }
         (tx, evicted)
@@ -800,7 +779,7 @@ fn lossy_sender_racing_a_receiver_loses_nothing_twice() {
     let mut got = 0u64;
     let mut last = None;
     loop {
-        let seed = seed_checked(&rx.recv_timeout(T).unwrap());
+        let seed = verify_seed(&rx.recv_timeout(T).unwrap());
         assert!(last.is_none_or(|l| seed > l), "{seed} after {last:?}");
         last = Some(seed);
         got += 1;
