@@ -140,7 +140,7 @@ fn one_publish_reaches_every_subscriber_without_copy() {
 }
 
 #[test]
-fn drop_policy_skips_a_full_subscriber_only() {
+fn drop_policy_evicts_the_oldest_for_a_full_subscriber_only() {
     let g = group("droppol");
     let (pd, fast_d, slow_d) = (g.join().unwrap(), g.join().unwrap(), g.join().unwrap());
     let cfg = ServiceConfig {

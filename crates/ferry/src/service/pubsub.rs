@@ -59,9 +59,11 @@ impl Admit for PubShared {
 pub struct PublisherStats {
     /// Calls to publish that reached their end (every subscriber served or dropped).
     pub published: u64,
-    /// Messages handed to subscribers (one per subscriber per message).
+    /// Messages handed to subscribers (one per subscriber per message), including those
+    /// later evicted from a full queue.
     pub delivered: u64,
-    /// Messages a full subscriber missed under [`SlowSubscriber::Drop`].
+    /// Queued messages evicted (the oldest first) to make room in a full subscriber's
+    /// queue under [`SlowSubscriber::Drop`]; their subscribers never see them.
     pub dropped: u64,
     /// Bytes copied into the publisher's lot because a message had fragments outside
     /// any lot (copied once per message, however many subscribers).
@@ -75,9 +77,10 @@ pub struct PublisherStats {
 pub struct SubscriberInfo {
     /// The subscriber's domain and process.
     pub member: Member,
-    /// Messages it was handed.
+    /// Messages it was handed (including those later evicted).
     pub delivered: u64,
-    /// Messages it missed because its queue was full (drop policy).
+    /// Its oldest queued messages evicted to make room (drop policy): it never sees
+    /// them, and their fbufs are back with the publisher.
     pub dropped: u64,
     /// Messages it holds or has queued, not yet released.
     pub in_flight: usize,
