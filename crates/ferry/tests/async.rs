@@ -181,6 +181,7 @@ fn slow_receiver(d: &Domain, group: &str, count: u64) -> (Peer, Sender) {
     let config = ChannelConfig {
         capacity: 4,
         release_capacity: 16,
+        ..ChannelConfig::default()
     };
     let tx = d.connect_with(rxp.id, config, T).unwrap();
     assert_eq!(rxp.line(), "accepted");

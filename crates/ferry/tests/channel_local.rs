@@ -6,6 +6,13 @@ use std::time::Duration;
 
 use ferry::{Domain, Error, Group, IoData, PathConfig, Receiver, Sender};
 
+mod common;
+
+/// The seed of a message made by `common::message`, after checking every byte.
+fn verify_seed(d: &IoData) -> u64 {
+    common::verify(d).unwrap()
+}
+
 const T: Duration = Duration::from_secs(5);
 
 fn group(tag: &str) -> std::sync::Arc<Group> {
@@ -13,11 +20,18 @@ fn group(tag: &str) -> std::sync::Arc<Group> {
 }
 
 fn pair(g: &std::sync::Arc<Group>) -> (Domain, Domain, Sender, Receiver) {
+    pair_with(g, ferry::ChannelConfig::default())
+}
+
+/// `a`'s sender to `b`'s receiver, made with `config`.
+fn pair_with(
+    g: &std::sync::Arc<Group>,
+    config: ferry::ChannelConfig,
+) -> (Domain, Domain, Sender, Receiver) {
     let a = g.join().unwrap();
     let b = g.join().unwrap();
-    let bid = b.id();
-    let a2 = a.clone();
-    let t = std::thread::spawn(move || a2.connect(bid, T).unwrap());
+    let (bid, a2) = (b.id(), a.clone());
+    let t = std::thread::spawn(move || a2.connect_with(bid, config, T).unwrap());
     let rx = b.accept(T).unwrap();
     let tx = t.join().unwrap();
     (a, b, tx, rx)
@@ -150,6 +164,7 @@ fn full_ring_then_disconnect() {
             ferry::ChannelConfig {
                 capacity: 4,
                 release_capacity: 8,
+                ..Default::default()
             },
             T,
         )
@@ -499,6 +514,7 @@ fn overflowing_releases_are_flushed_by_every_receive_style() {
         let config = ferry::ChannelConfig {
             capacity: 16,
             release_capacity: 2,
+            ..Default::default()
         };
         let t = std::thread::spawn(move || a2.connect_with(bid, config, T).unwrap());
         let mut rx = b.accept(T).unwrap();
@@ -712,4 +728,101 @@ fn a_full_ledger_makes_the_receiver_copy_forwarded_fragments() {
         again.fragments()[0].as_slice().as_ptr(),
         one.fragments()[0].as_slice().as_ptr()
     );
+}
+
+/// A lossy pair, with a forward ring of `capacity`.
+fn lossy_pair(g: &std::sync::Arc<Group>, capacity: u32) -> (Domain, Domain, Sender, Receiver) {
+    let config = ferry::ChannelConfig {
+        capacity,
+        lossy: true,
+        ..Default::default()
+    };
+    pair_with(g, config)
+}
+
+#[test]
+fn lossy_channel_evicts_the_oldest_and_returns_its_fbufs() {
+    let g = group("lossy");
+    let (a, _b, tx, mut rx) = lossy_pair(&g, 4);
+    let path = a.path(PathConfig::default()).unwrap();
+    for seed in 0..20u64 {
+        // Every other message has more fragments than a descriptor holds inline.
+        let pieces = if seed % 2 == 1 { 40 } else { 1 };
+        let evicted = tx
+            .try_send_evicting(&common::message(&path, seed, 4000, pieces))
+            .unwrap();
+        assert_eq!(evicted, seed >= 4, "message {seed}");
+    }
+    let s = tx.stats();
+    assert_eq!((s.messages, s.evicted, s.releases), (20, 16, 0));
+    assert_eq!(tx.in_flight(), 4);
+    // Only the four queued messages still hold fbufs of the path.
+    let one = {
+        let m = common::message(&path, 99, 4000, 1);
+        path.outstanding() - {
+            drop(m);
+            path.outstanding()
+        }
+    };
+    assert_eq!(path.outstanding(), 4 * one);
+    // The receiver gets the newest four, in order and intact, then new ones.
+    for want in 16..20 {
+        let d = rx.try_recv().unwrap().expect("queued");
+        assert_eq!(verify_seed(&d), want);
+    }
+    assert!(rx.try_recv().unwrap().is_none());
+    tx.try_send(&common::message(&path, 20, 100, 1)).unwrap();
+    assert_eq!(verify_seed(&rx.try_recv().unwrap().unwrap()), 20);
+    tx.collect_releases().unwrap();
+    assert_eq!(path.outstanding(), 0);
+    assert_eq!(tx.in_flight(), 0);
+    assert_eq!(tx.stats().bad_from_peer, 0);
+    assert_eq!(rx.stats().bad_from_peer, 0);
+    assert_eq!(rx.stats().messages, 5);
+}
+
+/// A sender evicting as fast as it can while the receiver takes messages (blocking
+/// when the ring is empty): each message is either received, in order and intact, or
+/// evicted and taken back by the sender, never both and never neither.
+#[test]
+fn lossy_sender_racing_a_receiver_loses_nothing_twice() {
+    const N: u64 = 20_000;
+    let g = group("lossyrace");
+    let (a, _b, tx, mut rx) = lossy_pair(&g, 8);
+    let path = a.path(PathConfig::default()).unwrap();
+    let path2 = path.clone();
+    let sending = std::thread::spawn(move || {
+        let mut evicted = 0u64;
+        for seed in 0..=N {
+            let pieces = if seed % 7 == 0 {
+                30
+            } else {
+                1 + seed as usize % 3
+            };
+            evicted += tx
+                .try_send_evicting(&common::message(&path2, seed, 256, pieces))
+                .unwrap() as u64;
+        }
+        (tx, evicted)
+    });
+    let mut got = 0u64;
+    let mut last = None;
+    loop {
+        let seed = verify_seed(&rx.recv_timeout(T).unwrap());
+        assert!(last.is_none_or(|l| seed > l), "{seed} after {last:?}");
+        last = Some(seed);
+        got += 1;
+        if seed == N {
+            break;
+        }
+    }
+    let (tx, evicted) = sending.join().unwrap();
+    assert_eq!(got + evicted, N + 1, "received {got}, evicted {evicted}");
+    assert_eq!(tx.stats().evicted, evicted);
+    assert!(rx.try_recv().unwrap().is_none());
+    tx.collect_releases().unwrap();
+    assert_eq!(tx.in_flight(), 0);
+    assert_eq!(path.outstanding(), 0);
+    assert_eq!(tx.stats().bad_from_peer, 0);
+    assert_eq!(rx.stats().bad_from_peer, 0);
 }

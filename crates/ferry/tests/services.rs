@@ -334,9 +334,10 @@ fn subscriber_killed_at_random_points() {
     }
 }
 
-/// Drop policy: a stopped subscriber misses messages but never holds up the publisher
-/// or the other subscriber; once it runs again it gets what its queue held, then new
-/// messages.
+/// Drop policy: a stopped subscriber loses its oldest messages but never holds up the
+/// publisher or the other subscriber; the publisher takes the evicted messages' fbufs
+/// back at once; once the stopped one runs again it gets the newest `depth` messages,
+/// in order and intact, then new ones.
 fn stopped_subscriber_drop_policy() {
     let (_g, d, name) = join("stopdrop");
     let (mut p, mut subs) = start(
@@ -345,11 +346,19 @@ fn stopped_subscriber_drop_policy() {
         "stop/drop",
         8,
         SlowSubscriber::Drop,
-        &["strict", "lossy"],
+        &["strict", "strict"],
     );
     let (mut fast, mut slow) = (subs.remove(0), subs.remove(0));
     signal(&slow, libc::SIGSTOP);
     let path = d.path(PathConfig::default()).unwrap();
+    // Bytes one message holds of the path.
+    let per_message = {
+        let m = message(&path, 0, 3000, 1);
+        let n = path.outstanding();
+        drop(m);
+        assert_eq!(path.outstanding(), 0);
+        n
+    };
     let info = |p: &Publisher, peer: &Peer| {
         p.subscribers()
             .into_iter()
@@ -367,20 +376,24 @@ fn stopped_subscriber_drop_policy() {
         });
     }
     let slow_info = |p: &Publisher| info(p, &slow);
-    assert_eq!(slow_info(&p).delivered, 8);
+    assert_eq!(slow_info(&p).delivered, 200);
     assert_eq!(slow_info(&p).dropped, 192);
-    // The running subscriber has every message, in order.
-    p.publish(&end_marker(&path)).unwrap();
-    assert_eq!(ok_line(&mut fast), (200, 0));
+    assert_eq!(slow_info(&p).in_flight, 8);
+    assert_eq!(p.stats().dropped, 192);
+    // What the publisher's path still lends out is exactly the stopped one's queue:
+    // every evicted message came back.
+    assert_eq!(path.outstanding(), 8 * per_message);
     signal(&slow, libc::SIGCONT);
     wait_until("the stopped subscriber to drain", || {
         p.collect_releases();
         slow_info(&p).in_flight == 0
     });
     p.publish(&end_marker(&path)).unwrap();
-    assert_eq!(ok_line(&mut slow), (8, 0));
-    // The second end marker still sits in the fast one's queue: it comes back when
-    // that subscriber goes.
+    // The running subscriber has every message, in order; the stopped one the last
+    // eight published (192..=199), in order (strict mode), each checksummed.
+    assert_eq!(ok_line(&mut fast), (200, 0));
+    assert_eq!(ok_line(&mut slow), (8, 192));
+    assert_eq!(info(&p, &fast).dropped, 0);
     finish(vec![fast, slow]);
     wait_until("every fbuf back", || {
         p.collect_releases();

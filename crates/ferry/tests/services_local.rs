@@ -140,7 +140,7 @@ fn one_publish_reaches_every_subscriber_without_copy() {
 }
 
 #[test]
-fn drop_policy_skips_a_full_subscriber_only() {
+fn drop_policy_evicts_the_oldest_for_a_full_subscriber_only() {
     let g = group("droppol");
     let (pd, fast_d, slow_d) = (g.join().unwrap(), g.join().unwrap(), g.join().unwrap());
     let cfg = ServiceConfig {
@@ -162,14 +162,29 @@ fn drop_policy_skips_a_full_subscriber_only() {
         .into_iter()
         .find(|s| s.member.id == slow_d.id())
         .unwrap();
-    assert_eq!(slow_info.delivered, 4);
+    assert_eq!(slow_info.delivered, 20);
     assert_eq!(slow_info.dropped, 16);
+    assert_eq!(slow_info.in_flight, 4);
     assert_eq!(p.stats().dropped, 16);
-    // The slow one has the first four: the newest were dropped for it.
-    for seed in 0..4 {
+    assert_eq!(p.stats().delivered, 40);
+    // The slow one has the last four: the oldest were dropped for it, and their fbufs
+    // are back already (only the four queued ones are still out).
+    let one = {
+        let m = msg(&path, 99, 100);
+        path.outstanding() - {
+            drop(m);
+            path.outstanding()
+        }
+    };
+    assert_eq!(path.outstanding(), 4 * one);
+    for seed in 16..20 {
         assert_eq!(seed_of(&slow.try_recv().unwrap().unwrap()), seed);
     }
     assert!(slow.try_recv().unwrap().is_none());
+    // A receiver that resumes after a gap goes on with new messages.
+    p.publish(&msg(&path, 20, 100)).unwrap();
+    assert_eq!(seed_of(&fast.try_recv().unwrap().unwrap()), 20);
+    assert_eq!(seed_of(&slow.try_recv().unwrap().unwrap()), 20);
     p.collect_releases();
     assert_eq!(path.outstanding(), 0);
 }

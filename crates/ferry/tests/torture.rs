@@ -634,6 +634,8 @@ fn channel_config(ctx: &Ctx, which: &str) -> ChannelConfig {
     ChannelConfig {
         capacity: ctx.n(&format!("cap{which}")) as u32,
         release_capacity: ctx.n(&format!("rel{which}")) as u32,
+        // Only the stage's channel to the sink is ever lossy (see `chain_plan`).
+        lossy: which == "2" && ctx.n("lossy2") == 1,
     }
 }
 
@@ -1067,12 +1069,18 @@ fn stage(ctx: &mut Ctx, domain: &Domain, peers: &Peers) -> Finish {
     drop(batch);
     drop(rx);
     // Forwarding must describe the source's fbufs, never copy them.
-    let copied = tx.stats().copied_bytes;
-    if copied > 0 {
-        say(&format!("error stage: forwarding copied {copied} bytes"));
+    let stats = tx.stats();
+    if stats.copied_bytes > 0 {
+        say(&format!(
+            "error stage: forwarding copied {} bytes",
+            stats.copied_bytes
+        ));
     }
     drop(tx);
-    say(&format!("eos forwarded={fwd} ({reason})"));
+    say(&format!(
+        "eos forwarded={fwd} evicted={} ({reason})",
+        stats.evicted
+    ));
     // Pass releases on (the sink may still hold the source's fbufs) until told to finish.
     let fin = loop {
         domain.collect_releases();
@@ -1335,6 +1343,7 @@ fn hostile(ctx: &mut Ctx, domain: &Domain, peers: &Peers) -> Finish {
             ChannelConfig {
                 capacity: 64,
                 release_capacity: 64,
+                ..Default::default()
             },
             SETUP,
         )
@@ -2317,11 +2326,14 @@ fn chain_plan(rng: &mut Rng, seed: u64) -> ChainPlan {
         None
     };
     let hcount = rng.range(20, 200);
+    // A lossy stage-to-sink channel: the stage evicts the sink's oldest queued messages
+    // when its ring is full, and reports how many.
+    let lossy2 = rng.pct(20) as u64;
     let params = format!(
         "seed={seed} group={group} n={n} quota={quota} secure={secure} probe={probe} \
          cap1={cap1} rel1={rel1} cap2={cap2} rel2={rel2} smodes={smodes} rmodes={rmodes} \
          tmodes={tmodes} kmodes={kmodes} batch={batch} short_pct={short_pct} \
-         short_ms={short_ms} long_pct={long_pct} hostile={} hcount={hcount}",
+         short_ms={short_ms} long_pct={long_pct} hostile={} hcount={hcount} lossy2={lossy2}",
         hostile.unwrap_or("none")
     );
     let act = match action {
@@ -2334,10 +2346,11 @@ fn chain_plan(rng: &mut Rng, seed: u64) -> ChainPlan {
         Action::Stop(v, m, ms) => format!("stop {} at {m:?} for {ms} ms", ROLES[v]),
     };
     let what = format!(
-        "chain n={n} quota={}K{} rings={cap1}/{rel1},{cap2}/{rel2} modes={smodes}/{rmodes}/\
+        "chain n={n} quota={}K{} rings={cap1}/{rel1},{cap2}/{rel2}{} modes={smodes}/{rmodes}/\
          {tmodes}/{kmodes} {act}{}",
         quota >> 10,
         if secure == 1 { " secure" } else { "" },
+        if lossy2 == 1 { " lossy" } else { "" },
         hostile
             .map(|h| format!(" hostile->{h}"))
             .unwrap_or_default()
@@ -2362,6 +2375,10 @@ struct ChainRun {
     refused: Vec<String>,
     eos: [bool; 3],
     sent: Option<u64>,
+    /// The stage-to-sink channel is lossy.
+    lossy: bool,
+    /// Messages the stage evicted from that channel, once it said so.
+    evicted: Option<u64>,
     failures: Vec<(Kind, String)>,
     hung: bool,
 }
@@ -2386,6 +2403,12 @@ impl ChainRun {
                 }
                 if i < 3 && l.starts_with("eos") {
                     self.eos[i] = true;
+                    if i == STAGE {
+                        self.evicted = l
+                            .split_whitespace()
+                            .find_map(|w| w.strip_prefix("evicted="))
+                            .and_then(|s| s.parse().ok());
+                    }
                     if i == SOURCE {
                         self.sent = l
                             .strip_prefix("eos sent=")
@@ -2649,7 +2672,12 @@ impl ChainRun {
             }
             expect = expect.max(s + 1);
         }
-        let excused = if source_died { self.refused.len() } else { 0 };
+        let mut excused = if source_died { self.refused.len() } else { 0 };
+        if self.lossy {
+            // What the stage evicted never reaches the sink: a gap, but in order. A stage
+            // that died did not say how many, so any gap is then excused.
+            excused += self.evicted.map_or(usize::MAX / 2, |e| e as usize);
+        }
         if missing.len() > excused {
             self.failures.push((
                 Kind::Torn,
@@ -2663,11 +2691,17 @@ impl ChainRun {
         }
         if !anyone_died && !self.hung {
             if let Some(sent) = self.sent {
-                if self.got.len() as u64 != sent {
+                let evicted = if self.lossy {
+                    self.evicted.unwrap_or(0)
+                } else {
+                    0
+                };
+                if self.got.len() as u64 + evicted != sent {
                     self.failures.push((
                         Kind::Torn,
                         format!(
-                            "sink: {} messages arrived of {sent} sent, and nobody died",
+                            "sink: {} messages arrived (and {evicted} evicted) of {sent} \
+                             sent, and nobody died",
                             self.got.len()
                         ),
                     ));
@@ -2727,6 +2761,7 @@ fn chain_trial(seed: u64, out: &mut Outcome) {
         .unwrap_or_default()
         .to_owned();
     let group_path = PathBuf::from(format!("/dev/shm/ferry.{group}"));
+    let lossy = plan.params.contains(" lossy2=1");
     let mut run = ChainRun {
         kids: Kids::new(),
         plan,
@@ -2736,6 +2771,8 @@ fn chain_trial(seed: u64, out: &mut Outcome) {
         long_held: 0,
         refused: Vec::new(),
         eos: [false; 3],
+        lossy,
+        evicted: None,
         sent: None,
         failures: Vec::new(),
         hung: false,

@@ -96,6 +96,7 @@ fn connect(
         (*h).tx_generation = me.generation;
         (*h).rx_slot = peer.slot as u32;
         (*h).rx_generation = peer.generation;
+        (*h).flags = if config.lossy { layout::FLAG_LOSSY } else { 0 };
         (*h).magic.store(layout::MAGIC, Ordering::Release);
     }
     let link = Link {
@@ -173,6 +174,7 @@ fn connect(
             tx_sleepers: 0,
         }),
         gone: AtomicBool::new(false),
+        lossy: config.lossy,
         stats: Counters::default(),
     });
     let weak: std::sync::Weak<dyn ReleaseSource> = Arc::downgrade(&core) as _;
@@ -243,13 +245,15 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Resul
     if h.magic.load(Ordering::Acquire) != layout::MAGIC || h.version != layout::VERSION {
         return Err(Error::BadChannel("bad magic or version"));
     }
-    let (fwd_cap, rev_cap) = (h.fwd_cap, h.rev_cap);
+    let (fwd_cap, rev_cap, flags) = (h.fwd_cap, h.rev_cap, h.flags);
     let me = domain.lot.id;
     if check_config(&ChannelConfig {
         capacity: fwd_cap,
         release_capacity: rev_cap,
+        lossy: false,
     })
     .is_err()
+        || flags & !layout::FLAG_LOSSY != 0
         || layout::channel_bytes(fwd_cap, rev_cap) != len
         || h.rx_slot != me.slot as u32
         || h.rx_generation != me.generation
@@ -273,7 +277,8 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Resul
     // ring and the only producer of the reverse ring.
     let (fwd, rev) = unsafe {
         (
-            ring::consumer(link.parts.fwd_ctl, link.parts.fwd_slots, fwd_cap as u64),
+            ring::consumer(link.parts.fwd_ctl, link.parts.fwd_slots, fwd_cap as u64)
+                .with_lossy(flags & layout::FLAG_LOSSY != 0),
             ring::producer(link.parts.rev_ctl, link.parts.rev_slots, rev_cap as u64),
         )
     };
@@ -371,5 +376,51 @@ mod tests {
         // Withdrawn offers free their entries.
         drop(offers);
         drop(group.offer(a.id().slot, b.id(), fds(&sealed)).unwrap());
+    }
+
+    /// The receiver checks the sender's flags like the rest of the header: a flag it
+    /// does not know is refused, the lossy flag is taken.
+    #[test]
+    fn unknown_header_flags_are_refused() {
+        let g = Group::open(&format!("unit-flags-{}", std::process::id())).unwrap();
+        let (a, b) = (g.join().unwrap(), g.join().unwrap());
+        let efd = EventFd::new().unwrap();
+        let size = layout::channel_bytes(4, 4);
+        let chan = memfd("flags", size as u64).unwrap();
+        crate::sys::seal::fix_size(chan.as_fd()).unwrap();
+        let map = Mapping::shared(chan.as_fd(), size, Access::ReadWrite).unwrap();
+        let fds = OfferFds {
+            chan: chan.as_raw_fd(),
+            rx: efd.as_raw_fd(),
+            tx: efd.as_raw_fd(),
+            rel: efd.as_raw_fd(),
+        };
+        let (tx, rx) = (a.inner.lot.id, b.inner.lot.id);
+        for (flags, ok) in [(2, false), (1 << 31, false), (layout::FLAG_LOSSY, true)] {
+            // SAFETY: the header lies at the start of this fresh mapping, which only this
+            // test writes; the receiver reads it after the Release store of `magic`.
+            unsafe {
+                let h = map.as_ptr().cast::<ChanHeader>();
+                (*h).version = layout::VERSION;
+                (*h).fwd_cap = 4;
+                (*h).rev_cap = 4;
+                (*h).tx_slot = tx.slot as u32;
+                (*h).tx_generation = tx.generation;
+                (*h).rx_slot = rx.slot as u32;
+                (*h).rx_generation = rx.generation;
+                (*h).flags = flags;
+                (*h).magic.store(layout::MAGIC, Ordering::Release);
+            }
+            let r = open_offer(&b.inner, a.id(), fds);
+            if ok {
+                assert!(r.is_ok(), "{:?}", r.err());
+            } else {
+                assert!(
+                    matches!(&r, Err(Error::BadChannel(w)) if w.contains("header")),
+                    "flags {flags:#x}: {:?}",
+                    r.err()
+                );
+            }
+        }
     }
 }

@@ -19,7 +19,7 @@ use super::ring::{RingCtl, Slot};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"FERRYCHN");
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
 pub(crate) const MAX_CAP: u32 = 1 << 16;
 
 #[repr(C)]
@@ -41,7 +41,12 @@ pub(crate) struct ChanHeader {
     pub rx_pid: AtomicU32,
     /// Tokens written to the overflow area since the sender last looked.
     pub overflow: AtomicU32,
+    /// Written by the sender before the offer: [`FLAG_LOSSY`] or 0.
+    pub flags: u32,
 }
+
+/// The forward ring is lossy: the sender may evict its oldest entry (see `ring`).
+pub(crate) const FLAG_LOSSY: u32 = 1;
 
 /// The receiver closed its end and is releasing the messages left in the ring.
 pub(crate) const RX_CLOSING: u32 = 1;
@@ -106,6 +111,7 @@ mod tests {
     fn header_fits() {
         assert!(std::mem::size_of::<ChanHeader>() <= FWD_CTL);
         assert_eq!(std::mem::offset_of!(ChanHeader, rx_ready), 36);
+        assert_eq!(std::mem::offset_of!(ChanHeader, flags), 56);
         assert!(std::mem::size_of::<RingCtl>() <= REV_CTL - FWD_CTL);
         assert!(REV_CTL + std::mem::size_of::<RingCtl>() <= SLOTS);
         assert_eq!(channel_bytes(256, 1024) % 4096, 0);

@@ -26,6 +26,12 @@ pub struct ChannelConfig {
     /// a sender with more than 65536 messages out at once makes releases wait in the
     /// receiver, for its next receive call or drop).
     pub release_capacity: u32,
+    /// A full forward ring loses its oldest message instead of refusing the new one: the
+    /// sender takes the oldest queued message back (the receiver never sees it; its fbufs
+    /// return to the sender like released ones) and sends the new one, so a send never
+    /// waits and never fails with [`Error::Full`]. Counted in [`ChannelStats::evicted`].
+    /// The receiver learns the mode from the channel's header. Default false.
+    pub lossy: bool,
 }
 
 impl Default for ChannelConfig {
@@ -33,6 +39,7 @@ impl Default for ChannelConfig {
         ChannelConfig {
             capacity: 256,
             release_capacity: 1024,
+            lossy: false,
         }
     }
 }
@@ -54,6 +61,9 @@ pub struct ChannelStats {
     pub releases: u64,
     /// Descriptors or releases from the peer that failed validation.
     pub bad_from_peer: u64,
+    /// Queued messages the sender took back unread because the ring was full (lossy
+    /// channels only; see [`ChannelConfig::lossy`]). Zero at the receiver.
+    pub evicted: u64,
 }
 
 #[derive(Default)]
@@ -65,6 +75,7 @@ pub(super) struct Counters {
     pub(super) sleeps: AtomicU64,
     pub(super) releases: AtomicU64,
     pub(super) bad: AtomicU64,
+    pub(super) evicted: AtomicU64,
 }
 
 impl Counters {
@@ -78,6 +89,7 @@ impl Counters {
             sleeps: l(&self.sleeps),
             releases: l(&self.releases),
             bad_from_peer: l(&self.bad),
+            evicted: l(&self.evicted),
         }
     }
     pub(super) fn add(a: &AtomicU64, n: u64) {

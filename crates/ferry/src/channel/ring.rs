@@ -28,6 +28,17 @@
 //! Nothing read from shared memory is trusted: a `seq` that is not exactly the expected
 //! one means "not ready", and a `head` that would put more than `cap` entries in the ring
 //! is reported as [`Corrupt`].
+//!
+//! A ring may also be *lossy* (chosen when it is made, the same on both sides): a
+//! producer that finds it full may take the oldest entry back with
+//! [`Producer::evict_oldest`], which moves `head` forward by a compare-and-swap. `head`
+//! then has two writers, so a lossy consumer takes an entry by copying it and then moving
+//! `head` from `h` to `h + 1` with a compare-and-swap as well; if that fails, the producer
+//! took the entry first, and the copy (possibly torn, as the producer may already have
+//! rewritten the slot) is thrown away before anything was done with it. The winner of
+//! the swap owns the entry. `head` only ever grows, so there is no ABA; a lossy consumer
+//! that finds it moved backwards reports [`Corrupt`]. A non-lossy ring never takes the
+//! compare-and-swap path: its consumer checks the mode once per call.
 
 use std::ptr::NonNull;
 
@@ -131,6 +142,8 @@ pub(crate) struct Producer<T> {
 pub(crate) struct Consumer<T> {
     ring: Ring<T>,
     head: u64,
+    /// The producer may evict: take entries with a compare-and-swap of `head`.
+    lossy: bool,
 }
 
 // SAFETY: each side is used by one thread at a time (`&mut self`), and the memory it
@@ -181,8 +194,14 @@ pub(crate) unsafe fn consumer<T: Entry>(
     Consumer {
         ring: Ring { ctl, slots, cap },
         head: 0,
+        lossy: false,
     }
 }
+
+/// Attempts of a lossy consumer against a producer that keeps moving `head` under it
+/// before it reports "nothing yet" (only a producer evicting without pause, that is a
+/// faulty one, can make it give up).
+const LOSSY_RETRIES: u32 = 64;
 
 impl<T: Copy> Producer<T> {
     /// Stores `v` if there is room, never blocking.
@@ -228,12 +247,50 @@ impl<T: Copy> Producer<T> {
     fn refresh_head(&mut self) -> Result<(), Corrupt> {
         // SYNC: pairs with the consumer's Release store of head.
         let head = self.ring.ctl().head.0.load(Ordering::Acquire);
+        self.adopt_head(head)
+    }
+
+    /// Takes `head` as the consumer's position after checking it: it may not have moved
+    /// backwards, nor past `tail`.
+    fn adopt_head(&mut self, head: u64) -> Result<(), Corrupt> {
         let used = self.tail.wrapping_sub(head);
         if used > self.ring.cap || head.wrapping_sub(self.head_seen) > self.ring.cap {
             return Err(Corrupt);
         }
         self.head_seen = head;
         Ok(())
+    }
+
+    /// On a lossy ring (see the module docs): if the ring is full, takes its oldest entry
+    /// away from the consumer and returns its position; the caller then owns that entry
+    /// (the consumer will never see it). `None` if there is room (the consumer took
+    /// something meanwhile). Must not be used on a ring whose consumer is not lossy.
+    pub fn evict_oldest(&mut self) -> Result<Option<u64>, Corrupt> {
+        // Each failed swap means the consumer moved `head` forward, and so made room:
+        // the loop runs at most twice against a correct consumer.
+        loop {
+            self.refresh_head()?;
+            if self.tail.wrapping_sub(self.head_seen) < self.ring.cap {
+                return Ok(None);
+            }
+            let h = self.head_seen;
+            // SYNC: AcqRel. Release: our later rewrite of the slot (and its `seq`) comes
+            // after the swap for a consumer whose own swap fails on it. Acquire: a
+            // consumer's successful swap (its copy of the entry) happens before we
+            // rewrite the slot.
+            match self.ring.ctl().head.0.compare_exchange(
+                h,
+                h.wrapping_add(1),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.head_seen = h.wrapping_add(1);
+                    return Ok(Some(h));
+                }
+                Err(now) => self.adopt_head(now)?,
+            }
+        }
     }
 
     /// Announces that the producer is about to block because the ring is full. Returns
@@ -262,26 +319,111 @@ impl<T: Copy> Producer<T> {
 }
 
 impl<T: Entry> Consumer<T> {
+    /// Makes this the consumer of a lossy ring (see the module docs): the producer may
+    /// evict entries, and this side takes them with a compare-and-swap.
+    pub fn with_lossy(mut self, lossy: bool) -> Self {
+        self.lossy = lossy;
+        self
+    }
+
+    /// Copies the value in the slot of position `i`.
+    #[inline]
+    fn read(&self, i: u64) -> T {
+        let slot = self.ring.slot(i);
+        // SAFETY: the slot lies in the ring's memory (see `Ring::slot`).
+        // `Entry::read_shared` accepts whatever bytes are there (a faulty producer's, or
+        // a torn copy on a lossy ring, which the caller then discards).
+        unsafe { T::read_shared(std::ptr::addr_of!((*slot).val)) }
+    }
+
     /// Takes the next value, if any, never blocking. The flag says the producer was
     /// waiting for room and the ring is now at most half full: wake it.
     pub fn try_pop(&mut self) -> Result<Option<(T, bool)>, Corrupt> {
-        if !self.has_data()? {
+        if self.lossy {
+            return self.try_pop_lossy();
+        }
+        if !self.has_data_at_head() {
             return Ok(None);
         }
-        let slot = self.ring.slot(self.head);
-        // SAFETY: `seq` said the producer published this slot (Acquire, so its write of
-        // the value is visible), and it will not rewrite it until we publish a head past
-        // it. `Entry::read_shared` accepts whatever bytes a faulty producer left there.
-        let v = unsafe { T::read_shared(std::ptr::addr_of!((*slot).val)) };
+        // `seq` said the producer published this slot (Acquire, so its write of the
+        // value is visible), and it will not rewrite it until we publish a head past it.
+        let v = self.read(self.head);
         self.head = self.head.wrapping_add(1);
         // SYNC: pairs with the producer's Acquire load of head in `refresh_head`.
         self.ring.ctl().head.0.store(self.head, Ordering::Release);
+        Ok(Some((v, self.after_pop())))
+    }
+
+    /// `try_pop` on a lossy ring: copy, then claim the entry with a swap of `head`.
+    fn try_pop_lossy(&mut self) -> Result<Option<(T, bool)>, Corrupt> {
+        for _ in 0..LOSSY_RETRIES {
+            if !self.has_data_lossy()? {
+                return Ok(None);
+            }
+            let h = self.head;
+            let v = self.read(h);
+            // SYNC: AcqRel. Release: our copy above happens before a producer's failing
+            // eviction swap and so before it rewrites the slot. Acquire: pairs with the
+            // producer's eviction swap when ours fails.
+            match self.ring.ctl().head.0.compare_exchange(
+                h,
+                h.wrapping_add(1),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.head = h.wrapping_add(1);
+                    return Ok(Some((v, self.after_pop())));
+                }
+                // Evicted under us: `v` is not ours (and may be torn); forget it.
+                Err(now) => self.adopt_head(now)?,
+            }
+        }
+        Ok(None)
+    }
+
+    /// A lossy consumer's view of `head` as the producer may have moved it: forward
+    /// only.
+    fn adopt_head(&mut self, head: u64) -> Result<(), Corrupt> {
+        if head.wrapping_sub(self.head) > u64::MAX / 2 {
+            return Err(Corrupt);
+        }
+        self.head = head;
+        Ok(())
+    }
+
+    /// True if an entry is ready at `head`, on a lossy ring: `head` is re-read, as the
+    /// producer may have evicted entries (and reused their slots) since.
+    fn has_data_lossy(&mut self) -> Result<bool, Corrupt> {
+        for _ in 0..LOSSY_RETRIES {
+            // SYNC: Acquire pairs with the producer's eviction swap (Release).
+            let h = self.ring.ctl().head.0.load(Ordering::Acquire);
+            self.adopt_head(h)?;
+            // SYNC: pairs with the producer's Release store of `seq` in `try_push`.
+            if self.ring.seq(h).load(Ordering::Acquire) == h.wrapping_add(1) {
+                return Ok(true);
+            }
+            // Not ready, or the slot already holds a later lap: the producer then evicted
+            // `h` before writing it, and (Acquire above) this load sees that. (Without
+            // this re-read `try_pop` could say "nothing yet" with entries queued; a
+            // sleep would still be safe, as `prepare_sleep`'s fence orders it.)
+            if self.ring.ctl().head.0.load(Ordering::Acquire) == h {
+                return Ok(false);
+            }
+        }
+        Ok(false)
+    }
+
+    /// After taking an entry: the Dekker half of the producer's wait, and whether to wake
+    /// it.
+    #[inline]
+    fn after_pop(&self) -> bool {
         // Dekker: head store, fence, waiting load (see `Producer::prepare_wait`).
         fence(Ordering::SeqCst);
         let c = self.ring.ctl();
         // SYNC: Acquire pairs with the producer's Release store of `waiting`, making
         // `wait_tail` visible.
-        let wake = c.waiting.0.load(Ordering::Acquire) != 0
+        c.waiting.0.load(Ordering::Acquire) != 0
             && c.wait_tail
                 .0
                 .load(Ordering::Relaxed)
@@ -290,14 +432,23 @@ impl<T: Entry> Consumer<T> {
             && c.waiting
                 .0
                 .compare_exchange(1, 0, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok();
-        Ok(Some((v, wake)))
+                .is_ok()
     }
 
     /// True if an entry is ready.
     pub fn has_data(&mut self) -> Result<bool, Corrupt> {
+        if self.lossy {
+            return self.has_data_lossy();
+        }
+        Ok(self.has_data_at_head())
+    }
+
+    /// True if the entry at our `head` is published (a non-lossy ring: nobody else
+    /// moves `head`).
+    #[inline]
+    fn has_data_at_head(&self) -> bool {
         // SYNC: pairs with the producer's Release store of `seq` in `try_push`.
-        Ok(self.ring.seq(self.head).load(Ordering::Acquire) == self.head.wrapping_add(1))
+        self.ring.seq(self.head).load(Ordering::Acquire) == self.head.wrapping_add(1)
     }
 
     /// Announces that the consumer is about to block on an empty ring. Returns false if
@@ -440,6 +591,68 @@ mod tests {
         }
         m.ctl().head.0.store(u64::MAX - 3, Ordering::Relaxed);
         assert_eq!(p.try_push(5), Err(Corrupt));
+    }
+
+    #[test]
+    fn lossy_producer_evicts_the_oldest_and_the_consumer_skips_it() {
+        let (_m, mut p, c) = pair(4);
+        let mut c = c.with_lossy(true);
+        assert_eq!(
+            p.evict_oldest(),
+            Ok(None),
+            "nothing to evict while there is room"
+        );
+        for i in 0..4 {
+            p.try_push(i).unwrap();
+        }
+        assert_eq!(p.try_push(4), Ok(Push::Full(4)));
+        assert_eq!(p.evict_oldest(), Ok(Some(0)));
+        assert_eq!(p.try_push(4), Ok(Push::Done { wake: false }));
+        assert_eq!(p.try_push(5), Ok(Push::Full(5)));
+        assert_eq!(p.evict_oldest(), Ok(Some(1)));
+        p.try_push(5).unwrap();
+        for want in 2..6 {
+            assert_eq!(c.try_pop().unwrap().unwrap().0, want);
+        }
+        assert_eq!(c.try_pop(), Ok(None));
+        // Many laps while the consumer does not run: it then finds the newest four, even
+        // though the slot at its old head holds a later lap.
+        let mut evicted = Vec::new();
+        for i in 6..1000u64 {
+            if let Push::Full(v) = p.try_push(i).unwrap() {
+                evicted.push(p.evict_oldest().unwrap().unwrap());
+                assert_eq!(p.try_push(v), Ok(Push::Done { wake: false }));
+            }
+        }
+        assert_eq!(evicted, (6..996).collect::<Vec<_>>());
+        assert!(c.has_data().unwrap());
+        let got: Vec<u64> = std::iter::from_fn(|| c.try_pop().unwrap().map(|(v, _)| v)).collect();
+        assert_eq!(got, vec![996, 997, 998, 999]);
+        assert_eq!(c.prepare_sleep(), Ok(true));
+        c.cancel_sleep();
+    }
+
+    #[test]
+    fn lossy_head_moved_backwards_or_past_tail_is_corrupt() {
+        let (m, mut p, c) = pair(4);
+        let mut c = c.with_lossy(true);
+        for i in 0..4 {
+            p.try_push(i).unwrap();
+        }
+        for _ in 0..3 {
+            c.try_pop().unwrap().unwrap();
+        }
+        assert_eq!(p.consumed(), Ok(3));
+        // The producer moved head backwards: the lossy consumer refuses it.
+        m.ctl().head.0.store(1, Ordering::Relaxed);
+        assert_eq!(c.try_pop(), Err(Corrupt));
+        assert_eq!(c.has_data(), Err(Corrupt));
+        // The consumer moved head past tail, or backwards: the producer refuses it when
+        // it would evict.
+        for bad in [5, 0] {
+            m.ctl().head.0.store(bad, Ordering::Relaxed);
+            assert_eq!(p.evict_oldest(), Err(Corrupt), "head {bad}");
+        }
     }
 }
 
@@ -640,5 +853,98 @@ mod loom_tests {
     #[test]
     fn both_sides_block_without_lost_wakeups() {
         transfer(3, true, true);
+    }
+
+    /// (d) A lossy ring: the producer evicts the oldest entry when the ring is full while
+    /// the consumer pops (`pops` attempts during the pushes, then a drain). Every value
+    /// is either taken by the consumer, in order, or handed back to the producer by
+    /// `evict_oldest`, never both and never neither; the newest is always taken.
+    fn lossy(n: u64, pops: usize) {
+        model(move || {
+            let (_mem, mut p, c) = pair();
+            let mut c = c.with_lossy(true);
+            let t = thread::spawn(move || {
+                let mut evicted = Vec::new();
+                for i in 0..n {
+                    loop {
+                        match p.try_push(i).unwrap() {
+                            Push::Done { .. } => break,
+                            Push::Full(_) => evicted.extend(p.evict_oldest().unwrap()),
+                        }
+                    }
+                }
+                evicted
+            });
+            let mut got = Vec::new();
+            for _ in 0..pops {
+                got.extend(c.try_pop().unwrap().map(|(v, _)| v));
+            }
+            let evicted = t.join().unwrap();
+            while let Some((v, _)) = c.try_pop().unwrap() {
+                got.push(v);
+            }
+            assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+            let mut all: Vec<u64> = got.iter().chain(&evicted).copied().collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..n).collect::<Vec<_>>(), "{got:?} {evicted:?}");
+            assert_eq!(got.last(), Some(&(n - 1)));
+        });
+    }
+
+    /// (e) A lossy consumer that sleeps on what looks like an empty ring while the
+    /// producer evicts (and reuses the slot at the consumer's old head) is always woken:
+    /// it takes values until the last one, which is never evicted.
+    fn lossy_blocking(n: u64) {
+        model(move || {
+            let (_mem, mut p, c) = pair();
+            let mut c = c.with_lossy(true);
+            let data = Arc::new(EventFd::default());
+            let d = data.clone();
+            let t = thread::spawn(move || {
+                let mut evicted = Vec::new();
+                for i in 0..n {
+                    loop {
+                        match p.try_push(i).unwrap() {
+                            Push::Done { wake } => {
+                                if wake {
+                                    d.notify();
+                                }
+                                break;
+                            }
+                            Push::Full(_) => evicted.extend(p.evict_oldest().unwrap()),
+                        }
+                    }
+                }
+                evicted
+            });
+            let mut got = Vec::new();
+            loop {
+                let v = pop_blocking(&mut c, Some(&*data), None);
+                got.push(v);
+                if v == n - 1 {
+                    break;
+                }
+            }
+            let evicted = t.join().unwrap();
+            assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+            let mut all: Vec<u64> = got.iter().chain(&evicted).copied().collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..n).collect::<Vec<_>>(), "{got:?} {evicted:?}");
+        });
+    }
+
+    #[test]
+    fn lossy_consumer_sleep_has_no_lost_wakeup() {
+        lossy_blocking(4);
+    }
+
+    #[test]
+    fn lossy_evict_races_pop_3() {
+        lossy(3, 1);
+    }
+
+    #[test]
+    fn lossy_evict_races_pop_4() {
+        lossy(4, 2);
     }
 }

@@ -54,6 +54,9 @@ pub(super) struct SendCore {
     pub(super) meta: PathAllocator,
     pub(super) state: Mutex<SendState>,
     pub(super) gone: AtomicBool,
+    /// The forward ring is lossy: a full ring loses its oldest message (see
+    /// `ChannelConfig::lossy`).
+    pub(super) lossy: bool,
     pub(super) stats: Counters,
 }
 
@@ -180,6 +183,19 @@ impl SendCore {
         Ok(())
     }
 
+    /// Takes back the message at ring position `pos`, which `evict_oldest` just took
+    /// from the receiver: its token is free again and its fbufs go back (when the caller
+    /// drops what this returns, after unlocking) as if it had been released.
+    fn take_evicted(&self, st: &mut SendState, pos: u64) -> Option<(IoData, Option<Segment>)> {
+        let i = st
+            .inflight
+            .iter()
+            .position(|f| f.data.is_some() && f.pos == pos)?;
+        st.free_tokens.push(i as u32);
+        Counters::add(&self.stats.evicted, 1);
+        st.inflight[i].data.take()
+    }
+
     pub(super) fn in_flight(&self) -> usize {
         self.lock()
             .inflight
@@ -276,6 +292,16 @@ impl Sender {
     /// [`Error::Full`] if the ring is full, [`Error::PeerGone`] if the receiver died,
     /// [`Error::Disconnected`] if it closed its end.
     pub fn try_send(&self, data: &IoData) -> Result<()> {
+        self.try_send_evicting(data).map(drop)
+    }
+
+    /// Like [`try_send`](Self::try_send), and says whether the channel lost its oldest
+    /// queued message to make room (only a [lossy](super::ChannelConfig::lossy) channel
+    /// does; the others return [`Error::Full`] instead).
+    ///
+    /// # Errors
+    /// As [`try_send`](Self::try_send); a lossy channel is never full.
+    pub fn try_send_evicting(&self, data: &IoData) -> Result<bool> {
         let c = &*self.core;
         let mut st = c.lock();
         // No liveness probe here: that would be a system call per message. A dead
@@ -358,7 +384,22 @@ impl Sender {
             desc::encode(token, frags, &mut [], RawRef::NONE)
         };
         let pos = st.fwd.position();
-        match st.fwd.try_push(entry).map_err(corrupt)? {
+        let mut evicted = None;
+        let pushed = loop {
+            match st.fwd.try_push(entry).map_err(corrupt)? {
+                Push::Full(_) if c.lossy && evicted.is_none() => {
+                    // A receiver that died stops taking messages: without this probe (a
+                    // system call at most every 10 ms while the ring stays full) a lossy
+                    // sender would evict its messages for ever.
+                    c.check_peer(&mut st, false)?;
+                    if let Some(old) = st.fwd.evict_oldest().map_err(corrupt)? {
+                        evicted = Some(c.take_evicted(&mut st, old));
+                    }
+                }
+                other => break other,
+            }
+        };
+        match pushed {
             Push::Full(_) => {
                 st.free_tokens.push(idx);
                 c.drain(&mut st)?;
@@ -383,11 +424,14 @@ impl Sender {
                 Counters::bump(&c.stats.messages, 1);
                 Counters::bump(&c.stats.bytes, len);
                 drop(st);
+                // The evicted message's fbufs go back here, outside the lock.
+                let lost = evicted.is_some();
+                drop(evicted);
                 if wake {
                     Counters::add(&c.stats.wakeups, 1);
                     c.link.rx_efd.notify();
                 }
-                Ok(())
+                Ok(lost)
             }
         }
     }

@@ -64,12 +64,14 @@
 //! until its receiver releases. Each subscriber's queue holds
 //! [`ServiceConfig::depth`] messages. When it is full, [`SlowSubscriber::Block`] makes
 //! the publisher wait for room (with an optional timeout), and
-//! [`SlowSubscriber::Drop`] makes that subscriber miss the message being published
-//! (counted per subscriber), so a slow or stopped subscriber never holds up the
-//! publisher or the others. The dropped message is the *newest*, not the oldest in the
-//! queue: the queue is the channel's single-producer ring, whose entries only the
-//! subscriber may take out; a subscriber that falls behind sees a gap, and then the
-//! messages published once it made room.
+//! [`SlowSubscriber::Drop`] makes that subscriber lose the *oldest* message in its
+//! queue to make room for the new one (counted per subscriber), so a slow or stopped
+//! subscriber never holds up the publisher or the others, and one that resumes finds the
+//! latest [`ServiceConfig::depth`] messages, in order. Its channel is then
+//! [lossy](crate::ChannelConfig::lossy): the publisher takes the oldest entry back out of
+//! the ring with a compare-and-swap of the ring's head (the subscriber takes entries
+//! with one too, so that each entry goes to exactly one of them), and the evicted
+//! message's fbufs return to the publisher's path as if it had been released.
 //!
 //! # Request-response
 //!
@@ -124,7 +126,7 @@ use crate::region::{Domain, DomainId, Group};
 /// What a publisher does when a subscriber's queue is full.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum SlowSubscriber {
-    /// That subscriber misses the message (the newest); the publisher never waits.
+    /// That subscriber loses the oldest message in its queue; the publisher never waits.
     Drop,
     /// The publisher waits for room (see [`Publisher::publish_timeout`]).
     Block,

@@ -59,9 +59,11 @@ impl Admit for PubShared {
 pub struct PublisherStats {
     /// Calls to publish that reached their end (every subscriber served or dropped).
     pub published: u64,
-    /// Messages handed to subscribers (one per subscriber per message).
+    /// Messages handed to subscribers (one per subscriber per message), including those
+    /// later evicted from a full queue.
     pub delivered: u64,
-    /// Messages a full subscriber missed under [`SlowSubscriber::Drop`].
+    /// Queued messages evicted (the oldest first) to make room in a full subscriber's
+    /// queue under [`SlowSubscriber::Drop`]; their subscribers never see them.
     pub dropped: u64,
     /// Bytes copied into the publisher's lot because a message had fragments outside
     /// any lot (copied once per message, however many subscribers).
@@ -75,9 +77,10 @@ pub struct PublisherStats {
 pub struct SubscriberInfo {
     /// The subscriber's domain and process.
     pub member: Member,
-    /// Messages it was handed.
+    /// Messages it was handed (including those later evicted).
     pub delivered: u64,
-    /// Messages it missed because its queue was full (drop policy).
+    /// Its oldest queued messages evicted to make room (drop policy): it never sees
+    /// them, and their fbufs are back with the publisher.
     pub dropped: u64,
     /// Messages it holds or has queued, not yet released.
     pub in_flight: usize,
@@ -158,10 +161,14 @@ impl Publisher {
         let (mut full, mut gone) = (0u64, 0u64);
         let mut delivered = 0;
         for (i, s) in subs.iter_mut().enumerate() {
-            match s.tx.try_send(&data) {
-                Ok(()) => {
+            match s.tx.try_send_evicting(&data) {
+                Ok(evicted) => {
                     s.delivered += 1;
                     delivered += 1;
+                    if evicted {
+                        s.dropped += 1;
+                        self.stats.dropped += 1;
+                    }
                 }
                 Err(Error::Full) if block => full |= 1 << i,
                 Err(Error::Full) => {
@@ -381,6 +388,8 @@ impl ServiceConfig {
         ChannelConfig {
             capacity: self.depth,
             release_capacity: self.depth.max(1024),
+            // Drop: a full queue loses its oldest message (the publisher takes it back).
+            lossy: self.slow == SlowSubscriber::Drop,
         }
     }
 }

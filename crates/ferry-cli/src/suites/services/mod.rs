@@ -14,6 +14,11 @@
 //! measures the publisher rather than how fast the subscriber process keeps up. The
 //! column "per added subscriber" is the slope of a least-squares line through the
 //! points of one size.
+//!
+//! A last point prices the drop policy's eviction: one subscriber, stopped (SIGSTOP)
+//! with its queue full, so that every publish first takes back the oldest queued message
+//! (a compare-and-swap of the ring head, and that message's fbufs returned) before it
+//! queues the new one.
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -132,6 +137,21 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         drop(publisher);
         child.wait()?;
     }
+    ctx.progress
+        .phase("services: publish to a stopped subscriber (drop policy)");
+    let evict = evicting(ctx, &name, &domain, &path, rounds)?;
+    records.push(
+        Record::new(
+            "services",
+            "publish_evicting",
+            "us",
+            Summary::of(&evict),
+            rounds as u32,
+            spread(&evict),
+        )
+        .param("subscribers", 1)
+        .param("size", 64),
+    );
     let mut headers: Vec<String> = vec!["payload".into()];
     headers.extend(subs_list.iter().map(|n| format!("{n} sub (µs)")));
     headers.push("per added subscriber (µs)".into());
@@ -154,14 +174,72 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
          One publish to N subscribers in another process (pinned to the other CPU), \
          blocking policy, queues of 256; median over {rounds} bursts of {BURST} \
          publishes, each burst started with the queues drained. The payload is not copied: the cost should not grow with its size, \
-         only with the number of subscribers (one descriptor and one ring slot each).\n\n{}",
-        table.render()
+         only with the number of subscribers (one descriptor and one ring slot each).\n\n{}\n\
+         Drop policy, one subscriber stopped with its queue full (every publish evicts the \
+         oldest queued message and takes its fbufs back), 64 B: {} µs per publish \
+         (median over {rounds} bursts of {BURST}).\n",
+        table.render(),
+        num(Summary::of(&evict).median)
     );
     Ok(BenchOutput {
         records,
         markdown,
         plots: Vec::new(),
     })
+}
+
+/// Per-publish times (µs, one per burst) under the drop policy with one subscriber
+/// stopped and its queue full, so that every publish evicts.
+fn evicting(
+    ctx: &BenchCtx,
+    group: &str,
+    domain: &ferry::Domain,
+    path: &ferry::PathAllocator,
+    rounds: usize,
+) -> Result<Vec<f64>> {
+    const DEPTH: u32 = 256;
+    let service = "bench/evict";
+    let config = ServiceConfig {
+        depth: DEPTH,
+        slow: SlowSubscriber::Drop,
+        ..ServiceConfig::default()
+    };
+    let mut publisher = Publisher::offer(domain, service, config)?;
+    let mut child = Drain(
+        Command::new(std::env::current_exe()?)
+            .args(["__drain", group, service, "1"])
+            .arg(ctx.cpu(1).to_string())
+            .spawn()
+            .context("spawning the subscriber process")?,
+    );
+    publisher.wait_for_subscribers(1, Duration::from_secs(30))?;
+    let pid = rustix::process::Pid::from_raw(child.0.id() as i32).context("child pid")?;
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP)?;
+    let data = touched(path, 64)?;
+    // Fill its queue (it may have taken a few before it stopped).
+    while publisher.stats().dropped == 0 {
+        publisher.publish(&data)?;
+    }
+    let mut samples = Vec::with_capacity(rounds);
+    for round in 0..rounds + WARMUP {
+        let before = publisher.stats().dropped;
+        let t0 = Instant::now();
+        for _ in 0..BURST {
+            publisher.publish(&data)?;
+        }
+        let dt = t0.elapsed();
+        anyhow::ensure!(
+            publisher.stats().dropped - before == BURST as u64,
+            "a publish to a full queue did not evict"
+        );
+        if round >= WARMUP {
+            samples.push(dt.as_secs_f64() * 1e6 / BURST as f64);
+        }
+    }
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT)?;
+    drop(publisher);
+    child.wait()?;
+    Ok(samples)
 }
 
 /// Waits until every subscriber released everything (untimed).
