@@ -63,7 +63,7 @@ enum Via {
         handler: Box<dyn Handler>,
         path: PathAllocator,
     },
-    Remote(Client),
+    Remote(Box<Client>),
 }
 
 /// Calls a handler wherever [`Placement`] put it.
@@ -111,7 +111,7 @@ impl Caller {
     /// A caller of the server offering `name`.
     pub fn remote(domain: &Domain, name: &str, timeout: Duration) -> Result<Caller> {
         Ok(Caller {
-            via: Via::Remote(Client::open(domain, name, timeout)?),
+            via: Via::Remote(Box::new(Client::open(domain, name, timeout)?)),
         })
     }
 

@@ -319,8 +319,10 @@ fn sink(
                     (t1, c1, <[u8; 8]>::try_from(&dst[..8]).expect("8 bytes"))
                 }
                 ferry::semantics::Allocator::System => {
-                    // Over TCP a message may come in several buffers: keep them all
-                    // until the whole message is in, as an application would.
+                    // Over TCP a message may come in many buffers, each of its size
+                    // class however few bytes the stream gave it: keep the first (it
+                    // holds the header) and drop the rest once counted, or a 64 MiB
+                    // message read in small pieces would exhaust the path's quota.
                     let mut bufs = Vec::new();
                     let mut got = 0;
                     while got < size {
@@ -334,7 +336,14 @@ fn sink(
                             bail!("{s}: the source closed the socket");
                         }
                         got += b.len();
-                        bufs.push(b);
+                        if bufs
+                            .iter()
+                            .map(|b: &ferry::semantics::SysBuffer| b.len())
+                            .sum::<usize>()
+                            < 8
+                        {
+                            bufs.push(b);
+                        }
                     }
                     let (t1, c1) = (now_ns(), thread_cpu_ns());
                     if got != size {
