@@ -187,6 +187,73 @@ macro_rules! with {
     }};
 }
 
+/// Runs `make` on the handle behind `p` and stores its result, wrapped by `wrap`, in
+/// `*out`; a failure becomes a status code.
+///
+/// # Safety
+/// `p` is NULL or a live handle of type `H` that no other thread uses now; `out` is NULL
+/// or valid for a write of a pointer.
+unsafe fn create<H, T, U>(
+    p: *mut H,
+    out: *mut *mut U,
+    make: impl FnOnce(&mut H) -> ferry::Result<T>,
+    wrap: impl FnOnce(T) -> U,
+) -> c_int {
+    // SAFETY: as the caller vouches.
+    match unsafe { handle(p) }.map(make) {
+        // SAFETY: `out` is NULL or writable, as the caller vouches.
+        Ok(Ok(x)) => unsafe { put(out, wrap(x)) },
+        Ok(Err(e)) => code(e),
+        Err(c) => c,
+    }
+}
+
+/// A handle that receives messages: a channel's receiver or a subscriber.
+trait Recv {
+    fn try_recv(&mut self) -> ferry::Result<Option<IoData>>;
+    fn recv_timeout(&mut self, limit: Duration) -> ferry::Result<IoData>;
+    fn recv(&mut self) -> ferry::Result<IoData>;
+}
+
+macro_rules! impl_recv {
+    ($($t:ty),*) => {$(
+        impl Recv for $t {
+            fn try_recv(&mut self) -> ferry::Result<Option<IoData>> {
+                self.0.try_recv()
+            }
+            fn recv_timeout(&mut self, limit: Duration) -> ferry::Result<IoData> {
+                self.0.recv_timeout(limit)
+            }
+            fn recv(&mut self) -> ferry::Result<IoData> {
+                self.0.recv()
+            }
+        }
+    )*};
+}
+impl_recv!(FerryReceiver, FerrySubscriber);
+
+/// Receives the next message on `h`, waiting at most `timeout_ms` (< 0: no limit; 0: do
+/// not wait, `FERRY_EMPTY` if none); `*out` receives it.
+///
+/// # Safety
+/// `h` is NULL or a live handle no other thread uses now; `out` is NULL or writable.
+unsafe fn receive<H: Recv>(h: *mut H, timeout_ms: i64, out: *mut *mut FerryMsg) -> c_int {
+    let limit = timeout(timeout_ms);
+    // SAFETY: as the caller vouches.
+    let got = unsafe { handle(h) }.map(|h| match limit {
+        Some(Duration::ZERO) => h.try_recv(),
+        Some(d) => h.recv_timeout(d).map(Some),
+        None => h.recv().map(Some),
+    });
+    match got {
+        // SAFETY: `out` is NULL or writable, as the caller vouches.
+        Ok(Ok(Some(d))) => unsafe { put(out, FerryMsg(d)) },
+        Ok(Ok(None)) => FERRY_EMPTY,
+        Ok(Err(e)) => code(e),
+        Err(c) => c,
+    }
+}
+
 /// The message of the calling thread's last failed call (NUL-terminated, valid until
 /// the thread's next failing call), or an empty string.
 #[no_mangle]
@@ -237,13 +304,8 @@ pub unsafe extern "C" fn ferry_group_join(
     group: *mut FerryGroup,
     out: *mut *mut FerryDomain,
 ) -> c_int {
-    let mut d = None;
-    let rc = with!(group, |g| g.0.join().map(|x| d = Some(x)));
-    match d {
-        // SAFETY: `out` is writable, as the caller vouches.
-        Some(d) => unsafe { put(out, FerryDomain(d)) },
-        None => rc,
-    }
+    // SAFETY: as the caller vouches.
+    unsafe { create(group, out, |g| g.0.join(), FerryDomain) }
 }
 
 /// Closes a domain handle (NULL is ignored).
@@ -299,13 +361,8 @@ pub unsafe extern "C" fn ferry_domain_path(
     if quota > 0 {
         config.quota = quota;
     }
-    let mut p = None;
-    let rc = with!(domain, |d| d.0.path(config).map(|x| p = Some(x)));
-    match p {
-        // SAFETY: `out` is writable, as the caller vouches.
-        Some(p) => unsafe { put(out, FerryPath(p)) },
-        None => rc,
-    }
+    // SAFETY: as the caller vouches.
+    unsafe { create(domain, out, |d| d.0.path(config), FerryPath) }
 }
 
 /// Closes a path handle (NULL is ignored); fbufs still out return to the lot later.
@@ -339,13 +396,8 @@ pub unsafe extern "C" fn ferry_path_alloc(
     len: usize,
     out: *mut *mut FerryBuf,
 ) -> c_int {
-    let mut b = None;
-    let rc = with!(path, |p| p.0.alloc(len).map(|x| b = Some(x)));
-    match b {
-        // SAFETY: `out` is writable, as the caller vouches.
-        Some(b) => unsafe { put(out, FerryBuf(b)) },
-        None => rc,
-    }
+    // SAFETY: as the caller vouches.
+    unsafe { create(path, out, |p| p.0.alloc(len), FerryBuf) }
 }
 
 /// The writable bytes of a buffer (`ferry_buf_len` of them), valid until the buffer is
@@ -504,15 +556,14 @@ pub unsafe extern "C" fn ferry_domain_connect(
         Ok(Err(e)) => return code(e),
         Err(c) => return c,
     };
-    let mut s = None;
-    let rc = with!(domain, |d| d
-        .0
-        .connect(peer, finite(timeout_ms))
-        .map(|x| s = Some(x)));
-    match s {
-        // SAFETY: `out` is writable, as the caller vouches.
-        Some(s) => unsafe { put(out, FerrySender(s)) },
-        None => rc,
+    // SAFETY: as the caller vouches.
+    unsafe {
+        create(
+            domain,
+            out,
+            |d| d.0.connect(peer, finite(timeout_ms)),
+            FerrySender,
+        )
     }
 }
 
@@ -526,15 +577,14 @@ pub unsafe extern "C" fn ferry_domain_accept(
     timeout_ms: i64,
     out: *mut *mut FerryReceiver,
 ) -> c_int {
-    let mut r = None;
-    let rc = with!(domain, |d| d
-        .0
-        .accept(finite(timeout_ms))
-        .map(|x| r = Some(x)));
-    match r {
-        // SAFETY: `out` is writable, as the caller vouches.
-        Some(r) => unsafe { put(out, FerryReceiver(r)) },
-        None => rc,
+    // SAFETY: as the caller vouches.
+    unsafe {
+        create(
+            domain,
+            out,
+            |d| d.0.accept(finite(timeout_ms)),
+            FerryReceiver,
+        )
     }
 }
 
@@ -597,21 +647,8 @@ pub unsafe extern "C" fn ferry_recv(
     timeout_ms: i64,
     out: *mut *mut FerryMsg,
 ) -> c_int {
-    let mut got: Option<Option<IoData>> = None;
-    let rc = with!(rx, |r| {
-        let res = match timeout(timeout_ms) {
-            Some(Duration::ZERO) => r.0.try_recv(),
-            Some(d) => r.0.recv_timeout(d).map(Some),
-            None => r.0.recv().map(Some),
-        };
-        res.map(|d| got = Some(d))
-    });
-    match got {
-        // SAFETY: `out` is writable, as the caller vouches.
-        Some(Some(d)) => unsafe { put(out, FerryMsg(d)) },
-        Some(None) => FERRY_EMPTY,
-        None => rc,
-    }
+    // SAFETY: as the caller vouches.
+    unsafe { receive(rx, timeout_ms, out) }
 }
 
 /// The receiver's eventfd, for poll/epoll: call `ferry_receiver_arm` first; it turns
@@ -680,13 +717,14 @@ pub unsafe extern "C" fn ferry_publisher_offer(
     if block != 0 {
         config.slow = SlowSubscriber::Block;
     }
-    let mut p = None;
-    let rc = with!(domain, |d| Publisher::offer(&d.0, name, config)
-        .map(|x| p = Some(x)));
-    match p {
-        // SAFETY: `out` is writable, as the caller vouches.
-        Some(p) => unsafe { put(out, FerryPublisher(p)) },
-        None => rc,
+    // SAFETY: as the caller vouches.
+    unsafe {
+        create(
+            domain,
+            out,
+            |d| Publisher::offer(&d.0, name, config),
+            FerryPublisher,
+        )
     }
 }
 
@@ -764,13 +802,14 @@ pub unsafe extern "C" fn ferry_subscriber_open(
         Ok(n) => n,
         Err(c) => return c,
     };
-    let mut s = None;
-    let rc = with!(domain, |d| Subscriber::open(&d.0, name, finite(timeout_ms))
-        .map(|x| s = Some(x)));
-    match s {
-        // SAFETY: `out` is writable, as the caller vouches.
-        Some(s) => unsafe { put(out, FerrySubscriber(s)) },
-        None => rc,
+    // SAFETY: as the caller vouches.
+    unsafe {
+        create(
+            domain,
+            out,
+            |d| Subscriber::open(&d.0, name, finite(timeout_ms)),
+            FerrySubscriber,
+        )
     }
 }
 
@@ -785,21 +824,8 @@ pub unsafe extern "C" fn ferry_subscriber_recv(
     timeout_ms: i64,
     out: *mut *mut FerryMsg,
 ) -> c_int {
-    let mut got: Option<Option<IoData>> = None;
-    let rc = with!(sub, |s| {
-        let res = match timeout(timeout_ms) {
-            Some(Duration::ZERO) => s.0.try_recv(),
-            Some(t) => s.0.recv_timeout(t).map(Some),
-            None => s.0.recv().map(Some),
-        };
-        res.map(|d| got = Some(d))
-    });
-    match got {
-        // SAFETY: `out` is writable, as the caller vouches.
-        Some(Some(d)) => unsafe { put(out, FerryMsg(d)) },
-        Some(None) => FERRY_EMPTY,
-        None => rc,
-    }
+    // SAFETY: as the caller vouches.
+    unsafe { receive(sub, timeout_ms, out) }
 }
 
 /// Leaves the service (NULL is ignored). Messages received stay readable.

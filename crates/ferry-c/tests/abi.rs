@@ -18,6 +18,22 @@ fn name(tag: &str) -> CString {
     CString::new(format!("c-abi-{tag}-{}", std::process::id())).unwrap()
 }
 
+/// Opens group `n` and joins it twice: the group and its two domains.
+///
+/// # Safety
+/// The caller closes the three handles as the header's ownership rules say.
+unsafe fn group_of_two(n: &CStr) -> (*mut FerryGroup, *mut FerryDomain, *mut FerryDomain) {
+    let mut g = ptr::null_mut();
+    let (mut a, mut b) = (ptr::null_mut(), ptr::null_mut());
+    // SAFETY: `n` is NUL-terminated and the out-pointers are writable.
+    unsafe {
+        assert_eq!(ferry_group_open(n.as_ptr(), &mut g), FERRY_OK);
+        assert_eq!(ferry_group_join(g, &mut a), FERRY_OK);
+        assert_eq!(ferry_group_join(g, &mut b), FERRY_OK);
+    }
+    (g, a, b)
+}
+
 #[test]
 fn null_arguments_are_einval_not_crashes() {
     // SAFETY: NULL is accepted everywhere and reported as FERRY_EINVAL (or ignored by
@@ -42,11 +58,7 @@ fn send_receive_fragments_and_ownership() {
     let n = name("pair");
     // SAFETY: every handle below is used as the header's ownership rules say.
     unsafe {
-        let mut g = ptr::null_mut();
-        assert_eq!(ferry_group_open(n.as_ptr(), &mut g), FERRY_OK);
-        let (mut a, mut b) = (ptr::null_mut(), ptr::null_mut());
-        assert_eq!(ferry_group_join(g, &mut a), FERRY_OK);
-        assert_eq!(ferry_group_join(g, &mut b), FERRY_OK);
+        let (g, a, b) = group_of_two(&n);
         let mut id = [0 as c_char; 32];
         assert_eq!(ferry_domain_id(b, id.as_mut_ptr(), 2), FERRY_EINVAL);
         assert_eq!(ferry_domain_id(b, id.as_mut_ptr(), id.len()), FERRY_OK);
@@ -130,11 +142,7 @@ fn publish_subscribe() {
     let svc = CString::new("frames").unwrap();
     // SAFETY: as in the test above.
     unsafe {
-        let mut g = ptr::null_mut();
-        assert_eq!(ferry_group_open(n.as_ptr(), &mut g), FERRY_OK);
-        let (mut a, mut b) = (ptr::null_mut(), ptr::null_mut());
-        assert_eq!(ferry_group_join(g, &mut a), FERRY_OK);
-        assert_eq!(ferry_group_join(g, &mut b), FERRY_OK);
+        let (g, a, b) = group_of_two(&n);
         let mut none = ptr::null_mut();
         assert_eq!(
             ferry_subscriber_open(b, svc.as_ptr(), 10, &mut none),
