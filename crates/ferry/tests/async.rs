@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::io::BufReader;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,12 +32,7 @@ fn runtime() -> tokio::runtime::Runtime {
 // ---------------------------------------------------------------- child roles
 
 fn child_main(role: &str) {
-    let gname = std::env::var("FERRY_TEST_GROUP").unwrap();
-    let group = Group::open(&gname).unwrap();
-    let domain = group.join().unwrap();
-    println!("{}", domain.id());
-    let arg = std::env::var("FERRY_TEST_ARG").unwrap();
-    let mut stdin = BufReader::new(std::io::stdin());
+    let (_, _group, domain, arg, mut stdin) = child_start();
     match role {
         // ARG "service,count,block|drop": offer, wait for "go <subscribers>", publish
         // seeds 0..count and END, print "done", wait for stdin to close. A count of 0

@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::io::BufReader;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use ferry::service::Kind;
 use ferry::{
-    Caller, Client, Error, Group, IoData, PathConfig, Placement, Publisher, Server, ServiceConfig,
+    Caller, Client, Error, IoData, PathConfig, Placement, Publisher, Server, ServiceConfig,
     SlowSubscriber, Subscriber,
 };
 
@@ -25,12 +24,7 @@ const END: u64 = u64::MAX;
 // ---------------------------------------------------------------- child roles
 
 fn child_main(role: &str) {
-    let gname = std::env::var("FERRY_TEST_GROUP").unwrap();
-    let group = Group::open(&gname).unwrap();
-    let domain = group.join().unwrap();
-    println!("{}", domain.id());
-    let arg = std::env::var("FERRY_TEST_ARG").unwrap();
-    let mut stdin = BufReader::new(std::io::stdin());
+    let (gname, group, domain, arg, mut stdin) = child_start();
     match role {
         // ARG "service,strict": receive until END; in strict mode seeds must follow
         // one another from the first; verify every byte; print "ok <count> <first>".

@@ -159,6 +159,24 @@ impl Peer {
     }
 }
 
+/// The start of a child spawned by [`Peer::spawn`]: joins the group named by
+/// `FERRY_TEST_GROUP`, prints the domain id (the first line `Peer::spawn` reads) and
+/// returns the group's name, the group, the domain, `FERRY_TEST_ARG` and stdin.
+pub fn child_start() -> (
+    String,
+    Arc<Group>,
+    Domain,
+    String,
+    BufReader<std::io::Stdin>,
+) {
+    let gname = std::env::var("FERRY_TEST_GROUP").unwrap();
+    let group = Group::open(&gname).unwrap();
+    let domain = group.join().unwrap();
+    println!("{}", domain.id());
+    let arg = std::env::var("FERRY_TEST_ARG").unwrap();
+    (gname, group, domain, arg, BufReader::new(std::io::stdin()))
+}
+
 /// Tells `peer` (a child that connects to the domain id it reads on stdin) our id, and
 /// accepts its channel.
 pub fn accept_from(d: &Domain, peer: &mut Peer) -> ferry::Receiver {
