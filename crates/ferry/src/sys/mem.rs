@@ -121,10 +121,17 @@ impl Mapping {
         self.len
     }
 
+    /// The address of byte `offset`, once it is checked (a panic otherwise) that
+    /// `offset..offset+len` lies inside the mapping.
+    fn range(&self, offset: usize, len: usize) -> *mut std::ffi::c_void {
+        assert!(offset.checked_add(len).is_some_and(|e| e <= self.len));
+        self.ptr.as_ptr().wrapping_add(offset).cast()
+    }
+
     /// Changes the protection of the pages in `offset..offset+len` (`mprotect(2)`).
     /// Both must be page multiples inside the mapping.
     pub fn protect(&self, offset: usize, len: usize, access: Access) -> io::Result<()> {
-        assert!(offset.checked_add(len).is_some_and(|e| e <= self.len));
+        let at = self.range(offset, len);
         let flags = match access {
             Access::Read => MprotectFlags::READ,
             Access::ReadWrite => MprotectFlags::READ | MprotectFlags::WRITE,
@@ -133,7 +140,7 @@ impl Mapping {
         // SAFETY: the range lies inside our own mapping (asserted above). Making pages
         // read-only can make later writes fault, which is the point; no Rust reference to
         // them is writable while the owner has frozen them.
-        unsafe { mprotect(self.ptr.as_ptr().add(offset).cast(), len, flags)? };
+        unsafe { mprotect(at, len, flags)? };
         Ok(())
     }
     /// Makes `offset..offset+len` inaccessible (`mprotect(PROT_NONE)`): any access
@@ -143,16 +150,10 @@ impl Mapping {
     /// # Safety
     /// No reference into the range may be read or written while it is hidden.
     pub unsafe fn hide(&self, offset: usize, len: usize) -> io::Result<()> {
-        assert!(offset.checked_add(len).is_some_and(|e| e <= self.len));
+        let at = self.range(offset, len);
         count();
         // SAFETY: inside our own mapping (asserted); the caller promises nothing reads it.
-        unsafe {
-            mprotect(
-                self.ptr.as_ptr().add(offset).cast(),
-                len,
-                MprotectFlags::empty(),
-            )?
-        };
+        unsafe { mprotect(at, len, MprotectFlags::empty())? };
         Ok(())
     }
 
@@ -163,10 +164,10 @@ impl Mapping {
     /// # Safety
     /// No reference into the range may be used while it is unmapped.
     pub unsafe fn unmap_range(&self, offset: usize, len: usize) -> io::Result<()> {
-        assert!(offset.checked_add(len).is_some_and(|e| e <= self.len));
+        let at = self.range(offset, len);
         count();
         // SAFETY: inside our own mapping (asserted); the caller promises nothing uses it.
-        unsafe { munmap(self.ptr.as_ptr().add(offset).cast(), len)? };
+        unsafe { munmap(at, len)? };
         Ok(())
     }
 
@@ -181,9 +182,8 @@ impl Mapping {
         len: usize,
         access: Access,
     ) -> Result<()> {
-        assert!(offset.checked_add(len).is_some_and(|e| e <= self.len));
         let m = Mapping::fixed(
-            self.ptr.as_ptr() as usize + offset,
+            self.range(offset, len) as usize,
             fd,
             file_offset,
             len,
@@ -253,12 +253,12 @@ impl Mapping {
         access: Access,
         kind: MapFlags,
     ) -> io::Result<()> {
-        assert!(offset.checked_add(len).is_some_and(|e| e <= self.len));
+        let at = self.range(offset, len);
         count();
         // SAFETY: the range lies inside our own mapping (asserted) and the caller owns it.
         let p = unsafe {
             mmap(
-                self.ptr.as_ptr().add(offset).cast(),
+                at,
                 len,
                 access.prot(),
                 kind | MapFlags::FIXED,
@@ -266,17 +266,16 @@ impl Mapping {
                 file_offset,
             )?
         };
-        debug_assert_eq!(p as usize, self.ptr.as_ptr() as usize + offset);
+        debug_assert_eq!(p, at);
         Ok(())
     }
 
     /// Locks `offset..offset+len` in memory (`mlock(2)`), or unlocks it (`munlock(2)`).
     pub fn lock_range(&self, offset: usize, len: usize, locked: bool) -> io::Result<()> {
-        assert!(offset.checked_add(len).is_some_and(|e| e <= self.len));
+        let p = self.range(offset, len);
         count();
         // SAFETY: (un)locking pages of our own mapping (asserted) changes no contents.
         unsafe {
-            let p = self.ptr.as_ptr().add(offset).cast();
             if locked {
                 rustix::mm::mlock(p, len)?;
             } else {
