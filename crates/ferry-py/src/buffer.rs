@@ -13,6 +13,8 @@ use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
+use crate::handle::Handle;
+
 /// Fills `view` with a one-dimensional byte buffer of `len` bytes at `ptr`, owned by
 /// `owner`. Refuses a writable request when `readonly` (BufferError), as
 /// `PyBuffer_FillInfo` does.
@@ -137,19 +139,31 @@ impl Exports {
         self.0.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// [`export`]s a view counted with [`add`](Self::add), uncounting it if that fails.
+    /// Exports a view of `len` bytes of the value in `inner`, at the address `locate`
+    /// finds in it. The view is counted under `inner`'s lock, so a `freeze`/`release` in
+    /// another thread (which takes the value under that lock) sees it, and uncounted if
+    /// the export fails.
     ///
     /// # Safety
-    /// As for [`export`].
-    pub(crate) unsafe fn export(
+    /// As for [`export`], with `owner` the object holding `inner` and this count: the
+    /// address stays valid while the value stays in `inner`, which the owner refuses to
+    /// give up while views are counted.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn export_from<T>(
         &self,
+        inner: &Handle<T>,
+        locate: impl FnOnce(&mut T) -> PyResult<*const u8>,
         view: *mut ffi::Py_buffer,
         flags: c_int,
         owner: &Bound<'_, PyAny>,
-        ptr: *const u8,
         len: usize,
         readonly: bool,
     ) -> PyResult<()> {
+        let ptr = inner.with(|v| {
+            let p = locate(v)?;
+            self.add();
+            Ok(p)
+        })?;
         // SAFETY: the caller's promise, passed on.
         let r = unsafe { export(view, flags, owner, ptr, len, readonly) };
         if r.is_err() {

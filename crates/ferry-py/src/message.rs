@@ -72,7 +72,7 @@ impl PyBuffer {
         flags: c_int,
     ) -> PyResult<()> {
         let me = slf.get();
-        let ptr = me.inner.with(|m| {
+        let locate = |m: &mut IoDataMut| {
             let mut frags = m.fragments_mut();
             let p = frags
                 .next()
@@ -82,16 +82,14 @@ impl PyBuffer {
                     "buffer spans several fbufs; write it with write()",
                 ));
             }
-            // Counted under the lock, so a `freeze` in another thread sees the export.
-            me.exports.add();
-            Ok(p)
-        })?;
+            Ok(p.cast_const())
+        };
         // SAFETY: `ptr..ptr+len` is the fbuf the IoDataMut in `inner` owns; it stays
         // mapped and writable while the IoDataMut lives, and `freeze`/`close` refuse to
         // take it while `exports` is non-zero. The view holds a reference to `slf`.
         unsafe {
             me.exports
-                .export(view, flags, slf.as_any(), ptr, me.len, false)
+                .export_from(&me.inner, locate, view, flags, slf.as_any(), me.len, false)
         }
     }
 
@@ -214,27 +212,22 @@ impl PyMessage {
         flags: c_int,
     ) -> PyResult<()> {
         let me = slf.get();
-        let ptr = me.inner.with(|d| {
-            let p = match d.fragments() {
-                [] => std::ptr::null(),
-                [f] => f.as_slice().as_ptr(),
-                many => {
-                    return Err(PyBufferError::new_err(format!(
-                        "message has {} fragments: use fragments() for zero-copy views or to_bytes() to copy",
-                        many.len()
-                    )))
-                }
-            };
-            // Counted under the lock, so a `release` in another thread sees the export.
-            me.exports.add();
-            Ok(p)
-        })?;
+        let locate = |d: &mut IoData| {
+            match d.fragments() {
+            [] => Ok(std::ptr::null()),
+            [f] => Ok(f.as_slice().as_ptr()),
+            many => Err(PyBufferError::new_err(format!(
+                "message has {} fragments: use fragments() for zero-copy views or to_bytes() to copy",
+                many.len()
+            ))),
+        }
+        };
         // SAFETY: the fragment's segment lives as long as the IoData in `inner`, which
         // `release` refuses to drop while `exports` is non-zero; the view holds a
         // reference to `slf`. Exported read-only: PyBuffer_FillInfo refuses writers.
         unsafe {
             me.exports
-                .export(view, flags, slf.as_any(), ptr, me.len, true)
+                .export_from(&me.inner, locate, view, flags, slf.as_any(), me.len, true)
         }
     }
 

@@ -51,6 +51,20 @@ fn open_timeout(t: Option<f64>) -> PyResult<Duration> {
     Ok(timeout(t)?.unwrap_or(Duration::from_secs(86_400)))
 }
 
+/// Opens the using end of service `name` with `open` (`Subscriber::open`,
+/// `Client::open`) on `domain`, waiting up to `timeout` seconds without the GIL.
+fn open_on<T: Send>(
+    py: Python<'_>,
+    domain: &Bound<'_, PyAny>,
+    name: &str,
+    timeout: Option<f64>,
+    open: fn(&ferry::Domain, &str, Duration) -> ferry::Result<T>,
+) -> PyResult<T> {
+    let d = domain_of(domain)?;
+    let t = open_timeout(timeout)?;
+    py.detach(|| open(&d, name, t)).map_err(raise)
+}
+
 /// The publishing end of a named publish-subscribe service.
 #[pyclass(module = "ferry._ferry", name = "Publisher", frozen)]
 pub struct PyPublisher {
@@ -177,9 +191,7 @@ closable! {
             name: &str,
             timeout: Option<f64>,
         ) -> PyResult<Self> {
-            let d = domain_of(domain)?;
-            let t = open_timeout(timeout)?;
-            let s = py.detach(|| Subscriber::open(&d, name, t)).map_err(raise)?;
+            let s = open_on(py, domain, name, timeout, Subscriber::open)?;
             Ok(PySubscriber {
                 fd: s.as_fd().as_raw_fd(),
                 publisher: s.publisher(),
@@ -389,9 +401,7 @@ closable! {
             name: &str,
             timeout: Option<f64>,
         ) -> PyResult<Self> {
-            let d = domain_of(domain)?;
-            let t = open_timeout(timeout)?;
-            let c = py.detach(|| Client::open(&d, name, t)).map_err(raise)?;
+            let c = open_on(py, domain, name, timeout, Client::open)?;
             Ok(PyClient {
                 server: c.server(),
                 inner: Handle::new("Client", Arc::new(Mutex::new(c))),
