@@ -2034,6 +2034,18 @@ impl Kids {
         if k.status.is_none() && !k.killed {
             k.killed = true;
             let _ = k.child.kill();
+            // Wait until it has died (a zombie), without reaping it: SIGKILL takes a while
+            // to tear a large address space down, and a member that is still exiting when
+            // the others leave is a live member to them, not the zombie this case is about.
+            // SAFETY: waitid(2) on our own unreaped child, into a zeroed siginfo we own.
+            unsafe {
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                while libc::waitid(libc::P_PID, k.pid, &mut info, libc::WEXITED | libc::WNOWAIT)
+                    != 0
+                    && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+                {
+                }
+            }
             k.died_at = Some(Instant::now());
         }
     }
