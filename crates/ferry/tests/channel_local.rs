@@ -440,6 +440,55 @@ fn blocking_stage_passes_releases_upstream() {
     let _ = (stage.join().unwrap(), sink.join().unwrap());
 }
 
+/// A stage that polls its input until it is empty and then waits (an event loop's
+/// `try_recv` ... `arm`) passes on its downstream's releases before it waits: the first
+/// empty poll after a message collects them, and so does `arm`. Without that, the source's
+/// fbuf stays out while the stage sleeps.
+#[test]
+fn a_polling_stage_passes_releases_upstream_before_it_waits() {
+    let g = group("pollstage");
+    let a = g.join().unwrap();
+    let b = g.join().unwrap();
+    let c = g.join().unwrap();
+    let (bid, cid) = (b.id(), c.id());
+    let a2 = a.clone();
+    let t = std::thread::spawn(move || a2.connect(bid, T).unwrap());
+    let mut ab = b.accept(T).unwrap();
+    let tx_a = t.join().unwrap();
+    let b2 = b.clone();
+    let t = std::thread::spawn(move || b2.connect(cid, T).unwrap());
+    let mut bc = c.accept(T).unwrap();
+    let tx_b = t.join().unwrap();
+    let path = a.path(PathConfig::default()).unwrap();
+    for release_before_first_empty_poll in [true, false] {
+        let mut m = path.alloc(4096).unwrap();
+        m.write_at(0, b"fwd");
+        tx_a.try_send(&m.freeze()).unwrap();
+        let d = ab.try_recv().unwrap().expect("message ready");
+        tx_b.try_send(&d).unwrap();
+        drop(d);
+        if release_before_first_empty_poll {
+            // The sink takes the message and lets it go; then the stage polls, finds
+            // nothing, and would wait: that first empty poll passes the release on.
+            drop(bc.try_recv().unwrap().expect("forwarded"));
+            assert!(ab.try_recv().unwrap().is_none());
+        } else {
+            // The stage polls empty first; the release comes later; the stage then arms
+            // to wait, and arming passes it on.
+            assert!(ab.try_recv().unwrap().is_none());
+            drop(bc.try_recv().unwrap().expect("forwarded"));
+            assert!(ab.arm().unwrap());
+        }
+        tx_a.collect_releases().unwrap();
+        assert_eq!(
+            path.outstanding(),
+            0,
+            "the stage kept the sink's release (released before its first empty poll: \
+             {release_before_first_empty_poll})"
+        );
+    }
+}
+
 /// A sender closed while its receiver still holds data is parked in its domain; that
 /// must not keep the domain (and so the group's control block) alive for ever.
 #[test]

@@ -478,9 +478,10 @@ impl Receiver {
     /// A busy-polling receiver calls this between every two looks at the ring, so only
     /// the closed flag (one load of a line that rarely changes) is read on every call;
     /// the rest (collecting the domain's releases, which takes its locks, and reading the
-    /// clock for the liveness period) runs on every [`IDLE_EVERY`]th empty poll, so that
-    /// the poll loop stays short and a message is seen soon after it lands, even when it
-    /// follows the previous one closely.
+    /// clock for the liveness period) runs on the first empty poll after a message and then
+    /// on every [`IDLE_EVERY`]th, so that the poll loop stays short and a message is seen
+    /// soon after it lands, while a "receive until empty, then wait" loop still passes the
+    /// domain's releases on before it waits.
     pub(super) fn idle(&mut self, force: bool) -> Result<()> {
         let h = self.core.link.header();
         if h.tx_closed.load(Ordering::Acquire) != 0 && !self.fwd.has_data().map_err(corrupt)? {
@@ -491,7 +492,7 @@ impl Receiver {
         }
         let force = force || std::mem::take(&mut self.recheck);
         self.idle_polls = self.idle_polls.wrapping_add(1);
-        if !force && self.idle_polls % IDLE_EVERY != 0 {
+        if !force && self.idle_polls % IDLE_EVERY != 1 {
             return Ok(());
         }
         // Nothing to receive: pass on releases of what this domain forwarded.
@@ -630,6 +631,9 @@ impl Receiver {
     /// returned true, repeat. Arming costs a `read` of the eventfd and a `poll` of the
     /// sender's pidfd.
     pub fn arm(&mut self) -> Result<bool> {
+        // About to wait: pass on releases of what this domain forwarded first (upstream
+        // may be waiting for them), as the blocking receive does before it sleeps.
+        self.core.domain.collect_releases();
         let link = &self.core.link;
         link.rx_efd.drain();
         // What the drain may have swallowed, or what never notifies: a closed or dead
