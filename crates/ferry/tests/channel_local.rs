@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use ferry::{Domain, Error, Group, IoData, PathConfig, Receiver, Sender};
+use ferry::{ChannelConfig, Domain, Error, Group, IoData, PathConfig, Receiver, Sender};
 
 mod common;
 
@@ -30,11 +30,16 @@ fn pair_with(
 ) -> (Domain, Domain, Sender, Receiver) {
     let a = g.join().unwrap();
     let b = g.join().unwrap();
+    let (tx, rx) = link(&a, &b, config);
+    (a, b, tx, rx)
+}
+
+/// A channel from `a` to `b`, made with `config`.
+fn link(a: &Domain, b: &Domain, config: ferry::ChannelConfig) -> (Sender, Receiver) {
     let (bid, a2) = (b.id(), a.clone());
     let t = std::thread::spawn(move || a2.connect_with(bid, config, T).unwrap());
     let rx = b.accept(T).unwrap();
-    let tx = t.join().unwrap();
-    (a, b, tx, rx)
+    (t.join().unwrap(), rx)
 }
 
 #[test]
@@ -384,18 +389,9 @@ fn steady_state_makes_no_system_calls() {
 #[test]
 fn blocking_stage_passes_releases_upstream() {
     let g = group("chain");
-    let a = g.join().unwrap();
-    let b = g.join().unwrap();
-    let c = g.join().unwrap();
-    let (bid, cid) = (b.id(), c.id());
-    let a2 = a.clone();
-    let t = std::thread::spawn(move || a2.connect(bid, T).unwrap());
-    let mut ab = b.accept(T).unwrap();
-    let tx_a = t.join().unwrap();
-    let b2 = b.clone();
-    let t = std::thread::spawn(move || b2.connect(cid, T).unwrap());
-    let mut bc = c.accept(T).unwrap();
-    let tx_b = t.join().unwrap();
+    let (a, b, c) = (g.join().unwrap(), g.join().unwrap(), g.join().unwrap());
+    let (tx_a, mut ab) = link(&a, &b, ChannelConfig::default());
+    let (tx_b, mut bc) = link(&b, &c, ChannelConfig::default());
     let n = 200u32;
     let stage = std::thread::spawn(move || {
         for _ in 0..n {
@@ -447,18 +443,9 @@ fn blocking_stage_passes_releases_upstream() {
 #[test]
 fn a_polling_stage_passes_releases_upstream_before_it_waits() {
     let g = group("pollstage");
-    let a = g.join().unwrap();
-    let b = g.join().unwrap();
-    let c = g.join().unwrap();
-    let (bid, cid) = (b.id(), c.id());
-    let a2 = a.clone();
-    let t = std::thread::spawn(move || a2.connect(bid, T).unwrap());
-    let mut ab = b.accept(T).unwrap();
-    let tx_a = t.join().unwrap();
-    let b2 = b.clone();
-    let t = std::thread::spawn(move || b2.connect(cid, T).unwrap());
-    let mut bc = c.accept(T).unwrap();
-    let tx_b = t.join().unwrap();
+    let (a, b, c) = (g.join().unwrap(), g.join().unwrap(), g.join().unwrap());
+    let (tx_a, mut ab) = link(&a, &b, ChannelConfig::default());
+    let (tx_b, mut bc) = link(&b, &c, ChannelConfig::default());
     let path = a.path(PathConfig::default()).unwrap();
     for release_before_first_empty_poll in [true, false] {
         let mut m = path.alloc(4096).unwrap();
