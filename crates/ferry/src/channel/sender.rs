@@ -455,7 +455,7 @@ impl Sender {
     }
 
     /// Sends, waiting for room until `deadline` (`None`: for ever).
-    fn send_until(&self, data: &IoData, deadline: Option<Instant>) -> Result<()> {
+    pub(crate) fn send_until(&self, data: &IoData, deadline: Option<Instant>) -> Result<()> {
         loop {
             match self.try_send(data) {
                 Err(Error::Full) => {}

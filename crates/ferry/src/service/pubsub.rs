@@ -184,13 +184,7 @@ impl Publisher {
             if full & 1 << i == 0 {
                 continue;
             }
-            let sent = match deadline {
-                Some(d) => {
-                    s.tx.send_timeout(&data, d.saturating_duration_since(Instant::now()))
-                }
-                None => s.tx.send(&data),
-            };
-            match sent {
+            match s.tx.send_until(&data, deadline) {
                 Ok(()) => {
                     s.delivered += 1;
                     delivered += 1;

@@ -335,13 +335,10 @@ fn sink(
                         if b.is_empty() {
                             bail!("{s}: the source closed the socket");
                         }
+                        // It holds some of the header if fewer than 8 bytes came before it.
+                        let before = got;
                         got += b.len();
-                        if bufs
-                            .iter()
-                            .map(|b: &ferry::semantics::SysBuffer| b.len())
-                            .sum::<usize>()
-                            < 8
-                        {
+                        if before < 8 {
                             bufs.push(b);
                         }
                     }
