@@ -5,13 +5,14 @@
 //! [`crate::harness`].
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use crate::harness::output::PlotSpec;
 use crate::harness::report::{self, draw, write_json, Finished};
+use crate::harness::watchdog::Watchdog;
 use crate::harness::{BenchCtx, BenchDef};
 use crate::suites::BENCHES;
 
@@ -32,6 +33,11 @@ pub struct BenchArgs {
     /// Write a report folder (report.md, results.json, SVG plots); `all` defaults to ferry-report/.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// End the run (status 1, workers killed) when one benchmark takes longer than this
+    /// many seconds; a hang then names its benchmark and phase. Default: 600 with
+    /// `--quick`, 7200 without.
+    #[arg(long, value_name = "SECS")]
+    pub stall_limit: Option<u64>,
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
@@ -51,10 +57,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     };
     let ctx = BenchCtx::new(args.quick);
+    let limit = args
+        .stall_limit
+        .unwrap_or(if args.quick { 600 } else { 7200 });
+    let watchdog = Watchdog::start(Duration::from_secs(limit), ctx.progress.last_phase());
     let mut done = Vec::new();
     for def in selected {
         let start = Instant::now();
+        watchdog.begin(def.name);
         let output = (def.run)(&ctx).with_context(|| format!("benchmark {}", def.name))?;
+        watchdog.end();
         let seconds = start.elapsed().as_secs_f64();
         ctx.progress
             .phase(&format!("{}: done in {seconds:.1} s", def.name));

@@ -838,3 +838,44 @@ fn full_tables_and_busy_sockets_have_their_own_errors() {
     ep.release(acc).unwrap();
     drop(ep.remove_socket(s).unwrap());
 }
+
+#[test]
+fn a_wait_times_out_even_while_it_is_configured_to_spin_far_longer() {
+    let Some(_g) = begin() else { return };
+    // A peer socket that never answers: the request's reply never comes.
+    let silent = loopback();
+    let to = silent.local_addr().unwrap();
+    let mut cfg = EndpointConfig::new(16 * 1024);
+    // "Never block in the kernel", as the vcm benchmark asks: the timeout must still hold.
+    cfg.spin = Duration::from_secs(3600);
+    let mut ep = Endpoint::new(cfg).unwrap();
+    let sock = ep.add_socket(loopback().into()).unwrap();
+    let req = submit_one(
+        &mut ep,
+        Vector::push,
+        Command::Request {
+            sock,
+            send: BufRange::new(0, 16),
+            to: Some(to),
+            reply: BufRange::new(4096, 4096),
+        },
+    );
+    // The wait runs on a thread so that the hang this guards against (the spin used to
+    // run its full hour before the timeout was looked at) fails the test instead of
+    // stalling it; a minute is far beyond 100 ms on any machine, loaded or not.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = ep.wait(req, Some(Duration::from_millis(100)));
+        let _ = tx.send((ep, r));
+    });
+    let (mut ep, r) = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("wait(100 ms) still spinning after a minute: the timeout did not bound the spin");
+    assert!(matches!(r, Err(Error::Timeout)), "{r:?}");
+    // The request still waits for its reply: a datagram to its socket completes it.
+    let mut buf = [0u8; 64];
+    let (n, from) = silent.recv_from(&mut buf).unwrap();
+    assert_eq!(n, 16);
+    silent.send_to(b"late", from).unwrap();
+    assert_eq!(ep.wait(req, Some(T)).unwrap(), Status::Done(4));
+}

@@ -8,7 +8,8 @@
 //!   to pin to, the [`machine`] and the [`memcpy`] reference);
 //! - summarising: [`points`], [`stats`], [`record`];
 //! - reporting: [`output`] (tables, numbers, plot specs), [`plot`], [`report`]
-//!   (the report folder) and [`progress`] (the terminal).
+//!   (the report folder) and [`progress`] (the terminal);
+//! - not hanging: [`watchdog`] ends a run whose benchmark takes far longer than it should.
 
 pub mod budget;
 pub mod chain;
@@ -23,6 +24,7 @@ pub mod progress;
 pub mod record;
 pub mod report;
 pub mod stats;
+pub mod watchdog;
 
 use anyhow::Result;
 

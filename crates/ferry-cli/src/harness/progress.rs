@@ -2,6 +2,7 @@
 //! one plain line per phase otherwise (not a TTY, or `CI=true`).
 
 use std::io::IsTerminal;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -9,6 +10,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub struct Progress {
     bar: Option<ProgressBar>,
     start: Instant,
+    /// The last phase announced, for the [watchdog](super::watchdog).
+    last: Arc<Mutex<String>>,
 }
 
 impl Progress {
@@ -27,12 +30,14 @@ impl Progress {
         Progress {
             bar,
             start: Instant::now(),
+            last: Arc::default(),
         }
     }
 
     /// Announces a phase: a line on stderr, and the spinner's message.
     pub fn phase(&self, msg: &str) {
         let line = format!("[{:6.1}s] {msg}", self.start.elapsed().as_secs_f64());
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = line.clone();
         match &self.bar {
             Some(bar) => {
                 bar.println(&line);
@@ -40,6 +45,11 @@ impl Progress {
             }
             None => eprintln!("{line}"),
         }
+    }
+
+    /// A handle on the last phase line, readable from another thread.
+    pub fn last_phase(&self) -> Arc<Mutex<String>> {
+        Arc::clone(&self.last)
     }
 
     /// Seconds since the run began.

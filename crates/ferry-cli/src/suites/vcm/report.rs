@@ -130,6 +130,20 @@ pub(super) fn markdown(ctx: &BenchCtx, m: &Measured, memcpy: f64) -> String {
          syscall path {sys_rate:.2}.\n",
         m.bw_syscalls.0, m.bw_syscalls.1
     );
+    if !m.redone.is_empty() {
+        let list: Vec<String> = m
+            .redone
+            .iter()
+            .map(|(p, size)| format!("{} at {}", p.label(), bytes(*size)))
+            .collect();
+        let _ = writeln!(
+            md,
+            "Trials redone because a datagram was lost (no reply within {:?}; the lost trial's \
+             samples are discarded): {}.\n",
+            super::LOST_AFTER,
+            list.join(", ")
+        );
+    }
     let (zs, zc, zok) = m.zc;
     let measured = if zok {
         format!(

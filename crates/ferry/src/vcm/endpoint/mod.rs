@@ -542,7 +542,8 @@ impl Endpoint {
     /// Waits until `id` has a result: spins on [`Endpoint::poll`] for the configured
     /// spin time, then blocks in `io_uring_enter` for completions (counted in
     /// [`EndpointStats::waits`]). `None` waits for ever; past `timeout` it returns
-    /// [`Error::Timeout`] and the command stays active.
+    /// [`Error::Timeout`] and the command stays active, whether it was still spinning
+    /// or already blocking.
     pub fn wait(&mut self, id: CommandId, timeout: Option<Duration>) -> Result<Status> {
         let start = Instant::now();
         loop {
@@ -552,13 +553,17 @@ impl Endpoint {
                 return Ok(st);
             }
             let waited = start.elapsed();
+            // The timeout bounds the spinning too: a spin longer than the timeout (a
+            // benchmark's "never block") must not outlast it.
+            if matches!(timeout, Some(t) if waited >= t) {
+                return Err(Error::Timeout);
+            }
             if waited < self.spin {
                 std::hint::spin_loop();
                 continue;
             }
             let slice = Duration::from_millis(10);
             let step = match timeout {
-                Some(t) if waited >= t => return Err(Error::Timeout),
                 Some(t) => (t - waited).min(slice),
                 None => slice,
             };
