@@ -131,6 +131,51 @@ fn anon_at(addr: *mut u8, len: usize) {
     assert_eq!(p.cast(), addr);
 }
 
+/// Another thread mapped something into a gap this test had just unmapped.
+#[derive(Debug)]
+struct HoleTaken;
+
+/// Maps fresh memory into the gap at `addr` that this test just unmapped, with
+/// `MAP_FIXED_NOREPLACE`: in the instant between the unmap and this call another thread
+/// (the allocator, the monitor, the test harness) may have mapped something there, and a
+/// plain `MAP_FIXED` would clobber that mapping, whose owner would later unmap "its"
+/// range from under us (seen as a SIGSEGV in the fill, under load). Then the case is
+/// run again on fresh memory.
+fn refill_hole(addr: *mut u8, len: usize) -> Result<(), HoleTaken> {
+    // SAFETY: NOREPLACE maps only if `addr..addr+len` is free; it never replaces a mapping.
+    let p = unsafe {
+        libc::mmap(
+            addr.cast(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        let e = std::io::Error::last_os_error();
+        assert_eq!(e.raw_os_error(), Some(libc::EEXIST), "{e}");
+        return Err(HoleTaken);
+    }
+    assert_eq!(p.cast(), addr);
+    Ok(())
+}
+
+/// Runs `case` (which unmaps and refills an address) up to three times, each on a fresh
+/// cache and fresh memory, until no other thread took the gap.
+fn with_fresh_holes(case: impl Fn() -> Result<(), HoleTaken>) {
+    for attempt in 1..=3 {
+        match case() {
+            Ok(()) => return,
+            Err(HoleTaken) => eprintln!(
+                "attempt {attempt}: another thread mapped the unmapped gap first; again on fresh memory"
+            ),
+        }
+    }
+    panic!("three attempts in a row lost the unmapped gap to another thread");
+}
+
 fn modes() -> Vec<(&'static str, Mode)> {
     vec![
         (
@@ -230,8 +275,12 @@ fn read_bytes(expect: &[(u64, u64, usize)]) -> u64 {
 #[test]
 fn unmap_and_remap_never_send_stale_bytes() {
     let Some(_g) = begin() else { return };
+    with_fresh_holes(remap_cases);
+}
+
+fn remap_cases() -> Result<(), HoleTaken> {
     let Some(mut x) = watched(serve_every_miss(8)) else {
-        return;
+        return Ok(());
     };
     let len = 2 * rustix::param::page_size();
     let f = temp_file("remap");
@@ -267,7 +316,7 @@ fn unmap_and_remap_never_send_stale_bytes() {
     // 1. munmap, then mmap fresh memory at the same address.
     // SAFETY: the range is ours and no slice into it is alive.
     assert_eq!(unsafe { libc::munmap(p.cast(), len) }, 0);
-    anon_at(p, len);
+    refill_hole(p, len)?;
     assert_eq!(
         x.cached(),
         0,
@@ -301,7 +350,11 @@ fn unmap_and_remap_never_send_stale_bytes() {
         )
     };
     assert_eq!(r.cast(), q);
-    anon_at(p, len);
+    if let Err(taken) = refill_hole(p, len) {
+        // SAFETY: `q` is ours (the moved mapping); `p` is no longer.
+        unsafe { libc::munmap(q.cast(), len) };
+        return Err(taken);
+    }
     check(&mut x, b'i', "after mremap away + mmap");
 
     let s = x.stats();
@@ -316,6 +369,7 @@ fn unmap_and_remap_never_send_stale_bytes() {
         libc::munmap(p.cast(), len);
         libc::munmap(q.cast(), len);
     }
+    Ok(())
 }
 
 /// Two caches in one process hold the same buffer: both cache it (they share the
@@ -721,8 +775,12 @@ unsafe fn child_sink(port: u16, total: usize) -> ! {
 #[test]
 fn socket_send_after_remap_carries_the_new_bytes() {
     let Some(_g) = begin() else { return };
+    with_fresh_holes(socket_remap_case);
+}
+
+fn socket_remap_case() -> Result<(), HoleTaken> {
     let Some(mut x) = watched(serve_every_miss(8)) else {
-        return;
+        return Ok(());
     };
     let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
     let len = 2 * rustix::param::page_size();
@@ -749,13 +807,14 @@ fn socket_send_after_remap_carries_the_new_bytes() {
     assert_eq!(x.stats().hits, 1, "{:?}", x.stats());
     // SAFETY: the test's own mapping; nothing refers to it across this call.
     assert_eq!(unsafe { libc::munmap(p.cast(), len) }, 0);
-    anon_at(p, len);
+    refill_hole(p, len)?;
     send_and_check(&mut x, 3, "after munmap + mmap");
     let s = x.stats();
     assert!(s.invalidations >= 1, "{s:?}");
     assert_eq!(s.hits, 1, "the remapped range must not hit: {s:?}");
     // SAFETY: as above.
     assert_eq!(unsafe { libc::munmap(p.cast(), len) }, 0);
+    Ok(())
 }
 
 /// An `Xlate` can move to another thread (it owns its ring and shares only locked state).
