@@ -1,0 +1,367 @@
+//! Activity: what each domain publishes about its paths and sending channels in the
+//! group's control block, so that a process that is not a member (`ferry stat`) can see
+//! how many fbufs each path has out and how many messages each channel has in flight.
+//!
+//! Every slot has one [`ActivityRaw`]: a fixed number of path entries and channel
+//! entries. Only the slot's owner writes it. A path or a sending channel takes a free
+//! entry when it is made (one compare-and-swap) and frees it when it goes; with no entry
+//! free it is counted as *unlisted* instead. The numbers themselves are plain relaxed
+//! stores of values the owner computes anyway:
+//!
+//! * a path stores its outstanding bytes and fbufs on every allocation and every return
+//!   of an fbuf, so its entry is current (two threads of one process racing on one path
+//!   can leave the older of their two values until the path's next change);
+//! * a sender stores its messages in flight and sent when it sends and when it collects
+//!   releases. A release the receiver made shows once the sender collects it: on its
+//!   next send, on an allocation whose free list ran dry, on `collect_releases`, or in a
+//!   domain's idle wait. Fbufs come back to their path at the same moment.
+//!
+//! Readers (see [`Group::activity`](super::Group::activity)) trust nothing here: a
+//! member runs as the same user and may write anything. Entries whose tag or counts are
+//! out of range are reported as [`ActivityDamage`], never followed.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::group::{DomainId, Group, Member, MAX_SLOTS};
+
+/// Paths one domain can list in the control block; more are counted as unlisted.
+pub const MAX_PATHS: usize = 32;
+/// Sending channels one domain can list in the control block; more are counted as
+/// unlisted.
+pub const MAX_CHANNELS: usize = 64;
+
+/// A free entry.
+const FREE: u32 = 0;
+/// An entry being filled in (readers skip it).
+const BUSY: u32 = 0x4255_5359;
+/// A path entry in use.
+const PATH: u32 = 0x5041_5448;
+/// A channel entry in use.
+const CHANNEL: u32 = 0x4348_414e;
+
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct PathRaw {
+    tag: AtomicU32,
+    _pad: AtomicU32,
+    quota: AtomicU64,
+    bytes: AtomicU64,
+    fbufs: AtomicU64,
+}
+
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct ChannelRaw {
+    tag: AtomicU32,
+    peer_slot: AtomicU32,
+    peer_generation: AtomicU32,
+    _pad: AtomicU32,
+    in_flight: AtomicU64,
+    sent: AtomicU64,
+}
+
+/// One domain's activity entries in the control block.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub(crate) struct ActivityRaw {
+    unlisted_paths: AtomicU32,
+    unlisted_channels: AtomicU32,
+    paths: [PathRaw; MAX_PATHS],
+    channels: [ChannelRaw; MAX_CHANNELS],
+}
+
+impl ActivityRaw {
+    /// Frees every entry: the slot was claimed again and its previous owner is dead.
+    pub(crate) fn clear(&self) {
+        self.unlisted_paths.store(0, Ordering::Relaxed);
+        self.unlisted_channels.store(0, Ordering::Relaxed);
+        for p in &self.paths {
+            p.tag.store(FREE, Ordering::Relaxed);
+        }
+        for c in &self.channels {
+            c.tag.store(FREE, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Takes the first free tag of `tags` for this process (as `BUSY`).
+fn claim<'a>(tags: impl Iterator<Item = &'a AtomicU32>) -> Option<u16> {
+    for (i, t) in tags.enumerate() {
+        if t.load(Ordering::Relaxed) == FREE
+            && t.compare_exchange(FREE, BUSY, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(i as u16);
+        }
+    }
+    None
+}
+
+/// A path's entry, held by the path; frees the entry when dropped.
+#[derive(Debug)]
+pub(crate) struct PathEntry {
+    group: Arc<Group>,
+    slot: u16,
+    index: Option<u16>,
+}
+
+impl PathEntry {
+    /// Takes an entry in slot `slot`'s area for a path with `quota` bytes.
+    pub(crate) fn new(group: Arc<Group>, slot: u16, quota: usize) -> Self {
+        let area = group.activity_area(slot);
+        let index = claim(area.paths.iter().map(|p| &p.tag));
+        match index {
+            Some(i) => {
+                let p = &area.paths[i as usize];
+                p.quota.store(quota as u64, Ordering::Relaxed);
+                p.bytes.store(0, Ordering::Relaxed);
+                p.fbufs.store(0, Ordering::Relaxed);
+                // SYNC: pairs with the reader's Acquire load of the tag.
+                p.tag.store(PATH, Ordering::Release);
+            }
+            None => {
+                area.unlisted_paths.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        PathEntry { group, slot, index }
+    }
+
+    /// Publishes the path's outstanding fbufs and bytes (relaxed stores).
+    pub(crate) fn set(&self, fbufs: u64, bytes: u64) {
+        if let Some(i) = self.index {
+            let p = &self.group.activity_area(self.slot).paths[i as usize];
+            p.fbufs.store(fbufs, Ordering::Relaxed);
+            p.bytes.store(bytes, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for PathEntry {
+    fn drop(&mut self) {
+        let area = self.group.activity_area(self.slot);
+        match self.index {
+            Some(i) => area.paths[i as usize].tag.store(FREE, Ordering::Release),
+            None => {
+                let _ = area.unlisted_paths.fetch_update(
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                    |n| n.checked_sub(1),
+                );
+            }
+        }
+    }
+}
+
+/// A sending channel's entry, held by the sender; frees the entry when dropped.
+#[derive(Debug)]
+pub(crate) struct ChannelEntry {
+    group: Arc<Group>,
+    slot: u16,
+    index: Option<u16>,
+}
+
+impl ChannelEntry {
+    /// Takes an entry in slot `slot`'s area for a channel to `peer`.
+    pub(crate) fn new(group: Arc<Group>, slot: u16, peer: DomainId) -> Self {
+        let area = group.activity_area(slot);
+        let index = claim(area.channels.iter().map(|c| &c.tag));
+        match index {
+            Some(i) => {
+                let c = &area.channels[i as usize];
+                c.peer_slot.store(peer.slot as u32, Ordering::Relaxed);
+                c.peer_generation
+                    .store(peer.generation, Ordering::Relaxed);
+                c.in_flight.store(0, Ordering::Relaxed);
+                c.sent.store(0, Ordering::Relaxed);
+                // SYNC: pairs with the reader's Acquire load of the tag.
+                c.tag.store(CHANNEL, Ordering::Release);
+            }
+            None => {
+                area.unlisted_channels.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        ChannelEntry { group, slot, index }
+    }
+
+    /// Publishes the channel's messages in flight and sent (relaxed stores).
+    pub(crate) fn set(&self, in_flight: u64, sent: u64) {
+        if let Some(i) = self.index {
+            let c = &self.group.activity_area(self.slot).channels[i as usize];
+            c.in_flight.store(in_flight, Ordering::Relaxed);
+            c.sent.store(sent, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for ChannelEntry {
+    fn drop(&mut self) {
+        let area = self.group.activity_area(self.slot);
+        match self.index {
+            Some(i) => area.channels[i as usize].tag.store(FREE, Ordering::Release),
+            None => {
+                let _ = area.unlisted_channels.fetch_update(
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                    |n| n.checked_sub(1),
+                );
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- reading
+
+/// One path of a member, as published in the control block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathActivity {
+    /// The entry's index in the member's area (stable while the path lives).
+    pub entry: u16,
+    /// Fbufs allocated from the path and not yet back.
+    pub fbufs: u64,
+    /// Bytes (in whole size-class spans) allocated and not yet back.
+    pub bytes: u64,
+    /// The path's quota in bytes.
+    pub quota: u64,
+}
+
+/// One sending channel of a member, as published in the control block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChannelActivity {
+    /// The entry's index in the member's area (stable while the channel lives).
+    pub entry: u16,
+    /// The receiving domain.
+    pub peer: DomainId,
+    /// Messages sent and not yet released back (as of the sender's last collection).
+    pub in_flight: u64,
+    /// Messages sent on the channel so far.
+    pub sent: u64,
+}
+
+/// An entry of a member's activity area that failed validation (someone wrote into it
+/// what no ferry writes); it is left out of the listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActivityDamage {
+    /// Which entry: `"path 3"`, `"channel 12"`.
+    pub entry: String,
+    /// What is wrong with it.
+    pub why: &'static str,
+}
+
+/// What a live member publishes: its paths and sending channels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberActivity {
+    /// The member.
+    pub member: Member,
+    /// Its listed paths.
+    pub paths: Vec<PathActivity>,
+    /// Its listed sending channels.
+    pub channels: Vec<ChannelActivity>,
+    /// Paths that found no free entry (not listed).
+    pub unlisted_paths: u32,
+    /// Sending channels that found no free entry (not listed).
+    pub unlisted_channels: u32,
+    /// Entries that failed validation.
+    pub damage: Vec<ActivityDamage>,
+}
+
+/// Most messages one channel can have in flight: its tokens number them with 32 bits.
+const MAX_IN_FLIGHT: u64 = u32::MAX as u64;
+
+/// Reads member `m`'s area, checking every value against what its owner can write.
+pub(crate) fn read(area: &ActivityRaw, m: Member, lot_size: u64) -> MemberActivity {
+    let page = crate::sys::page_size() as u64;
+    let mut out = MemberActivity {
+        member: m,
+        paths: Vec::new(),
+        channels: Vec::new(),
+        unlisted_paths: area.unlisted_paths.load(Ordering::Relaxed),
+        unlisted_channels: area.unlisted_channels.load(Ordering::Relaxed),
+        damage: Vec::new(),
+    };
+    let mut damage = Vec::new();
+    for (i, p) in area.paths.iter().enumerate() {
+        let entry = || format!("path {i}");
+        // SYNC: pairs with the owner's Release store of the tag after filling the entry.
+        match p.tag.load(Ordering::Acquire) {
+            FREE | BUSY => continue,
+            PATH => {}
+            _ => {
+                damage.push(ActivityDamage {
+                    entry: entry(),
+                    why: "unknown tag",
+                });
+                continue;
+            }
+        }
+        let (fbufs, bytes, quota) = (
+            p.fbufs.load(Ordering::Relaxed),
+            p.bytes.load(Ordering::Relaxed),
+            p.quota.load(Ordering::Relaxed),
+        );
+        if bytes > lot_size || bytes % page != 0 {
+            damage.push(ActivityDamage {
+                entry: entry(),
+                why: "outstanding bytes out of range",
+            });
+        } else if fbufs > lot_size / page {
+            damage.push(ActivityDamage {
+                entry: entry(),
+                why: "outstanding fbufs out of range",
+            });
+        } else {
+            out.paths.push(PathActivity {
+                entry: i as u16,
+                fbufs,
+                bytes,
+                quota,
+            });
+        }
+    }
+    for (i, c) in area.channels.iter().enumerate() {
+        let entry = || format!("channel {i}");
+        // SYNC: as for paths.
+        match c.tag.load(Ordering::Acquire) {
+            FREE | BUSY => continue,
+            CHANNEL => {}
+            _ => {
+                damage.push(ActivityDamage {
+                    entry: entry(),
+                    why: "unknown tag",
+                });
+                continue;
+            }
+        }
+        let (slot, generation) = (
+            c.peer_slot.load(Ordering::Relaxed),
+            c.peer_generation.load(Ordering::Relaxed),
+        );
+        let (in_flight, sent) = (
+            c.in_flight.load(Ordering::Relaxed),
+            c.sent.load(Ordering::Relaxed),
+        );
+        if slot as usize >= MAX_SLOTS {
+            damage.push(ActivityDamage {
+                entry: entry(),
+                why: "peer slot out of range",
+            });
+        } else if in_flight > MAX_IN_FLIGHT {
+            damage.push(ActivityDamage {
+                entry: entry(),
+                why: "messages in flight out of range",
+            });
+        } else {
+            out.channels.push(ChannelActivity {
+                entry: i as u16,
+                peer: DomainId {
+                    slot: slot as u16,
+                    generation,
+                },
+                in_flight,
+                sent,
+            });
+        }
+    }
+    out.damage = damage;
+    out
+}
