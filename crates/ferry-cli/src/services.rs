@@ -161,6 +161,65 @@ pub fn subscribe(a: SubArgs) -> Result<()> {
     Ok(())
 }
 
+/// Prints what each member publishes: one table of paths (fbufs and bytes out against
+/// the quota) and one of sending channels (peer, messages in flight, sent), then any
+/// entries that failed validation.
+fn print_activity(all: &[ferry::MemberActivity]) {
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    if all.iter().any(|a| !a.paths.is_empty()) {
+        println!(
+            "  {:<10} {:>8} {:>5} {:>12} {:>12}",
+            "paths of", "pid", "path", "fbufs out", "MiB out/quota"
+        );
+        for a in all {
+            for p in &a.paths {
+                println!(
+                    "  {:<10} {:>8} {:>5} {:>12} {:>7.2}/{:.0}",
+                    a.member.id.to_string(),
+                    a.member.pid,
+                    p.entry,
+                    p.fbufs,
+                    mib(p.bytes),
+                    mib(p.quota)
+                );
+            }
+        }
+    }
+    if all.iter().any(|a| !a.channels.is_empty()) {
+        println!(
+            "  {:<10} {:>8} {:>5} {:>10} {:>12} {:>10}",
+            "sender", "pid", "chan", "to", "in flight", "sent"
+        );
+        for a in all {
+            for c in &a.channels {
+                println!(
+                    "  {:<10} {:>8} {:>5} {:>10} {:>12} {:>10}",
+                    a.member.id.to_string(),
+                    a.member.pid,
+                    c.entry,
+                    c.peer.to_string(),
+                    c.in_flight,
+                    c.sent
+                );
+            }
+        }
+    }
+    for a in all {
+        if a.unlisted_paths > 0 || a.unlisted_channels > 0 {
+            println!(
+                "  member {}: {} paths and {} channels not listed (no free entry)",
+                a.member.id, a.unlisted_paths, a.unlisted_channels
+            );
+        }
+        for d in &a.damage {
+            println!(
+                "  member {}: {} fails validation: {}",
+                a.member.id, d.entry, d.why
+            );
+        }
+    }
+}
+
 pub fn stat(a: StatArgs) -> Result<()> {
     let names: Vec<String> = match a.group {
         Some(g) => vec![g],
@@ -192,6 +251,7 @@ pub fn stat(a: StatArgs) -> Result<()> {
         for m in &members {
             println!("  member {} pid {}", m.id, m.pid);
         }
+        print_activity(&group.activity());
         for s in group.services() {
             let kind = match s.kind {
                 Kind::PubSub => format!("pub-sub ({:?} when full)", s.slow).to_lowercase(),

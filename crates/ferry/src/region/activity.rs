@@ -365,3 +365,23 @@ pub(crate) fn read(area: &ActivityRaw, m: Member, lot_size: u64) -> MemberActivi
     out.damage = damage;
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// The offsets `tests/activity.rs` writes garbage at.
+    #[test]
+    fn layout_is_stable() {
+        assert_eq!(offset_of!(ActivityRaw, paths), 8);
+        assert_eq!(size_of::<PathRaw>(), 32);
+        assert_eq!(offset_of!(PathRaw, bytes), 16);
+        assert_eq!(offset_of!(PathRaw, fbufs), 24);
+        assert_eq!(offset_of!(ActivityRaw, channels), 8 + 32 * MAX_PATHS);
+        assert_eq!(size_of::<ChannelRaw>(), 32);
+        assert_eq!(offset_of!(ChannelRaw, peer_slot), 4);
+        assert_eq!(offset_of!(ChannelRaw, in_flight), 16);
+        assert_eq!((PATH, CHANNEL), (0x5041_5448, 0x4348_414e));
+    }
+}
