@@ -167,14 +167,15 @@ pub fn subscribe(a: SubArgs) -> Result<()> {
 fn print_activity(all: &[ferry::MemberActivity]) {
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     if all.iter().any(|a| !a.paths.is_empty()) {
+        println!("  paths:");
         println!(
-            "  {:<10} {:>8} {:>5} {:>12} {:>12}",
-            "paths of", "pid", "path", "fbufs out", "MiB out/quota"
+            "    {:<10} {:>8} {:>5} {:>10} {:>16}",
+            "member", "pid", "path", "fbufs out", "MiB out/quota"
         );
         for a in all {
             for p in &a.paths {
                 println!(
-                    "  {:<10} {:>8} {:>5} {:>12} {:>7.2}/{:.0}",
+                    "    {:<10} {:>8} {:>5} {:>10} {:>10.2}/{:.0}",
                     a.member.id.to_string(),
                     a.member.pid,
                     p.entry,
@@ -186,14 +187,15 @@ fn print_activity(all: &[ferry::MemberActivity]) {
         }
     }
     if all.iter().any(|a| !a.channels.is_empty()) {
+        println!("  channels (sending side):");
         println!(
-            "  {:<10} {:>8} {:>5} {:>10} {:>12} {:>10}",
-            "sender", "pid", "chan", "to", "in flight", "sent"
+            "    {:<10} {:>8} {:>5} {:>10} {:>10} {:>10}",
+            "member", "pid", "chan", "to", "in flight", "sent"
         );
         for a in all {
             for c in &a.channels {
                 println!(
-                    "  {:<10} {:>8} {:>5} {:>10} {:>12} {:>10}",
+                    "    {:<10} {:>8} {:>5} {:>10} {:>10} {:>10}",
                     a.member.id.to_string(),
                     a.member.pid,
                     c.entry,
@@ -251,7 +253,6 @@ pub fn stat(a: StatArgs) -> Result<()> {
         for m in &members {
             println!("  member {} pid {}", m.id, m.pid);
         }
-        print_activity(&group.activity());
         for s in group.services() {
             let kind = match s.kind {
                 Kind::PubSub => format!("pub-sub ({:?} when full)", s.slow).to_lowercase(),
@@ -272,6 +273,7 @@ pub fn stat(a: StatArgs) -> Result<()> {
         if damage > 0 {
             println!("  service table: {damage} entries fail validation");
         }
+        print_activity(&group.activity());
     }
     Ok(())
 }
