@@ -109,7 +109,10 @@ fn stat_shows_fbufs_out_and_messages_in_flight() {
     };
     let (aid, bid) = (a.id().to_string(), b.id().to_string());
     let listing = stat();
-    assert!(listing.contains(&format!("group {name}: 2 members")), "{listing}");
+    assert!(
+        listing.contains(&format!("group {name}: 2 members")),
+        "{listing}"
+    );
     // paths: member, pid, path, fbufs out, MiB out/quota
     let p = row(&listing, "paths:", &aid);
     assert_eq!(p[1], std::process::id().to_string());
@@ -123,7 +126,10 @@ fn stat_shows_fbufs_out_and_messages_in_flight() {
     tx.collect_releases().unwrap();
     let listing = stat();
     assert_eq!(row(&listing, "paths:", &aid)[3], "1", "{listing}");
-    assert_eq!(row(&listing, "channels", &aid)[3..], [bid, "0".into(), "2".into()]);
+    assert_eq!(
+        row(&listing, "channels", &aid)[3..],
+        [bid, "0".into(), "2".into()]
+    );
     drop((kept, tx, rx, path, a, b, g));
     assert!(!std::path::Path::new(&format!("/dev/shm/ferry.{name}")).exists());
 }

@@ -75,7 +75,10 @@ fn of(all: &[MemberActivity], id: DomainId) -> Option<&MemberActivity> {
 
 /// (fbufs, bytes) of the sender's one listed path and (peer, in flight, sent) of its one
 /// listed channel, or `None` if it does not list exactly those.
-fn sender_numbers(g: &Group, id: DomainId) -> Option<((u64, u64), (DomainId, u64, u64))> {
+/// A path's (fbufs, bytes) and a channel's (peer, in flight, sent).
+type Numbers = ((u64, u64), (DomainId, u64, u64));
+
+fn sender_numbers(g: &Group, id: DomainId) -> Option<Numbers> {
     let all = g.activity();
     let a = of(&all, id)?;
     assert!(a.damage.is_empty(), "{:?}", a.damage);
@@ -171,7 +174,10 @@ fn garbage_in_the_activity_area_is_reported() {
     assert_eq!((mine.paths.len(), mine.channels.len()), (1, 1));
     assert_eq!(mine.paths[0].fbufs, 1);
     assert_eq!(mine.channels[0].in_flight, 1);
-    let (pi, ci) = (mine.paths[0].entry as usize, mine.channels[0].entry as usize);
+    let (pi, ci) = (
+        mine.paths[0].entry as usize,
+        mine.channels[0].entry as usize,
+    );
 
     // This process's own mapping of the control memfd, as a hostile member has.
     let map = map_control_block(&name);

@@ -2,7 +2,7 @@
 //! group's control block, so that a process that is not a member (`ferry stat`) can see
 //! how many fbufs each path has out and how many messages each channel has in flight.
 //!
-//! Every slot has one [`ActivityRaw`]: a fixed number of path entries and channel
+//! Every slot has one `ActivityRaw`: a fixed number of path entries and channel
 //! entries. Only the slot's owner writes it. A path or a sending channel takes a free
 //! entry when it is made (one compare-and-swap) and frees it when it goes; with no entry
 //! free it is counted as *unlisted* instead. The numbers themselves are plain relaxed
@@ -143,11 +143,9 @@ impl Drop for PathEntry {
         match self.index {
             Some(i) => area.paths[i as usize].tag.store(FREE, Ordering::Release),
             None => {
-                let _ = area.unlisted_paths.fetch_update(
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                    |n| n.checked_sub(1),
-                );
+                let _ =
+                    area.unlisted_paths
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
             }
         }
     }
@@ -170,8 +168,7 @@ impl ChannelEntry {
             Some(i) => {
                 let c = &area.channels[i as usize];
                 c.peer_slot.store(peer.slot as u32, Ordering::Relaxed);
-                c.peer_generation
-                    .store(peer.generation, Ordering::Relaxed);
+                c.peer_generation.store(peer.generation, Ordering::Relaxed);
                 c.in_flight.store(0, Ordering::Relaxed);
                 c.sent.store(0, Ordering::Relaxed);
                 // SYNC: pairs with the reader's Acquire load of the tag.

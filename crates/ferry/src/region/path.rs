@@ -287,10 +287,8 @@ impl Drop for Fbuf {
             let mut free = lock(&p.free);
             free[self.class].push(self.off);
             // Under the lock: the only writer, so a plain load and store.
-            p.frees.store(
-                p.frees.load(Ordering::Relaxed) + 1,
-                Ordering::Relaxed,
-            );
+            p.frees
+                .store(p.frees.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         }
         let bytes = p.outstanding.fetch_sub(self.size(), Ordering::Relaxed) - self.size();
         p.publish(p.allocs.load(Ordering::Relaxed), bytes);
