@@ -199,11 +199,13 @@ fn garbage_in_the_activity_area_is_reported() {
     write_word(&map, path_at, 0x1234_5678);
     let m = of(&g.activity(), a.id()).unwrap().clone();
     assert_eq!(m.damage[0].why, "unknown tag", "{m:?}");
-    write_word(&map, chan_at + 4, 999);
+    // A channel's peer: slot in the high half, generation in the low.
+    let peer_word = |slot: u64| slot << 32 | b.id().generation as u64;
+    write_u64(&map, chan_at + 8, peer_word(999));
     let m = of(&g.activity(), a.id()).unwrap().clone();
     assert!(m.channels.is_empty());
     assert_eq!(m.damage[1].why, "peer slot out of range", "{m:?}");
-    write_word(&map, chan_at + 4, b.id().slot as u32);
+    write_u64(&map, chan_at + 8, peer_word(b.id().slot as u64));
     write_u64(&map, chan_at + 16, u64::MAX);
     let m = of(&g.activity(), a.id()).unwrap().clone();
     assert_eq!(m.damage[1].why, "messages in flight out of range", "{m:?}");

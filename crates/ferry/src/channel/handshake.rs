@@ -14,7 +14,7 @@ use super::receiver::{Receiver, RecvCore, RelState};
 use super::ring;
 use super::sender::{SendCore, SendState, Sender};
 use crate::error::{Error, Result};
-use crate::region::activity::ChannelEntry;
+use crate::region::activity::Entry;
 use crate::region::domain::{DomainInner, PendingReleases, ReleaseSource};
 use crate::region::group::DomainId;
 use crate::region::rendezvous::OfferFds;
@@ -178,7 +178,7 @@ fn connect(
         gone: AtomicBool::new(false),
         lossy: config.lossy,
         stats: Counters::default(),
-        entry: ChannelEntry::new(domain.group.clone(), domain.lot.id.slot, peer),
+        entry: Entry::channel(domain.group.clone(), domain.lot.id.slot, peer),
     });
     let weak: std::sync::Weak<dyn ReleaseSource> = Arc::downgrade(&core) as _;
     domain.add_source(weak);

@@ -12,7 +12,7 @@ use super::link::{corrupt, ChannelStats, Counters, Link, LIVENESS_PERIOD};
 use super::ring::{Consumer, Corrupt, Producer, Push};
 use crate::error::{Error, Result};
 use crate::iodata::IoData;
-use crate::region::activity::ChannelEntry;
+use crate::region::activity::Entry;
 use crate::region::domain::{DomainInner, ReleaseSource};
 use crate::region::group::DomainId;
 use crate::region::PathAllocator;
@@ -62,7 +62,7 @@ pub(super) struct SendCore {
     pub(super) lossy: bool,
     pub(super) stats: Counters,
     /// Where this sender publishes its messages in flight in the control block.
-    pub(super) entry: ChannelEntry,
+    pub(super) entry: Entry,
 }
 
 impl SendCore {

@@ -40,25 +40,17 @@ const PATH: u32 = 0x5041_5448;
 /// A channel entry in use.
 const CHANNEL: u32 = 0x4348_414e;
 
+/// One entry: a tag, a word fixed when the entry is taken (a path's quota, a channel's
+/// peer), and two counters (a path's outstanding bytes and fbufs, a channel's messages
+/// in flight and sent).
 #[repr(C)]
 #[derive(Debug)]
-pub(crate) struct PathRaw {
+pub(crate) struct EntryRaw {
     tag: AtomicU32,
     _pad: AtomicU32,
-    quota: AtomicU64,
-    bytes: AtomicU64,
-    fbufs: AtomicU64,
-}
-
-#[repr(C)]
-#[derive(Debug)]
-pub(crate) struct ChannelRaw {
-    tag: AtomicU32,
-    peer_slot: AtomicU32,
-    peer_generation: AtomicU32,
-    _pad: AtomicU32,
-    in_flight: AtomicU64,
-    sent: AtomicU64,
+    fixed: AtomicU64,
+    first: AtomicU64,
+    second: AtomicU64,
 }
 
 /// One domain's activity entries in the control block.
@@ -67,8 +59,13 @@ pub(crate) struct ChannelRaw {
 pub(crate) struct ActivityRaw {
     unlisted_paths: AtomicU32,
     unlisted_channels: AtomicU32,
-    paths: [PathRaw; MAX_PATHS],
-    channels: [ChannelRaw; MAX_CHANNELS],
+    paths: [EntryRaw; MAX_PATHS],
+    channels: [EntryRaw; MAX_CHANNELS],
+}
+
+/// Packs a channel's peer into its entry's fixed word.
+fn pack_peer(peer: DomainId) -> u64 {
+    (peer.slot as u64) << 32 | peer.generation as u64
 }
 
 impl ActivityRaw {
@@ -76,132 +73,93 @@ impl ActivityRaw {
     pub(crate) fn clear(&self) {
         self.unlisted_paths.store(0, Ordering::Relaxed);
         self.unlisted_channels.store(0, Ordering::Relaxed);
-        for p in &self.paths {
-            p.tag.store(FREE, Ordering::Relaxed);
+        for e in self.paths.iter().chain(&self.channels) {
+            e.tag.store(FREE, Ordering::Relaxed);
         }
-        for c in &self.channels {
-            c.tag.store(FREE, Ordering::Relaxed);
+    }
+
+    /// The entries and the unlisted count of `tag`'s kind.
+    fn table(&self, tag: u32) -> (&[EntryRaw], &AtomicU32) {
+        if tag == PATH {
+            (&self.paths, &self.unlisted_paths)
+        } else {
+            (&self.channels, &self.unlisted_channels)
         }
     }
 }
 
-/// Takes the first free tag of `tags` for this process (as `BUSY`).
-fn claim<'a>(tags: impl Iterator<Item = &'a AtomicU32>) -> Option<u16> {
-    for (i, t) in tags.enumerate() {
-        if t.load(Ordering::Relaxed) == FREE
-            && t.compare_exchange(FREE, BUSY, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-        {
-            return Some(i as u16);
-        }
-    }
-    None
-}
-
-/// A path's entry, held by the path; frees the entry when dropped.
+/// A path's or a sending channel's entry, held by it; frees the entry when dropped.
 #[derive(Debug)]
-pub(crate) struct PathEntry {
+pub(crate) struct Entry {
     group: Arc<Group>,
     slot: u16,
+    /// `PATH` or `CHANNEL`.
+    tag: u32,
+    /// `None`: no entry was free (counted as unlisted).
     index: Option<u16>,
 }
 
-impl PathEntry {
+impl Entry {
     /// Takes an entry in slot `slot`'s area for a path with `quota` bytes.
-    pub(crate) fn new(group: Arc<Group>, slot: u16, quota: usize) -> Self {
-        let area = group.activity_area(slot);
-        let index = claim(area.paths.iter().map(|p| &p.tag));
+    pub(crate) fn path(group: Arc<Group>, slot: u16, quota: usize) -> Self {
+        Self::take(group, slot, PATH, quota as u64)
+    }
+
+    /// Takes an entry in slot `slot`'s area for a sending channel to `peer`.
+    pub(crate) fn channel(group: Arc<Group>, slot: u16, peer: DomainId) -> Self {
+        Self::take(group, slot, CHANNEL, pack_peer(peer))
+    }
+
+    fn take(group: Arc<Group>, slot: u16, tag: u32, fixed: u64) -> Self {
+        let (entries, unlisted) = group.activity_area(slot).table(tag);
+        // The first free entry, taken as BUSY (one compare-and-swap per path or channel).
+        let index = entries.iter().position(|e| {
+            e.tag.load(Ordering::Relaxed) == FREE
+                && e.tag
+                    .compare_exchange(FREE, BUSY, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+        });
         match index {
             Some(i) => {
-                let p = &area.paths[i as usize];
-                p.quota.store(quota as u64, Ordering::Relaxed);
-                p.bytes.store(0, Ordering::Relaxed);
-                p.fbufs.store(0, Ordering::Relaxed);
+                let e = &entries[i];
+                e.fixed.store(fixed, Ordering::Relaxed);
+                e.first.store(0, Ordering::Relaxed);
+                e.second.store(0, Ordering::Relaxed);
                 // SYNC: pairs with the reader's Acquire load of the tag.
-                p.tag.store(PATH, Ordering::Release);
+                e.tag.store(tag, Ordering::Release);
             }
             None => {
-                area.unlisted_paths.fetch_add(1, Ordering::Relaxed);
+                unlisted.fetch_add(1, Ordering::Relaxed);
             }
         }
-        PathEntry { group, slot, index }
+        let index = index.map(|i| i as u16);
+        Entry {
+            group,
+            slot,
+            tag,
+            index,
+        }
     }
 
-    /// Publishes the path's outstanding fbufs and bytes (relaxed stores).
-    pub(crate) fn set(&self, fbufs: u64, bytes: u64) {
+    /// Publishes the two counters (relaxed stores): a path's outstanding bytes and
+    /// fbufs, a channel's messages in flight and sent.
+    pub(crate) fn set(&self, first: u64, second: u64) {
         if let Some(i) = self.index {
-            let p = &self.group.activity_area(self.slot).paths[i as usize];
-            p.fbufs.store(fbufs, Ordering::Relaxed);
-            p.bytes.store(bytes, Ordering::Relaxed);
+            let e = &self.group.activity_area(self.slot).table(self.tag).0[i as usize];
+            e.first.store(first, Ordering::Relaxed);
+            e.second.store(second, Ordering::Relaxed);
         }
     }
 }
 
-impl Drop for PathEntry {
+impl Drop for Entry {
     fn drop(&mut self) {
-        let area = self.group.activity_area(self.slot);
+        let (entries, unlisted) = self.group.activity_area(self.slot).table(self.tag);
         match self.index {
-            Some(i) => area.paths[i as usize].tag.store(FREE, Ordering::Release),
+            Some(i) => entries[i as usize].tag.store(FREE, Ordering::Release),
             None => {
-                let _ =
-                    area.unlisted_paths
-                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-            }
-        }
-    }
-}
-
-/// A sending channel's entry, held by the sender; frees the entry when dropped.
-#[derive(Debug)]
-pub(crate) struct ChannelEntry {
-    group: Arc<Group>,
-    slot: u16,
-    index: Option<u16>,
-}
-
-impl ChannelEntry {
-    /// Takes an entry in slot `slot`'s area for a channel to `peer`.
-    pub(crate) fn new(group: Arc<Group>, slot: u16, peer: DomainId) -> Self {
-        let area = group.activity_area(slot);
-        let index = claim(area.channels.iter().map(|c| &c.tag));
-        match index {
-            Some(i) => {
-                let c = &area.channels[i as usize];
-                c.peer_slot.store(peer.slot as u32, Ordering::Relaxed);
-                c.peer_generation.store(peer.generation, Ordering::Relaxed);
-                c.in_flight.store(0, Ordering::Relaxed);
-                c.sent.store(0, Ordering::Relaxed);
-                // SYNC: pairs with the reader's Acquire load of the tag.
-                c.tag.store(CHANNEL, Ordering::Release);
-            }
-            None => {
-                area.unlisted_channels.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        ChannelEntry { group, slot, index }
-    }
-
-    /// Publishes the channel's messages in flight and sent (relaxed stores).
-    pub(crate) fn set(&self, in_flight: u64, sent: u64) {
-        if let Some(i) = self.index {
-            let c = &self.group.activity_area(self.slot).channels[i as usize];
-            c.in_flight.store(in_flight, Ordering::Relaxed);
-            c.sent.store(sent, Ordering::Relaxed);
-        }
-    }
-}
-
-impl Drop for ChannelEntry {
-    fn drop(&mut self) {
-        let area = self.group.activity_area(self.slot);
-        match self.index {
-            Some(i) => area.channels[i as usize].tag.store(FREE, Ordering::Release),
-            None => {
-                let _ = area.unlisted_channels.fetch_update(
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                    |n| n.checked_sub(1),
-                );
+                let _ = unlisted
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
             }
         }
     }
@@ -291,10 +249,10 @@ pub(crate) fn read(area: &ActivityRaw, m: Member, lot_size: u64) -> MemberActivi
                 continue;
             }
         }
-        let (fbufs, bytes, quota) = (
-            p.fbufs.load(Ordering::Relaxed),
-            p.bytes.load(Ordering::Relaxed),
-            p.quota.load(Ordering::Relaxed),
+        let (quota, bytes, fbufs) = (
+            p.fixed.load(Ordering::Relaxed),
+            p.first.load(Ordering::Relaxed),
+            p.second.load(Ordering::Relaxed),
         );
         if bytes > lot_size || bytes % page != 0 {
             damage.push(ActivityDamage {
@@ -329,13 +287,11 @@ pub(crate) fn read(area: &ActivityRaw, m: Member, lot_size: u64) -> MemberActivi
                 continue;
             }
         }
-        let (slot, generation) = (
-            c.peer_slot.load(Ordering::Relaxed),
-            c.peer_generation.load(Ordering::Relaxed),
-        );
+        let peer = c.fixed.load(Ordering::Relaxed);
+        let (slot, generation) = (peer >> 32, peer as u32);
         let (in_flight, sent) = (
-            c.in_flight.load(Ordering::Relaxed),
-            c.sent.load(Ordering::Relaxed),
+            c.first.load(Ordering::Relaxed),
+            c.second.load(Ordering::Relaxed),
         );
         if slot as usize >= MAX_SLOTS {
             damage.push(ActivityDamage {
@@ -372,13 +328,18 @@ mod tests {
     #[test]
     fn layout_is_stable() {
         assert_eq!(offset_of!(ActivityRaw, paths), 8);
-        assert_eq!(size_of::<PathRaw>(), 32);
-        assert_eq!(offset_of!(PathRaw, bytes), 16);
-        assert_eq!(offset_of!(PathRaw, fbufs), 24);
+        assert_eq!(size_of::<EntryRaw>(), 32);
+        assert_eq!(offset_of!(EntryRaw, fixed), 8);
+        assert_eq!(offset_of!(EntryRaw, first), 16);
+        assert_eq!(offset_of!(EntryRaw, second), 24);
         assert_eq!(offset_of!(ActivityRaw, channels), 8 + 32 * MAX_PATHS);
-        assert_eq!(size_of::<ChannelRaw>(), 32);
-        assert_eq!(offset_of!(ChannelRaw, peer_slot), 4);
-        assert_eq!(offset_of!(ChannelRaw, in_flight), 16);
+        assert_eq!(
+            pack_peer(DomainId {
+                slot: 3,
+                generation: 7
+            }),
+            3 << 32 | 7
+        );
         assert_eq!((PATH, CHANNEL), (0x5041_5448, 0x4348_414e));
     }
 }

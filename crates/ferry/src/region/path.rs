@@ -11,7 +11,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use super::activity::PathEntry;
+use super::activity::Entry;
 use super::domain::DomainInner;
 use super::lot::{class_of, Lot, CLASSES};
 use crate::error::{Error, Result};
@@ -69,7 +69,7 @@ pub(crate) struct PathInner {
     refusals: AtomicU64,
     /// Where the path publishes its outstanding fbufs in the control block (`None` for
     /// a channel's private path for descriptor blocks).
-    entry: Option<PathEntry>,
+    entry: Option<Entry>,
 }
 
 impl PathInner {
@@ -82,7 +82,7 @@ impl PathInner {
     /// Publishes the path's outstanding fbufs and bytes (two relaxed stores).
     fn publish(&self, allocs: u64, bytes: usize) {
         if let Some(e) = &self.entry {
-            e.set(self.fbufs_out(allocs), bytes as u64);
+            e.set(bytes as u64, self.fbufs_out(allocs));
         }
     }
 }
@@ -104,7 +104,7 @@ pub struct PathAllocator {
 
 impl PathAllocator {
     pub(crate) fn new(lot: Arc<Lot>, domain: Weak<DomainInner>, config: PathConfig) -> Self {
-        let entry = PathEntry::new(lot.group.clone(), lot.id.slot, config.quota);
+        let entry = Entry::path(lot.group.clone(), lot.id.slot, config.quota);
         Self::with_entry(lot, domain, config, Some(entry))
     }
 
@@ -118,7 +118,7 @@ impl PathAllocator {
         lot: Arc<Lot>,
         domain: Weak<DomainInner>,
         config: PathConfig,
-        entry: Option<PathEntry>,
+        entry: Option<Entry>,
     ) -> Self {
         PathAllocator {
             inner: Arc::new(PathInner {
