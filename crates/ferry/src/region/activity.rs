@@ -223,88 +223,67 @@ pub struct MemberActivity {
 /// Most messages one channel can have in flight: its tokens number them with 32 bits.
 const MAX_IN_FLIGHT: u64 = u32::MAX as u64;
 
+/// Entries of `raw` tagged `tag`, as (index, fixed, first, second); entries with a tag
+/// no owner writes are recorded in `damage` as `kind` entries.
+fn tagged(
+    raw: &[EntryRaw],
+    tag: u32,
+    kind: &'static str,
+    damage: &mut Vec<ActivityDamage>,
+) -> Vec<(usize, u64, u64, u64)> {
+    let mut out = Vec::new();
+    for (i, e) in raw.iter().enumerate() {
+        // SYNC: pairs with the owner's Release store of the tag after filling the entry.
+        match e.tag.load(Ordering::Acquire) {
+            FREE | BUSY => {}
+            t if t == tag => out.push((
+                i,
+                e.fixed.load(Ordering::Relaxed),
+                e.first.load(Ordering::Relaxed),
+                e.second.load(Ordering::Relaxed),
+            )),
+            _ => damage.push(ActivityDamage {
+                entry: format!("{kind} {i}"),
+                why: "unknown tag",
+            }),
+        }
+    }
+    out
+}
+
 /// Reads member `m`'s area, checking every value against what its owner can write.
 pub(crate) fn read(area: &ActivityRaw, m: Member, lot_size: u64) -> MemberActivity {
     let page = crate::sys::page_size() as u64;
-    let mut out = MemberActivity {
-        member: m,
-        paths: Vec::new(),
-        channels: Vec::new(),
-        unlisted_paths: area.unlisted_paths.load(Ordering::Relaxed),
-        unlisted_channels: area.unlisted_channels.load(Ordering::Relaxed),
-        damage: Vec::new(),
-    };
     let mut damage = Vec::new();
-    for (i, p) in area.paths.iter().enumerate() {
-        let entry = || format!("path {i}");
-        // SYNC: pairs with the owner's Release store of the tag after filling the entry.
-        match p.tag.load(Ordering::Acquire) {
-            FREE | BUSY => continue,
-            PATH => {}
-            _ => {
-                damage.push(ActivityDamage {
-                    entry: entry(),
-                    why: "unknown tag",
-                });
-                continue;
-            }
-        }
-        let (quota, bytes, fbufs) = (
-            p.fixed.load(Ordering::Relaxed),
-            p.first.load(Ordering::Relaxed),
-            p.second.load(Ordering::Relaxed),
-        );
-        if bytes > lot_size || bytes % page != 0 {
-            damage.push(ActivityDamage {
-                entry: entry(),
-                why: "outstanding bytes out of range",
-            });
+    let mut paths = Vec::new();
+    for (i, quota, bytes, fbufs) in tagged(&area.paths, PATH, "path", &mut damage) {
+        let why = if bytes > lot_size || bytes % page != 0 {
+            "outstanding bytes out of range"
         } else if fbufs > lot_size / page {
-            damage.push(ActivityDamage {
-                entry: entry(),
-                why: "outstanding fbufs out of range",
-            });
+            "outstanding fbufs out of range"
         } else {
-            out.paths.push(PathActivity {
+            paths.push(PathActivity {
                 entry: i as u16,
                 fbufs,
                 bytes,
                 quota,
             });
-        }
+            continue;
+        };
+        damage.push(ActivityDamage {
+            entry: format!("path {i}"),
+            why,
+        });
     }
-    for (i, c) in area.channels.iter().enumerate() {
-        let entry = || format!("channel {i}");
-        // SYNC: as for paths.
-        match c.tag.load(Ordering::Acquire) {
-            FREE | BUSY => continue,
-            CHANNEL => {}
-            _ => {
-                damage.push(ActivityDamage {
-                    entry: entry(),
-                    why: "unknown tag",
-                });
-                continue;
-            }
-        }
-        let peer = c.fixed.load(Ordering::Relaxed);
+    let mut channels = Vec::new();
+    for (i, peer, in_flight, sent) in tagged(&area.channels, CHANNEL, "channel", &mut damage) {
         let (slot, generation) = (peer >> 32, peer as u32);
-        let (in_flight, sent) = (
-            c.first.load(Ordering::Relaxed),
-            c.second.load(Ordering::Relaxed),
-        );
-        if slot as usize >= MAX_SLOTS {
-            damage.push(ActivityDamage {
-                entry: entry(),
-                why: "peer slot out of range",
-            });
+        let why = if slot as usize >= MAX_SLOTS {
+            "peer slot out of range"
         } else if in_flight > MAX_IN_FLIGHT {
-            damage.push(ActivityDamage {
-                entry: entry(),
-                why: "messages in flight out of range",
-            });
+            "messages in flight out of range"
         } else {
-            out.channels.push(ChannelActivity {
+            channels.push(ChannelActivity {
                 entry: i as u16,
                 peer: DomainId {
                     slot: slot as u16,
@@ -313,10 +292,21 @@ pub(crate) fn read(area: &ActivityRaw, m: Member, lot_size: u64) -> MemberActivi
                 in_flight,
                 sent,
             });
-        }
+            continue;
+        };
+        damage.push(ActivityDamage {
+            entry: format!("channel {i}"),
+            why,
+        });
     }
-    out.damage = damage;
-    out
+    MemberActivity {
+        member: m,
+        paths,
+        channels,
+        unlisted_paths: area.unlisted_paths.load(Ordering::Relaxed),
+        unlisted_channels: area.unlisted_channels.load(Ordering::Relaxed),
+        damage,
+    }
 }
 
 #[cfg(test)]
