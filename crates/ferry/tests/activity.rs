@@ -249,6 +249,31 @@ fn garbage_in_the_activity_area_is_reported() {
     assert_eq!((m.paths[0].fbufs, m.paths[0].bytes), (1, 4096));
 }
 
+/// A domain with more paths than its area has entries lists as many as fit and counts
+/// the rest; a freed entry is taken by the next path.
+fn paths_beyond_the_entries_are_counted() {
+    let name = group_name("activity-unlisted");
+    let g = Group::open(&name).unwrap();
+    let d = g.join().unwrap();
+    let counts = || {
+        let all = g.activity();
+        let m = of(&all, d.id()).unwrap();
+        (m.paths.len(), m.unlisted_paths)
+    };
+    let mut paths: Vec<_> = (0..34)
+        .map(|_| d.path(PathConfig::default()).unwrap())
+        .collect();
+    assert_eq!(counts(), (32, 2));
+    drop(paths.remove(0));
+    assert_eq!(counts(), (31, 2));
+    drop(paths.pop());
+    assert_eq!(counts(), (31, 1));
+    paths.push(d.path(PathConfig::default()).unwrap());
+    assert_eq!(counts(), (32, 1));
+    drop(paths);
+    assert_eq!(counts(), (0, 0));
+}
+
 fn main() {
     if let Ok(role) = std::env::var("FERRY_TEST_ROLE") {
         child_main(&role);
@@ -262,6 +287,10 @@ fn main() {
         (
             "garbage_in_the_activity_area_is_reported",
             garbage_in_the_activity_area_is_reported,
+        ),
+        (
+            "paths_beyond_the_entries_are_counted",
+            paths_beyond_the_entries_are_counted,
         ),
     ]);
 }
