@@ -60,7 +60,8 @@ enum Command {
     Pub(services::PubArgs),
     /// Subscribe to a service and print its messages to stdout.
     Sub(services::SubArgs),
-    /// List groups, their members and services, from the control blocks in /dev/shm.
+    /// List groups, their members and services, and each member's paths (fbufs out) and
+    /// sending channels (messages in flight), from the control blocks in /dev/shm.
     Stat(services::StatArgs),
 }
 

@@ -161,6 +161,67 @@ pub fn subscribe(a: SubArgs) -> Result<()> {
     Ok(())
 }
 
+/// Prints what each member publishes: one table of paths (fbufs and bytes out against
+/// the quota) and one of sending channels (peer, messages in flight, sent), then any
+/// entries that failed validation.
+fn print_activity(all: &[ferry::MemberActivity]) {
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    if all.iter().any(|a| !a.paths.is_empty()) {
+        println!("  paths:");
+        println!(
+            "    {:<10} {:>8} {:>5} {:>10} {:>16}",
+            "member", "pid", "path", "fbufs out", "MiB out/quota"
+        );
+        for a in all {
+            for p in &a.paths {
+                println!(
+                    "    {:<10} {:>8} {:>5} {:>10} {:>10.2}/{:.0}",
+                    a.member.id.to_string(),
+                    a.member.pid,
+                    p.entry,
+                    p.fbufs,
+                    mib(p.bytes),
+                    mib(p.quota)
+                );
+            }
+        }
+    }
+    if all.iter().any(|a| !a.channels.is_empty()) {
+        println!("  channels (sending side):");
+        println!(
+            "    {:<10} {:>8} {:>5} {:>10} {:>10} {:>10}",
+            "member", "pid", "chan", "to", "in flight", "sent"
+        );
+        for a in all {
+            for c in &a.channels {
+                println!(
+                    "    {:<10} {:>8} {:>5} {:>10} {:>10} {:>10}",
+                    a.member.id.to_string(),
+                    a.member.pid,
+                    c.entry,
+                    c.peer.to_string(),
+                    c.in_flight,
+                    c.sent
+                );
+            }
+        }
+    }
+    for a in all {
+        if a.unlisted_paths > 0 || a.unlisted_channels > 0 {
+            println!(
+                "  member {}: {} paths and {} channels not listed (no free entry)",
+                a.member.id, a.unlisted_paths, a.unlisted_channels
+            );
+        }
+        for d in &a.damage {
+            println!(
+                "  member {}: {} fails validation: {}",
+                a.member.id, d.entry, d.why
+            );
+        }
+    }
+}
+
 pub fn stat(a: StatArgs) -> Result<()> {
     let names: Vec<String> = match a.group {
         Some(g) => vec![g],
@@ -212,6 +273,7 @@ pub fn stat(a: StatArgs) -> Result<()> {
         if damage > 0 {
             println!("  service table: {damage} entries fail validation");
         }
+        print_activity(&group.activity());
     }
     Ok(())
 }

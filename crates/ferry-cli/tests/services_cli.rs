@@ -67,3 +67,69 @@ fn sub_to_an_unknown_service_fails_clearly() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no live service named \"nothing\""));
 }
+
+/// The columns `ferry stat` prints for a member's line in a table: the first line that
+/// starts with `who` after the header line starting with `table`.
+fn row(listing: &str, table: &str, who: &str) -> Vec<String> {
+    listing
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| !l.starts_with(table))
+        .find(|l| l.split_whitespace().next() == Some(who))
+        .unwrap_or_else(|| panic!("no {table} row for {who}: {listing}"))
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `ferry stat` (another process, not a member) shows a path's fbufs out and a
+/// channel's messages in flight as this process holds them, and the numbers after the
+/// receiver lets go.
+#[test]
+fn stat_shows_fbufs_out_and_messages_in_flight() {
+    let name = format!("clitest-activity-{}", std::process::id());
+    let g = ferry::Group::open(&name).unwrap();
+    let (a, b) = (g.join().unwrap(), g.join().unwrap());
+    let path = a.path(ferry::PathConfig::default()).unwrap();
+    let (bid, a2) = (b.id(), a.clone());
+    let t = std::thread::spawn(move || a2.connect(bid, Duration::from_secs(10)).unwrap());
+    let mut rx = b.accept(Duration::from_secs(10)).unwrap();
+    let tx = t.join().unwrap();
+    let kept = path.alloc(100).unwrap().freeze();
+    for _ in 0..2 {
+        tx.send(&path.alloc(100).unwrap().freeze()).unwrap();
+    }
+    let held: Vec<_> = (0..2)
+        .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
+        .collect();
+    let stat = || {
+        let out = ferry().args(["stat", &name]).output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (aid, bid) = (a.id().to_string(), b.id().to_string());
+    let listing = stat();
+    assert!(
+        listing.contains(&format!("group {name}: 2 members")),
+        "{listing}"
+    );
+    // paths: member, pid, path, fbufs out, MiB out/quota
+    let p = row(&listing, "paths:", &aid);
+    assert_eq!(p[1], std::process::id().to_string());
+    assert_eq!(p[3], "3", "{listing}");
+    assert_eq!(p[4], "0.01/512", "{listing}");
+    // channels: member, pid, chan, to, in flight, sent
+    let c = row(&listing, "channels", &aid);
+    assert_eq!(c[3..], [bid.clone(), "2".into(), "2".into()], "{listing}");
+
+    drop(held);
+    tx.collect_releases().unwrap();
+    let listing = stat();
+    assert_eq!(row(&listing, "paths:", &aid)[3], "1", "{listing}");
+    assert_eq!(
+        row(&listing, "channels", &aid)[3..],
+        [bid, "0".into(), "2".into()]
+    );
+    drop((kept, tx, rx, path, a, b, g));
+    assert!(!std::path::Path::new(&format!("/dev/shm/ferry.{name}")).exists());
+}

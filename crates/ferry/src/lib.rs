@@ -120,7 +120,10 @@ pub use channel::{ChannelConfig, ChannelStats, Receiver, Sender};
 pub use container::{Container, Pallet};
 pub use error::{BadDescriptor, Error, Result};
 pub use iodata::{Fragment, IoData, IoDataMut};
-pub use region::{Domain, DomainId, Group, GroupConfig, PathAllocator, PathConfig, PathStats};
+pub use region::{
+    ActivityDamage, ChannelActivity, Domain, DomainId, Group, GroupConfig, MemberActivity,
+    PathActivity, PathAllocator, PathConfig, PathStats,
+};
 pub use segment::{LotId, LotSpan, Segment};
 pub use service::{
     Caller, Client, Handler, Placement, Publisher, Server, ServiceConfig, ServiceInfo,

@@ -14,6 +14,7 @@ use super::receiver::{Receiver, RecvCore, RelState};
 use super::ring;
 use super::sender::{SendCore, SendState, Sender};
 use crate::error::{Error, Result};
+use crate::region::activity::Entry;
 use crate::region::domain::{DomainInner, PendingReleases, ReleaseSource};
 use crate::region::group::DomainId;
 use crate::region::rendezvous::OfferFds;
@@ -153,7 +154,7 @@ fn connect(
             ),
         )
     };
-    let meta = PathAllocator::new(
+    let meta = PathAllocator::unlisted(
         domain.lot.clone(),
         Arc::downgrade(domain),
         PathConfig::default(),
@@ -167,6 +168,7 @@ fn connect(
             fwd,
             rev,
             inflight: Vec::new(),
+            out: 0,
             free_tokens: Vec::new(),
             last_check: Instant::now(),
             rev_corrupt: false,
@@ -176,6 +178,7 @@ fn connect(
         gone: AtomicBool::new(false),
         lossy: config.lossy,
         stats: Counters::default(),
+        entry: Entry::channel(domain.group.clone(), domain.lot.id.slot, peer),
     });
     let weak: std::sync::Weak<dyn ReleaseSource> = Arc::downgrade(&core) as _;
     domain.add_source(weak);

@@ -12,6 +12,7 @@ use super::link::{corrupt, ChannelStats, Counters, Link, LIVENESS_PERIOD};
 use super::ring::{Consumer, Corrupt, Producer, Push};
 use crate::error::{Error, Result};
 use crate::iodata::IoData;
+use crate::region::activity::Entry;
 use crate::region::domain::{DomainInner, ReleaseSource};
 use crate::region::group::DomainId;
 use crate::region::PathAllocator;
@@ -40,6 +41,8 @@ pub(super) struct SendState {
     pub(super) rel_sleepers: u32,
     pub(super) tx_sleepers: u32,
     pub(super) inflight: Vec<InFlight>,
+    /// Entries of `inflight` holding a message: what the activity entry publishes.
+    pub(super) out: u64,
     pub(super) free_tokens: Vec<u32>,
     pub(super) last_check: Instant,
     /// The receiver broke the reverse ring: every later send fails.
@@ -58,9 +61,17 @@ pub(super) struct SendCore {
     /// `ChannelConfig::lossy`).
     pub(super) lossy: bool,
     pub(super) stats: Counters,
+    /// Where this sender publishes its messages in flight in the control block.
+    pub(super) entry: Entry,
 }
 
 impl SendCore {
+    /// Publishes messages in flight and sent (two relaxed stores; under the state lock).
+    fn publish(&self, st: &SendState) {
+        self.entry
+            .set(st.out, self.stats.messages.load(Ordering::Relaxed));
+    }
+
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, SendState> {
         lock(&self.state)
     }
@@ -121,6 +132,8 @@ impl SendCore {
         if n > 0 {
             // Under the state lock: the only writer.
             Counters::bump(&self.stats.releases, n);
+            st.out = st.out.saturating_sub(n);
+            self.publish(st);
         }
         if wake {
             // The receiver has releases that did not fit and sleeps until there is room.
@@ -142,6 +155,8 @@ impl SendCore {
             .filter_map(|f| f.data.take())
             .collect();
         st.free_tokens = (0..st.inflight.len() as u32).collect();
+        st.out = 0;
+        self.publish(st);
         let domain = self.domain.upgrade();
         let mut frags = Vec::new();
         for (data, meta) in all {
@@ -192,6 +207,7 @@ impl SendCore {
             .iter()
             .position(|f| f.data.is_some() && f.pos == pos)?;
         st.free_tokens.push(i as u32);
+        st.out = st.out.saturating_sub(1);
         Counters::add(&self.stats.evicted, 1);
         st.inflight[i].data.take()
     }
@@ -413,6 +429,7 @@ impl Sender {
                     pos,
                     data: Some((data, meta)),
                 };
+                st.out += 1;
                 // Releases are collected after the descriptor is out, not before: the
                 // reverse ring's lines are the receiver's, and reading one can cost a
                 // transfer between cores that the hand-over need not wait for. A broken
@@ -423,6 +440,7 @@ impl Sender {
                 // Under the state lock: the only writer.
                 Counters::bump(&c.stats.messages, 1);
                 Counters::bump(&c.stats.bytes, len);
+                c.publish(&st);
                 drop(st);
                 // The evicted message's fbufs go back here, outside the lock.
                 let lost = evicted.is_some();

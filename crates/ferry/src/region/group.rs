@@ -28,6 +28,9 @@
 //! |              channels (see `ledger.rs`), sparse              |
 //! | ServiceArea: SERVICE_WORDS words that the `service` module   |
 //! |              lays out (named services and their members)     |
+//! | ActivityRaw[MAX_SLOTS]: each domain's paths (fbufs out) and  |
+//! |              sending channels (messages in flight), see      |
+//! |              `activity.rs`                                   |
 //! +--------------------------------------------------------------+
 //! ```
 //! Slot `i`'s lot lives at `base_addr + i * lot_stride` in every process of the group.
@@ -68,6 +71,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once, Weak};
 use std::time::{Duration, Instant};
 
+use super::activity::{ActivityRaw, MemberActivity};
 use super::ledger::LedgerRaw;
 use super::rendezvous::OfferRaw;
 use crate::error::{Error, Result};
@@ -85,7 +89,7 @@ pub const MAX_SLOTS: usize = 64;
 pub const MAX_OFFERS: usize = 8;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"FERRYGRP");
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
 
 /// Slot states.
 pub(crate) const SLOT_FREE: u32 = 0;
@@ -123,6 +127,9 @@ pub(crate) struct GroupHeader {
     pub ledgers: [LedgerRaw; MAX_SLOTS],
     /// The service table: words this module reserves and `crate::service` lays out.
     pub services: ServiceArea,
+    /// Each slot's published paths and sending channels (see [`super::activity`]),
+    /// written only by its owner.
+    pub activity: [ActivityRaw; MAX_SLOTS],
 }
 
 /// 32-bit words of the control block reserved for the service table (32 KiB).
@@ -370,6 +377,44 @@ impl Group {
         &self.header().ledgers[i as usize]
     }
 
+    /// Slot `i`'s activity area (its paths and sending channels).
+    pub(crate) fn activity_area(&self, i: u16) -> &ActivityRaw {
+        &self.header().activity[i as usize]
+    }
+
+    /// What every live member publishes about its paths (fbufs outstanding, quota) and
+    /// its sending channels (peer, messages in flight), read from the control block
+    /// without joining. Values are checked before they are shown: entries that fail
+    /// (a member may write anything there) are listed in
+    /// [`MemberActivity::damage`] instead. Dead members are not shown; a member that
+    /// left or died while being read is dropped from the result. See
+    /// [`activity`](super::activity) for how fresh the numbers are.
+    pub fn activity(&self) -> Vec<MemberActivity> {
+        let lot_size = self.header().lot_size;
+        self.members()
+            .into_iter()
+            .filter_map(|m| {
+                let a = super::activity::read(self.activity_area(m.id.slot), m, lot_size);
+                // The slot may have changed hands while we read it.
+                let id = LotId {
+                    slot: m.id.slot,
+                    generation: m.id.generation,
+                };
+                self.domain_live(id).then_some(a)
+            })
+            .collect()
+    }
+
+    /// Byte offset and length of slot `i`'s activity area inside the control memfd.
+    #[doc(hidden)]
+    pub fn __activity_span(i: u16) -> (usize, usize) {
+        (
+            std::mem::offset_of!(GroupHeader, activity)
+                + i as usize * std::mem::size_of::<ActivityRaw>(),
+            std::mem::size_of::<ActivityRaw>(),
+        )
+    }
+
     /// The words of the control block's service area (laid out by `crate::service`).
     pub(crate) fn service_words(&self) -> &[AtomicU32; SERVICE_WORDS] {
         &self.header().services.0
@@ -505,6 +550,7 @@ impl Group {
                 }
                 // A dead previous owner's holds and channels mean nothing now.
                 self.ledger(i).clear();
+                self.activity_area(i).clear();
                 return Ok((i, generation));
             }
         }

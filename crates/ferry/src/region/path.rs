@@ -11,6 +11,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use super::activity::Entry;
 use super::domain::DomainInner;
 use super::lot::{class_of, Lot, CLASSES};
 use crate::error::{Error, Result};
@@ -49,6 +50,8 @@ pub struct PathStats {
     pub quota_refusals: u64,
     /// Bytes currently allocated and not returned.
     pub outstanding: usize,
+    /// Fbufs currently allocated and not returned.
+    pub outstanding_fbufs: u64,
 }
 
 #[derive(Debug)]
@@ -60,8 +63,28 @@ pub(crate) struct PathInner {
     quota: usize,
     secure: bool,
     allocs: AtomicU64,
+    /// Fbufs returned; written under the `free` lock only.
+    frees: AtomicU64,
     cached: AtomicU64,
     refusals: AtomicU64,
+    /// Where the path publishes its outstanding fbufs in the control block (`None` for
+    /// a channel's private path for descriptor blocks).
+    entry: Option<Entry>,
+}
+
+impl PathInner {
+    /// Fbufs out: allocations less returns (never below zero, though a return read
+    /// after a racing allocation may make it briefly look so).
+    fn fbufs_out(&self, allocs: u64) -> u64 {
+        allocs.saturating_sub(self.frees.load(Ordering::Relaxed))
+    }
+
+    /// Publishes the path's outstanding fbufs and bytes (two relaxed stores).
+    fn publish(&self, allocs: u64, bytes: usize) {
+        if let Some(e) = &self.entry {
+            e.set(bytes as u64, self.fbufs_out(allocs));
+        }
+    }
 }
 
 impl Drop for PathInner {
@@ -81,6 +104,22 @@ pub struct PathAllocator {
 
 impl PathAllocator {
     pub(crate) fn new(lot: Arc<Lot>, domain: Weak<DomainInner>, config: PathConfig) -> Self {
+        let entry = Entry::path(lot.group.clone(), lot.id.slot, config.quota);
+        Self::with_entry(lot, domain, config, Some(entry))
+    }
+
+    /// A path that is not listed in the control block's activity area: a channel's
+    /// private path for descriptor blocks (the channel's own entry shows its traffic).
+    pub(crate) fn unlisted(lot: Arc<Lot>, domain: Weak<DomainInner>, config: PathConfig) -> Self {
+        Self::with_entry(lot, domain, config, None)
+    }
+
+    fn with_entry(
+        lot: Arc<Lot>,
+        domain: Weak<DomainInner>,
+        config: PathConfig,
+        entry: Option<Entry>,
+    ) -> Self {
         PathAllocator {
             inner: Arc::new(PathInner {
                 lot,
@@ -90,8 +129,10 @@ impl PathAllocator {
                 quota: config.quota,
                 secure: config.secure,
                 allocs: AtomicU64::new(0),
+                frees: AtomicU64::new(0),
                 cached: AtomicU64::new(0),
                 refusals: AtomicU64::new(0),
+                entry,
             }),
         }
     }
@@ -134,8 +175,9 @@ impl PathAllocator {
                 .take(k)
                 .ok_or(Error::LotExhausted { requested: size })?,
         };
-        p.allocs.fetch_add(1, Ordering::Relaxed);
-        p.outstanding.fetch_add(size, Ordering::Relaxed);
+        let allocs = p.allocs.fetch_add(1, Ordering::Relaxed) + 1;
+        let bytes = p.outstanding.fetch_add(size, Ordering::Relaxed) + size;
+        p.publish(allocs, bytes);
         let fbuf = Fbuf {
             path: self.inner.clone(),
             off,
@@ -185,6 +227,7 @@ impl PathAllocator {
             cached: p.cached.load(Ordering::Relaxed),
             quota_refusals: p.refusals.load(Ordering::Relaxed),
             outstanding: self.outstanding(),
+            outstanding_fbufs: p.fbufs_out(p.allocs.load(Ordering::Relaxed)),
         }
     }
 }
@@ -239,9 +282,15 @@ impl Drop for Fbuf {
                 return;
             }
         }
-        lock(&self.path.free)[self.class].push(self.off);
-        self.path
-            .outstanding
-            .fetch_sub(self.size(), Ordering::Relaxed);
+        let p = &*self.path;
+        {
+            let mut free = lock(&p.free);
+            free[self.class].push(self.off);
+            // Under the lock: the only writer, so a plain load and store.
+            p.frees
+                .store(p.frees.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        }
+        let bytes = p.outstanding.fetch_sub(self.size(), Ordering::Relaxed) - self.size();
+        p.publish(p.allocs.load(Ordering::Relaxed), bytes);
     }
 }

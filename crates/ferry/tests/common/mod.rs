@@ -245,6 +245,56 @@ pub fn run(tests: &[(&str, fn())]) {
     }
 }
 
+// ---------------------------------------------------------------- hostile members
+
+/// Maps this process's copy of group `name`'s control memfd read-write, as a hostile
+/// member could.
+pub fn map_control_block(name: &str) -> (*mut u8, usize) {
+    let want = format!("/memfd:ferry.{name} (deleted)");
+    for e in std::fs::read_dir("/proc/self/fd").unwrap() {
+        let e = e.unwrap();
+        let Ok(link) = std::fs::read_link(e.path()) else {
+            continue;
+        };
+        if link.to_str() != Some(want.as_str()) {
+            continue;
+        }
+        let fd: i32 = e.file_name().to_str().unwrap().parse().unwrap();
+        // SAFETY: fstat and mmap on a descriptor we found open; the mapping is used
+        // only through volatile writes below.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            assert_eq!(libc::fstat(fd, &mut st), 0);
+            let len = st.st_size as usize;
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            return (p.cast(), len);
+        }
+    }
+    panic!("no control memfd for group {name}");
+}
+
+pub fn write_word(map: &(*mut u8, usize), off: usize, v: u32) {
+    assert!(off + 4 <= map.1);
+    // SAFETY: inside the mapping (checked above), 4-aligned (the area is 64-aligned);
+    // the words are atomics in the other processes, a volatile store is what a hostile
+    // writer does.
+    unsafe { map.0.add(off).cast::<u32>().write_volatile(v) };
+}
+
+pub fn write_u64(map: &(*mut u8, usize), off: usize, v: u64) {
+    assert!(off + 8 <= map.1 && off % 8 == 0);
+    // SAFETY: as in `write_word`, 8-aligned (checked).
+    unsafe { map.0.add(off).cast::<u64>().write_volatile(v) };
+}
+
 // ---------------------------------------------------------------- service handlers
 
 /// The handler the location-transparency tests run: reverses the payload into a new
