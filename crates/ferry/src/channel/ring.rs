@@ -59,6 +59,59 @@ pub(crate) struct RingCtl {
     waiting: Padded<AtomicU32>,
 }
 
+/// Asks the CPU to bring the cache line at `p` into its cache ready for writing
+/// (`PREFETCHW`), so that a store there soon after does not wait for the line to leave
+/// another core. A hint only: it reads and writes nothing, never faults, and does
+/// nothing where the instruction is missing (or under Miri and loom).
+#[inline]
+pub(crate) fn prefetch_for_write(p: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
+    if has_prefetchw() {
+        // SAFETY: a prefetch accesses no memory in the language's sense and never
+        // faults, whatever the address; the CPU has the instruction (checked above).
+        unsafe {
+            std::arch::asm!(
+                "prefetchw [{0}]",
+                in(reg) p,
+                options(nostack, preserves_flags, readonly)
+            )
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri), not(loom))))]
+    let _ = p;
+}
+
+/// Whether the CPU has `PREFETCHW` (CPUID 0x8000_0001, ECX bit 8), asked once.
+#[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
+fn has_prefetchw() -> bool {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    // 0: not asked yet, 1: no, 2: yes.
+    static KNOWN: AtomicU8 = AtomicU8::new(0);
+    match KNOWN.load(Ordering::Relaxed) {
+        0 => {
+            let ext = std::arch::x86_64::__cpuid(0x8000_0000).eax;
+            let yes =
+                ext >= 0x8000_0001 && std::arch::x86_64::__cpuid(0x8000_0001).ecx & 1 << 8 != 0;
+            KNOWN.store(1 + yes as u8, Ordering::Relaxed);
+            yes
+        }
+        k => k == 2,
+    }
+}
+
+impl RingCtl {
+    /// After the producer's publication and a SeqCst fence: true if the consumer said
+    /// it sleeps, which this clears (so exactly one producer call wakes it).
+    pub(crate) fn take_sleeper(&self) -> bool {
+        self.sleeping.0.load(Ordering::Relaxed) != 0
+            && self
+                .sleeping
+                .0
+                .compare_exchange(1, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
 /// One slot: the publication mark and the value.
 #[repr(C)]
 #[derive(Debug)]
@@ -206,6 +259,24 @@ const LOSSY_RETRIES: u32 = 64;
 impl<T: Copy> Producer<T> {
     /// Stores `v` if there is room, never blocking.
     pub fn try_push(&mut self, v: T) -> Result<Push<T>, Corrupt> {
+        let pushed = self.try_push_unfenced(v)?;
+        if let Push::Full(v) = pushed {
+            return Ok(Push::Full(v));
+        }
+        // Dekker: publication (in `try_push_unfenced`), fence, then load `sleeping` (the
+        // consumer stores `sleeping`, fences, loads `seq`).
+        fence(Ordering::SeqCst);
+        Ok(Push::Done {
+            wake: self.ring.ctl().take_sleeper(),
+        })
+    }
+
+    /// Like [`try_push`](Self::try_push) without the wake-up check: it publishes `v`
+    /// and returns `Done { wake: false }`. The caller must then issue
+    /// `fence(Ordering::SeqCst)` and call [`RingCtl::take_sleeper`] on this ring (and
+    /// wake the consumer if that says so); one fence may serve several rings, which
+    /// is what lets a sender to many rings pay for it once.
+    pub fn try_push_unfenced(&mut self, v: T) -> Result<Push<T>, Corrupt> {
         if self.tail.wrapping_sub(self.head_seen) >= self.ring.cap {
             self.refresh_head()?;
             if self.tail.wrapping_sub(self.head_seen) >= self.ring.cap {
@@ -221,16 +292,13 @@ impl<T: Copy> Producer<T> {
         self.ring
             .seq(self.tail.wrapping_sub(1))
             .store(self.tail, Ordering::Release);
-        // Dekker: publication above, fence, then load `sleeping` (the consumer stores
-        // `sleeping`, fences, loads `seq`).
-        fence(Ordering::SeqCst);
-        let c = self.ring.ctl();
-        let wake = c.sleeping.0.load(Ordering::Relaxed) != 0
-            && c.sleeping
-                .0
-                .compare_exchange(1, 0, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok();
-        Ok(Push::Done { wake })
+        Ok(Push::Done { wake: false })
+    }
+
+    /// Where the next pushed value goes: the address of its slot (for
+    /// [`prefetch_for_write`]).
+    pub fn next_slot(&self) -> *const u8 {
+        self.ring.slot(self.tail).cast_const().cast()
     }
 
     /// The position the next pushed value takes (values are numbered from 0).
