@@ -4,7 +4,7 @@
 
 use std::os::fd::{AsFd, AsRawFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -158,7 +158,6 @@ fn connect(
         Arc::downgrade(domain),
         PathConfig::default(),
     );
-    let first_slot = link.parts.fwd_slots.as_ptr() as usize;
     let core = Arc::new(SendCore {
         link,
         domain: Arc::downgrade(domain),
@@ -176,7 +175,6 @@ fn connect(
             rel_sleepers: 0,
             tx_sleepers: 0,
         }),
-        next_slot: AtomicUsize::new(first_slot),
         gone: AtomicBool::new(false),
         lossy: config.lossy,
         stats: Counters::default(),

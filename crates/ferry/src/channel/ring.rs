@@ -59,46 +59,6 @@ pub(crate) struct RingCtl {
     waiting: Padded<AtomicU32>,
 }
 
-/// Asks the CPU to bring the cache line at `p` into its cache ready for writing
-/// (`PREFETCHW`), so that a store there soon after does not wait for the line to leave
-/// another core. A hint only: it reads and writes nothing, never faults, and does
-/// nothing where the instruction is missing (or under Miri and loom).
-#[inline]
-pub(crate) fn prefetch_for_write(p: *const u8) {
-    #[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
-    if has_prefetchw() {
-        // SAFETY: a prefetch accesses no memory in the language's sense and never
-        // faults, whatever the address; the CPU has the instruction (checked above).
-        unsafe {
-            std::arch::asm!(
-                "prefetchw [{0}]",
-                in(reg) p,
-                options(nostack, preserves_flags, readonly)
-            )
-        }
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(miri), not(loom))))]
-    let _ = p;
-}
-
-/// Whether the CPU has `PREFETCHW` (CPUID 0x8000_0001, ECX bit 8), asked once.
-#[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
-fn has_prefetchw() -> bool {
-    use std::sync::atomic::{AtomicU8, Ordering};
-    // 0: not asked yet, 1: no, 2: yes.
-    static KNOWN: AtomicU8 = AtomicU8::new(0);
-    match KNOWN.load(Ordering::Relaxed) {
-        0 => {
-            let ext = std::arch::x86_64::__cpuid(0x8000_0000).eax;
-            let yes =
-                ext >= 0x8000_0001 && std::arch::x86_64::__cpuid(0x8000_0001).ecx & 1 << 8 != 0;
-            KNOWN.store(1 + yes as u8, Ordering::Relaxed);
-            yes
-        }
-        k => k == 2,
-    }
-}
-
 impl RingCtl {
     /// After the producer's publication and a SeqCst fence: true if the consumer said
     /// it sleeps, which this clears (so exactly one producer call wakes it).
@@ -293,12 +253,6 @@ impl<T: Copy> Producer<T> {
             .seq(self.tail.wrapping_sub(1))
             .store(self.tail, Ordering::Release);
         Ok(Push::Done { wake: false })
-    }
-
-    /// Where the next pushed value goes: the address of its slot (for
-    /// [`prefetch_for_write`]).
-    pub fn next_slot(&self) -> *const u8 {
-        self.ring.slot(self.tail).cast_const().cast()
     }
 
     /// The position the next pushed value takes (values are numbered from 0).

@@ -2,14 +2,14 @@
 //! ring (and the overflow area), and what happens to a dead receiver's fbufs.
 
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::desc::{self, RawDesc, RawFrag, RawRef, BLOCK_BYTES};
 use super::layout;
 use super::link::{corrupt, ChannelStats, Counters, Link, LIVENESS_PERIOD};
-use super::ring::{prefetch_for_write, Consumer, Corrupt, Producer, Push};
+use super::ring::{Consumer, Corrupt, Producer, Push};
 use crate::error::{Error, Result};
 use crate::iodata::IoData;
 use crate::region::domain::{DomainInner, ReleaseSource};
@@ -71,9 +71,6 @@ pub(super) struct SendCore {
     /// `ChannelConfig::lossy`).
     pub(super) lossy: bool,
     pub(super) stats: Counters,
-    /// The address of the forward ring slot the next message goes to (see
-    /// `Sender::prefetch`); written under the state lock, read without it.
-    pub(super) next_slot: AtomicUsize,
 }
 
 impl SendCore {
@@ -336,15 +333,6 @@ impl Sender {
         self.send_now(data, false)
     }
 
-    /// Prepares this sender for a send soon: asks the CPU for the cache line of the
-    /// ring slot the next message goes to (the receiver's core read it last), so that
-    /// a publisher serving many channels waits for those lines together rather than
-    /// one after another. A hint only; reads no lock.
-    pub(crate) fn prefetch(&self) {
-        let p = self.core.next_slot.load(Ordering::Relaxed);
-        prefetch_for_write(p as *const u8);
-    }
-
     /// Finishes the sends of [`try_send_unfenced`](Self::try_send_unfenced): one
     /// SeqCst fence, then each receiver that said it sleeps is woken.
     pub(crate) fn wake_after_unfenced<'a>(senders: impl IntoIterator<Item = &'a Sender>) {
@@ -496,8 +484,6 @@ impl Sender {
                 // Under the state lock: the only writer.
                 Counters::bump(&c.stats.messages, 1);
                 Counters::bump(&c.stats.bytes, len);
-                c.next_slot
-                    .store(st.fwd.next_slot() as usize, Ordering::Relaxed);
                 drop(st);
                 // The evicted message's fbufs go back here, outside the lock.
                 let lost = evicted.is_some();

@@ -163,9 +163,6 @@ impl Publisher {
         let mut failed = None;
         // Each queue gets the message without its own fence; the one fence after the
         // loop serves them all (see `Sender::try_send_unfenced`).
-        for s in subs.iter() {
-            s.tx.prefetch();
-        }
         for (i, s) in subs.iter_mut().enumerate() {
             match s.tx.try_send_unfenced(&data) {
                 Ok(evicted) => {
