@@ -51,8 +51,7 @@ pub(super) struct SendState {
     pub(super) by_pos: Vec<u32>,
 }
 
-/// A send drains the reverse ring only every this many sends (or when it has no free
-/// token left): each drain reads cache lines the receiver wrote, a transfer between
+/// A send drains the reverse ring only every this many sends: each drain reads cache lines the receiver wrote, a transfer between
 /// cores, which one drain then pays for many releases at once. Releases that arrive
 /// meanwhile are collected by the next drain, or by whatever collects first: the
 /// domain's allocators when a path runs short, a wait for releases (`arm`),
@@ -216,10 +215,7 @@ impl SendCore {
         // Releases not collected yet (see `DRAIN_EVERY`) are not in flight. A broken
         // reverse ring is reported by the next send.
         let _ = self.drain(&mut st);
-        st.inflight
-            .iter()
-            .filter(|f| f.data.is_some())
-            .count()
+        st.inflight.iter().filter(|f| f.data.is_some()).count()
     }
 }
 
@@ -472,13 +468,11 @@ impl Sender {
                 // Releases are collected after the descriptor is out, not before: the
                 // reverse ring's lines are the receiver's, and reading one can cost a
                 // transfer between cores that the hand-over need not wait for. And only
-                // every `DRAIN_EVERY` sends, or when the next send would need a new
-                // token. A broken reverse ring is reported by the next send (this one
-                // went out).
+                // every `DRAIN_EVERY` sends (so the token list outgrows what is really
+                // out by at most that many). A broken reverse ring is reported by the
+                // next send (this one went out).
                 st.undrained += 1;
-                if (st.undrained >= DRAIN_EVERY || st.free_tokens.is_empty())
-                    && c.drain(&mut st).is_err()
-                {
+                if st.undrained >= DRAIN_EVERY && c.drain(&mut st).is_err() {
                     st.rev_corrupt = true;
                 }
                 // Under the state lock: the only writer.
