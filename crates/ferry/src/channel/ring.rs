@@ -857,6 +857,34 @@ mod loom_tests {
         transfer(2, true, false);
     }
 
+    /// (f) A producer feeding two rings (a publisher and two subscribers) pushes to both
+    /// with `try_push_unfenced`, then issues one fence and asks each ring whether its
+    /// consumer sleeps: each consumer, sleeping on its empty ring after `prepare_sleep`,
+    /// is always woken.
+    #[test]
+    fn one_fence_for_two_rings_loses_no_wakeup() {
+        model(|| {
+            let (_m1, mut p1, mut c1) = pair();
+            let (_m2, mut p2, mut c2) = pair();
+            let (d1, d2) = (Arc::new(EventFd::default()), Arc::new(EventFd::default()));
+            let (e1, e2) = (d1.clone(), d2.clone());
+            let t = thread::spawn(move || {
+                assert_eq!(p1.try_push_unfenced(1).unwrap(), Push::Done { wake: false });
+                assert_eq!(p2.try_push_unfenced(2).unwrap(), Push::Done { wake: false });
+                fence(Ordering::SeqCst);
+                for (p, d) in [(&p1, &e1), (&p2, &e2)] {
+                    if p.ring.ctl().take_sleeper() {
+                        d.notify();
+                    }
+                }
+            });
+            let other = thread::spawn(move || pop_blocking(&mut c2, Some(&*d2), None));
+            assert_eq!(pop_blocking(&mut c1, Some(&*d1), None), 1);
+            assert_eq!(other.join().unwrap(), 2);
+            t.join().unwrap();
+        });
+    }
+
     /// (b) with three values, so the consumer sleeps again after a cancelled sleep. See
     /// the module docs for why loom 0.7 cannot check it against the current ring.
     #[test]
