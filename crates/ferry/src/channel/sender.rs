@@ -51,11 +51,14 @@ pub(super) struct SendState {
     pub(super) by_pos: Vec<u32>,
 }
 
-/// A send drains the reverse ring only every this many sends: each drain reads cache lines the receiver wrote, a transfer between
-/// cores, which one drain then pays for many releases at once. Releases that arrive
-/// meanwhile are collected by the next drain, or by whatever collects first: the
-/// domain's allocators when a path runs short, a wait for releases (`arm`),
+/// A send drains the reverse ring only every this many sends: each drain reads cache
+/// lines the receiver wrote (a transfer between cores), and one drain then pays for many
+/// releases at once. Releases that arrive meanwhile are collected by the next drain, or
+/// by whatever collects first: the domain's allocators when a path runs short, a wait
+/// for releases (`arm`), a blocking receive in the domain, [`Domain::collect_releases`],
 /// [`Sender::collect_releases`], [`Sender::in_flight`], a dropped sender.
+///
+/// [`Domain::collect_releases`]: crate::region::Domain::collect_releases
 pub(super) const DRAIN_EVERY: u32 = 16;
 
 pub(super) struct SendCore {
