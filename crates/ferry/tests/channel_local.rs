@@ -72,6 +72,60 @@ fn send_receive_release() {
     assert_eq!(tx.stats().copied_bytes, 0);
 }
 
+/// A send collects releases only every few sends, so releases that arrive after the
+/// last collecting send wait in the reverse ring; they still come home with no further
+/// send, through whatever collects first: an allocation the path's quota would refuse,
+/// the domain's `collect_releases`, `in_flight`.
+#[test]
+fn releases_come_home_without_further_sends() {
+    let g = group("nosend");
+    let (a, _b, tx, mut rx) = pair(&g);
+    let one = {
+        let probe = a.path(PathConfig::default()).unwrap();
+        let m = probe.alloc(4096).unwrap();
+        probe.outstanding() - {
+            drop(m);
+            probe.outstanding()
+        }
+    };
+    // Room for two messages: the third allocation must collect the first's release
+    // (a send may not have), or the quota refuses it.
+    let path = a
+        .path(PathConfig {
+            quota: 2 * one,
+            ..PathConfig::default()
+        })
+        .unwrap();
+    for round in 0..100u64 {
+        let m = common::message(&path, round, 4096, 1);
+        tx.try_send(&m).unwrap();
+        drop(m);
+        let got = rx.try_recv().unwrap().expect("message ready");
+        assert_eq!(verify_seed(&got), round);
+    }
+    assert_eq!(path.stats().quota_refusals, 0);
+    // A few sends after a collecting one, then nothing but releases.
+    let path = a.path(PathConfig::default()).unwrap();
+    for sends in 1..4u64 {
+        for seed in 0..sends {
+            tx.try_send(&common::message(&path, seed, 4096, 1)).unwrap();
+        }
+        for seed in 0..sends {
+            assert_eq!(verify_seed(&rx.try_recv().unwrap().unwrap()), seed);
+        }
+        assert_eq!(tx.in_flight(), 0, "released messages are not in flight");
+        a.collect_releases();
+        assert_eq!(path.outstanding(), 0, "after {sends} sends");
+    }
+    // The same through the domain alone (no call on the sender at all).
+    for seed in 0..3 {
+        tx.try_send(&common::message(&path, seed, 4096, 1)).unwrap();
+        drop(rx.try_recv().unwrap().unwrap());
+    }
+    a.collect_releases();
+    assert_eq!(path.outstanding(), 0);
+}
+
 /// A received one-fragment message (one segment that carries its release token) stays out
 /// while any clone or slice of it lives, and is released once, when the last piece goes.
 #[test]

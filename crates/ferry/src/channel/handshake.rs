@@ -172,6 +172,8 @@ fn connect(
             free_tokens: Vec::new(),
             last_check: Instant::now(),
             rev_corrupt: false,
+            undrained: 0,
+            by_pos: vec![0; config.capacity as usize],
             rel_sleepers: 0,
             tx_sleepers: 0,
         }),

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::layout::{self, ChanHeader, Parts};
-use super::ring::Corrupt;
+use super::ring::{Corrupt, RingCtl};
 use crate::error::{BadDescriptor, Error, Result};
 use crate::sys::fd::{exited, EventFd};
 use crate::sys::mem::Mapping;
@@ -138,6 +138,14 @@ impl Link {
         // SAFETY: `parts.header` points into `map`, which lives as long as `self`; the
         // header's shared fields are atomics.
         unsafe { self.parts.header.as_ref() }
+    }
+
+    /// The forward ring's control words (the sender reads the consumer's sleeping flag
+    /// here outside its state lock, after a fence shared by several channels).
+    pub(super) fn fwd_ctl(&self) -> &RingCtl {
+        // SAFETY: `parts.fwd_ctl` points into `map`, which lives as long as `self`; the
+        // ring's control words are atomics, shared by design.
+        unsafe { self.parts.fwd_ctl.as_ref() }
     }
 
     pub(super) fn peer_exited(&self) -> bool {

@@ -59,6 +59,19 @@ pub(crate) struct RingCtl {
     waiting: Padded<AtomicU32>,
 }
 
+impl RingCtl {
+    /// After the producer's publication and a SeqCst fence: true if the consumer said
+    /// it sleeps, which this clears (so exactly one producer call wakes it).
+    pub(crate) fn take_sleeper(&self) -> bool {
+        self.sleeping.0.load(Ordering::Relaxed) != 0
+            && self
+                .sleeping
+                .0
+                .compare_exchange(1, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
 /// One slot: the publication mark and the value.
 #[repr(C)]
 #[derive(Debug)]
@@ -206,6 +219,24 @@ const LOSSY_RETRIES: u32 = 64;
 impl<T: Copy> Producer<T> {
     /// Stores `v` if there is room, never blocking.
     pub fn try_push(&mut self, v: T) -> Result<Push<T>, Corrupt> {
+        let pushed = self.try_push_unfenced(v)?;
+        if let Push::Full(v) = pushed {
+            return Ok(Push::Full(v));
+        }
+        // Dekker: publication (in `try_push_unfenced`), fence, then load `sleeping` (the
+        // consumer stores `sleeping`, fences, loads `seq`).
+        fence(Ordering::SeqCst);
+        Ok(Push::Done {
+            wake: self.ring.ctl().take_sleeper(),
+        })
+    }
+
+    /// Like [`try_push`](Self::try_push) without the wake-up check: it publishes `v`
+    /// and returns `Done { wake: false }`. The caller must then issue
+    /// `fence(Ordering::SeqCst)` and call [`RingCtl::take_sleeper`] on this ring (and
+    /// wake the consumer if that says so); one fence may serve several rings, which
+    /// is what lets a sender to many rings pay for it once.
+    pub fn try_push_unfenced(&mut self, v: T) -> Result<Push<T>, Corrupt> {
         if self.tail.wrapping_sub(self.head_seen) >= self.ring.cap {
             self.refresh_head()?;
             if self.tail.wrapping_sub(self.head_seen) >= self.ring.cap {
@@ -221,16 +252,7 @@ impl<T: Copy> Producer<T> {
         self.ring
             .seq(self.tail.wrapping_sub(1))
             .store(self.tail, Ordering::Release);
-        // Dekker: publication above, fence, then load `sleeping` (the consumer stores
-        // `sleeping`, fences, loads `seq`).
-        fence(Ordering::SeqCst);
-        let c = self.ring.ctl();
-        let wake = c.sleeping.0.load(Ordering::Relaxed) != 0
-            && c.sleeping
-                .0
-                .compare_exchange(1, 0, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok();
-        Ok(Push::Done { wake })
+        Ok(Push::Done { wake: false })
     }
 
     /// The position the next pushed value takes (values are numbered from 0).
@@ -833,6 +855,34 @@ mod loom_tests {
     #[test]
     fn consumer_sleep_has_no_lost_wakeup() {
         transfer(2, true, false);
+    }
+
+    /// (f) A producer feeding two rings (a publisher and two subscribers) pushes to both
+    /// with `try_push_unfenced`, then issues one fence and asks each ring whether its
+    /// consumer sleeps: each consumer, sleeping on its empty ring after `prepare_sleep`,
+    /// is always woken.
+    #[test]
+    fn one_fence_for_two_rings_loses_no_wakeup() {
+        model(|| {
+            let (_m1, mut p1, mut c1) = pair();
+            let (_m2, mut p2, mut c2) = pair();
+            let (d1, d2) = (Arc::new(EventFd::default()), Arc::new(EventFd::default()));
+            let (e1, e2) = (d1.clone(), d2.clone());
+            let t = thread::spawn(move || {
+                assert_eq!(p1.try_push_unfenced(1).unwrap(), Push::Done { wake: false });
+                assert_eq!(p2.try_push_unfenced(2).unwrap(), Push::Done { wake: false });
+                fence(Ordering::SeqCst);
+                for (p, d) in [(&p1, &e1), (&p2, &e2)] {
+                    if p.ring.ctl().take_sleeper() {
+                        d.notify();
+                    }
+                }
+            });
+            let other = thread::spawn(move || pop_blocking(&mut c2, Some(&*d2), None));
+            assert_eq!(pop_blocking(&mut c1, Some(&*d1), None), 1);
+            assert_eq!(other.join().unwrap(), 2);
+            t.join().unwrap();
+        });
     }
 
     /// (b) with three values, so the consumer sleeps again after a cancelled sleep. See

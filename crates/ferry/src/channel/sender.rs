@@ -47,7 +47,22 @@ pub(super) struct SendState {
     pub(super) last_check: Instant,
     /// The receiver broke the reverse ring: every later send fails.
     pub(super) rev_corrupt: bool,
+    /// Sends since the reverse ring was last drained (see [`DRAIN_EVERY`]).
+    pub(super) undrained: u32,
+    /// The token of the message at each forward ring position, indexed by position
+    /// modulo the ring's capacity: an evicted position finds its message at once.
+    pub(super) by_pos: Vec<u32>,
 }
+
+/// A send drains the reverse ring only every this many sends: each drain reads cache
+/// lines the receiver wrote (a transfer between cores), and one drain then pays for many
+/// releases at once. Releases that arrive meanwhile are collected by the next drain, or
+/// by whatever collects first: the domain's allocators when a path runs short, a wait
+/// for releases (`arm`), a blocking receive in the domain, [`Domain::collect_releases`],
+/// [`Sender::collect_releases`], [`Sender::in_flight`], a dropped sender.
+///
+/// [`Domain::collect_releases`]: crate::region::Domain::collect_releases
+pub(super) const DRAIN_EVERY: u32 = 16;
 
 pub(super) struct SendCore {
     pub(super) link: Link,
@@ -78,6 +93,7 @@ impl SendCore {
 
     /// Drains the reverse ring; returns fbufs of released messages.
     pub(super) fn drain(&self, st: &mut SendState) -> Result<u64> {
+        st.undrained = 0;
         let mut n = 0;
         let mut wake = false;
         let mut spilled = Vec::new();
@@ -202,10 +218,11 @@ impl SendCore {
     /// from the receiver: its token is free again and its fbufs go back (when the caller
     /// drops what this returns, after unlocking) as if it had been released.
     fn take_evicted(&self, st: &mut SendState, pos: u64) -> Option<(IoData, Option<Segment>)> {
-        let i = st
-            .inflight
-            .iter()
-            .position(|f| f.data.is_some() && f.pos == pos)?;
+        let i = st.by_pos[(pos % st.by_pos.len() as u64) as usize] as usize;
+        let f = st.inflight.get(i)?;
+        if f.data.is_none() || f.pos != pos {
+            return None;
+        }
         st.free_tokens.push(i as u32);
         st.out = st.out.saturating_sub(1);
         Counters::add(&self.stats.evicted, 1);
@@ -213,11 +230,11 @@ impl SendCore {
     }
 
     pub(super) fn in_flight(&self) -> usize {
-        self.lock()
-            .inflight
-            .iter()
-            .filter(|f| f.data.is_some())
-            .count()
+        let mut st = self.lock();
+        // Releases not collected yet (see `DRAIN_EVERY`) are not in flight. A broken
+        // reverse ring is reported by the next send.
+        let _ = self.drain(&mut st);
+        st.inflight.iter().filter(|f| f.data.is_some()).count()
     }
 }
 
@@ -318,6 +335,38 @@ impl Sender {
     /// # Errors
     /// As [`try_send`](Self::try_send); a lossy channel is never full.
     pub fn try_send_evicting(&self, data: &IoData) -> Result<bool> {
+        self.send_now(data, true)
+    }
+
+    /// [`try_send_evicting`](Self::try_send_evicting) as one step of a fan-out: the
+    /// message is published but the receiver is not yet woken if it sleeps. After a run
+    /// of these (to several channels), [`wake_after_unfenced`](Self::wake_after_unfenced)
+    /// must be called with every sender that returned `Ok`: one fence then serves them
+    /// all instead of one per channel. (Each send's lock still waits for its ring slot's
+    /// cache line to come from the receiver's core, so what this saves is the fences'
+    /// own cost: a few percent of a publish.)
+    pub(crate) fn try_send_unfenced(&self, data: &IoData) -> Result<bool> {
+        self.send_now(data, false)
+    }
+
+    /// Finishes the sends of [`try_send_unfenced`](Self::try_send_unfenced): one
+    /// SeqCst fence, then each receiver that said it sleeps is woken.
+    pub(crate) fn wake_after_unfenced<'a>(senders: impl IntoIterator<Item = &'a Sender>) {
+        // Dekker, as in `Producer::try_push`: every publication before this fence, every
+        // load of a consumer's `sleeping` after it.
+        crate::sync::fence(crate::sync::Ordering::SeqCst);
+        for tx in senders {
+            let c = &*tx.core;
+            if c.link.fwd_ctl().take_sleeper() {
+                Counters::add(&c.stats.wakeups, 1);
+                c.link.rx_efd.notify();
+            }
+        }
+    }
+
+    /// Sends if the ring has room; `fenced` false leaves the wake-up to
+    /// [`wake_after_unfenced`](Self::wake_after_unfenced).
+    fn send_now(&self, data: &IoData, fenced: bool) -> Result<bool> {
         let c = &*self.core;
         let mut st = c.lock();
         // No liveness probe here: that would be a system call per message. A dead
@@ -402,7 +451,12 @@ impl Sender {
         let pos = st.fwd.position();
         let mut evicted = None;
         let pushed = loop {
-            match st.fwd.try_push(entry).map_err(corrupt)? {
+            let push = if fenced {
+                st.fwd.try_push(entry)
+            } else {
+                st.fwd.try_push_unfenced(entry)
+            };
+            match push.map_err(corrupt)? {
                 Push::Full(_) if c.lossy && evicted.is_none() => {
                     // A receiver that died stops taking messages: without this probe (a
                     // system call at most every 10 ms while the ring stays full) a lossy
@@ -430,11 +484,16 @@ impl Sender {
                     data: Some((data, meta)),
                 };
                 st.out += 1;
+                let slots = st.by_pos.len() as u64;
+                st.by_pos[(pos % slots) as usize] = idx;
                 // Releases are collected after the descriptor is out, not before: the
                 // reverse ring's lines are the receiver's, and reading one can cost a
-                // transfer between cores that the hand-over need not wait for. A broken
-                // reverse ring is reported by the next send (this one went out).
-                if c.drain(&mut st).is_err() {
+                // transfer between cores that the hand-over need not wait for. And only
+                // every `DRAIN_EVERY` sends (so the token list outgrows what is really
+                // out by at most that many). A broken reverse ring is reported by the
+                // next send (this one went out).
+                st.undrained += 1;
+                if st.undrained >= DRAIN_EVERY && c.drain(&mut st).is_err() {
                     st.rev_corrupt = true;
                 }
                 // Under the state lock: the only writer.
@@ -445,6 +504,7 @@ impl Sender {
                 // The evicted message's fbufs go back here, outside the lock.
                 let lost = evicted.is_some();
                 drop(evicted);
+                // (Always false unfenced: `wake_after_unfenced` looks later.)
                 if wake {
                     Counters::add(&c.stats.wakeups, 1);
                     c.link.rx_efd.notify();

@@ -158,11 +158,15 @@ impl Publisher {
         let data = self.shareable(data)?;
         let block = self.shared.config.slow == SlowSubscriber::Block;
         let mut subs = lock(&self.shared.subs);
-        let (mut full, mut gone) = (0u64, 0u64);
+        let (mut full, mut gone, mut sent) = (0u64, 0u64, 0u64);
         let mut delivered = 0;
+        let mut failed = None;
+        // Each queue gets the message without its own fence; the one fence after the
+        // loop serves them all (see `Sender::try_send_unfenced`).
         for (i, s) in subs.iter_mut().enumerate() {
-            match s.tx.try_send_evicting(&data) {
+            match s.tx.try_send_unfenced(&data) {
                 Ok(evicted) => {
+                    sent |= 1 << i;
                     s.delivered += 1;
                     delivered += 1;
                     if evicted {
@@ -176,8 +180,22 @@ impl Publisher {
                     self.stats.dropped += 1;
                 }
                 Err(Error::PeerGone { .. } | Error::Disconnected) => gone |= 1 << i,
-                Err(e) => return Err(e),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
             }
+        }
+        // Every queue that took the message wakes its subscriber if it sleeps, even if a
+        // later one failed.
+        Sender::wake_after_unfenced(
+            subs.iter()
+                .enumerate()
+                .filter(|(i, _)| sent & 1 << i != 0)
+                .map(|(_, s)| &s.tx),
+        );
+        if let Some(e) = failed {
+            return Err(e);
         }
         let mut timed_out = false;
         for (i, s) in subs.iter_mut().enumerate() {
