@@ -42,9 +42,9 @@ fn copy_of<'a>(series: &[&'a Series]) -> Option<&'a Series> {
     series.iter().copied().find(|x| x.s == Semantics::Copy)
 }
 
+/// The median over rounds of `s`'s round median over copy's in the same round.
 fn ratio_at(series: &[&Series], s: Semantics, size: usize) -> Option<f64> {
-    let x = series.iter().find(|x| x.s == s)?.at(size)?;
-    Some(x.lat.median / copy_of(series)?.at(size)?.lat.median)
+    series.iter().find(|x| x.s == s)?.at(size)?.ratio()
 }
 
 pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
@@ -227,8 +227,11 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, all: &[Series]) -
          of a system buffer), the sink inputs it under the same semantics (`recv_into` a plain \
          buffer for the application-allocated forms, `recv_sys` for the others) while blocking \
          in the channel's receive. Latency is from just before the output call to just after \
-         the input call returned (CLOCK_MONOTONIC in both processes); one message at a time, \
-         {} trial(s), medians over every timed message. Thresholds: this run's calibration, read \
+         the input call returned (CLOCK_MONOTONIC in both processes); one message at a time. \
+         One pair of processes runs all eight semantics: per size, each of {} rounds runs a \
+         block of messages of every semantics, in an order rotated each round; latencies are \
+         medians over every timed message, and ratios to copy the median over rounds of the \
+         round's median over copy's in that round. Thresholds: this run's calibration, read \
          by the library from `FERRY_CALIBRATION`. The machine is shared with other work: read \
          absolute numbers as this run's, judge by ratios.\n",
         ctx.cpu(0),
@@ -467,7 +470,7 @@ fn latency_tables(md: &mut String, series: &[&Series], sizes: &[usize]) {
         }
         t.row(row);
     }
-    let _ = writeln!(md, "\nRatio to copy (same transport, size and run):\n");
+    let _ = writeln!(md, "\nRatio to copy (same transport and size; median of per-round ratios):\n");
     md.push_str(&t.render());
 }
 
