@@ -268,8 +268,10 @@ fn measure(ctx: &BenchCtx, plan: &Plan, cal: &Calibration, tcp: bool) -> Result<
                 median(&ns)
             };
             let mut counters = vec![0u64; worker::COUNTERS.len()];
+            // The source's counters, and the sink's inputs in place.
             for c in source
                 .iter()
+                .chain(&sink)
                 .filter(|x| x.kind == SampleKind::Counter && x.size == size)
             {
                 let (cs, j) = worker::counter_untag(c.trial);

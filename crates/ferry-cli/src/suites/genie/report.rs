@@ -140,11 +140,7 @@ pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
                     format!(
                         "; floor for {s}: {} of copy ({})",
                         floor.map_or("n/a".into(), ratio),
-                        if s.allocator() == ferry::semantics::Allocator::Application {
-                            "CPU time of its output and input calls against copy's; its input copies into the receiver's buffer"
-                        } else {
-                            "CPU time of its output and input calls against copy's"
-                        }
+                        "CPU time of its output and input calls against copy's"
                     )
                 }
             ),
@@ -224,9 +220,13 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, all: &[Series]) -
          `ferry::semantics::Passing` over a ferry channel: the source outputs it under the \
          semantics (copy: `send_bytes` of a plain buffer; emulated copy, share, emulated share: \
          `send_app` of an application buffer in the lot; the system-allocated forms: `send_sys` \
-         of a system buffer), the sink inputs it under the same semantics (`recv_into` a plain \
-         buffer for the application-allocated forms, `recv_sys` for the others) while blocking \
-         in the channel's receive. Latency is from just before the output call to just after \
+         of a system buffer), the sink inputs it under the same semantics while blocking in the \
+         channel's receive: `recv_into` a plain buffer for copy and emulated copy (strong \
+         integrity: the bytes land in the receiver's buffer, copied out), `recv_in_place` for \
+         share and emulated share (weak integrity lets the receiver read the sender's pages \
+         in place; the `inputs-in-place` counter shows it; over TCP they copy, as the kernel \
+         does), `recv_sys` for the system-allocated forms. Latency is from just before the \
+         output call to just after \
          the input call returned (CLOCK_MONOTONIC in both processes); one message at a time. \
          One pair of processes runs all eight semantics: per size, each of {} rounds runs a \
          block of messages of every semantics, in an order rotated each round; latencies are \

@@ -19,7 +19,7 @@
 
 use anyhow::{bail, Context, Result};
 use ferry::semantics::{
-    AppBuffer, Passing, PassingConfig, Semantics, SemanticsStats, ThresholdSource,
+    AppBuffer, Integrity, Passing, PassingConfig, Semantics, SemanticsStats, ThresholdSource,
 };
 use ferry::{Receiver, Sender};
 
@@ -45,12 +45,15 @@ pub const COUNTERS: &[&str] = &[
     "tcow-pages-copied",
     "zc-sends",
     "zc-copied",
+    "inputs-in-place",
     "thresholds-from-file",
 ];
 
-/// Reads `(outputs, converted, fallbacks, copied bytes, tcow protected, faults, copied)`
-/// of semantics `s` from a stats snapshot.
-fn counters(st: &SemanticsStats, s: Semantics) -> [u64; 10] {
+/// Index of `inputs-in-place` in [`COUNTERS`]: the one counter the sink reports.
+const IN_PLACE: usize = 9;
+
+/// Reads [`COUNTERS`] of semantics `s` from a stats snapshot.
+fn counters(st: &SemanticsStats, s: Semantics) -> [u64; 11] {
     let c = &st.per[s.index()];
     [
         c.outputs,
@@ -62,6 +65,7 @@ fn counters(st: &SemanticsStats, s: Semantics) -> [u64; 10] {
         st.tcow_pages_copied,
         st.zc_sends,
         st.zc_copied,
+        c.inputs_in_place,
         u64::from(st.threshold_source == ThresholdSource::CalibrationFile),
     ]
 }
@@ -392,6 +396,7 @@ fn sink(
     let mut dst: Vec<u8> = Vec::new();
     for b in blocks(plan, sems) {
         let (s, size) = (b.s, b.size);
+        let in_place_before = passing.stats().of(s).inputs_in_place;
         if dst.len() != size {
             // Free the last size's buffer before making this one.
             dst.clear();
@@ -403,6 +408,21 @@ fn sink(
             let want = seq_of(&b, i);
             let c0 = thread_cpu_ns();
             let (t1, c1, got) = match s.allocator() {
+                // Share and emulated share promise no integrity: over a channel the
+                // sink reads the sender's pages in place.
+                ferry::semantics::Allocator::Application
+                    if s.integrity() == Integrity::Weak && matches!(from, In::Channel(_)) =>
+                {
+                    let In::Channel(rx) = &mut from else {
+                        unreachable!("matched above")
+                    };
+                    let b = passing.recv_in_place(rx, s)?;
+                    let (t1, c1) = (now_ns(), thread_cpu_ns());
+                    if b.len() != size {
+                        bail!("{s}: received {} bytes, expected {size}", b.len());
+                    }
+                    (t1, c1, header(s, std::slice::from_ref(&b))?)
+                }
                 ferry::semantics::Allocator::Application => {
                     let n = match &mut from {
                         In::Channel(rx) => passing.recv_into(rx, s, &mut dst)?,
@@ -468,6 +488,14 @@ fn sink(
             ack.signal().context("signalling the source")?;
         }
         out.extend(samples(&b, stamps, cpu));
+        out.push(Sample {
+            kind: SampleKind::Counter,
+            size,
+            trial: counter_tag(s, IN_PLACE),
+            bytes: passing.stats().of(s).inputs_in_place - in_place_before,
+            ns: Vec::new(),
+            syscalls: None,
+        });
     }
     Ok(out)
 }
