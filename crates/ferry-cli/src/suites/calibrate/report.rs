@@ -123,11 +123,19 @@ pub(super) fn markdown(ctx: &BenchCtx, c: &Calibrated) -> String {
             }
         }
         match (q.fit, &q.error) {
-            (Some(f), _) => {
-                row.push(num(f.a));
-                row.push(us(f.b));
-                row.push(format!("{:.3}", f.r2));
-            }
+            (Some(f), _) => match f.above {
+                None => {
+                    row.push(num(f.a));
+                    row.push(us(f.b));
+                    row.push(format!("{:.3}", f.r2));
+                }
+                // Two lines: below the knee / from it on.
+                Some(u) => {
+                    row.push(format!("{} / {} from {}", num(f.a), num(u.a), bytes(u.from)));
+                    row.push(format!("{} / {}", us(f.b), us(u.b)));
+                    row.push(format!("{:.3}", f.r2));
+                }
+            },
             (None, Some(e)) => {
                 row.push(format!("not measured: {e}"));
                 row.push(String::new());

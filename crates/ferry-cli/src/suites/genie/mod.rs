@@ -290,7 +290,12 @@ fn measure(ctx: &BenchCtx, plan: &Plan, cal: &Calibration, tcp: bool) -> Result<
                 cpu_in: cpu(&sink),
                 counters,
                 // The model covers the channel; TCP's kernel copies are not calibrated.
-                predicted: if tcp { None } else { cal.predict(s, size) },
+                // Share and emulated share input in place over the channel (see worker).
+                predicted: match tcp {
+                    true => None,
+                    false if worker::in_place(s) => cal.predict_in_place(s, size),
+                    false => cal.predict(s, size),
+                },
             });
         }
         out.push(Series { s, tcp, points });

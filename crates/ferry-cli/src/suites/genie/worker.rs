@@ -411,7 +411,7 @@ fn sink(
                 // Share and emulated share promise no integrity: over a channel the
                 // sink reads the sender's pages in place.
                 ferry::semantics::Allocator::Application
-                    if s.integrity() == Integrity::Weak && matches!(from, In::Channel(_)) =>
+                    if in_place(s) && matches!(from, In::Channel(_)) =>
                 {
                     let In::Channel(rx) = &mut from else {
                         unreachable!("matched above")
@@ -498,6 +498,12 @@ fn sink(
         });
     }
     Ok(out)
+}
+
+/// Whether the sink inputs `s` in place over a channel though it is application-allocated
+/// (share and emulated share: weak integrity allows it).
+pub fn in_place(s: Semantics) -> bool {
+    s.allocator() == ferry::semantics::Allocator::Application && s.integrity() == Integrity::Weak
 }
 
 /// The first 8 bytes of a message received as system buffers.
