@@ -105,8 +105,9 @@ pub fn relative_linear_fit(points: &[(f64, f64)]) -> Option<Fit> {
 /// applies from `from` on. Each side is a [`relative_linear_fit`] of at least two points;
 /// the split is the one with the least relative squared error, and `from` is where the
 /// two lines cross if that lies between the last point of the lower side and the first
-/// of the upper (else that first point). `None` unless there are four points or more and
-/// the two lines leave under half the relative squared error of one: a knee (the copy
+/// of the upper (else that first point). `None` unless there are four points or more, one
+/// line misses them by more than 2% (relative root mean square), and the two lines
+/// leave under half the relative squared error of one: a knee (the copy
 /// that leaves the cache), not noise. The returned `r2` (on `lower`) is the two lines'
 /// together, weighted as [`relative_linear_fit`] weighs.
 pub fn relative_two_line_fit(points: &[(f64, f64)]) -> Option<(Fit, f64, Fit)> {
@@ -122,6 +123,10 @@ pub fn relative_two_line_fit(points: &[(f64, f64)]) -> Option<(Fit, f64, Fit)> {
     };
     let one = relative_linear_fit(&pts)?;
     let one_err = err(&pts, &one);
+    // One line within 2% (root mean square, relative) of every point is good enough.
+    if one_err / pts.len() as f64 <= 0.02 * 0.02 {
+        return None;
+    }
     let mut best: Option<(f64, usize, Fit, Fit)> = None;
     for k in 2..=pts.len() - 2 {
         let (lo, hi) = pts.split_at(k);
