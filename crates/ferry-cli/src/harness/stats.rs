@@ -107,7 +107,7 @@ pub fn relative_linear_fit(points: &[(f64, f64)]) -> Option<Fit> {
 /// two lines cross if that lies between the last point of the lower side and the first
 /// of the upper (else that first point). `None` unless there are four points or more, one
 /// line misses them by more than 2% (relative root mean square), and the two lines
-/// leave under half the relative squared error of one: a knee (the copy
+/// leave under half the relative squared error of one, both rising with size: a knee (the copy
 /// that leaves the cache), not noise. The returned `r2` (on `lower`) is the two lines'
 /// together, weighted as [`relative_linear_fit`] weighs.
 pub fn relative_two_line_fit(points: &[(f64, f64)]) -> Option<(Fit, f64, Fit)> {
@@ -133,6 +133,11 @@ pub fn relative_two_line_fit(points: &[(f64, f64)]) -> Option<(Fit, f64, Fit)> {
         let (Some(l), Some(u)) = (relative_linear_fit(lo), relative_linear_fit(hi)) else {
             continue;
         };
+        // A cost that falls with size is noise on a flat one, not a knee (and would
+        // extrapolate below zero).
+        if l.slope < 0.0 || u.slope < 0.0 {
+            continue;
+        }
         let e = err(lo, &l) + err(hi, &u);
         if best.as_ref().map_or(true, |b| e < b.0) {
             best = Some((e, k, l, u));
@@ -257,6 +262,11 @@ mod tests {
             .collect();
         assert!(relative_two_line_fit(&line).is_none());
         assert!(relative_two_line_fit(&knee[..3]).is_none());
+        // A flat cost with noise (one point low at the end): no falling second line.
+        let flat = [(4e3, 22.0), (6.4e4, 30.7), (1e6, 31.7), (1.6e7, 31.6), (6.4e7, 22.1)];
+        if let Some((l, _, u)) = relative_two_line_fit(&flat) {
+            assert!(l.slope >= 0.0 && u.slope >= 0.0, "{l:?} {u:?}");
+        }
     }
 
     #[test]
