@@ -222,6 +222,22 @@ fn copy_in(size: usize, reps: usize, other_cpu: usize) -> Result<Vec<f64>> {
     Ok(ns)
 }
 
+/// One page copied from a buffer into another, both hot in this CPU's cache: the "one
+/// page copy" of the TCOW-fault bar.
+pub fn hot_page_copy(reps: usize) -> Result<Vec<f64>> {
+    let src = vec![0x5au8; page()];
+    let mut dst = vec![0u8; page()];
+    timed(
+        reps,
+        || {
+            dst.copy_from_slice(black_box(&src));
+            black_box(&mut dst);
+            Ok(())
+        },
+        || Ok(()),
+    )
+}
+
 /// Copy semantics' input work: the receiver copies a message out of the sender's pages
 /// into its own buffer, through a read-only shared mapping of the sender's memfd (what a
 /// peer holds of a lot), after the sender wrote every byte on the other CPU (so the lines
