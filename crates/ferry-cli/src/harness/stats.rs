@@ -158,8 +158,16 @@ pub fn relative_two_line_fit(points: &[(f64, f64)]) -> Option<(Fit, f64, Fit)> {
     let w: Vec<f64> = pts.iter().map(|p| 1.0 / (p.1 * p.1)).collect();
     let sw: f64 = w.iter().sum();
     let my = pts.iter().zip(&w).map(|(p, w)| w * p.1).sum::<f64>() / sw;
-    let sst: f64 = pts.iter().zip(&w).map(|(p, w)| w * (p.1 - my).powi(2)).sum();
-    l.r2 = if sst == 0.0 { 1.0 } else { (1.0 - e / sst).max(0.0) };
+    let sst: f64 = pts
+        .iter()
+        .zip(&w)
+        .map(|(p, w)| w * (p.1 - my).powi(2))
+        .sum();
+    l.r2 = if sst == 0.0 {
+        1.0
+    } else {
+        (1.0 - e / sst).max(0.0)
+    };
     Some((l, from, u))
 }
 
@@ -249,7 +257,16 @@ mod tests {
         // 1 ns/B up to 1000, then 5 ns/B: the knee between 1000 and 4000.
         let knee: Vec<(f64, f64)> = [10.0, 100.0, 1000.0, 4000.0, 16000.0, 64000.0]
             .iter()
-            .map(|&x: &f64| (x, if x <= 1000.0 { x + 50.0 } else { 5.0 * x - 3950.0 }))
+            .map(|&x: &f64| {
+                (
+                    x,
+                    if x <= 1000.0 {
+                        x + 50.0
+                    } else {
+                        5.0 * x - 3950.0
+                    },
+                )
+            })
             .collect();
         let (l, from, u) = relative_two_line_fit(&knee).unwrap();
         assert!((l.slope - 1.0).abs() < 1e-9 && (u.slope - 5.0).abs() < 1e-9);
@@ -263,7 +280,13 @@ mod tests {
         assert!(relative_two_line_fit(&line).is_none());
         assert!(relative_two_line_fit(&knee[..3]).is_none());
         // A flat cost with noise (one point low at the end): no falling second line.
-        let flat = [(4e3, 22.0), (6.4e4, 30.7), (1e6, 31.7), (1.6e7, 31.6), (6.4e7, 22.1)];
+        let flat = [
+            (4e3, 22.0),
+            (6.4e4, 30.7),
+            (1e6, 31.7),
+            (1.6e7, 31.6),
+            (6.4e7, 22.1),
+        ];
         if let Some((l, _, u)) = relative_two_line_fit(&flat) {
             assert!(l.slope >= 0.0 && u.slope >= 0.0, "{l:?} {u:?}");
         }

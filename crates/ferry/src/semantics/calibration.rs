@@ -546,10 +546,8 @@ mod tests {
     #[test]
     fn text_round_trips() {
         let mut c = sample();
-        c.fits.insert(
-            "mremap".into(),
-            Fit::line(1.0 / 3.0, -7.25e-3, 0.123456789),
-        );
+        c.fits
+            .insert("mremap".into(), Fit::line(1.0 / 3.0, -7.25e-3, 0.123456789));
         let text = c.to_text();
         assert_eq!(Calibration::parse(&text).unwrap(), c);
         assert!(text.contains("threshold.swap = 4194304\n"), "{text}");
@@ -612,10 +610,7 @@ mod tests {
             "# header\n\n  fit.copy_in = 0.5 10 1   # trailing\nthreshold.swap = never\n",
         )
         .unwrap();
-        assert_eq!(
-            c.fits["copy_in"],
-            Fit::line(0.5, 10.0, 1.0)
-        );
+        assert_eq!(c.fits["copy_in"], Fit::line(0.5, 10.0, 1.0));
         assert_eq!(c.thresholds.swap, usize::MAX);
         assert_eq!(
             c.thresholds.emulated_copy,
@@ -729,14 +724,10 @@ mod tests {
         // Swapping (0.25 ns/B) never beats copying out (0.2 ns/B) at large sizes.
         assert_eq!(t.swap, usize::MAX);
         // A copy that costs nothing is never beaten: emulated forms always convert.
-        c.fits.insert(
-            primitive::COPY_IN.into(),
-            Fit::line(0.0, 0.0, 1.0),
-        );
-        c.fits.insert(
-            primitive::COPY_OUT.into(),
-            Fit::line(0.0, 0.0, 1.0),
-        );
+        c.fits
+            .insert(primitive::COPY_IN.into(), Fit::line(0.0, 0.0, 1.0));
+        c.fits
+            .insert(primitive::COPY_OUT.into(), Fit::line(0.0, 0.0, 1.0));
         c.derive_thresholds(0.1);
         assert_eq!(c.thresholds.emulated_weak_move, usize::MAX);
     }

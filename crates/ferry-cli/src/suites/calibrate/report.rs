@@ -131,7 +131,12 @@ pub(super) fn markdown(ctx: &BenchCtx, c: &Calibrated) -> String {
                 }
                 // Two lines: below the knee / from it on.
                 Some(u) => {
-                    row.push(format!("{} / {} from {}", num(f.a), num(u.a), bytes(u.from)));
+                    row.push(format!(
+                        "{} / {} from {}",
+                        num(f.a),
+                        num(u.a),
+                        bytes(u.from)
+                    ));
                     row.push(format!("{} / {}", us(f.b), us(u.b)));
                     row.push(format!("{:.3}", f.r2));
                 }

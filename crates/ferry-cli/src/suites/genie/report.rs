@@ -470,7 +470,10 @@ fn latency_tables(md: &mut String, series: &[&Series], sizes: &[usize]) {
         }
         t.row(row);
     }
-    let _ = writeln!(md, "\nRatio to copy (same transport and size; median of per-round ratios):\n");
+    let _ = writeln!(
+        md,
+        "\nRatio to copy (same transport and size; median of per-round ratios):\n"
+    );
     md.push_str(&t.render());
 }
 

@@ -89,7 +89,10 @@ fn parse(spec: &str) -> Result<(Vec<Semantics>, &str)> {
     let (s, rest) = spec
         .split_once(';')
         .with_context(|| format!("genie spec {spec:?} lacks `SEMANTICS;`"))?;
-    let sems = s.split(',').map(str::parse).collect::<Result<Vec<_>, _>>()?;
+    let sems = s
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<Vec<_>, _>>()?;
     if sems.is_empty() {
         bail!("genie spec {spec:?} names no semantics");
     }
