@@ -10,7 +10,9 @@
 //! thresholds are derived from them (the smallest size from which an emulated form is
 //! predicted cheaper than copy, with a 10% margin). The hand-over is timed between two
 //! pinned processes over a ferry channel; everything else runs in this process on the
-//! first pinned CPU (a TCOW fault's handler thread shares that CPU).
+//! first pinned CPU (a TCOW fault's handler thread shares that CPU), with a thread on the
+//! second CPU where the real path has the peer touch the same pages (`copy_in`: the peer
+//! read the fbuf last; `copy_out`: the peer wrote the pages).
 //!
 //! The TCOW-fault bar of issue 10 (a fault costs at most twice one page copy plus one
 //! `mmap`) is judged here, from the same run's numbers. The per-semantics predicted

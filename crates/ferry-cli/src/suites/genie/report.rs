@@ -322,8 +322,8 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, all: &[Series]) -
          from this run's `calibrate` fits (`Calibration::recipe`; `recipe_in_place` for \
          share and emulated share, input in place), against the measurement. A fit may be \
          two lines split at the cache knee. `copy_in` is timed writing fbufs the other CPU \
-         last read, as here; its cost depends on where the host places the two vCPUs at the \
-         time, so a calibration taken minutes before can be off by several times. \
+         last read, as here; that cost varied between runs on this VM (at 1 MiB, 82 to 424 µs \
+         a few minutes apart), so the copy-based forms' prediction can be off by as much. \
          The last column is the CPU time both calls used: when it is far below the latency, \
          the processes were waiting for a CPU (the machine is shared), which no model of the \
          primitives predicts.\n"
