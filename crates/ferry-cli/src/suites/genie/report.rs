@@ -138,9 +138,10 @@ pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
                     String::new()
                 } else {
                     format!(
-                        "; floor for {s}: {} of copy ({})",
+                        "; floor for {s}: {} of copy ({}){}",
                         floor.map_or("n/a".into(), ratio),
-                        "CPU time of its output and input calls against copy's"
+                        "CPU time of its output and input calls against copy's",
+                        mechanism_floor(cal, copy, s, largest)
                     )
                 }
             ),
@@ -186,6 +187,26 @@ pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
         });
     }
     out
+}
+
+/// The size-proportional system call a form's promise needs on output, from this run's
+/// calibration at `size`, against copy's measured latency: move must unmap the region
+/// from the sender (`region_unmap`), emulated move hide it (`hide`).
+fn mechanism_floor(cal: &Calibrated, copy: &Series, s: Semantics, size: usize) -> String {
+    use ferry::semantics::calibration::primitive as p;
+    let (prim, what) = match s {
+        Semantics::Move => (p::REGION_UNMAP, "munmap"),
+        Semantics::EmulatedMove => (p::HIDE, "mprotect(PROT_NONE)"),
+        _ => return String::new(),
+    };
+    match (cal.calibration.fits.get(prim), copy.at(size)) {
+        (Some(f), Some(c)) if c.lat.median > 0.0 => format!(
+            "; its {what} of {} alone (calibrate's `{prim}` fit, same run) is {} of copy",
+            bytes(size),
+            ratio(f.at(size) / c.lat.median)
+        ),
+        _ => String::new(),
+    }
 }
 
 /// The measured floor under a TCOW fault: a userfaultfd write-protect fault whose
