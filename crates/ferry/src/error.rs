@@ -222,7 +222,8 @@ pub enum Error {
     WrongSemantics {
         /// The semantics given (kebab-case name).
         semantics: &'static str,
-        /// What the operation takes: `"application-allocated"` or `"system-allocated"`.
+        /// What the operation takes: `"application-allocated"`, `"system-allocated"`, or
+        /// `"weak-integrity or system-allocated"` (input in place).
         needs: &'static str,
     },
     /// A received system buffer is the sender's pages, read-only: it cannot be output as a

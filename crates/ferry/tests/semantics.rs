@@ -136,8 +136,16 @@ fn child_main(role: &str) {
                         };
                         let now = d.to_vec();
                         std::thread::sleep(Duration::from_millis(2));
-                        let len = p.input_into(&d, s, &mut buf).unwrap();
-                        (now, buf[..len].to_vec(), seed_of(&d))
+                        let seed = seed_of(&d);
+                        if !strong && n % 2 == 0 {
+                            // Weak integrity: every other message is input in place
+                            // (the sender's pages), the rest copied out.
+                            let b = p.input_in_place(d, s).unwrap();
+                            (now, b.data().to_vec(), seed)
+                        } else {
+                            let len = p.input_into(&d, s, &mut buf).unwrap();
+                            (now, buf[..len].to_vec(), seed)
+                        }
                     } else {
                         let b = match p.recv_sys(&mut rx, s) {
                             Ok(b) => b,
@@ -157,6 +165,27 @@ fn child_main(role: &str) {
                 None => println!("ok {n}"),
                 Some(b) => println!("bad {b}"),
             }
+        }
+        // Accept, input one message in place under the semantics in the argument, say
+        // "got" and whether it holds pattern 41; on a line from the parent say whether it
+        // now holds pattern 41 ^ MASK (what the parent wrote meanwhile) and the counters.
+        "in_place" => {
+            let s: Semantics = arg.parse().unwrap();
+            let mut rx = domain.accept(T).unwrap();
+            let b = p.recv_in_place(&mut rx, s).unwrap();
+            let v = b.data().to_vec();
+            println!("got {} {}", v.len(), check(&v, 41, true).is_none());
+            read_line(&mut stdin);
+            let v = b.data().to_vec();
+            let c = p.stats().of(s).clone();
+            println!(
+                "now-new {} in-place {} copied {}",
+                check(&v, 41 ^ MASK, true).is_none(),
+                c.inputs_in_place,
+                c.copied_bytes
+            );
+            read_line(&mut stdin);
+            drop(b);
         }
         // Accept, receive one message, say "got", and hold it; on a line from the parent
         // check it still holds the pattern of the seed in the argument.
@@ -308,6 +337,29 @@ fn exit_status(peer: &mut Peer) -> std::process::ExitStatus {
 }
 
 // ---------------------------------------------------------------- the promises
+
+/// Share and emulated share input in place: the receiving process reads the sender's
+/// own pages (no copy, counted as an input in place), so a write the sender makes after
+/// output shows there, as their weak integrity allows.
+fn weak_input_reads_the_senders_pages_in_place() {
+    for s in [Semantics::Share, Semantics::EmulatedShare] {
+        let (_g, d, name) = join(&format!("inplace-{}", s.name()));
+        let p = passing(&d);
+        let (mut peer, tx) = connect_to(&d, &name, "in_place", s.name());
+        let len = 3 * 4096 + 100;
+        let mut a = p.app_buffer(len).unwrap();
+        a.as_mut_slice().copy_from_slice(&pattern(41, len));
+        let used = p.send_app(&tx, &a, 0..len, s).unwrap();
+        expect_used(&p, s, used, len);
+        assert_eq!(peer.line(), format!("got {len} true"), "{s}");
+        a.as_mut_slice().copy_from_slice(&pattern(41 ^ MASK, len));
+        peer.tell("look");
+        assert_eq!(peer.line(), "now-new true in-place 1 copied 0", "{s}");
+        peer.tell("done");
+        assert!(exit_status(&mut peer).success());
+        drop(tx);
+    }
+}
 
 /// For one semantics: messages of many sizes to a receiving process; right after each
 /// output returns, this process overwrites the buffer (while the receiver reads it). A
@@ -753,6 +805,17 @@ fn misuse_is_refused() {
         p2.recv_sys(&mut rx, Semantics::Copy),
         Err(Error::WrongSemantics { .. })
     ));
+    // Strong-integrity application-allocated input fills the application's buffer: no
+    // input in place (refused before receiving anything).
+    for s in [Semantics::Copy, Semantics::EmulatedCopy] {
+        assert!(matches!(
+            p2.recv_in_place(&mut rx, s),
+            Err(Error::WrongSemantics {
+                needs: "weak-integrity or system-allocated",
+                ..
+            })
+        ));
+    }
     let mut b = p.sys_buffer(10).unwrap();
     b.as_mut_slice().unwrap().copy_from_slice(b"0123456789");
     p.send_sys(&tx, b, Semantics::WeakMove).unwrap();
@@ -1268,6 +1331,10 @@ fn main() {
         ),
         ("thresholds_at_their_edges", thresholds_at_their_edges),
         ("misuse_is_refused", misuse_is_refused),
+        (
+            "weak_input_reads_the_senders_pages_in_place",
+            weak_input_reads_the_senders_pages_in_place,
+        ),
         (
             "passing_leaves_no_fd_or_thread_behind",
             passing_leaves_no_fd_or_thread_behind,

@@ -101,6 +101,76 @@ pub fn relative_linear_fit(points: &[(f64, f64)]) -> Option<Fit> {
     weighted_fit(points, &w)
 }
 
+/// Two lines through `points`, split at a size: `(lower, from, upper)`, where `upper`
+/// applies from `from` on. Each side is a [`relative_linear_fit`] of at least two points;
+/// the split is the one with the least relative squared error, and `from` is where the
+/// two lines cross if that lies between the last point of the lower side and the first
+/// of the upper (else that first point). `None` unless there are four points or more, one
+/// line misses them by more than 2% (relative root mean square), and the two lines
+/// leave under half the relative squared error of one, both rising with size: a knee (the copy
+/// that leaves the cache), not noise. The returned `r2` (on `lower`) is the two lines'
+/// together, weighted as [`relative_linear_fit`] weighs.
+pub fn relative_two_line_fit(points: &[(f64, f64)]) -> Option<(Fit, f64, Fit)> {
+    let mut pts = points.to_vec();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    if pts.len() < 4 {
+        return None;
+    }
+    let err = |ps: &[(f64, f64)], f: &Fit| -> f64 {
+        ps.iter()
+            .map(|&(x, y)| ((y - (f.slope * x + f.intercept)) / y).powi(2))
+            .sum()
+    };
+    let one = relative_linear_fit(&pts)?;
+    let one_err = err(&pts, &one);
+    // One line within 2% (root mean square, relative) of every point is good enough.
+    if one_err / pts.len() as f64 <= 0.02 * 0.02 {
+        return None;
+    }
+    let mut best: Option<(f64, usize, Fit, Fit)> = None;
+    for k in 2..=pts.len() - 2 {
+        let (lo, hi) = pts.split_at(k);
+        let (Some(l), Some(u)) = (relative_linear_fit(lo), relative_linear_fit(hi)) else {
+            continue;
+        };
+        // A cost that falls with size is noise on a flat one, not a knee (and would
+        // extrapolate below zero).
+        if l.slope < 0.0 || u.slope < 0.0 {
+            continue;
+        }
+        let e = err(lo, &l) + err(hi, &u);
+        if best.as_ref().map_or(true, |b| e < b.0) {
+            best = Some((e, k, l, u));
+        }
+    }
+    let (e, k, mut l, u) = best?;
+    if e >= 0.5 * one_err {
+        return None;
+    }
+    let (x0, x1) = (pts[k - 1].0, pts[k].0);
+    let cross = (u.intercept - l.intercept) / (l.slope - u.slope);
+    let from = if cross.is_finite() && cross > x0 && cross < x1 {
+        cross.ceil()
+    } else {
+        x1
+    };
+    // r² of both lines together, with the relative weights 1/y².
+    let w: Vec<f64> = pts.iter().map(|p| 1.0 / (p.1 * p.1)).collect();
+    let sw: f64 = w.iter().sum();
+    let my = pts.iter().zip(&w).map(|(p, w)| w * p.1).sum::<f64>() / sw;
+    let sst: f64 = pts
+        .iter()
+        .zip(&w)
+        .map(|(p, w)| w * (p.1 - my).powi(2))
+        .sum();
+    l.r2 = if sst == 0.0 {
+        1.0
+    } else {
+        (1.0 - e / sst).max(0.0)
+    };
+    Some((l, from, u))
+}
+
 /// Weighted least squares: the line minimising `sum(w * (y - line(x))^2)`.
 fn weighted_fit(points: &[(f64, f64)], w: &[f64]) -> Option<Fit> {
     if points.len() < 2 {
@@ -180,6 +250,46 @@ mod tests {
         let r = relative_linear_fit(&convex).unwrap();
         assert!(r.slope * 1.0 + r.intercept > 0.0, "{r:?}");
         assert!(relative_linear_fit(&[(1.0, 0.0), (2.0, 1.0)]).is_none());
+    }
+
+    #[test]
+    fn two_lines_follow_a_knee_and_not_a_line() {
+        // 1 ns/B up to 1000, then 5 ns/B: the knee between 1000 and 4000.
+        let knee: Vec<(f64, f64)> = [10.0, 100.0, 1000.0, 4000.0, 16000.0, 64000.0]
+            .iter()
+            .map(|&x: &f64| {
+                (
+                    x,
+                    if x <= 1000.0 {
+                        x + 50.0
+                    } else {
+                        5.0 * x - 3950.0
+                    },
+                )
+            })
+            .collect();
+        let (l, from, u) = relative_two_line_fit(&knee).unwrap();
+        assert!((l.slope - 1.0).abs() < 1e-9 && (u.slope - 5.0).abs() < 1e-9);
+        assert!(from > 1000.0 && from <= 4000.0, "{from}");
+        assert!(l.r2 > 0.999, "{l:?}");
+        // Points on one line: no second line.
+        let line: Vec<(f64, f64)> = [10.0, 100.0, 1000.0, 4000.0, 16000.0]
+            .iter()
+            .map(|&x: &f64| (x, 2.0 * x + 7.0))
+            .collect();
+        assert!(relative_two_line_fit(&line).is_none());
+        assert!(relative_two_line_fit(&knee[..3]).is_none());
+        // A flat cost with noise (one point low at the end): no falling second line.
+        let flat = [
+            (4e3, 22.0),
+            (6.4e4, 30.7),
+            (1e6, 31.7),
+            (1.6e7, 31.6),
+            (6.4e7, 22.1),
+        ];
+        if let Some((l, _, u)) = relative_two_line_fit(&flat) {
+            assert!(l.slope >= 0.0 && u.slope >= 0.0, "{l:?} {u:?}");
+        }
     }
 
     #[test]

@@ -16,12 +16,15 @@
 //! ```text
 //! # ferry calibration, written by `ferry calibrate` on 2026-11-23, <machine>
 //! fit.copy_in = 0.012 85 0.999     # a (ns per byte), b (ns), r²
+//! fit.copy_out = 0.05 900 0.998 2097152 0.21 -2000   # ... and from 2 MiB on, a2 b2
 //! threshold.emulated_copy = 1048576
 //! threshold.swap = 18446744073709551615   # never
 //! ```
 //!
-//! Keys are `fit.<primitive>` (three numbers; the primitives are listed in [`primitive`])
-//! and `threshold.<name>` (a byte count, or `never`) for each field of [`Thresholds`].
+//! Keys are `fit.<primitive>` (the primitives are listed in [`primitive`]): three numbers
+//! `a b r2` for one line, or six, `a b r2 from a2 b2`, for two (the cache knee: one line
+//! below `from` bytes, another from there on; `r2` is then the two lines' together; see
+//! [`Fit`]). Files with three numbers per fit (the first format) read as before. And `threshold.<name>` (a byte count, or `never`) for each field of [`Thresholds`].
 //! A threshold the file leaves out keeps its default. Unknown keys, duplicates, and
 //! values that do not parse are errors naming the line, never silently skipped.
 //!
@@ -44,8 +47,10 @@
 //! This follows what [`Passing`](super::Passing) does: application-allocated input copies
 //! into the application's buffer (at or above `threshold.swap`, `Passing::input_into_app`
 //! swaps the lined-up whole pages of an `AppBuffer` in and copies the rest), and
-//! system-allocated input hands the receiver the sender's pages. The model follows input
-//! into a plain buffer (`recv_into`), which always copies.
+//! system-allocated input hands the receiver the sender's pages. [`Calibration::predict`]
+//! follows input into a plain buffer (`recv_into`), which always copies;
+//! [`Calibration::predict_in_place`] follows input in place (`Passing::recv_in_place`,
+//! share and emulated share), which drops the copy out.
 //!
 //! Below its threshold an emulated form converts to copy, so it is predicted as copy.
 //! Work done after the receiver has the data (unprotecting at release, unwiring,
@@ -120,21 +125,53 @@ pub mod primitive {
     ];
 }
 
-/// A line `ns = a * bytes + b` fitted by least squares, with its r².
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// A line `ns = a * bytes + b` fitted by least squares, with its r²; optionally a second
+/// line from [`Segment::from`] bytes on.
+///
+/// One straight line cannot follow a copy's cost across the last-level cache: a copy that
+/// fits in the cache runs several times faster per byte than one that streams through
+/// memory, so a line through both predicts neither. `ferry calibrate` fits two lines, split
+/// where the two fit the points best, when that is clearly better than one.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct Fit {
+    /// Nanoseconds per byte (below [`above`](Self::above)'s `from`, if any).
+    pub a: f64,
+    /// Nanoseconds.
+    pub b: f64,
+    /// Coefficient of determination of the fit (1: every point on the line or lines).
+    pub r2: f64,
+    /// The line for large sizes, if the fit has two.
+    pub above: Option<Segment>,
+}
+
+/// The upper line of a two-line [`Fit`]: `ns = a * bytes + b` from `from` bytes on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Segment {
+    /// The first size this line applies to.
+    pub from: usize,
     /// Nanoseconds per byte.
     pub a: f64,
     /// Nanoseconds.
     pub b: f64,
-    /// Coefficient of determination of the fit (1: every point on the line).
-    pub r2: f64,
 }
 
 impl Fit {
+    /// One line.
+    pub fn line(a: f64, b: f64, r2: f64) -> Fit {
+        Fit {
+            a,
+            b,
+            r2,
+            above: None,
+        }
+    }
+
     /// The predicted nanoseconds for `bytes`.
     pub fn at(&self, bytes: usize) -> f64 {
-        self.a * bytes as f64 + self.b
+        match self.above {
+            Some(s) if bytes >= s.from => s.a * bytes as f64 + s.b,
+            _ => self.a * bytes as f64 + self.b,
+        }
     }
 }
 
@@ -226,19 +263,30 @@ impl Calibration {
                     ));
                 }
                 let nums: Vec<&str> = value.split_whitespace().collect();
-                if nums.len() != 3 {
+                if nums.len() != 3 && nums.len() != 6 {
                     return Err(bad(
                         n,
                         format!(
-                            "{key} needs three numbers `a b r2` (ns per byte, ns, r²), found {value:?}"
+                            "{key} needs three numbers `a b r2` (ns per byte, ns, r²) or six \
+                             `a b r2 from a2 b2` (and from `from` bytes on, a second line), \
+                             found {value:?}"
                         ),
                     ));
                 }
-                let fit = Fit {
-                    a: parse_number(n, key, nums[0])?,
-                    b: parse_number(n, key, nums[1])?,
-                    r2: parse_number(n, key, nums[2])?,
-                };
+                let mut fit = Fit::line(
+                    parse_number(n, key, nums[0])?,
+                    parse_number(n, key, nums[1])?,
+                    parse_number(n, key, nums[2])?,
+                );
+                if nums.len() == 6 {
+                    fit.above = Some(Segment {
+                        from: nums[3].parse().map_err(|_| {
+                            bad(n, format!("{key}: {:?} is not a byte count", nums[3]))
+                        })?,
+                        a: parse_number(n, key, nums[4])?,
+                        b: parse_number(n, key, nums[5])?,
+                    });
+                }
                 cal.fits.insert(name.to_string(), fit);
             } else if let Some(name) = key.strip_prefix("threshold.") {
                 let slot = threshold_mut(&mut cal.thresholds, name).ok_or_else(|| {
@@ -274,10 +322,23 @@ impl Calibration {
     /// The file's text: every fit, then every threshold. [`Calibration::parse`] reads it
     /// back to an equal value.
     pub fn to_text(&self) -> String {
-        let mut s = String::from("# ferry calibration: fit.<primitive> = a (ns/byte) b (ns) r2\n");
+        let mut s = String::from(
+            "# ferry calibration: fit.<primitive> = a (ns/byte) b (ns) r2 [from (bytes) a2 b2]\n",
+        );
         for (name, f) in &self.fits {
             // `{:e}`-free shortest round-trip formatting keeps parse(to_text) exact.
-            let _ = writeln!(s, "fit.{name} = {:?} {:?} {:?}", f.a, f.b, f.r2);
+            match f.above {
+                None => {
+                    let _ = writeln!(s, "fit.{name} = {:?} {:?} {:?}", f.a, f.b, f.r2);
+                }
+                Some(u) => {
+                    let _ = writeln!(
+                        s,
+                        "fit.{name} = {:?} {:?} {:?} {} {:?} {:?}",
+                        f.a, f.b, f.r2, u.from, u.a, u.b
+                    );
+                }
+            }
         }
         let mut t = self.thresholds;
         for key in THRESHOLD_KEYS {
@@ -368,6 +429,29 @@ impl Calibration {
             .sum()
     }
 
+    /// The primitives on the critical path when the receiver inputs in place
+    /// ([`Passing::recv_in_place`](super::Passing::recv_in_place)): as
+    /// [`recipe`](Self::recipe) without the copy out. `None` for copy and emulated copy,
+    /// which never input in place.
+    pub fn recipe_in_place(&self, s: Semantics, bytes: usize) -> Option<Vec<Term>> {
+        if s.allocator() == super::Allocator::Application
+            && s.integrity() == super::Integrity::Strong
+        {
+            return None;
+        }
+        let mut terms = self.recipe(s, bytes);
+        // Below its threshold emulated share converts to copy on output; the receiver
+        // still reads the copy's fbuf in place.
+        terms.retain(|t| t.primitive != primitive::COPY_OUT);
+        Some(terms)
+    }
+
+    /// The predicted end-to-end latency in ns when the receiver inputs in place: the sum
+    /// of [`recipe_in_place`](Self::recipe_in_place)'s fits.
+    pub fn predict_in_place(&self, s: Semantics, bytes: usize) -> Option<f64> {
+        self.sum(&self.recipe_in_place(s, bytes)?)
+    }
+
     /// The predicted end-to-end latency in ns of one `bytes`-long operation with `s`:
     /// the sum of its [`Calibration::recipe`]'s fits, or `None` when one of them was not
     /// calibrated.
@@ -453,7 +537,7 @@ mod tests {
             (primitive::REGION_UNMAP, 0.03, 1000.0),
             (primitive::SWAP, 0.25, 6000.0),
         ] {
-            c.fits.insert(k.into(), Fit { a, b, r2: 0.99 });
+            c.fits.insert(k.into(), Fit::line(a, b, 0.99));
         }
         c.thresholds.swap = 1 << 22;
         c
@@ -462,17 +546,62 @@ mod tests {
     #[test]
     fn text_round_trips() {
         let mut c = sample();
-        c.fits.insert(
-            "mremap".into(),
-            Fit {
-                a: 1.0 / 3.0,
-                b: -7.25e-3,
-                r2: 0.123456789,
-            },
-        );
+        c.fits
+            .insert("mremap".into(), Fit::line(1.0 / 3.0, -7.25e-3, 0.123456789));
         let text = c.to_text();
         assert_eq!(Calibration::parse(&text).unwrap(), c);
         assert!(text.contains("threshold.swap = 4194304\n"), "{text}");
+    }
+
+    #[test]
+    fn two_line_fits_round_trip_and_old_files_still_load() {
+        let mut c = sample();
+        let mut f = Fit::line(0.1, 50.0, 0.97);
+        f.above = Some(Segment {
+            from: 4 << 20,
+            a: 0.25,
+            b: -3000.5,
+        });
+        c.fits.insert(primitive::COPY_OUT.into(), f);
+        let text = c.to_text();
+        assert_eq!(Calibration::parse(&text).unwrap(), c);
+        // Each line applies on its own side of `from`.
+        assert_eq!(f.at(1000), 0.1 * 1000.0 + 50.0);
+        assert_eq!(f.at(4 << 20), 0.25 * (4 << 20) as f64 - 3000.5);
+        // A file of the first format (three numbers per fit) reads as one line.
+        let old = Calibration::parse("fit.copy_out = 0.2 100 0.99\n").unwrap();
+        assert_eq!(old.fits["copy_out"], Fit::line(0.2, 100.0, 0.99));
+        assert!(old.fits["copy_out"].above.is_none());
+        // Four or five numbers, or a `from` that is no byte count, are errors.
+        for bad in [
+            "fit.copy_out = 0.2 100 0.99 5\n",
+            "fit.copy_out = 0.2 100 0.99 5 1\n",
+            "fit.copy_out = 0.2 100 0.99 x 1 2\n",
+        ] {
+            assert!(
+                matches!(
+                    Calibration::parse(bad),
+                    Err(Error::BadCalibration { line: 1, .. })
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn in_place_input_drops_the_copy_out() {
+        let c = sample();
+        let b = 1 << 20;
+        for s in [Semantics::Copy, Semantics::EmulatedCopy] {
+            assert!(c.predict_in_place(s, b).is_none(), "{s}");
+        }
+        let share = c.predict(Semantics::EmulatedShare, b).unwrap();
+        let in_place = c.predict_in_place(Semantics::EmulatedShare, b).unwrap();
+        assert_eq!(share - in_place, c.fits[primitive::COPY_OUT].at(b));
+        assert_eq!(
+            c.predict_in_place(Semantics::Move, b),
+            c.predict(Semantics::Move, b)
+        );
     }
 
     #[test]
@@ -481,14 +610,7 @@ mod tests {
             "# header\n\n  fit.copy_in = 0.5 10 1   # trailing\nthreshold.swap = never\n",
         )
         .unwrap();
-        assert_eq!(
-            c.fits["copy_in"],
-            Fit {
-                a: 0.5,
-                b: 10.0,
-                r2: 1.0
-            }
-        );
+        assert_eq!(c.fits["copy_in"], Fit::line(0.5, 10.0, 1.0));
         assert_eq!(c.thresholds.swap, usize::MAX);
         assert_eq!(
             c.thresholds.emulated_copy,
@@ -602,22 +724,10 @@ mod tests {
         // Swapping (0.25 ns/B) never beats copying out (0.2 ns/B) at large sizes.
         assert_eq!(t.swap, usize::MAX);
         // A copy that costs nothing is never beaten: emulated forms always convert.
-        c.fits.insert(
-            primitive::COPY_IN.into(),
-            Fit {
-                a: 0.0,
-                b: 0.0,
-                r2: 1.0,
-            },
-        );
-        c.fits.insert(
-            primitive::COPY_OUT.into(),
-            Fit {
-                a: 0.0,
-                b: 0.0,
-                r2: 1.0,
-            },
-        );
+        c.fits
+            .insert(primitive::COPY_IN.into(), Fit::line(0.0, 0.0, 1.0));
+        c.fits
+            .insert(primitive::COPY_OUT.into(), Fit::line(0.0, 0.0, 1.0));
         c.derive_thresholds(0.1);
         assert_eq!(c.thresholds.emulated_weak_move, usize::MAX);
     }

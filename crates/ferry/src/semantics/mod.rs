@@ -83,7 +83,7 @@ pub mod tcp;
 pub mod thresholds;
 
 pub use app::AppBuffer;
-pub use calibration::{Calibration, Fit};
+pub use calibration::{Calibration, Fit, Segment};
 pub(crate) use passing::Regions;
 pub use passing::{InputAlignment, Passing, PassingConfig, Used};
 pub use regions::SysBuffer;

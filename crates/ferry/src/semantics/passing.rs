@@ -11,7 +11,7 @@ use super::hide::{self, Hidden};
 use super::regions::{describe, Afterwards, RegionGuard, SysBuffer, SysKind};
 use super::stats::{add, Counters, Fallback, SemanticsStats, ThresholdSource};
 use super::tcow::Engine;
-use super::{Allocator, Semantics, Thresholds};
+use super::{Allocator, Integrity, Semantics, Thresholds};
 use crate::channel::{Receiver, Sender};
 use crate::error::{Error, Result};
 use crate::iodata::IoData;
@@ -129,7 +129,9 @@ impl Drop for Regions {
 ///
 /// and input operations fill an application buffer ([`recv_into`](Self::recv_into),
 /// [`recv_into_app`](Self::recv_into_app)) or return a new system buffer
-/// ([`recv_sys`](Self::recv_sys)). What each semantics promises:
+/// ([`recv_sys`](Self::recv_sys); [`recv_in_place`](Self::recv_in_place) also for share
+/// and emulated share, whose weak integrity lets the receiver read the sender's pages in
+/// place). What each semantics promises:
 ///
 /// | semantics | buffer during output | buffer after output returns | receiver sees |
 /// |---|---|---|---|
@@ -597,10 +599,58 @@ impl Passing {
     pub fn recv_sys(&self, rx: &mut Receiver, s: Semantics) -> Result<SysBuffer> {
         s.expect(Allocator::System)?;
         let data = rx.recv()?;
-        self.stats.input(s, data.len());
-        Ok(SysBuffer {
-            kind: SysKind::Received(data),
+        Ok(self.in_place(data, s))
+    }
+
+    /// Input in place, for a receiver that accepts a system buffer instead of naming its
+    /// own: the next message as a new buffer that reads the sender's pages where they
+    /// are (no copy, no mapping: the receiver's domain maps the sender's lot already).
+    /// Dropping it releases the pages to the sender. Counted in
+    /// [`SemanticsCounters::inputs_in_place`](super::SemanticsCounters::inputs_in_place).
+    ///
+    /// Which promises allow it: every system-allocated semantics (this is
+    /// [`recv_sys`](Self::recv_sys)), and share and emulated share. Those two promise no
+    /// integrity: their receiver may see the sender's later writes to its buffer anyway,
+    /// and reading the sender's pages in place shows exactly that and nothing else (the
+    /// bytes at output or later ones, never another message's). Copy and emulated copy
+    /// are refused: their input is defined as the bytes landing in the application's own
+    /// buffer, which [`recv_into`](Self::recv_into) and
+    /// [`recv_into_app`](Self::recv_into_app) do (copying out, or swapping pages where
+    /// calibration says so); share and emulated share may use those too, and then copy
+    /// (counted in [`SemanticsCounters::copied_bytes`](super::SemanticsCounters::copied_bytes)).
+    ///
+    /// # Errors
+    /// [`Error::WrongSemantics`] for copy and emulated copy (nothing is received);
+    /// channel errors.
+    pub fn recv_in_place(&self, rx: &mut Receiver, s: Semantics) -> Result<SysBuffer> {
+        Self::expect_in_place(s)?;
+        let data = rx.recv()?;
+        Ok(self.in_place(data, s))
+    }
+
+    /// Input in place of already received `data`, as [`recv_in_place`](Self::recv_in_place)
+    /// does.
+    pub fn input_in_place(&self, data: IoData, s: Semantics) -> Result<SysBuffer> {
+        Self::expect_in_place(s)?;
+        Ok(self.in_place(data, s))
+    }
+
+    fn expect_in_place(s: Semantics) -> Result<()> {
+        if s.allocator() == Allocator::System || s.integrity() == Integrity::Weak {
+            return Ok(());
+        }
+        Err(Error::WrongSemantics {
+            semantics: s.name(),
+            needs: "weak-integrity or system-allocated",
         })
+    }
+
+    fn in_place(&self, data: IoData, s: Semantics) -> SysBuffer {
+        self.stats.input(s, data.len());
+        self.stats.in_place(s);
+        SysBuffer {
+            kind: SysKind::Received(data),
+        }
     }
 
     /// A writable buffer with the bytes of `buf` (a received one; a local one is returned

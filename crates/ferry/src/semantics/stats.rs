@@ -73,6 +73,11 @@ pub struct SemanticsCounters {
     pub inputs: u64,
     /// Bytes input.
     pub input_bytes: u64,
+    /// Inputs handed to the receiver as the sender's pages, read in place (no copy):
+    /// every system-allocated input, and weak-integrity application-allocated input
+    /// through [`Passing::recv_in_place`](super::Passing::recv_in_place). The others
+    /// copied out (counted in [`copied_bytes`](Self::copied_bytes)).
+    pub inputs_in_place: u64,
     /// Outputs of an emulated form below its threshold, done as copy.
     pub converted_to_copy: u64,
     /// Outputs that fell back to copy, per [`Fallback::ALL`] reason.
@@ -173,6 +178,7 @@ struct PerCounters {
     output_bytes: AtomicU64,
     inputs: AtomicU64,
     input_bytes: AtomicU64,
+    in_place: AtomicU64,
     converted: AtomicU64,
     fallbacks: [AtomicU64; 5],
     copied: AtomicU64,
@@ -197,6 +203,10 @@ impl Counters {
         let p = &self.per[s.index()];
         add(&p.inputs, 1);
         add(&p.input_bytes, bytes as u64);
+    }
+
+    pub fn in_place(&self, s: Semantics) {
+        add(&self.per[s.index()].in_place, 1);
     }
 
     pub fn converted(&self, s: Semantics) {
@@ -225,6 +235,7 @@ impl Counters {
                 output_bytes: get(&p.output_bytes),
                 inputs: get(&p.inputs),
                 input_bytes: get(&p.input_bytes),
+                inputs_in_place: get(&p.in_place),
                 converted_to_copy: get(&p.converted),
                 fallbacks: std::array::from_fn(|j| get(&p.fallbacks[j])),
                 copied_bytes: get(&p.copied),

@@ -53,7 +53,7 @@ pub fn measure(primitive: &str, size: usize, reps: usize, other_cpu: usize) -> R
     let pg = page();
     let none = || Ok(());
     match primitive {
-        p::COPY_IN => copy_in(size, reps),
+        p::COPY_IN => copy_in(size, reps, other_cpu),
         p::COPY_OUT => copy_out(size, reps, other_cpu),
         p::PROTECT_UFFD | p::UNPROTECT_UFFD => {
             let (_fd, m) = filled(size)?;
@@ -174,29 +174,68 @@ fn fresh_group() -> Result<std::sync::Arc<Group>> {
 }
 
 /// Copy semantics' output work: an fbuf from a path (the path's cached fbufs, as in a
-/// steady stream of messages), the bytes copied in, frozen (the untimed reset drops it,
-/// which returns the fbuf to the path).
-fn copy_in(size: usize, reps: usize) -> Result<Vec<f64>> {
+/// steady stream of messages), the bytes copied in, frozen. The untimed reset hands the
+/// message to a reader thread pinned to `other_cpu`, which copies it out (as the receiving
+/// process does), then drops it, which returns the fbuf to the path: the next copy in
+/// writes lines the other CPU last read, as between two processes (a hot loop on one CPU
+/// would time cache-resident writes that the real path never sees).
+fn copy_in(size: usize, reps: usize, other_cpu: usize) -> Result<Vec<f64>> {
     let group = fresh_group()?;
     let domain = group.join()?;
     let path = domain.path(PathConfig::default())?;
     let src = vec![0x5au8; size];
     let frozen = Cell::new(None);
-    let ns = timed(
-        reps,
-        || {
-            let mut b = path.alloc(size)?;
-            b.write_at(0, black_box(&src));
-            frozen.set(Some(b.freeze()));
-            Ok(())
-        },
-        || {
-            drop(frozen.take());
-            Ok(())
-        },
-    )?;
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<ferry::IoData>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let ns = std::thread::scope(|s| -> Result<Vec<f64>> {
+        s.spawn(move || {
+            let _ = crate::sys::pin_to(other_cpu);
+            let mut dst = vec![0u8; size];
+            while let Ok(d) = go_rx.recv() {
+                d.copy_range_to_slice(.., black_box(&mut dst[..]));
+                drop(d);
+                if done_tx.send(()).is_err() {
+                    break;
+                }
+            }
+        });
+        let ns = timed(
+            reps,
+            || {
+                let mut b = path.alloc(size)?;
+                b.write_at(0, black_box(&src));
+                frozen.set(Some(b.freeze()));
+                Ok(())
+            },
+            || {
+                if let Some(d) = frozen.take() {
+                    go_tx.send(d)?;
+                    done_rx.recv()?;
+                }
+                Ok(())
+            },
+        );
+        drop(go_tx);
+        ns
+    })?;
     drop((path, domain, group));
     Ok(ns)
+}
+
+/// One page copied from a buffer into another, both hot in this CPU's cache: the "one
+/// page copy" of the TCOW-fault bar.
+pub fn hot_page_copy(reps: usize) -> Result<Vec<f64>> {
+    let src = vec![0x5au8; page()];
+    let mut dst = vec![0u8; page()];
+    timed(
+        reps,
+        || {
+            dst.copy_from_slice(black_box(&src));
+            black_box(&mut dst);
+            Ok(())
+        },
+        || Ok(()),
+    )
 }
 
 /// Copy semantics' input work: the receiver copies a message out of the sender's pages

@@ -38,7 +38,7 @@ const PAPER: &[(&str, &str, f64, f64)] = &[
 
 fn about(name: &str) -> &'static str {
     match name {
-        p::COPY_IN => "an fbuf from a path, the bytes copied in (Passing's copy output)",
+        p::COPY_IN => "an fbuf from a path (last read on the other CPU), the bytes copied in (Passing's copy output)",
         p::COPY_OUT => "copy out through a read-only mapping of pages the other CPU just wrote",
         p::HANDOVER => "descriptor hand-over, one way, 2 pinned processes, blocking receive",
         p::PROTECT_UFFD => "userfaultfd write-protect (memfd mapping)",
@@ -83,10 +83,14 @@ pub(super) fn markdown(ctx: &BenchCtx, c: &Calibrated) -> String {
          through the medians by least squares on the relative error (weights 1/y²), so that a \
          4 KiB point counts as much as a 64 MiB one. Where the cost bends (copies slow down \
          several-fold once the data leaves the last-level cache, between 1 and 16 MiB here), \
-         one line cannot follow both sides: a low r² says so, and the model errs there. The hand-over runs between two processes pinned \
+         one line cannot follow both sides: there the fit is two lines, split where they fit \
+         the points best (`a` and `b` show both, and from which size the second applies). The \
+         hand-over runs between two processes pinned \
          to CPUs {} and {} over a ferry channel (the receiver blocks and reads the header); every \
          other primitive runs in one process pinned to CPU {}, the TCOW fault's handler thread \
-         on the same CPU. The machine is shared: read the absolute numbers as this run's.\n",
+         on the same CPU; `copy_in` and `copy_out` have a thread on the other CPU read each \
+         fbuf before it is written again, or write the pages before they are read, as the \
+         peer process does. The machine is shared: read the absolute numbers as this run's.\n",
         c.sizes.len(),
         c.trials_note,
         ctx.cpu(0),
@@ -123,11 +127,24 @@ pub(super) fn markdown(ctx: &BenchCtx, c: &Calibrated) -> String {
             }
         }
         match (q.fit, &q.error) {
-            (Some(f), _) => {
-                row.push(num(f.a));
-                row.push(us(f.b));
-                row.push(format!("{:.3}", f.r2));
-            }
+            (Some(f), _) => match f.above {
+                None => {
+                    row.push(num(f.a));
+                    row.push(us(f.b));
+                    row.push(format!("{:.3}", f.r2));
+                }
+                // Two lines: below the knee / from it on.
+                Some(u) => {
+                    row.push(format!(
+                        "{} / {} from {}",
+                        num(f.a),
+                        num(u.a),
+                        bytes(u.from)
+                    ));
+                    row.push(format!("{} / {}", us(f.b), us(u.b)));
+                    row.push(format!("{:.3}", f.r2));
+                }
+            },
             (None, Some(e)) => {
                 row.push(format!("not measured: {e}"));
                 row.push(String::new());

@@ -5,8 +5,12 @@
 //! issue 10 with verdicts; and the calibrated model's prediction against each measurement
 //! (Table 7), using the calibration measured in the same run (`calibrate`).
 //!
-//! One source and one sink process per semantics ([`worker`]), pinned to the two CPUs,
-//! blocking in the channel's receive as an application would. The workers read their
+//! One source and one sink process ([`worker`]), pinned to the two CPUs, blocking in the
+//! channel's receive as an application would, run every semantics: per size, each round
+//! runs a block of messages of every semantics in an order rotated each round, and a
+//! semantics' ratio to copy is the median over rounds of its round's median over copy's
+//! (as `ferry bench handover` does), so that the machine's state at the time (CPU
+//! wake-ups, other load) weighs on every semantics alike. The workers read their
 //! thresholds from this run's calibration file, named in `FERRY_CALIBRATION`.
 //!
 //! A second series runs the same over a TCP loopback connection through the io_uring
@@ -66,7 +70,10 @@ pub struct Point {
     pub size: usize,
     /// One-way latency, ns, over every timed message.
     pub lat: Summary,
+    /// Median latency per round, ns.
     pub per_trial: Vec<f64>,
+    /// Per round: this semantics' median over copy's median in the same round.
+    pub ratios: Vec<f64>,
     /// CPU time of the output call and of the input call (median ns per message).
     pub cpu_out: f64,
     pub cpu_in: f64,
@@ -89,23 +96,31 @@ impl Series {
     }
 }
 
+impl Point {
+    /// The median of the per-round ratios to copy (none without copy in the run).
+    pub fn ratio(&self) -> Option<f64> {
+        (!self.ratios.is_empty()).then(|| median(&self.ratios))
+    }
+}
+
 fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
     let cal = calibrate::calibrated(ctx)?;
     let sizes: Vec<usize> = ctx.pick(QUICK_SIZES, SIZES).to_vec();
     let budget = ctx.pick(
+        // Per round and semantics.
         Budget {
-            bytes: 48 * MIB,
-            min: 3,
-            max: 40,
+            bytes: 16 * MIB,
+            min: 1,
+            max: 15,
             warm_bytes: MIB,
-            warm_max: 3,
+            warm_max: 2,
         },
         Budget {
-            bytes: 128 * MIB,
-            min: 5,
-            max: 300,
+            bytes: 32 * MIB,
+            min: 2,
+            max: 60,
             warm_bytes: 8 * MIB,
-            warm_max: 20,
+            warm_max: 10,
         },
     );
     let plan = Plan {
@@ -115,7 +130,8 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         msgs: budget.msgs(&sizes),
         warmup: budget.warmup(&sizes).iter().map(|&w| w.max(1)).collect(),
         sizes,
-        trials: ctx.pick(1, 2),
+        // Rounds: every round runs every semantics at a size.
+        trials: ctx.pick(3, 7),
         hops: 0,
     };
     // The workers read this run's thresholds from the file the library looks for.
@@ -124,17 +140,17 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
     std::env::set_var("FERRY_CALIBRATION", &file);
     let tcp = ferry::uring::Features::probe().ring;
     let measured = (|| -> Result<Vec<Series>> {
-        let mut all = Vec::new();
-        for s in Semantics::ALL {
-            ctx.progress
-                .phase(&format!("genie: {s} between 2 pinned processes"));
-            all.push(measure(ctx, s, &plan, &cal.calibration, false)?);
-        }
+        ctx.progress.phase(&format!(
+            "genie: the eight semantics between 2 pinned processes, {} interleaved rounds",
+            plan.trials
+        ));
+        let mut all = measure(ctx, &plan, &cal.calibration, false)?;
         if tcp {
-            for s in Semantics::ALL {
-                ctx.progress.phase(&format!("genie: {s} over TCP loopback"));
-                all.push(measure(ctx, s, &plan, &cal.calibration, true)?);
-            }
+            ctx.progress.phase(&format!(
+                "genie: the eight semantics over TCP loopback, {} interleaved rounds",
+                plan.trials
+            ));
+            all.extend(measure(ctx, &plan, &cal.calibration, true)?);
         }
         Ok(all)
     })();
@@ -144,9 +160,9 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
     Ok(output(ctx, cal, &plan, &series))
 }
 
-/// The two ends of one semantics' link: over a ferry channel, or over a connected TCP
+/// The two ends of the semantics' link: over a ferry channel, or over a connected TCP
 /// loopback socket pair (each worker then joins the group only for a lot of its own).
-fn ends(s: Semantics, tcp: bool) -> Result<(LinkEnd, LinkEnd, Cleanup)> {
+fn ends(s: &[Semantics], tcp: bool) -> Result<(LinkEnd, LinkEnd, Cleanup)> {
     if !tcp {
         let (mut links, group_file) = ferry_link::links(1, Variant::CACHED_VOLATILE)?;
         let link = links.remove(0);
@@ -181,14 +197,9 @@ fn ends(s: Semantics, tcp: bool) -> Result<(LinkEnd, LinkEnd, Cleanup)> {
     ))
 }
 
-fn measure(
-    ctx: &BenchCtx,
-    s: Semantics,
-    plan: &Plan,
-    cal: &Calibration,
-    tcp: bool,
-) -> Result<Series> {
-    let (tx, rx, _cleanup) = ends(s, tcp)?;
+fn measure(ctx: &BenchCtx, plan: &Plan, cal: &Calibration, tcp: bool) -> Result<Vec<Series>> {
+    let sems = Semantics::ALL;
+    let (tx, rx, _cleanup) = ends(&sems, tcp)?;
     let ack = stream::pipe_link()?;
     let mut crew = Crew::default();
     let mut src = WorkerSpec::new(Role::GenieSource, ctx.cpu(0));
@@ -200,65 +211,96 @@ fn measure(
     snk.ack = Some(ack.tx);
     crew.spawn(snk, plan)?;
     let mut reports = crew
-        .finish(Duration::from_secs(300))
-        .with_context(|| format!("semantics {s}{}", if tcp { " over TCP" } else { "" }))?;
+        .finish(Duration::from_secs(if tcp { 900 } else { 600 }))
+        .with_context(|| format!("the genie workers{}", if tcp { " over TCP" } else { "" }))?;
     let sink = reports.pop().unwrap_or_default();
     let source = reports.pop().unwrap_or_default();
-    let mut points = Vec::new();
-    for &size in &plan.sizes {
-        let of = |v: &[Sample], kind| -> Vec<Sample> {
+    // Per (semantics, size, round): the one-way latencies of its block.
+    let lat_of = |s: Semantics, size: usize, round: u32| -> Result<Vec<f64>> {
+        let find = |v: &[Sample]| {
             v.iter()
-                .filter(|x| x.size == size && x.kind == kind)
+                .find(|x| {
+                    x.kind == SampleKind::Stamp
+                        && x.size == size
+                        && worker::untag(x.trial) == (round, s)
+                })
                 .cloned()
-                .collect()
         };
-        let (t0, t1) = (of(&source, SampleKind::Stamp), of(&sink, SampleKind::Stamp));
-        if t0.len() != t1.len() {
-            bail!(
-                "{s} at {size} B: {} source trials, {} sink trials",
-                t0.len(),
-                t1.len()
-            );
+        let (Some(a), Some(b)) = (find(&source), find(&sink)) else {
+            bail!("{s} at {size} B: round {round} is missing a side's stamps");
+        };
+        if a.ns.len() != b.ns.len() {
+            bail!("{s} at {size} B: stamps do not pair up");
         }
-        let mut all = Vec::new();
-        let mut per_trial = Vec::new();
-        for (a, b) in t0.iter().zip(&t1) {
-            if a.ns.len() != b.ns.len() {
-                bail!("{s} at {size} B: stamps do not pair up");
+        Ok(a.ns
+            .iter()
+            .zip(&b.ns)
+            .map(|(x, y)| y.saturating_sub(*x) as f64)
+            .collect())
+    };
+    let mut out = Vec::new();
+    for s in sems {
+        let mut points = Vec::new();
+        for &size in &plan.sizes {
+            let mut all = Vec::new();
+            let mut per_trial = Vec::new();
+            let mut ratios = Vec::new();
+            for round in 0..plan.trials {
+                let v = lat_of(s, size, round)?;
+                let m = median(&v);
+                per_trial.push(m);
+                let c = median(&lat_of(Semantics::Copy, size, round)?);
+                if c > 0.0 {
+                    ratios.push(m / c);
+                }
+                all.extend(v);
             }
-            let v: Vec<f64> =
-                a.ns.iter()
-                    .zip(&b.ns)
-                    .map(|(x, y)| y.saturating_sub(*x) as f64)
+            let cpu = |v: &[Sample]| {
+                let ns: Vec<f64> = v
+                    .iter()
+                    .filter(|x| {
+                        x.kind == SampleKind::CpuTime
+                            && x.size == size
+                            && worker::untag(x.trial).1 == s
+                    })
+                    .flat_map(|x| x.ns.iter().map(|&n| n as f64))
                     .collect();
-            per_trial.push(median(&v));
-            all.extend(v);
-        }
-        let cpu = |v: &[Sample]| {
-            let ns: Vec<f64> = of(v, SampleKind::CpuTime)
+                median(&ns)
+            };
+            let mut counters = vec![0u64; worker::COUNTERS.len()];
+            // The source's counters, and the sink's inputs in place.
+            for c in source
                 .iter()
-                .flat_map(|x| x.ns.iter().map(|&n| n as f64))
-                .collect();
-            median(&ns)
-        };
-        let mut counters = vec![0u64; worker::COUNTERS.len()];
-        for c in of(&source, SampleKind::Counter) {
-            if let Some(slot) = counters.get_mut(c.trial as usize) {
-                *slot += c.bytes;
+                .chain(&sink)
+                .filter(|x| x.kind == SampleKind::Counter && x.size == size)
+            {
+                let (cs, j) = worker::counter_untag(c.trial);
+                if cs == s {
+                    if let Some(slot) = counters.get_mut(j) {
+                        *slot += c.bytes;
+                    }
+                }
             }
+            points.push(Point {
+                size,
+                lat: Summary::of(&all),
+                per_trial,
+                ratios,
+                cpu_out: cpu(&source),
+                cpu_in: cpu(&sink),
+                counters,
+                // The model covers the channel; TCP's kernel copies are not calibrated.
+                // Share and emulated share input in place over the channel (see worker).
+                predicted: match tcp {
+                    true => None,
+                    false if worker::in_place(s) => cal.predict_in_place(s, size),
+                    false => cal.predict(s, size),
+                },
+            });
         }
-        points.push(Point {
-            size,
-            lat: Summary::of(&all),
-            per_trial,
-            cpu_out: cpu(&source),
-            cpu_in: cpu(&sink),
-            counters,
-            // The model covers the channel; TCP's kernel copies are not calibrated.
-            predicted: if tcp { None } else { cal.predict(s, size) },
-        });
+        out.push(Series { s, tcp, points });
     }
-    Ok(Series { s, tcp, points })
+    Ok(out)
 }
 
 /// Removes a group's control-block file once the workers are gone.
@@ -273,11 +315,7 @@ impl Drop for Cleanup {
 fn output(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, series: &[Series]) -> BenchOutput {
     let mut out = BenchOutput::default();
     for x in series {
-        let copy = series
-            .iter()
-            .find(|c| c.s == Semantics::Copy && c.tcp == x.tcp);
         for p in &x.points {
-            let copy_us = copy.and_then(|c| c.at(p.size)).map(|c| c.lat.median);
             let name = if x.tcp {
                 format!("{} (tcp)", x.s.name())
             } else {
@@ -304,7 +342,8 @@ fn output(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, series: &[Series]) -> B
             .param("cpu_output_ns", p.cpu_out)
             .param("cpu_input_ns", p.cpu_in)
             .param("predicted_ns", p.predicted)
-            .param("ratio_to_copy", copy_us.map(|c| p.lat.median / c));
+            .param("ratio_to_copy", p.ratio())
+            .param("ratio_rounds", p.ratios.len());
             for (k, v) in worker::COUNTERS.iter().zip(&p.counters) {
                 r = r.param(k, *v);
             }

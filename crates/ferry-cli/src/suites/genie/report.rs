@@ -42,9 +42,9 @@ fn copy_of<'a>(series: &[&'a Series]) -> Option<&'a Series> {
     series.iter().copied().find(|x| x.s == Semantics::Copy)
 }
 
+/// The median over rounds of `s`'s round median over copy's in the same round.
 fn ratio_at(series: &[&Series], s: Semantics, size: usize) -> Option<f64> {
-    let x = series.iter().find(|x| x.s == s)?.at(size)?;
-    Some(x.lat.median / copy_of(series)?.at(size)?.lat.median)
+    series.iter().find(|x| x.s == s)?.at(size)?.ratio()
 }
 
 pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
@@ -138,13 +138,10 @@ pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
                     String::new()
                 } else {
                     format!(
-                        "; floor for {s}: {} of copy ({})",
+                        "; floor for {s}: {} of copy ({}){}",
                         floor.map_or("n/a".into(), ratio),
-                        if s.allocator() == ferry::semantics::Allocator::Application {
-                            "CPU time of its output and input calls against copy's; its input copies into the receiver's buffer"
-                        } else {
-                            "CPU time of its output and input calls against copy's"
-                        }
+                        "CPU time of its output and input calls against copy's",
+                        mechanism_floor(cal, copy, s, largest)
                     )
                 }
             ),
@@ -192,6 +189,26 @@ pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
     out
 }
 
+/// The size-proportional system call a form's promise needs on output, from this run's
+/// calibration at `size`, against copy's measured latency: move must unmap the region
+/// from the sender (`region_unmap`), emulated move hide it (`hide`).
+fn mechanism_floor(cal: &Calibrated, copy: &Series, s: Semantics, size: usize) -> String {
+    use ferry::semantics::calibration::primitive as p;
+    let (prim, what) = match s {
+        Semantics::Move => (p::REGION_UNMAP, "munmap"),
+        Semantics::EmulatedMove => (p::HIDE, "mprotect(PROT_NONE)"),
+        _ => return String::new(),
+    };
+    match (cal.calibration.fits.get(prim), copy.at(size)) {
+        (Some(f), Some(c)) if c.lat.median > 0.0 => format!(
+            "; its {what} of {} alone (calibrate's `{prim}` fit, same run) is {} of copy",
+            bytes(size),
+            ratio(f.at(size) / c.lat.median)
+        ),
+        _ => String::new(),
+    }
+}
+
 /// The measured floor under a TCOW fault: a userfaultfd write-protect fault whose
 /// handler only un-protects (trap, handler wake-up, resume), same run.
 fn tcow_floor(cal: &Calibrated) -> String {
@@ -224,11 +241,18 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, all: &[Series]) -
          `ferry::semantics::Passing` over a ferry channel: the source outputs it under the \
          semantics (copy: `send_bytes` of a plain buffer; emulated copy, share, emulated share: \
          `send_app` of an application buffer in the lot; the system-allocated forms: `send_sys` \
-         of a system buffer), the sink inputs it under the same semantics (`recv_into` a plain \
-         buffer for the application-allocated forms, `recv_sys` for the others) while blocking \
-         in the channel's receive. Latency is from just before the output call to just after \
-         the input call returned (CLOCK_MONOTONIC in both processes); one message at a time, \
-         {} trial(s), medians over every timed message. Thresholds: this run's calibration, read \
+         of a system buffer), the sink inputs it under the same semantics while blocking in the \
+         channel's receive: `recv_into` a plain buffer for copy and emulated copy (strong \
+         integrity: the bytes land in the receiver's buffer, copied out), `recv_in_place` for \
+         share and emulated share (weak integrity lets the receiver read the sender's pages \
+         in place; the `inputs-in-place` counter shows it; over TCP they copy, as the kernel \
+         does), `recv_sys` for the system-allocated forms. Latency is from just before the \
+         output call to just after \
+         the input call returned (CLOCK_MONOTONIC in both processes); one message at a time. \
+         One pair of processes runs all eight semantics: per size, each of {} rounds runs a \
+         block of messages of every semantics, in an order rotated each round; latencies are \
+         medians over every timed message, and ratios to copy the median over rounds of the \
+         round's median over copy's in that round. Thresholds: this run's calibration, read \
          by the library from `FERRY_CALIBRATION`. The machine is shared with other work: read \
          absolute numbers as this run's, judge by ratios.\n",
         ctx.cpu(0),
@@ -316,7 +340,11 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, all: &[Series]) -
     let _ = writeln!(
         md,
         "\nThe calibrated model (Table 7): each semantics' primitives on the critical path, \
-         from this run's `calibrate` fits (`Calibration::recipe`), against the measurement. \
+         from this run's `calibrate` fits (`Calibration::recipe`; `recipe_in_place` for \
+         share and emulated share, input in place), against the measurement. A fit may be \
+         two lines split at the cache knee. `copy_in` is timed writing fbufs the other CPU \
+         last read, as here; that cost varied between runs on this VM (at 1 MiB, 82 to 424 µs \
+         a few minutes apart), so the copy-based forms' prediction can be off by as much. \
          The last column is the CPU time both calls used: when it is far below the latency, \
          the processes were waiting for a CPU (the machine is shared), which no model of the \
          primitives predicts.\n"
@@ -467,7 +495,10 @@ fn latency_tables(md: &mut String, series: &[&Series], sizes: &[usize]) {
         }
         t.row(row);
     }
-    let _ = writeln!(md, "\nRatio to copy (same transport, size and run):\n");
+    let _ = writeln!(
+        md,
+        "\nRatio to copy (same transport and size; median of per-round ratios):\n"
+    );
     md.push_str(&t.render());
 }
 

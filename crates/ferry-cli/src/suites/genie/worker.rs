@@ -1,9 +1,14 @@
-//! The two processes of `ferry bench genie`: a source that outputs each message under one
+//! The two processes of `ferry bench genie`: a source that outputs each message under a
 //! semantics through [`ferry::semantics::Passing`], and a sink that inputs it under the
-//! same semantics.
+//! same semantics. One pair of processes runs every semantics: per size, every round runs
+//! one block of messages of each semantics, in an order rotated each round ([`blocks`]),
+//! so that all semantics see the same machine state and per-round ratios to copy compare
+//! like with like.
 //!
-//! Link-end specs are `SEMANTICS;FERRY-SPEC`: the semantics' kebab name, then the spec of
-//! a ferry link ([`crate::transport::ferry`]). Ping-pong: the sink signals on the return
+//! Link-end specs are `SEMANTICS,...;FERRY-SPEC`: the semantics' kebab names, then the
+//! spec of a ferry link ([`crate::transport::ferry`]). Stamp and CPU samples carry round
+//! and semantics in `trial` ([`tag`]); counter samples carry semantics and counter
+//! ([`counter_tag`]). Ping-pong: the sink signals on the return
 //! pipe once it has input a message and dropped it, and the source prepares the next
 //! message (untimed: its sequence number and one byte in every page) only after that
 //! signal. Both sides stamp `CLOCK_MONOTONIC`: the
@@ -14,11 +19,11 @@
 
 use anyhow::{bail, Context, Result};
 use ferry::semantics::{
-    AppBuffer, Passing, PassingConfig, Semantics, SemanticsStats, ThresholdSource,
+    AppBuffer, Integrity, Passing, PassingConfig, Semantics, SemanticsStats, ThresholdSource,
 };
 use ferry::{Receiver, Sender};
 
-use crate::protocol::{Plan, Role, Sample, SampleKind, Step, Wait, WorkerArgs};
+use crate::protocol::{Plan, Role, Sample, SampleKind, Wait, WorkerArgs};
 use crate::sys::{now_ns, thread_cpu_ns};
 use crate::transport::ack::Ack;
 use crate::transport::ferry::Ferry;
@@ -40,12 +45,15 @@ pub const COUNTERS: &[&str] = &[
     "tcow-pages-copied",
     "zc-sends",
     "zc-copied",
+    "inputs-in-place",
     "thresholds-from-file",
 ];
 
-/// Reads `(outputs, converted, fallbacks, copied bytes, tcow protected, faults, copied)`
-/// of semantics `s` from a stats snapshot.
-fn counters(st: &SemanticsStats, s: Semantics) -> [u64; 10] {
+/// Index of `inputs-in-place` in [`COUNTERS`]: the one counter the sink reports.
+const IN_PLACE: usize = 9;
+
+/// Reads [`COUNTERS`] of semantics `s` from a stats snapshot.
+fn counters(st: &SemanticsStats, s: Semantics) -> [u64; 11] {
     let c = &st.per[s.index()];
     [
         c.outputs,
@@ -57,26 +65,96 @@ fn counters(st: &SemanticsStats, s: Semantics) -> [u64; 10] {
         st.tcow_pages_copied,
         st.zc_sends,
         st.zc_copied,
+        c.inputs_in_place,
         u64::from(st.threshold_source == ThresholdSource::CalibrationFile),
     ]
 }
 
-/// `SEMANTICS;FERRY-SPEC` for one end of a genie link over a ferry channel.
-pub fn spec(s: Semantics, ferry_spec: &str) -> String {
-    format!("{};{ferry_spec}", s.name())
+fn names(sems: &[Semantics]) -> String {
+    sems.iter().map(|s| s.name()).collect::<Vec<_>>().join(",")
 }
 
-/// `SEMANTICS;tcp:GROUP,FD` for one end of a genie link over a connected TCP socket: the
-/// worker joins GROUP for a lot of its own and talks on the inherited socket FD.
-pub fn tcp_spec(s: Semantics, group: &str, fd: i32) -> String {
-    format!("{};tcp:{group},{fd}", s.name())
+/// `SEMANTICS,...;FERRY-SPEC` for one end of a genie link over a ferry channel.
+pub fn spec(sems: &[Semantics], ferry_spec: &str) -> String {
+    format!("{};{ferry_spec}", names(sems))
 }
 
-fn parse(spec: &str) -> Result<(Semantics, &str)> {
+/// `SEMANTICS,...;tcp:GROUP,FD` for one end of a genie link over a connected TCP socket:
+/// the worker joins GROUP for a lot of its own and talks on the inherited socket FD.
+pub fn tcp_spec(sems: &[Semantics], group: &str, fd: i32) -> String {
+    format!("{};tcp:{group},{fd}", names(sems))
+}
+
+fn parse(spec: &str) -> Result<(Vec<Semantics>, &str)> {
     let (s, rest) = spec
         .split_once(';')
         .with_context(|| format!("genie spec {spec:?} lacks `SEMANTICS;`"))?;
-    Ok((s.parse()?, rest))
+    let sems = s
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<Vec<_>, _>>()?;
+    if sems.is_empty() {
+        bail!("genie spec {spec:?} names no semantics");
+    }
+    Ok((sems, rest))
+}
+
+/// The `trial` of a stamp or CPU sample: round and semantics together.
+pub fn tag(round: u32, s: Semantics) -> u32 {
+    round * Semantics::ALL.len() as u32 + s.index() as u32
+}
+
+/// The round and semantics of a stamp or CPU sample's `trial`.
+pub fn untag(trial: u32) -> (u32, Semantics) {
+    let n = Semantics::ALL.len() as u32;
+    (trial / n, Semantics::ALL[(trial % n) as usize])
+}
+
+/// The `trial` of a counter sample: semantics, then the counter's index in [`COUNTERS`].
+pub fn counter_tag(s: Semantics, counter: usize) -> u32 {
+    (s.index() * COUNTERS.len() + counter) as u32
+}
+
+/// The semantics and counter index of a counter sample's `trial`.
+pub fn counter_untag(trial: u32) -> (Semantics, usize) {
+    let t = trial as usize;
+    (Semantics::ALL[t / COUNTERS.len()], t % COUNTERS.len())
+}
+
+/// The semantics in the order round `round` runs them: rotated every round, so that no
+/// semantics always runs right after another.
+pub fn order(round: u32, sems: &[Semantics]) -> Vec<Semantics> {
+    let k = round as usize % sems.len();
+    sems[k..].iter().chain(&sems[..k]).copied().collect()
+}
+
+/// One block of the schedule: `warm` untimed messages, then `timed` timed ones, of one
+/// semantics at one size in one round. Both workers walk the same blocks in the same order.
+pub struct Block {
+    pub round: u32,
+    pub size: usize,
+    pub s: Semantics,
+    pub warm: u32,
+    pub timed: u32,
+}
+
+/// The schedule: per size (smallest first), per round, every semantics in that round's order.
+pub fn blocks(plan: &Plan, sems: &[Semantics]) -> Vec<Block> {
+    let mut out = Vec::new();
+    for (i, &size) in plan.sizes.iter().enumerate() {
+        for round in 0..plan.trials {
+            for s in order(round, sems) {
+                out.push(Block {
+                    round,
+                    size,
+                    s,
+                    warm: plan.warmup.get(i).copied().unwrap_or(0),
+                    timed: plan.msgs.get(i).copied().unwrap_or(1).max(1),
+                });
+            }
+        }
+    }
+    out
 }
 
 /// A TCP link: the connected socket and the io_uring ring output goes through.
@@ -103,37 +181,37 @@ pub fn run(args: &WorkerArgs, plan: &Plan) -> Result<Vec<Sample>> {
     let config = PassingConfig::default();
     match args.role {
         Role::GenieSource => {
-            let (s, spec) = parse(args.tx.as_deref().context("--tx is required")?)?;
+            let (sems, spec) = parse(args.tx.as_deref().context("--tx is required")?)?;
             if let Some(t) = spec.strip_prefix("tcp:") {
                 let (domain, mut link) = open_tcp(t)?;
                 let passing = Passing::new(&domain, config)?;
-                return source(plan, s, &passing, Out::Tcp(&mut link), &mut ack);
+                return source(plan, &sems, &passing, Out::Tcp(&mut link), &mut ack);
             }
             let (domain, tx) = Ferry::open_tx(spec, Wait::Block)?.into_parts();
             let passing = Passing::new(&domain, config)?;
-            source(plan, s, &passing, Out::Channel(&tx), &mut ack)
+            source(plan, &sems, &passing, Out::Channel(&tx), &mut ack)
         }
         Role::GenieSink => {
-            let (s, spec) = parse(args.rx.as_deref().context("--rx is required")?)?;
+            let (sems, spec) = parse(args.rx.as_deref().context("--rx is required")?)?;
             if let Some(t) = spec.strip_prefix("tcp:") {
                 let (domain, mut link) = open_tcp(t)?;
                 let passing = Passing::new(&domain, config)?;
-                return sink(plan, s, &passing, In::Tcp(&mut link), &mut ack);
+                return sink(plan, &sems, &passing, In::Tcp(&mut link), &mut ack);
             }
             let (domain, mut rx) = Ferry::open_rx(spec, Wait::Block)?.into_parts();
             let passing = Passing::new(&domain, config)?;
-            sink(plan, s, &passing, In::Channel(&mut rx), &mut ack)
+            sink(plan, &sems, &passing, In::Channel(&mut rx), &mut ack)
         }
         r => bail!("{r:?} is not a genie role"),
     }
 }
 
-fn samples(step: &Step, stamps: Vec<u64>, cpu: Vec<u64>) -> [Sample; 2] {
+fn samples(b: &Block, stamps: Vec<u64>, cpu: Vec<u64>) -> [Sample; 2] {
     let sample = |kind, ns| Sample {
         kind,
-        size: step.size,
-        trial: step.trial,
-        bytes: step.size as u64,
+        size: b.size,
+        trial: tag(b.round, b.s),
+        bytes: b.size as u64,
         ns,
         syscalls: None,
     };
@@ -149,6 +227,11 @@ fn produce(buf: &mut [u8], seq: [u8; 8]) {
     for at in (4096..buf.len()).step_by(4096) {
         buf[at] = seq[0];
     }
+}
+
+/// The sequence number of message `i` of a block: unique over the run.
+fn seq_of(b: &Block, i: u32) -> [u8; 8] {
+    (u64::from(tag(b.round, b.s)) << 32 | u64::from(i)).to_ne_bytes()
 }
 
 /// What a source outputs from, per size.
@@ -172,7 +255,7 @@ enum In<'a> {
 
 fn source(
     plan: &Plan,
-    s: Semantics,
+    sems: &[Semantics],
     passing: &Passing,
     mut out_to: Out<'_>,
     ack: &mut Ack,
@@ -184,27 +267,56 @@ fn source(
         Ok(())
     };
     let mut out = Vec::new();
-    let mut current: Option<(usize, Buffer)> = None;
-    let mut before = counters(&passing.stats(), s);
-    let steps: Vec<Step> = plan.steps().collect();
-    for (k, step) in steps.iter().enumerate() {
-        let size = step.size;
-        if current.as_ref().map_or(true, |(n, _)| *n != size) {
-            let b = match s {
-                Semantics::Copy => Buffer::Bytes(vec![0x5a; size]),
-                Semantics::EmulatedCopy | Semantics::Share | Semantics::EmulatedShare => {
-                    let mut b = passing.app_buffer(size)?;
-                    b.as_mut_slice().fill(0x5a);
-                    Buffer::App(b)
-                }
-                _ => Buffer::Sys,
-            };
-            current = Some((size, b));
+    // Per size: each semantics' buffer, and its counters summed over its blocks.
+    let mut size = None;
+    let mut bufs: Vec<Option<Buffer>> = Vec::new();
+    let mut sums = [[0u64; COUNTERS.len()]; Semantics::ALL.len()];
+    let flush = |size: usize, sums: &mut [[u64; COUNTERS.len()]], out: &mut Vec<Sample>| {
+        for &s in sems {
+            for (j, v) in sums[s.index()].iter().enumerate() {
+                out.push(Sample {
+                    kind: SampleKind::Counter,
+                    size,
+                    trial: counter_tag(s, j),
+                    bytes: *v,
+                    ns: Vec::new(),
+                    syscalls: None,
+                });
+            }
+            sums[s.index()] = [0; COUNTERS.len()];
         }
-        let buf = &mut current.as_mut().expect("set above").1;
+    };
+    for b in blocks(plan, sems) {
+        let s = b.s;
+        if size != Some(b.size) {
+            if let Some(n) = size {
+                flush(n, &mut sums, &mut out);
+            }
+            size = Some(b.size);
+            // Drop the last size's buffers before making this size's.
+            bufs.clear();
+            for s in Semantics::ALL {
+                bufs.push(if !sems.contains(&s) {
+                    None
+                } else {
+                    Some(match s {
+                        Semantics::Copy => Buffer::Bytes(vec![0x5a; b.size]),
+                        Semantics::EmulatedCopy | Semantics::Share | Semantics::EmulatedShare => {
+                            let mut a = passing.app_buffer(b.size)?;
+                            a.as_mut_slice().fill(0x5a);
+                            Buffer::App(a)
+                        }
+                        _ => Buffer::Sys,
+                    })
+                });
+            }
+        }
+        let buf = bufs[s.index()].as_mut().context("a buffer per semantics")?;
+        collect(&out_to)?;
+        let before = counters(&passing.stats(), s);
         let (mut stamps, mut cpu) = (Vec::new(), Vec::new());
-        for i in 0..step.total() {
-            let seq = (u64::from(step.trial) << 32 | u64::from(i)).to_ne_bytes();
+        for i in 0..b.warm + b.timed {
+            let seq = seq_of(&b, i);
             // Untimed: take back what the sink released (TCOW unprotects here), then
             // write the message as an application would produce it: the sequence number,
             // and one byte in every page.
@@ -214,89 +326,106 @@ fn source(
                     produce(v, seq);
                     None
                 }
-                Buffer::App(b) => {
-                    produce(b.as_mut_slice(), seq);
+                Buffer::App(a) => {
+                    produce(a.as_mut_slice(), seq);
                     None
                 }
                 Buffer::Sys => {
-                    let mut b = passing.sys_buffer(size)?;
+                    let mut a = passing.sys_buffer(b.size)?;
                     produce(
-                        b.as_mut_slice()
+                        a.as_mut_slice()
                             .context("a fresh system buffer is writable")?,
                         seq,
                     );
-                    Some(b)
+                    Some(a)
                 }
             };
             let c0 = thread_cpu_ns();
             let t0 = now_ns();
             match (&mut out_to, &*buf, sys) {
                 (Out::Channel(tx), Buffer::Bytes(v), _) => passing.send_bytes(tx, v)?,
-                (Out::Channel(tx), Buffer::App(b), _) => {
-                    passing.send_app(tx, b, 0..size, s)?;
+                (Out::Channel(tx), Buffer::App(a), _) => {
+                    passing.send_app(tx, a, 0..b.size, s)?;
                 }
-                (Out::Channel(tx), Buffer::Sys, Some(b)) => {
-                    passing.send_sys(tx, b, s)?;
+                (Out::Channel(tx), Buffer::Sys, Some(a)) => {
+                    passing.send_sys(tx, a, s)?;
                 }
                 (Out::Tcp(TcpLink(sock, _)), Buffer::Bytes(v), _) => {
                     passing.tcp_send_bytes(sock, v)?
                 }
-                (Out::Tcp(TcpLink(sock, ring)), Buffer::App(b), _) => {
-                    passing.tcp_send_app(ring, sock, b, 0..size, s)?;
+                (Out::Tcp(TcpLink(sock, ring)), Buffer::App(a), _) => {
+                    passing.tcp_send_app(ring, sock, a, 0..b.size, s)?;
                 }
-                (Out::Tcp(TcpLink(sock, ring)), Buffer::Sys, Some(b)) => {
-                    passing.tcp_send_sys(ring, sock, b, s)?;
+                (Out::Tcp(TcpLink(sock, ring)), Buffer::Sys, Some(a)) => {
+                    passing.tcp_send_sys(ring, sock, a, s)?;
                 }
                 (_, Buffer::Sys, None) => unreachable!("a system buffer is made above"),
             }
             let c1 = thread_cpu_ns();
-            if i >= step.warmup {
+            if i >= b.warm {
                 stamps.push(t0);
                 cpu.push(c1 - c0);
             }
             ack.wait().context("waiting for the sink")?;
         }
-        out.extend(samples(step, stamps, cpu));
-        // Counters per size, once its last trial is done.
-        if steps.get(k + 1).map_or(true, |n| n.size != size) {
-            collect(&out_to)?;
-            let now = counters(&passing.stats(), s);
-            for (j, (a, b)) in now.iter().zip(before).enumerate() {
-                out.push(Sample {
-                    kind: SampleKind::Counter,
-                    size,
-                    trial: j as u32,
-                    // The last is a state (1: thresholds from the file), the rest counts.
-                    bytes: if j == COUNTERS.len() - 1 { *a } else { a - b },
-                    ns: Vec::new(),
-                    syscalls: None,
-                });
-            }
-            before = now;
+        out.extend(samples(&b, stamps, cpu));
+        // This block's counters (the sink has released everything: ping-pong).
+        collect(&out_to)?;
+        let now = counters(&passing.stats(), s);
+        let sum = &mut sums[s.index()];
+        for (j, (a, was)) in now.iter().zip(before).enumerate() {
+            // The last is a state (1: thresholds from the file), the rest counts.
+            sum[j] = if j == COUNTERS.len() - 1 {
+                *a
+            } else {
+                sum[j] + (a - was)
+            };
         }
+    }
+    if let Some(n) = size {
+        flush(n, &mut sums, &mut out);
     }
     Ok(out)
 }
 
 fn sink(
     plan: &Plan,
-    s: Semantics,
+    sems: &[Semantics],
     passing: &Passing,
     mut from: In<'_>,
     ack: &mut Ack,
 ) -> Result<Vec<Sample>> {
     let mut out = Vec::new();
     let mut dst: Vec<u8> = Vec::new();
-    for step in plan.steps() {
-        let size = step.size;
+    for b in blocks(plan, sems) {
+        let (s, size) = (b.s, b.size);
+        let in_place_before = passing.stats().of(s).inputs_in_place;
         if dst.len() != size {
-            dst = vec![0u8; size];
+            // Free the last size's buffer before making this one.
+            dst.clear();
+            dst.shrink_to_fit();
+            dst.resize(size, 0);
         }
         let (mut stamps, mut cpu) = (Vec::new(), Vec::new());
-        for i in 0..step.total() {
-            let want = (u64::from(step.trial) << 32 | u64::from(i)).to_ne_bytes();
+        for i in 0..b.warm + b.timed {
+            let want = seq_of(&b, i);
             let c0 = thread_cpu_ns();
             let (t1, c1, got) = match s.allocator() {
+                // Share and emulated share promise no integrity: over a channel the
+                // sink reads the sender's pages in place.
+                ferry::semantics::Allocator::Application
+                    if in_place(s) && matches!(from, In::Channel(_)) =>
+                {
+                    let In::Channel(rx) = &mut from else {
+                        unreachable!("matched above")
+                    };
+                    let b = passing.recv_in_place(rx, s)?;
+                    let (t1, c1) = (now_ns(), thread_cpu_ns());
+                    if b.len() != size {
+                        bail!("{s}: received {} bytes, expected {size}", b.len());
+                    }
+                    (t1, c1, header(s, std::slice::from_ref(&b))?)
+                }
                 ferry::semantics::Allocator::Application => {
                     let n = match &mut from {
                         In::Channel(rx) => passing.recv_into(rx, s, &mut dst)?,
@@ -346,35 +475,54 @@ fn sink(
                     if got != size {
                         bail!("{s}: received {got} bytes, expected {size}");
                     }
-                    let mut head = [0u8; 8];
-                    let mut at = 0;
-                    for b in &bufs {
-                        let Some(v) = b.as_slice() else {
-                            bail!("{s}: a received system buffer in several fragments");
-                        };
-                        let k = v.len().min(8 - at);
-                        head[at..at + k].copy_from_slice(&v[..k]);
-                        at += k;
-                        if at == 8 {
-                            break;
-                        }
-                    }
-                    (t1, c1, head)
+                    (t1, c1, header(s, &bufs)?)
                 }
             };
             if got != want {
                 bail!(
-                    "{s}: message {i} of trial {} carried the wrong sequence number",
-                    step.trial
+                    "{s}: message {i} of round {} carried the wrong sequence number",
+                    b.round
                 );
             }
-            if i >= step.warmup {
+            if i >= b.warm {
                 stamps.push(t1);
                 cpu.push(c1 - c0);
             }
             ack.signal().context("signalling the source")?;
         }
-        out.extend(samples(&step, stamps, cpu));
+        out.extend(samples(&b, stamps, cpu));
+        out.push(Sample {
+            kind: SampleKind::Counter,
+            size,
+            trial: counter_tag(s, IN_PLACE),
+            bytes: passing.stats().of(s).inputs_in_place - in_place_before,
+            ns: Vec::new(),
+            syscalls: None,
+        });
     }
     Ok(out)
+}
+
+/// Whether the sink inputs `s` in place over a channel though it is application-allocated
+/// (share and emulated share: weak integrity allows it).
+pub fn in_place(s: Semantics) -> bool {
+    s.allocator() == ferry::semantics::Allocator::Application && s.integrity() == Integrity::Weak
+}
+
+/// The first 8 bytes of a message received as system buffers.
+fn header(s: Semantics, bufs: &[ferry::semantics::SysBuffer]) -> Result<[u8; 8]> {
+    let mut head = [0u8; 8];
+    let mut at = 0;
+    for b in bufs {
+        let Some(v) = b.as_slice() else {
+            bail!("{s}: a received system buffer in several fragments");
+        };
+        let k = v.len().min(8 - at);
+        head[at..at + k].copy_from_slice(&v[..k]);
+        at += k;
+        if at == 8 {
+            break;
+        }
+    }
+    Ok(head)
 }
