@@ -259,7 +259,9 @@ fn bars(rows: &[(String, u64, String, Summary)]) -> Vec<String> {
     let mut out = Vec::new();
     for series in ["handover", "handover+read"] {
         let Some(f) = find("ferry", series) else {
-            out.push(format!("64 MiB {series}: ferry not measured; bars not checked"));
+            out.push(format!(
+                "64 MiB {series}: ferry not measured; bars not checked"
+            ));
             continue;
         };
         let bar = series == "handover";
@@ -269,7 +271,9 @@ fn bars(rows: &[(String, u64, String, Summary)]) -> Vec<String> {
             ("iceoryx2", 1.0),
         ] {
             let Some(o) = find(other, series) else {
-                out.push(format!("64 MiB {series} vs {other}: not measured (see skipped)"));
+                out.push(format!(
+                    "64 MiB {series} vs {other}: not measured (see skipped)"
+                ));
                 continue;
             };
             let x = o.median / f.median;
@@ -280,7 +284,9 @@ fn bars(rows: &[(String, u64, String, Summary)]) -> Vec<String> {
                 num(x)
             );
             if !bar {
-                out.push(format!("{head} (information: the bars are on the hand-over)"));
+                out.push(format!(
+                    "{head} (information: the bars are on the hand-over)"
+                ));
                 continue;
             }
             let want = if at_least > 1.0 {
