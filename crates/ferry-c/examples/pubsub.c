@@ -24,42 +24,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ferry.h"
+#include "example.h"
 
 #define SUBSCRIBERS 2
 #define SERVICE "frames"
 
-#define CHECK(call)                                                              \
-    do {                                                                         \
-        int rc_ = (call);                                                        \
-        if (rc_ != FERRY_OK) {                                                   \
-            fprintf(stderr, "%s:%d: %s -> %d: %s\n", __FILE__, __LINE__, #call,  \
-                    rc_, ferry_last_error());                                    \
-            exit(2);                                                             \
-        }                                                                        \
-    } while (0)
-
-static uint64_t fnv1a(uint64_t h, const uint8_t *p, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
-
-static const uint64_t FNV_START = 0xcbf29ce484222325ULL;
-
 static size_t message_size(int i) { return 4096 + (size_t)i * 29 * 1024 + (size_t)i % 7; }
-
-static void fill(uint8_t *p, size_t n, uint64_t seed) {
-    uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        p[i] = (uint8_t)x;
-    }
-}
 
 static int subscriber(const char *group_name, int sums_fd, int count) {
     FerryGroup *group;

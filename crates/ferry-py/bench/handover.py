@@ -62,9 +62,10 @@ def stamp_of(a: np.ndarray) -> int:
     return int.from_bytes(bytes(a[:8]), "little")
 
 
-def drive(ctl, one) -> None:
+def drive(ctl, one, acked=None) -> None:
     """A producer's loop: for each ("go", size, n) on `ctl`, make and hand over `n`
-    messages of `size` bytes with `one(size, i)`, each after the consumer's ack."""
+    messages of `size` bytes with `one(size, i)`, each after the consumer's ack (then
+    `acked()`, if given, runs)."""
     i = 0
     while (cmd := ctl.recv()) is not None:
         _, size, n = cmd
@@ -72,6 +73,8 @@ def drive(ctl, one) -> None:
             one(size, i)
             i += 1
             ctl.recv()  # the consumer is done with it
+            if acked is not None:
+                acked()
 
 
 class System:
@@ -177,13 +180,20 @@ def queue_producer(ctl, q) -> None:
     drive(ctl, one)
 
 
-class MpQueue(System):
-    name = "multiprocessing.Queue"
-    producer_main = staticmethod(queue_producer)
+class Queued(System):
+    """A system whose producer puts onto a queue this process gets from."""
 
     def producer_args(self) -> tuple:
-        self.q = mp.Queue(maxsize=2)
+        self.q = self.make_queue()
         return (self.q,)
+
+    def make_queue(self):
+        return mp.Queue(maxsize=2)
+
+
+class MpQueue(Queued):
+    name = "multiprocessing.Queue"
+    producer_main = staticmethod(queue_producer)
 
     def take(self, size: int, read: bool) -> int:
         t0, a = self.q.get(timeout=60)
@@ -212,24 +222,12 @@ def shm_producer(ctl, q) -> None:
             one.last.unlink()
             one.last = None
 
-    # drive() waits for the ack after each message; the segment goes once it came.
-    i = 0
-    while (cmd := ctl.recv()) is not None:
-        _, size, n = cmd
-        for _ in range(n):
-            one(size, i)
-            i += 1
-            ctl.recv()
-            release()
+    drive(ctl, one, release)  # a segment goes once the consumer is done with it
 
 
-class ShmQueue(System):
+class ShmQueue(Queued):
     name = "shared_memory+Queue"
     producer_main = staticmethod(shm_producer)
-
-    def producer_args(self) -> tuple:
-        self.q = mp.Queue(maxsize=2)
-        return (self.q,)
 
     def take(self, size: int, read: bool) -> int:
         from multiprocessing import shared_memory
@@ -323,15 +321,14 @@ def torch_producer(ctl, q) -> None:
     drive(ctl, one)
 
 
-class Torch(System):
+class Torch(Queued):
     name = "torch.multiprocessing"
     producer_main = staticmethod(torch_producer)
 
-    def producer_args(self) -> tuple:
+    def make_queue(self):
         import torch.multiprocessing as tmp
 
-        self.q = tmp.get_context("spawn").Queue(maxsize=2)
-        return (self.q,)
+        return tmp.get_context("spawn").Queue(maxsize=2)
 
     def take(self, size: int, read: bool) -> int:
         t0, t = self.q.get(timeout=60)
