@@ -5,7 +5,8 @@
  *      -Ltarget/release -lferry_c -Wl,-rpath,$PWD/target/release -o pingpong
  *   ./pingpong [messages]
  *
- * The process forks before touching ferry. The child joins the group, passes its
+ * (CHECK, the checksum and the fill are in example.h.) The process forks before
+ * touching ferry. The child joins the group, passes its
  * domain id to the parent through a pipe, accepts a channel and receives; it reads
  * every fragment in place (no copy) and sends the checksums back through a second
  * pipe. The parent joins, connects, writes each message straight into an fbuf,
@@ -36,15 +37,7 @@ static int receiver(const char *group_name, int id_fd, int sums_fd, int count) {
     for (int i = 0; i < count; i++) {
         FerryMsg *msg;
         CHECK(ferry_recv(rx, 10000, &msg));
-        uint64_t h = FNV_START;
-        size_t n = ferry_msg_fragment_count(msg);
-        for (size_t f = 0; f < n; f++) {
-            const uint8_t *data;
-            size_t len;
-            CHECK(ferry_msg_fragment(msg, f, &data, &len));
-            h = fnv1a(h, data, len); /* read in place: the sender's pages */
-        }
-        uint64_t rec[2] = {ferry_msg_len(msg), h};
+        uint64_t rec[2] = {ferry_msg_len(msg), msg_checksum(msg)};
         ferry_msg_release(msg); /* the fbuf goes back to the sender */
         if (write(sums_fd, rec, sizeof rec) != (ssize_t)sizeof rec) return 2;
     }
@@ -75,13 +68,8 @@ static int sender(const char *group_name, int id_fd, int sums_fd, int count) {
 
     uint64_t *sums = calloc((size_t)count, sizeof *sums);
     for (int i = 0; i < count; i++) {
-        FerryBuf *buf;
-        size_t n = message_size(i);
-        CHECK(ferry_path_alloc(path, n, &buf));
-        uint8_t *p = ferry_buf_data(buf); /* write phase: the fbuf itself */
-        fill(p, n, (uint64_t)i);
-        sums[i] = fnv1a(FNV_START, p, n);
-        FerryMsg *msg = ferry_buf_freeze(buf); /* buf is consumed */
+        /* written in place, then frozen */
+        FerryMsg *msg = make_message(path, message_size(i), (uint64_t)i, &sums[i]);
         CHECK(ferry_send(tx, msg, 10000));
         ferry_msg_release(msg); /* ours; the receiver holds its own */
     }

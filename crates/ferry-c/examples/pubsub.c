@@ -41,15 +41,7 @@ static int subscriber(const char *group_name, int sums_fd, int count) {
     for (int i = 0; i < count; i++) {
         FerryMsg *msg;
         CHECK(ferry_subscriber_recv(sub, 10000, &msg));
-        uint64_t h = FNV_START;
-        size_t n = ferry_msg_fragment_count(msg);
-        for (size_t f = 0; f < n; f++) {
-            const uint8_t *data;
-            size_t len;
-            CHECK(ferry_msg_fragment(msg, f, &data, &len));
-            h = fnv1a(h, data, len); /* read in place: the publisher's pages */
-        }
-        uint64_t rec[2] = {ferry_msg_len(msg), h};
+        uint64_t rec[2] = {ferry_msg_len(msg), msg_checksum(msg)};
         ferry_msg_release(msg); /* our hold on the fbuf goes back to the publisher */
         if (write(sums_fd, rec, sizeof rec) != (ssize_t)sizeof rec) return 2;
     }
@@ -87,13 +79,8 @@ static int publisher(const char *group_name, const int *sums_fds, int count) {
     uint64_t *sums = calloc((size_t)count, sizeof *sums);
     int bad = 0;
     for (int i = 0; i < count; i++) {
-        FerryBuf *buf;
-        size_t n = message_size(i);
-        CHECK(ferry_path_alloc(path, n, &buf));
-        uint8_t *p = ferry_buf_data(buf); /* write phase: the fbuf itself */
-        fill(p, n, (uint64_t)i);
-        sums[i] = fnv1a(FNV_START, p, n);
-        FerryMsg *msg = ferry_buf_freeze(buf); /* buf is consumed */
+        /* written in place, then frozen */
+        FerryMsg *msg = make_message(path, message_size(i), (uint64_t)i, &sums[i]);
         size_t delivered = 0;
         CHECK(ferry_publish(pub, msg, 10000, &delivered));
         ferry_msg_release(msg); /* ours; each subscriber holds its own */
