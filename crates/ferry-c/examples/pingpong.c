@@ -5,7 +5,8 @@
  *      -Ltarget/release -lferry_c -Wl,-rpath,$PWD/target/release -o pingpong
  *   ./pingpong [messages]
  *
- * The process forks before touching ferry. The child joins the group, passes its
+ * (CHECK, the checksum and the fill are in example.h.) The process forks before
+ * touching ferry. The child joins the group, passes its
  * domain id to the parent through a pipe, accepts a channel and receives; it reads
  * every fragment in place (no copy) and sends the checksums back through a second
  * pipe. The parent joins, connects, writes each message straight into an fbuf,
@@ -19,39 +20,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "ferry.h"
-
-#define CHECK(call)                                                              \
-    do {                                                                         \
-        int rc_ = (call);                                                        \
-        if (rc_ != FERRY_OK) {                                                   \
-            fprintf(stderr, "%s:%d: %s -> %d: %s\n", __FILE__, __LINE__, #call,  \
-                    rc_, ferry_last_error());                                    \
-            exit(2);                                                             \
-        }                                                                        \
-    } while (0)
-
-static uint64_t fnv1a(uint64_t h, const uint8_t *p, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
-
-static const uint64_t FNV_START = 0xcbf29ce484222325ULL;
+#include "example.h"
 
 static size_t message_size(int i) { return 1000 + (size_t)i * 37 * 1024; }
-
-static void fill(uint8_t *p, size_t n, uint64_t seed) {
-    uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        p[i] = (uint8_t)x;
-    }
-}
 
 static int receiver(const char *group_name, int id_fd, int sums_fd, int count) {
     FerryGroup *group;
@@ -66,15 +37,7 @@ static int receiver(const char *group_name, int id_fd, int sums_fd, int count) {
     for (int i = 0; i < count; i++) {
         FerryMsg *msg;
         CHECK(ferry_recv(rx, 10000, &msg));
-        uint64_t h = FNV_START;
-        size_t n = ferry_msg_fragment_count(msg);
-        for (size_t f = 0; f < n; f++) {
-            const uint8_t *data;
-            size_t len;
-            CHECK(ferry_msg_fragment(msg, f, &data, &len));
-            h = fnv1a(h, data, len); /* read in place: the sender's pages */
-        }
-        uint64_t rec[2] = {ferry_msg_len(msg), h};
+        uint64_t rec[2] = {ferry_msg_len(msg), msg_checksum(msg)};
         ferry_msg_release(msg); /* the fbuf goes back to the sender */
         if (write(sums_fd, rec, sizeof rec) != (ssize_t)sizeof rec) return 2;
     }
@@ -105,13 +68,8 @@ static int sender(const char *group_name, int id_fd, int sums_fd, int count) {
 
     uint64_t *sums = calloc((size_t)count, sizeof *sums);
     for (int i = 0; i < count; i++) {
-        FerryBuf *buf;
-        size_t n = message_size(i);
-        CHECK(ferry_path_alloc(path, n, &buf));
-        uint8_t *p = ferry_buf_data(buf); /* write phase: the fbuf itself */
-        fill(p, n, (uint64_t)i);
-        sums[i] = fnv1a(FNV_START, p, n);
-        FerryMsg *msg = ferry_buf_freeze(buf); /* buf is consumed */
+        /* written in place, then frozen */
+        FerryMsg *msg = make_message(path, message_size(i), (uint64_t)i, &sums[i]);
         CHECK(ferry_send(tx, msg, 10000));
         ferry_msg_release(msg); /* ours; the receiver holds its own */
     }

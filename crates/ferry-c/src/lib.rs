@@ -27,7 +27,7 @@
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr};
 use std::ptr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ferry::{
     DomainId, Error, IoData, IoDataMut, PathAllocator, PathConfig, Publisher, Receiver, Sender,
@@ -762,12 +762,8 @@ pub unsafe extern "C" fn ferry_publish(
         Ok(m) => m.0.clone(),
         Err(c) => return c,
     };
-    let limit = timeout(timeout_ms);
-    with!(publisher, |p| match limit {
-        Some(d) => p.0.publish_timeout(&m, d),
-        None => p.0.publish(&m),
-    }
-    .map(|n| {
+    let deadline = timeout(timeout_ms).map(|d| Instant::now() + d);
+    with!(publisher, |p| p.0.publish_until(&m, deadline).map(|n| {
         if !delivered.is_null() {
             // SAFETY: non-null and writable, as the caller vouches.
             unsafe { delivered.write(n) };

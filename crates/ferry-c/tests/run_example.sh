@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds libferry_c, compiles the C example with the system compiler (against the
-# shared and the static library) and runs it: two processes, checksums compared.
+# Builds libferry_c, compiles the C examples with the system compiler (against the
+# shared and the static library) and runs them: pingpong (a channel between two
+# processes) and pubsub (a publisher and two subscriber processes), checksums compared.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 cd "$root"
@@ -9,18 +10,20 @@ cargo build --release -p ferry-c
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 cc=${CC:-cc}
-"$cc" -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I crates/ferry-c/include \
-    crates/ferry-c/examples/pingpong.c -L "$target/release" -lferry_c \
-    -Wl,-rpath,"$target/release" -o "$out/pingpong"
-"$cc" -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I crates/ferry-c/include \
-    crates/ferry-c/examples/pingpong.c "$target/release/libferry_c.a" -lpthread -ldl -lm \
-    -o "$out/pingpong-static"
+for ex in pingpong pubsub; do
+    "$cc" -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I crates/ferry-c/include \
+        "crates/ferry-c/examples/$ex.c" -L "$target/release" -lferry_c \
+        -Wl,-rpath,"$target/release" -o "$out/$ex"
+    "$cc" -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I crates/ferry-c/include \
+        "crates/ferry-c/examples/$ex.c" "$target/release/libferry_c.a" -lpthread -ldl -lm \
+        -o "$out/$ex-static"
+done
 # The header compiles as C++ too.
 if command -v c++ >/dev/null; then
     echo '#include "ferry.h"' | c++ -x c++ -fsyntax-only -I crates/ferry-c/include -
 fi
 passed=0 failed=0
-for exe in pingpong pingpong-static; do
+for exe in pingpong pingpong-static pubsub pubsub-static; do
     if "$out/$exe" 50; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 done
 leftover=$(ls /dev/shm | grep -c '^ferry\.c-example-' || true)

@@ -1,202 +1,300 @@
 """Hands numpy arrays from a producer process to a consumer process, several ways.
 
-    python handover.py [--quick] [--sizes 6220800,67108864] [--messages N]
+    python handover.py [--quick] [--sizes 6220800,67108864] [--rounds R] [--messages N]
 
-Prints one JSON object: {"results": [...], "skipped": {...}}. Each result has the
-transport, the payload size, the series ("handover": the consumer holds the array;
+Prints one JSON object: {"results": [...], "skipped": {...}, ...}. Each result has the
+system, the payload size, the series ("handover": the consumer holds the array;
 "handover+read": it has also summed every byte) and one-way latencies in microseconds
 (the producer's clock stamp just before it hands the array over, to the consumer's stamp,
 both CLOCK_MONOTONIC). Producer and consumer take turns (the producer waits for the
 consumer's acknowledgement before the next message), so this is latency, not throughput.
 
-Transports: iceoryx2 when its Python package is importable (loaned slice, busy-polled
-subscriber), ferry (the producer writes the frame into an fbuf, freezes and sends it; the
-consumer reads the producer's pages), multiprocessing.Queue (the array is pickled), and
-multiprocessing.shared_memory plus a queue of segment names (the producer writes into a
-new segment per message, the consumer attaches by name). `ferry bench python` runs this
-and turns the JSON into its report.
+Every system gets one producer process for the whole run, started and warmed up (a few
+messages of every size, not timed: the first messages of a fresh process fault in fresh
+pages and wake a consumer that slept through all that) before any timing. The timing is
+done in rounds; each round visits every system once, in an order rotated per round, and
+takes a few messages of every size and series from it, so a burst of load from other
+processes on the machine falls on all systems alike rather than on whichever ran then.
+For the same reason the timed loops run with Python's garbage collector paused and
+OpenBLAS held to one thread (its idle worker threads spin, and steal a CPU from whichever
+process is waiting to be woken).
+
+Systems: ferry (the producer writes the frame into an fbuf, freezes and sends it; the
+consumer blocks in `recv` and reads the producer's pages), multiprocessing.Queue (the
+array is pickled), multiprocessing.shared_memory plus a queue of segment names (the
+producer writes into a new segment per message, the consumer attaches by name), iceoryx2
+when its Python package is importable (loaned slice; it has no blocking receive, so its
+subscriber polls), and torch.multiprocessing when torch is importable (a tensor per
+message through its queue, which shares the storage). `ferry bench python` runs this and
+turns the JSON into its report.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import multiprocessing as mp
 import os
-import sys
-import time
 
-import numpy as np
+# Before numpy is imported (here and in the spawned producers, which inherit it).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import gc  # noqa: E402
+import json  # noqa: E402
+import multiprocessing as mp  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
 
 FRAME = 1920 * 1080 * 3  # one 1080p RGB frame: 6,220,800 bytes
 BIG = 64 << 20
+WARMUP = 3  # untimed messages of every size when a system starts
 
 
 def now_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
+def stamp(a: np.ndarray) -> None:
+    a[:8] = np.frombuffer(now_ns().to_bytes(8, "little"), dtype=np.uint8)
+
+
+def stamp_of(a: np.ndarray) -> int:
+    return int.from_bytes(bytes(a[:8]), "little")
+
+
+def drive(ctl, one, acked=None) -> None:
+    """A producer's loop: for each ("go", size, n) on `ctl`, make and hand over `n`
+    messages of `size` bytes with `one(size, i)`, each after the consumer's ack (then
+    `acked()`, if given, runs)."""
+    i = 0
+    while (cmd := ctl.recv()) is not None:
+        _, size, n = cmd
+        for _ in range(n):
+            one(size, i)
+            i += 1
+            ctl.recv()  # the consumer is done with it
+            if acked is not None:
+                acked()
+
+
+class System:
+    """One producer process and this process as its consumer."""
+
+    name = "?"
+
+    def start(self) -> None:
+        self.ctl, child = mp.Pipe()
+        self.proc = mp.Process(target=self.producer_main, args=(child,) + self.producer_args())
+        self.proc.start()
+        self.ready()
+
+    def producer_args(self) -> tuple:
+        return ()
+
+    def ready(self) -> None:
+        pass
+
+    def take(self, size: int, read: bool) -> int:
+        """Receives one message, reads it if asked, returns its producer stamp minus now
+        (negative, in ns) -- the caller adds the stamp."""
+        raise NotImplementedError
+
+    def run(self, size: int, n: int, read: bool) -> list[float]:
+        self.ctl.send(("go", size, n))
+        lat = []
+        for _ in range(n):
+            lat.append(self.take(size, read) / 1e3)
+            self.ctl.send(None)
+        return lat
+
+    def stop(self) -> None:
+        self.ctl.send(None)
+        self.proc.join(60)
+        if self.proc.exitcode != 0:
+            raise RuntimeError(f"{self.name}: the producer exited with {self.proc.exitcode}")
+
+
 # ---------------------------------------------------------------- ferry
 
 
-def ferry_producer(group: str, peer: str, size: int, n: int, acks) -> None:
+def ferry_producer(ctl, group: str, peer: str) -> None:
     import ferry
 
     with ferry.Group(group) as g, g.join() as d, d.connect(peer, timeout=30) as tx:
         path = d.path()
-        for i in range(n):
+
+        def one(size: int, i: int) -> None:
             buf = path.alloc(size)
             a = np.frombuffer(buf, dtype=np.uint8)
             a[8:] = i & 0xFF  # the producer makes its frame in place
-            a[:8] = np.frombuffer(now_ns().to_bytes(8, "little"), dtype=np.uint8)
+            stamp(a)
             del a
             tx.send(buf.freeze(), timeout=30)
-            acks.recv()
+
+        drive(ctl, one)
         while tx.in_flight:
             tx.collect_releases()
             time.sleep(0.001)
 
 
-def ferry_consumer(size: int, n: int, read: bool) -> list[float]:
-    import ferry
+class Ferry(System):
+    name = "ferry"
+    producer_main = staticmethod(ferry_producer)
 
-    group = f"pybench-{os.getpid()}-{size}-{int(read)}"
-    lat = []
-    with ferry.Group(group) as g, g.join() as d:
-        ack_r, ack_w = mp.Pipe(duplex=False)
-        p = mp.Process(target=ferry_producer, args=(group, d.id, size, n, ack_r))
-        p.start()
-        with d.accept(timeout=60) as rx:
-            for _ in range(n):
-                msg = rx.recv(timeout=60)
-                a = np.frombuffer(msg, dtype=np.uint8)
-                if read:
-                    a.sum(dtype=np.uint64)
-                t1 = now_ns()
-                t0 = int.from_bytes(bytes(a[:8]), "little")
-                lat.append((t1 - t0) / 1e3)
-                del a, msg
-                ack_w.send(None)
-            p.join(60)
-    return lat
+    def start(self) -> None:
+        import ferry
+
+        self.group = ferry.Group(f"pybench-{os.getpid()}")
+        self.dom = self.group.join()
+        super().start()
+
+    def producer_args(self) -> tuple:
+        return (self.group.name, self.dom.id)
+
+    def ready(self) -> None:
+        self.rx = self.dom.accept(timeout=60)
+
+    def take(self, size: int, read: bool) -> int:
+        msg = self.rx.recv(timeout=60)
+        a = np.frombuffer(msg, dtype=np.uint8)
+        if read:
+            a.sum(dtype=np.uint64)
+        t1 = now_ns()
+        return t1 - stamp_of(a)
+
+    def stop(self) -> None:
+        super().stop()
+        self.rx.close()
+        self.dom.close()
+        self.group.close()
 
 
 # ---------------------------------------------------------------- multiprocessing.Queue
 
 
-def queue_producer(q, size: int, n: int, acks) -> None:
-    frame = np.empty(size, dtype=np.uint8)
-    for i in range(n):
-        frame[:] = i & 0xFF
+def queue_producer(ctl, q) -> None:
+    def one(size: int, i: int) -> None:
+        frame = np.full(size, i & 0xFF, dtype=np.uint8)
         q.put((now_ns(), frame))
-        acks.recv()
+
+    drive(ctl, one)
 
 
-def queue_consumer(size: int, n: int, read: bool) -> list[float]:
-    q = mp.Queue(maxsize=2)
-    ack_r, ack_w = mp.Pipe(duplex=False)
-    p = mp.Process(target=queue_producer, args=(q, size, n, ack_r))
-    p.start()
-    lat = []
-    for _ in range(n):
-        t0, a = q.get(timeout=60)
+class Queued(System):
+    """A system whose producer puts onto a queue this process gets from."""
+
+    def producer_args(self) -> tuple:
+        self.q = self.make_queue()
+        return (self.q,)
+
+    def make_queue(self):
+        return mp.Queue(maxsize=2)
+
+
+class MpQueue(Queued):
+    name = "multiprocessing.Queue"
+    producer_main = staticmethod(queue_producer)
+
+    def take(self, size: int, read: bool) -> int:
+        t0, a = self.q.get(timeout=60)
         if read:
             a.sum(dtype=np.uint64)
-        lat.append((now_ns() - t0) / 1e3)
-        del a
-        ack_w.send(None)
-    p.join(60)
-    return lat
+        return now_ns() - t0
 
 
 # ---------------------------------------------------------------- shared_memory + names
 
 
-def shm_producer(q, size: int, n: int, acks) -> None:
+def shm_producer(ctl, q) -> None:
     from multiprocessing import shared_memory
 
-    for i in range(n):
+    def one(size: int, i: int) -> None:
         shm = shared_memory.SharedMemory(create=True, size=size)
         a = np.ndarray((size,), dtype=np.uint8, buffer=shm.buf)
         a[:] = i & 0xFF
         del a
         q.put((now_ns(), shm.name))
-        acks.recv()  # the consumer is done with it
-        shm.close()
-        shm.unlink()
+        one.last = shm
+
+    def release() -> None:
+        if getattr(one, "last", None) is not None:
+            one.last.close()
+            one.last.unlink()
+            one.last = None
+
+    drive(ctl, one, release)  # a segment goes once the consumer is done with it
 
 
-def shm_consumer(size: int, n: int, read: bool) -> list[float]:
-    from multiprocessing import shared_memory
+class ShmQueue(Queued):
+    name = "shared_memory+Queue"
+    producer_main = staticmethod(shm_producer)
 
-    q = mp.Queue(maxsize=2)
-    ack_r, ack_w = mp.Pipe(duplex=False)
-    p = mp.Process(target=shm_producer, args=(q, size, n, ack_r))
-    p.start()
-    lat = []
-    for _ in range(n):
-        t0, name = q.get(timeout=60)
+    def take(self, size: int, read: bool) -> int:
+        from multiprocessing import shared_memory
+
+        t0, name = self.q.get(timeout=60)
         # (The spawned producer shares this process's resource tracker, so attaching
         # here registers nothing new; the producer unlinks each segment.)
         shm = shared_memory.SharedMemory(name=name)
         a = np.ndarray((size,), dtype=np.uint8, buffer=shm.buf)
         if read:
             a.sum(dtype=np.uint64)
-        lat.append((now_ns() - t0) / 1e3)
+        t1 = now_ns()
         del a
         shm.close()
-        ack_w.send(None)
-    p.join(60)
-    return lat
+        return t1 - t0
 
 
 # ---------------------------------------------------------------- iceoryx2 (if installed)
 
 
-def iox_producer(service: str, size: int, n: int, acks) -> None:
+def iox_service(node, name: str):
     import ctypes
 
     import iceoryx2 as iox
 
-    node = iox.NodeBuilder.new().create(iox.ServiceType.Ipc)
-    svc = (
-        node.service_builder(iox.ServiceName.new(service))
+    return (
+        node.service_builder(iox.ServiceName.new(name))
         .publish_subscribe(iox.Slice[ctypes.c_uint8])
         .open_or_create()
     )
-    pub = svc.publisher_builder().initial_max_slice_len(size).create()
-    acks.recv()  # the consumer's subscriber exists
-    for i in range(n):
+
+
+def iox_producer(ctl, service: str, max_size: int) -> None:
+    import iceoryx2 as iox
+
+    node = iox.NodeBuilder.new().create(iox.ServiceType.Ipc)
+    pub = iox_service(node, service).publisher_builder().initial_max_slice_len(max_size).create()
+
+    def one(size: int, i: int) -> None:
         sample = pub.loan_slice_uninit(size)
         a = np.frombuffer(sample.payload().as_memory_view(), dtype=np.uint8)
         a[8:] = i & 0xFF
-        a[:8] = np.frombuffer(now_ns().to_bytes(8, "little"), dtype=np.uint8)
+        stamp(a)
         del a
         sample.assume_init().send()
-        acks.recv()
+
+    drive(ctl, one)
 
 
-def iox_consumer(size: int, n: int, read: bool) -> list[float]:
-    import ctypes
+class Iceoryx2(System):
+    name = "iceoryx2"
+    producer_main = staticmethod(iox_producer)
 
-    import iceoryx2 as iox
+    def __init__(self, max_size: int) -> None:
+        import iceoryx2 as iox
 
-    service = f"ferry-bench/{os.getpid()}/{size}/{int(read)}"
-    node = iox.NodeBuilder.new().create(iox.ServiceType.Ipc)
-    svc = (
-        node.service_builder(iox.ServiceName.new(service))
-        .publish_subscribe(iox.Slice[ctypes.c_uint8])
-        .open_or_create()
-    )
-    sub = svc.subscriber_builder().create()
-    ack_r, ack_w = mp.Pipe(duplex=False)
-    p = mp.Process(target=iox_producer, args=(service, size, n, ack_r))
-    p.start()
-    ack_w.send(None)
-    lat = []
-    for _ in range(n):
+        self.service = f"ferry-bench/{os.getpid()}"
+        self.node = iox.NodeBuilder.new().create(iox.ServiceType.Ipc)
+        self.sub = iox_service(self.node, self.service).subscriber_builder().create()
+        self.max_size = max_size
+
+    def producer_args(self) -> tuple:
+        return (self.service, self.max_size)
+
+    def take(self, size: int, read: bool) -> int:
         deadline = time.monotonic() + 60
-        while (sample := sub.receive()) is None:  # no blocking receive: poll
+        while (sample := self.sub.receive()) is None:  # no blocking receive: poll
             if time.monotonic() > deadline:
                 raise TimeoutError("iceoryx2: nothing received")
             time.sleep(0)
@@ -204,11 +302,45 @@ def iox_consumer(size: int, n: int, read: bool) -> list[float]:
         if read:
             a.sum(dtype=np.uint64)
         t1 = now_ns()
-        lat.append((t1 - int.from_bytes(bytes(a[:8]), "little")) / 1e3)
+        t = t1 - stamp_of(a)
         del a, sample
-        ack_w.send(None)
-    p.join(60)
-    return lat
+        return t
+
+
+# ---------------------------------------------------------------- torch (if installed)
+
+
+def torch_producer(ctl, q) -> None:
+    import torch
+
+    def one(size: int, i: int) -> None:
+        t = torch.full((size,), i & 0xFF, dtype=torch.uint8)
+        t.share_memory_()  # what a torch.multiprocessing queue does to a tensor it sends
+        q.put((now_ns(), t))
+
+    drive(ctl, one)
+
+
+class Torch(Queued):
+    name = "torch.multiprocessing"
+    producer_main = staticmethod(torch_producer)
+
+    def make_queue(self):
+        import torch.multiprocessing as tmp
+
+        return tmp.get_context("spawn").Queue(maxsize=2)
+
+    def take(self, size: int, read: bool) -> int:
+        t0, t = self.q.get(timeout=60)
+        a = t.numpy()
+        if read:
+            a.sum(dtype=np.uint64)
+        t1 = now_ns()
+        del a, t
+        return t1 - t0
+
+
+# ---------------------------------------------------------------- the binding's own cost
 
 
 def small_roundtrip(n: int) -> list[float]:
@@ -233,57 +365,82 @@ def small_roundtrip(n: int) -> list[float]:
     return out[n // 10 :]  # the first tenth warms up
 
 
-TRANSPORTS = {
-    "ferry": ferry_consumer,
-    "multiprocessing.Queue": queue_consumer,
-    "shared_memory+Queue": shm_consumer,
-}
+# ---------------------------------------------------------------- the run
 
-try:
-    import iceoryx2  # noqa: F401
 
-    TRANSPORTS["iceoryx2"] = iox_consumer
-    ICEORYX2 = None
-except ImportError:
-    ICEORYX2 = "the iceoryx2 package is not importable (pip install iceoryx2==0.10.0)"
+def systems(max_size: int) -> tuple[list[System], dict[str, str]]:
+    out: list[System] = [Ferry(), MpQueue(), ShmQueue()]
+    skipped = {}
+    try:
+        import iceoryx2  # noqa: F401
+
+        out.append(Iceoryx2(max_size))
+    except ImportError as e:
+        skipped["iceoryx2"] = f"the iceoryx2 package is not importable ({e}; pip install iceoryx2==0.10.0)"
+    try:
+        import torch  # noqa: F401
+
+        out.append(Torch())
+    except ImportError as e:
+        skipped["torch.multiprocessing"] = f"torch is not importable ({e}); not installed by test.sh (its wheel is gigabytes)"
+    return out, skipped
+
+
+def per_round(system: System, size: int, messages: int) -> int:
+    """Messages per round and series: pickling 64 MiB takes most of a second, so
+    multiprocessing.Queue gets one a round at the big size."""
+    if size >= BIG and isinstance(system, MpQueue):
+        return 1
+    return messages
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sizes", default=f"{FRAME},{BIG}")
-    ap.add_argument("--messages", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=0)
+    ap.add_argument("--messages", type=int, default=0, help="per round, size, series and system")
     args = ap.parse_args()
     mp.set_start_method("spawn")
     sizes = [int(s) for s in args.sizes.split(",")]
-    results = []
-    for size in sizes:
-        n = args.messages or (4 if args.quick else 50)
-        if size >= BIG and not args.messages:
-            n = 2 if args.quick else 20
-        for name, consumer in TRANSPORTS.items():
-            for read in (False, True):
-                lat = consumer(size, n + 1, read)[1:]  # the first one warms up
-                results.append(
-                    {
-                        "transport": name,
-                        "size": size,
-                        "series": "handover+read" if read else "handover",
-                        "us": lat,
-                    }
-                )
-                print(f"  {name} {size} read={read}: median {sorted(lat)[len(lat) // 2]:.0f} us", file=sys.stderr)
-    roundtrip = small_roundtrip(2000 if args.quick else 20000)
-    skipped = {}
-    if ICEORYX2:
-        skipped["iceoryx2"] = ICEORYX2
+    rounds = args.rounds or (3 if args.quick else 12)
+    messages = args.messages or (4 if args.quick else 10)
+    todo, skipped = systems(max(sizes))
+    lat: dict[tuple[str, int, bool], list[float]] = {}
+    for s in todo:
+        s.start()
+        for size in sizes:
+            s.run(size, 1 if isinstance(s, MpQueue) and size >= BIG else WARMUP, False)
+    gc.collect()
+    gc.disable()
     try:
-        import torch  # noqa: F401
-
-        skipped["torch.multiprocessing"] = "not measured yet"
-    except ImportError:
-        skipped["torch.multiprocessing"] = "torch is not importable"
-    json.dump({"results": results, "roundtrip_us": roundtrip, "skipped": skipped, "python": sys.version.split()[0]}, sys.stdout)
+        for r in range(rounds):
+            order = todo[r % len(todo) :] + todo[: r % len(todo)]
+            for s in order:
+                for size in sizes:
+                    for read in (False, True):
+                        got = s.run(size, per_round(s, size, messages), read)
+                        lat.setdefault((s.name, size, read), []).extend(got)
+            print(f"  round {r + 1}/{rounds} done", file=sys.stderr)
+    finally:
+        gc.enable()
+        for s in todo:
+            s.stop()
+    results = [
+        {"transport": name, "size": size, "series": "handover+read" if read else "handover", "us": us}
+        for (name, size, read), us in lat.items()
+    ]
+    roundtrip = small_roundtrip(2000 if args.quick else 20000)
+    json.dump(
+        {
+            "results": results,
+            "rounds": rounds,
+            "roundtrip_us": roundtrip,
+            "skipped": skipped,
+            "python": sys.version.split()[0],
+        },
+        sys.stdout,
+    )
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ferry::region::Member;
 use ferry::service::Request;
@@ -107,10 +107,8 @@ closable! {
             let data = to_iodata(message)?;
             let p = self.inner.get()?;
             let t = self::timeout(timeout)?;
-            py.detach(|| match t {
-                Some(d) => lock(&p).publish_timeout(&data, d),
-                None => lock(&p).publish(&data),
-            })
+            let deadline = t.map(|d| Instant::now() + d);
+            py.detach(|| lock(&p).publish_until(&data, deadline))
                 .map_err(raise)
         }
 

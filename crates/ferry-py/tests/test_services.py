@@ -44,6 +44,23 @@ def test_publish_subscribe_zero_copy(group, np):
         d.close()
 
 
+def test_blocking_publish_times_out_then_delivers(group):
+    pd, sd = group.join(), group.join()
+    with ferry.Publisher(pd, "blocking", depth=2, slow="block") as pub:
+        with ferry.Subscriber(sd, "blocking") as sub:
+            pub.wait_for_subscribers(1, timeout=5)
+            assert pub.publish(b"0") == 1
+            assert pub.publish(b"1") == 1
+            with pytest.raises(ferry.Timeout):  # the queue is full
+                pub.publish(b"2", timeout=0.02)
+            assert bytes(sub.recv(timeout=5)) == b"0"
+            assert pub.publish(b"3") == 1  # no limit: there is room now
+            assert bytes(sub.recv(timeout=5)) == b"1"
+            assert bytes(sub.recv(timeout=5)) == b"3"
+    pd.close()
+    sd.close()
+
+
 def test_no_such_service(group):
     with group.join() as d:
         with pytest.raises(ferry.NoSuchService):

@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 
 use common::Reverse;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ferry::service::{Kind, Request};
 use ferry::{
@@ -210,8 +210,16 @@ fn block_policy_times_out_and_then_delivers() {
     ));
     assert_eq!(seed_of(&s.recv().unwrap()), 0);
     p.publish_timeout(&msg(&path, 3, 10), T).unwrap();
+    // The queue is full again: a deadline already passed times out, as a timeout does.
+    assert!(matches!(
+        p.publish_until(&msg(&path, 4, 10), Some(Instant::now())),
+        Err(Error::Timeout)
+    ));
     assert_eq!(seed_of(&s.recv().unwrap()), 1);
+    // Room for one: no deadline delivers it.
+    assert_eq!(p.publish_until(&msg(&path, 5, 10), None).unwrap(), 1);
     assert_eq!(seed_of(&s.recv().unwrap()), 3);
+    assert_eq!(seed_of(&s.recv().unwrap()), 5);
 }
 
 #[test]

@@ -153,8 +153,13 @@ impl Publisher {
         self.publish_until(data, Some(Instant::now() + timeout))
     }
 
-    /// Publishes, waiting for room until `deadline` (`None`: for ever).
-    fn publish_until(&mut self, data: &IoData, deadline: Option<Instant>) -> Result<usize> {
+    /// Like [`publish`](Self::publish), waiting for room under
+    /// [`SlowSubscriber::Block`] until `deadline` (`None`: for as long as it takes). For
+    /// callers that hold an optional limit, such as the C and Python bindings.
+    ///
+    /// # Errors
+    /// As [`publish_timeout`](Self::publish_timeout) once `deadline` has passed.
+    pub fn publish_until(&mut self, data: &IoData, deadline: Option<Instant>) -> Result<usize> {
         let data = self.shareable(data)?;
         let block = self.shared.config.slow == SlowSubscriber::Block;
         let mut subs = lock(&self.shared.subs);
