@@ -156,7 +156,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
     Ok(out)
 }
 
-/// [`handover.py`]'s `small_roundtrip`, in Rust.
+/// `handover.py`'s `small_roundtrip`, in Rust.
 fn rust_roundtrip(n: usize) -> Result<Vec<f64>> {
     use ferry::{Group, PathConfig, Publisher, ServiceConfig, Subscriber};
     use std::time::{Duration, Instant};
