@@ -116,19 +116,26 @@ fn anon(len: usize) -> *mut u8 {
     p.cast()
 }
 
-fn anon_at(addr: *mut u8, len: usize) {
-    // SAFETY: MAP_FIXED over a range this test owns (mapped by `anon`).
-    let p = unsafe {
+/// Fresh read-write anonymous memory at `addr`, placed by `fixed` (`MAP_FIXED` or
+/// `MAP_FIXED_NOREPLACE`).
+fn anon_fixed(addr: *mut u8, len: usize, fixed: libc::c_int) -> *mut libc::c_void {
+    // SAFETY: the callers map only over a range this test owns (`MAP_FIXED`) or over a
+    // gap (`MAP_FIXED_NOREPLACE`, which never replaces a mapping).
+    unsafe {
         libc::mmap(
             addr.cast(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | fixed,
             -1,
             0,
         )
-    };
-    assert_eq!(p.cast(), addr);
+    }
+}
+
+/// `MAP_FIXED` over a range this test owns (mapped by `anon`).
+fn anon_at(addr: *mut u8, len: usize) {
+    assert_eq!(anon_fixed(addr, len, libc::MAP_FIXED).cast(), addr);
 }
 
 /// Another thread mapped something into a gap this test had just unmapped.
@@ -142,17 +149,7 @@ struct HoleTaken;
 /// range from under us (seen as a SIGSEGV in the fill, under load). Then the case is
 /// run again on fresh memory.
 fn refill_hole(addr: *mut u8, len: usize) -> Result<(), HoleTaken> {
-    // SAFETY: NOREPLACE maps only if `addr..addr+len` is free; it never replaces a mapping.
-    let p = unsafe {
-        libc::mmap(
-            addr.cast(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
-            -1,
-            0,
-        )
-    };
+    let p = anon_fixed(addr, len, libc::MAP_FIXED_NOREPLACE);
     if p == libc::MAP_FAILED {
         let e = std::io::Error::last_os_error();
         assert_eq!(e.raw_os_error(), Some(libc::EEXIST), "{e}");
