@@ -20,13 +20,15 @@ OpenBLAS held to one thread (its idle worker threads spin, and steal a CPU from 
 process is waiting to be woken).
 
 Systems: ferry (the producer writes the frame into an fbuf, freezes and sends it; the
-consumer blocks in `recv` and reads the producer's pages), multiprocessing.Queue (the
+consumer blocks in `recv` and reads the producer's pages), ferry-poll (the same, with a
+consumer that polls `try_recv` like iceoryx2's), multiprocessing.Queue (the
 array is pickled), multiprocessing.shared_memory plus a queue of segment names (the
 producer writes into a new segment per message, the consumer attaches by name), iceoryx2
 when its Python package is importable (loaned slice; it has no blocking receive, so its
 subscriber polls), and torch.multiprocessing when torch is importable (a tensor per
 message through its queue, which shares the storage). `ferry bench python` runs this and
-turns the JSON into its report.
+turns the JSON into its report. The consumer and the producers are pinned to two different
+CPUs when there are two.
 """
 
 from __future__ import annotations
@@ -77,6 +79,13 @@ def drive(ctl, one, acked=None) -> None:
                 acked()
 
 
+# The consumer (this process) and every producer run on CPUs of their own when there are
+# two, as the Rust benchmarks pin theirs: unpinned, a woken producer tends to land on the
+# consumer's CPU, and a polling consumer then competes with it for one CPU.
+_CPUS = sorted(os.sched_getaffinity(0))
+CONSUMER_CPU, PRODUCER_CPU = (_CPUS[0], _CPUS[1]) if len(_CPUS) >= 2 else (None, None)
+
+
 class System:
     """One producer process and this process as its consumer."""
 
@@ -86,6 +95,8 @@ class System:
         self.ctl, child = mp.Pipe()
         self.proc = mp.Process(target=self.producer_main, args=(child,) + self.producer_args())
         self.proc.start()
+        if PRODUCER_CPU is not None:
+            os.sched_setaffinity(self.proc.pid, {PRODUCER_CPU})
         self.ready()
 
     def producer_args(self) -> tuple:
@@ -167,6 +178,35 @@ class Ferry(System):
         self.rx.close()
         self.dom.close()
         self.group.close()
+
+
+class FerryPoll(Ferry):
+    """ferry with a consumer that polls (`try_recv`, yielding the CPU between tries) instead
+    of sleeping in `recv`: the way iceoryx2's Python consumer below has to wait, and what a
+    consumer on a core of its own would do. It saves the wake-up of a sleeping process.
+    Both polling loops yield with `os.sched_yield()`, not `time.sleep(0)`: the latter is a
+    `clock_nanosleep` that the kernel's timer slack stretches to about 50 µs here."""
+
+    name = "ferry-poll"
+
+    def start(self) -> None:
+        import ferry
+
+        self.group = ferry.Group(f"pybench-poll-{os.getpid()}")
+        self.dom = self.group.join()
+        System.start(self)
+
+    def take(self, size: int, read: bool) -> int:
+        deadline = time.monotonic() + 60
+        while (msg := self.rx.try_recv()) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError("ferry-poll: nothing received")
+            os.sched_yield()
+        a = np.frombuffer(msg, dtype=np.uint8)
+        if read:
+            a.sum(dtype=np.uint64)
+        t1 = now_ns()
+        return t1 - stamp_of(a)
 
 
 # ---------------------------------------------------------------- multiprocessing.Queue
@@ -297,7 +337,7 @@ class Iceoryx2(System):
         while (sample := self.sub.receive()) is None:  # no blocking receive: poll
             if time.monotonic() > deadline:
                 raise TimeoutError("iceoryx2: nothing received")
-            time.sleep(0)
+            os.sched_yield()
         a = np.frombuffer(sample.payload().as_memory_view(), dtype=np.uint8)
         if read:
             a.sum(dtype=np.uint64)
@@ -369,7 +409,7 @@ def small_roundtrip(n: int) -> list[float]:
 
 
 def systems(max_size: int) -> tuple[list[System], dict[str, str]]:
-    out: list[System] = [Ferry(), MpQueue(), ShmQueue()]
+    out: list[System] = [Ferry(), FerryPoll(), MpQueue(), ShmQueue()]
     skipped = {}
     try:
         import iceoryx2  # noqa: F401
@@ -402,6 +442,8 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=0, help="per round, size, series and system")
     args = ap.parse_args()
     mp.set_start_method("spawn")
+    if CONSUMER_CPU is not None:
+        os.sched_setaffinity(0, {CONSUMER_CPU})
     sizes = [int(s) for s in args.sizes.split(",")]
     rounds = args.rounds or (3 if args.quick else 12)
     messages = args.messages or (4 if args.quick else 10)

@@ -257,10 +257,17 @@ fn bars(rows: &[(String, u64, String, Summary)]) -> Vec<String> {
             .map(|r| r.3)
     };
     let mut out = Vec::new();
-    for series in ["handover", "handover+read"] {
-        let Some(f) = find("ferry", series) else {
+    // ferry with a sleeping consumer (`recv`), the bars' subject; then ferry with a polling
+    // consumer (`try_recv`), which waits the way iceoryx2's Python consumer does. The
+    // +read series is information, for the sleeping consumer only.
+    for (me, series) in [
+        ("ferry", "handover"),
+        ("ferry-poll", "handover"),
+        ("ferry", "handover+read"),
+    ] {
+        let Some(f) = find(me, series) else {
             out.push(format!(
-                "64 MiB {series}: ferry not measured; bars not checked"
+                "64 MiB {series}: {me} not measured; bars not checked"
             ));
             continue;
         };
@@ -278,7 +285,7 @@ fn bars(rows: &[(String, u64, String, Summary)]) -> Vec<String> {
             };
             let x = o.median / f.median;
             let head = format!(
-                "64 MiB {series}: ferry {} µs vs {other} {} µs (medians): {}x",
+                "64 MiB {series}: {me} {} µs vs {other} {} µs (medians): {}x",
                 num(f.median),
                 num(o.median),
                 num(x)
