@@ -380,6 +380,42 @@ class Torch(Queued):
         return t1 - t0
 
 
+# ---------------------------------------------------------------- the wake-up floor
+
+
+def _waker(w, go, n: int) -> None:
+    if PRODUCER_CPU is not None:
+        os.sched_setaffinity(0, {PRODUCER_CPU})
+    for _ in range(n):
+        go.recv_bytes()  # the consumer is about to sleep in its read
+        time.sleep(0.0005)  # let it fall asleep
+        w.send_bytes(now_ns().to_bytes(8, "little"))
+
+
+def wake_floor(n: int) -> list[float]:
+    """One-way latency of waking a process that sleeps in a blocking read: the producer,
+    pinned to the other CPU, stamps and writes 8 bytes to a pipe; the consumer returns from
+    its read and stamps. No data moves: it is what any consumer that sleeps until a
+    message arrives pays on this machine, whatever carries the message."""
+    r, w = mp.Pipe(duplex=False)
+    go_r, go_w = mp.Pipe(duplex=False)
+    child = mp.Process(target=_waker, args=(w, go_r, n))
+    child.start()
+    out = []
+    try:
+        for _ in range(n):
+            go_w.send_bytes(b"g")
+            if not r.poll(30):
+                raise TimeoutError("wake-up floor: the waker did not write")
+            t0 = int.from_bytes(r.recv_bytes(), "little")
+            out.append((now_ns() - t0) / 1e3)
+    finally:
+        child.join(30)
+        if child.is_alive():
+            child.kill()
+    return out
+
+
 # ---------------------------------------------------------------- the binding's own cost
 
 
@@ -473,11 +509,13 @@ def main() -> None:
         for (name, size, read), us in lat.items()
     ]
     roundtrip = small_roundtrip(2000 if args.quick else 20000)
+    floor = wake_floor(200 if args.quick else 1000)
     json.dump(
         {
             "results": results,
             "rounds": rounds,
             "roundtrip_us": roundtrip,
+            "wake_floor_us": floor,
             "skipped": skipped,
             "python": sys.version.split()[0],
         },

@@ -118,6 +118,35 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
     }
     out.plots.push(plot(&rows));
 
+    // The floor under any consumer that sleeps until its message comes, same run.
+    let floor: Vec<f64> = v["wake_floor_us"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default();
+    if !floor.is_empty() {
+        let f = Summary::of(&floor);
+        out.records.push(
+            Record::new("python", "wake-up floor", "us", f, 1, 0.0).param("messages", floor.len()),
+        );
+        let sleeping = rows
+            .iter()
+            .find(|r| r.0 == "ferry" && r.1 == BIG && r.2 == "handover")
+            .map(|r| r.3.median);
+        let line = format!(
+            "floor for a sleeping consumer (8 bytes through a pipe to a process blocked in read, \
+             other CPU, no data moved), same run: median {} µs (p99 {}){}",
+            num(f.median),
+            num(f.p99),
+            sleeping.map_or(String::new(), |s| format!(
+                "; ferry's sleeping consumer at 64 MiB: {} µs, {}x the floor",
+                num(s),
+                num(s / f.median)
+            ))
+        );
+        println!("python: {line}");
+        let _ = writeln!(out.markdown, "- {line}");
+    }
+
     // The binding's own cost: the same publish-and-receive loop in Rust and in Python.
     let py_rt: Vec<f64> = v["roundtrip_us"]
         .as_array()
