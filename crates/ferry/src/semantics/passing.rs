@@ -611,8 +611,11 @@ impl Passing {
     /// Which promises allow it: every system-allocated semantics (this is
     /// [`recv_sys`](Self::recv_sys)), and share and emulated share. Those two promise no
     /// integrity: their receiver may see the sender's later writes to its buffer anyway,
-    /// and reading the sender's pages in place shows exactly that and nothing else (the
-    /// bytes at output or later ones, never another message's). Copy and emulated copy
+    /// and reading the sender's pages in place shows exactly that: the bytes at output,
+    /// or whatever the application wrote into that buffer since (which may be the start
+    /// of its next message, if it reuses the buffer before this one is released; an
+    /// application that needs the bytes of one message must not write the buffer until
+    /// the receiver released it, or must use a strong-integrity form). Copy and emulated copy
     /// are refused: their input is defined as the bytes landing in the application's own
     /// buffer, which [`recv_into`](Self::recv_into) and
     /// [`recv_into_app`](Self::recv_into_app) do (copying out, or swapping pages where
