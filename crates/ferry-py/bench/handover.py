@@ -21,7 +21,7 @@ process is waiting to be woken).
 
 Systems: ferry (the producer writes the frame into an fbuf, freezes and sends it; the
 consumer blocks in `recv` and reads the producer's pages), ferry-poll (the same, with a
-consumer that polls `try_recv` like iceoryx2's), multiprocessing.Queue (the
+consumer that polls, `recv(spin=...)`, as iceoryx2's must), multiprocessing.Queue (the
 array is pickled), multiprocessing.shared_memory plus a queue of segment names (the
 producer writes into a new segment per message, the consumer attaches by name), iceoryx2
 when its Python package is importable (loaned slice; it has no blocking receive, so its
@@ -181,11 +181,12 @@ class Ferry(System):
 
 
 class FerryPoll(Ferry):
-    """ferry with a consumer that polls (`try_recv`, yielding the CPU between tries) instead
-    of sleeping in `recv`: the way iceoryx2's Python consumer below has to wait, and what a
-    consumer on a core of its own would do. It saves the wake-up of a sleeping process.
-    Both polling loops yield with `os.sched_yield()`, not `time.sleep(0)`: the latter is a
-    `clock_nanosleep` that the kernel's timer slack stretches to about 50 µs here."""
+    """ferry with a consumer that polls (`recv(spin=1.0)`: it spins with the GIL released
+    before it would sleep) instead of sleeping in `recv`: the way iceoryx2's Python consumer
+    below has to wait, and what a consumer on a core of its own would do. It saves the
+    wake-up of a sleeping process. iceoryx2's polling loop yields with `os.sched_yield()`,
+    not `time.sleep(0)`: the latter is a `clock_nanosleep` that the kernel's timer slack
+    stretches to about 50 µs here."""
 
     name = "ferry-poll"
 
@@ -197,11 +198,9 @@ class FerryPoll(Ferry):
         System.start(self)
 
     def take(self, size: int, read: bool) -> int:
-        deadline = time.monotonic() + 60
-        while (msg := self.rx.try_recv()) is None:
-            if time.monotonic() > deadline:
-                raise TimeoutError("ferry-poll: nothing received")
-            os.sched_yield()
+        # Spins (GIL released) for up to a second before it would sleep: longer than the
+        # producer takes to write a 64 MiB array.
+        msg = self.rx.recv(timeout=60, spin=1.0)
         a = np.frombuffer(msg, dtype=np.uint8)
         if read:
             a.sum(dtype=np.uint64)

@@ -37,6 +37,49 @@ pub(crate) fn to_iodata(obj: &Bound<'_, PyAny>) -> PyResult<IoData> {
     Ok(IoData::from_vec(b.as_slice().to_vec()))
 }
 
+/// The longest `spin` a receive accepts: spinning runs with the GIL released and cannot
+/// look for signals (Ctrl-C) meanwhile.
+const MAX_SPIN: f64 = 1.0;
+
+/// A receive that may spin before it sleeps: polls `poll` with the GIL released for up
+/// to `spin` seconds (and never past `timeout`), and only then, if nothing came, sleeps in
+/// `wait` for what is left of `timeout`. A consumer on a CPU of its own saves the wake-up
+/// of a sleeping process (tens of µs on these VMs) this way.
+pub(crate) fn spin_then_block<T: Send>(
+    py: Python<'_>,
+    timeout_s: Option<f64>,
+    spin: f64,
+    mut poll: impl FnMut() -> ferry::Result<Option<T>> + Send,
+    wait: impl FnMut(Duration) -> ferry::Result<T> + Send,
+) -> PyResult<T> {
+    if !(spin.is_finite() && (0.0..=MAX_SPIN).contains(&spin)) {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "spin must be between 0 and {MAX_SPIN} seconds, not {spin}"
+        )));
+    }
+    let limit = timeout(timeout_s)?;
+    let start = Instant::now();
+    if spin > 0.0 {
+        let spin = Duration::from_secs_f64(spin).min(limit.unwrap_or(Duration::MAX));
+        let got = py.detach(|| -> ferry::Result<Option<T>> {
+            loop {
+                if let Some(v) = poll()? {
+                    return Ok(Some(v));
+                }
+                if start.elapsed() >= spin {
+                    return Ok(None);
+                }
+                std::hint::spin_loop();
+            }
+        });
+        if let Some(v) = got.map_err(raise)? {
+            return Ok(v);
+        }
+    }
+    let left = limit.map(|l| l.saturating_sub(start.elapsed()).as_secs_f64());
+    blocking(py, left, wait)
+}
+
 /// Runs `step(slice)` with the GIL released until it returns anything but
 /// `Err(Timeout)`, in slices of at most [`SIGNAL_SLICE`], checking for signals (Ctrl-C)
 /// between slices; raises `Timeout` once `seconds` (`None`: no limit) have passed.
@@ -173,10 +216,19 @@ closable! {
         /// Receives the next message, waiting at most `timeout` seconds (`None`: no limit),
         /// then raising `Timeout`. Raises `PeerGone` once the sender died and everything it
         /// sent was received, `Disconnected` once it closed and the ring is drained.
-        #[pyo3(signature = (timeout = None))]
-        fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyMessage> {
+        /// `spin` (seconds, at most 1) polls for that long before sleeping, with the GIL
+        /// released: for a consumer on a CPU of its own, it saves the wake-up of a
+        /// sleeping process.
+        #[pyo3(signature = (timeout = None, spin = 0.0))]
+        fn recv(&self, py: Python<'_>, timeout: Option<f64>, spin: f64) -> PyResult<PyMessage> {
             let rx = self.rx()?;
-            let got = blocking(py, timeout, |slice| lock(&rx).recv_timeout(slice))?;
+            let got = spin_then_block(
+                py,
+                timeout,
+                spin,
+                || lock(&rx).try_recv(),
+                |slice| lock(&rx).recv_timeout(slice),
+            )?;
             Ok(PyMessage::new(got))
         }
 

@@ -11,7 +11,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::channel::{blocking, stats_dict, to_iodata};
+use crate::channel::{blocking, spin_then_block, stats_dict, to_iodata};
 use crate::errors::raise;
 use crate::handle::{closable, Handle};
 use crate::message::PyMessage;
@@ -199,11 +199,19 @@ closable! {
 
         /// Receives the next message, waiting at most `timeout` seconds (`None`: no limit;
         /// then `Timeout`). Raises `PeerGone` once the publisher died and its queued
-        /// messages were taken, `Disconnected` once it withdrew.
-        #[pyo3(signature = (timeout = None))]
-        fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyMessage> {
+        /// messages were taken, `Disconnected` once it withdrew. `spin` (seconds, at most
+        /// 1) polls for that long before sleeping, with the GIL released, as
+        /// `Receiver.recv` does.
+        #[pyo3(signature = (timeout = None, spin = 0.0))]
+        fn recv(&self, py: Python<'_>, timeout: Option<f64>, spin: f64) -> PyResult<PyMessage> {
             let s = self.inner.get()?;
-            let got = blocking(py, timeout, |slice| lock(&s).recv_timeout(slice))?;
+            let got = spin_then_block(
+                py,
+                timeout,
+                spin,
+                || lock(&s).try_recv(),
+                |slice| lock(&s).recv_timeout(slice),
+            )?;
             Ok(PyMessage::new(got))
         }
 

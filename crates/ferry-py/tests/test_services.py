@@ -6,6 +6,7 @@ import asyncio
 import signal
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -127,3 +128,33 @@ def test_subscriber_await_and_publisher_death(group_name):
             if pub.poll() is None:
                 pub.kill()
             pub.wait()
+
+
+def test_spinning_receive_releases_the_gil_and_does_not_sleep(group):
+    pd, sd = group.join(), group.join()
+    with ferry.Publisher(pd, "spin") as pub, ferry.Subscriber(sd, "spin") as sub:
+        pub.wait_for_subscribers(1, timeout=5)
+        # Another Python thread publishes while this one spins: it can only run if the
+        # spin released the GIL, and then the message comes during the spin, so the
+        # receive never goes to sleep.
+        t = threading.Thread(target=lambda: (time.sleep(0.01), pub.publish(b"spun")))
+        sleeps = sub.stats()["sleeps"]
+        t.start()
+        assert bytes(sub.recv(timeout=5, spin=1.0)) == b"spun"
+        t.join()
+        assert sub.stats()["sleeps"] == sleeps
+        # Nothing to receive: the timeout holds even when shorter than the spin.
+        with pytest.raises(ferry.Timeout):
+            sub.recv(timeout=0.02, spin=0.5)
+        # After the spin, the receive sleeps for the rest of the timeout.
+        t = threading.Thread(target=lambda: (time.sleep(0.2), pub.publish(b"slept")))
+        sleeps = sub.stats()["sleeps"]
+        t.start()
+        assert bytes(sub.recv(timeout=5, spin=0.001)) == b"slept"
+        t.join()
+        assert sub.stats()["sleeps"] > sleeps
+        for bad in (-1.0, 2.0, float("nan")):
+            with pytest.raises(ValueError):
+                sub.recv(timeout=0.01, spin=bad)
+    pd.close()
+    sd.close()
