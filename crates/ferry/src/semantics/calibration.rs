@@ -434,9 +434,7 @@ impl Calibration {
     /// [`recipe`](Self::recipe) without the copy out. `None` for copy and emulated copy,
     /// which never input in place.
     pub fn recipe_in_place(&self, s: Semantics, bytes: usize) -> Option<Vec<Term>> {
-        if s.allocator() == super::Allocator::Application
-            && s.integrity() == super::Integrity::Strong
-        {
+        if !s.may_input_in_place() {
             return None;
         }
         let mut terms = self.recipe(s, bytes);

@@ -167,6 +167,14 @@ impl Semantics {
         }
     }
 
+    /// Whether input may hand the receiver the sender's pages in place
+    /// ([`Passing::recv_in_place`]): every system-allocated form, and the weak-integrity
+    /// application-allocated ones (share, emulated share). Copy and emulated copy may not:
+    /// their input lands in the application's own buffer.
+    pub fn may_input_in_place(self) -> bool {
+        self.allocator() == Allocator::System || self.integrity() == Integrity::Weak
+    }
+
     /// Whether this is an emulated (optimized) form.
     pub fn emulated(self) -> bool {
         matches!(

@@ -11,7 +11,7 @@ use super::hide::{self, Hidden};
 use super::regions::{describe, Afterwards, RegionGuard, SysBuffer, SysKind};
 use super::stats::{add, Counters, Fallback, SemanticsStats, ThresholdSource};
 use super::tcow::Engine;
-use super::{Allocator, Integrity, Semantics, Thresholds};
+use super::{Allocator, Semantics, Thresholds};
 use crate::channel::{Receiver, Sender};
 use crate::error::{Error, Result};
 use crate::iodata::IoData;
@@ -639,7 +639,7 @@ impl Passing {
     }
 
     fn expect_in_place(s: Semantics) -> Result<()> {
-        if s.allocator() == Allocator::System || s.integrity() == Integrity::Weak {
+        if s.may_input_in_place() {
             return Ok(());
         }
         Err(Error::WrongSemantics {
