@@ -97,8 +97,22 @@ pub fn relative_linear_fit(points: &[(f64, f64)]) -> Option<Fit> {
     if points.iter().any(|p| p.1 == 0.0 || !p.1.is_finite()) {
         return None;
     }
-    let w: Vec<f64> = points.iter().map(|p| 1.0 / (p.1 * p.1)).collect();
-    weighted_fit(points, &w)
+    weighted_fit(points, &relative_weights(points))
+}
+
+/// The weights of a relative fit: `1 / y^2`.
+fn relative_weights(points: &[(f64, f64)]) -> Vec<f64> {
+    points.iter().map(|p| 1.0 / (p.1 * p.1)).collect()
+}
+
+/// `sum(w * (y - my)^2)` around the weighted mean `my` of the `y`s.
+fn weighted_syy(points: &[(f64, f64)], w: &[f64]) -> f64 {
+    let my = points.iter().zip(w).map(|(p, w)| w * p.1).sum::<f64>() / w.iter().sum::<f64>();
+    points
+        .iter()
+        .zip(w)
+        .map(|(p, w)| w * (p.1 - my).powi(2))
+        .sum()
 }
 
 /// Two lines through `points`, split at a size: `(lower, from, upper)`, where `upper`
@@ -155,14 +169,7 @@ pub fn relative_two_line_fit(points: &[(f64, f64)]) -> Option<(Fit, f64, Fit)> {
         x1
     };
     // r² of both lines together, with the relative weights 1/y².
-    let w: Vec<f64> = pts.iter().map(|p| 1.0 / (p.1 * p.1)).collect();
-    let sw: f64 = w.iter().sum();
-    let my = pts.iter().zip(&w).map(|(p, w)| w * p.1).sum::<f64>() / sw;
-    let sst: f64 = pts
-        .iter()
-        .zip(&w)
-        .map(|(p, w)| w * (p.1 - my).powi(2))
-        .sum();
+    let sst = weighted_syy(&pts, &relative_weights(&pts));
     l.r2 = if sst == 0.0 {
         1.0
     } else {
@@ -189,11 +196,7 @@ fn weighted_fit(points: &[(f64, f64)], w: &[f64]) -> Option<Fit> {
         .zip(w)
         .map(|(p, w)| w * (p.0 - mx) * (p.1 - my))
         .sum();
-    let syy: f64 = points
-        .iter()
-        .zip(w)
-        .map(|(p, w)| w * (p.1 - my).powi(2))
-        .sum();
+    let syy = weighted_syy(points, w);
     if sxx == 0.0 {
         return None;
     }
