@@ -116,6 +116,15 @@ pub fn ratio(v: f64) -> String {
     }
 }
 
+/// A bar's verdict as the reports print it: `met` or `NOT met`.
+pub fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "NOT met"
+    }
+}
+
 /// A byte count with a binary suffix: `4 KiB`, `64 MiB`.
 pub fn bytes(n: usize) -> String {
     match n {

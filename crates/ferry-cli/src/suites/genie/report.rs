@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use ferry::semantics::Semantics;
 
 use super::{worker, Series};
-use crate::harness::output::{bytes, num, ratio, PlotSpec, Table};
+use crate::harness::output::{bytes, num, ratio, verdict, PlotSpec, Table};
 use crate::harness::BenchCtx;
 use crate::protocol::Plan;
 use crate::suites::calibrate::Calibrated;
@@ -459,7 +459,7 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, all: &[Series]) -
             b.name.clone(),
             shown,
             limit,
-            if b.met { "met" } else { "NOT met" }.into(),
+            verdict(b.met).into(),
             b.detail.clone(),
         ]);
     }

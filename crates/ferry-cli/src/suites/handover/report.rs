@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{summary, AtSize, Measured, BAR_FLOOR, BAR_ICE};
-use crate::harness::output::{bytes, num, ratio, BenchOutput, PlotSpec, Table};
+use crate::harness::output::{bytes, num, ratio, verdict, BenchOutput, PlotSpec, Table};
 use crate::harness::record::Record;
 use crate::harness::stats::spread;
 use crate::harness::BenchCtx;
@@ -158,7 +158,6 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
         ]);
     }
     md.push_str(&t.render());
-    let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
     let worst = |f: &dyn Fn(&AtSize) -> f64| {
         m.sizes.iter().map(f).fold(
             f64::NAN,

@@ -23,7 +23,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use crate::harness::ctx::BenchCtx;
-use crate::harness::output::{bytes, num, ratio, BenchOutput, PlotSpec, Table};
+use crate::harness::output::{bytes, num, ratio, verdict, BenchOutput, PlotSpec, Table};
 use crate::harness::record::Record;
 use crate::harness::stats::Summary;
 use crate::harness::BenchDef;
@@ -86,7 +86,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         );
     }
     let v: Value = serde_json::from_slice(&res.stdout).context("handover.py's JSON")?;
-    let mut rows: Vec<(String, u64, String, Summary)> = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     for r in v["results"].as_array().context("no results")? {
         let us: Vec<f64> = r["us"]
             .as_array()
@@ -113,8 +113,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         v["rounds"].as_u64().unwrap_or(0)
     );
     for line in bars(&rows) {
-        println!("python: {line}");
-        let _ = writeln!(out.markdown, "- {line}");
+        say(&mut out.markdown, &line);
     }
     out.plots.push(plot(&rows));
 
@@ -128,10 +127,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         out.records.push(
             Record::new("python", "wake-up floor", "us", f, 1, 0.0).param("messages", floor.len()),
         );
-        let sleeping = rows
-            .iter()
-            .find(|r| r.0 == "ferry" && r.1 == BIG && r.2 == "handover")
-            .map(|r| r.3.median);
+        let sleeping = find(&rows, "ferry", BIG, "handover").map(|s| s.median);
         let line = format!(
             "floor for a sleeping consumer (8 bytes through a pipe to a process blocked in read, \
              other CPU, no data moved), same run: median {} µs (p99 {}){}",
@@ -143,8 +139,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
                 num(s / f.median)
             ))
         );
-        println!("python: {line}");
-        let _ = writeln!(out.markdown, "- {line}");
+        say(&mut out.markdown, &line);
     }
 
     // The binding's own cost: the same publish-and-receive loop in Rust and in Python.
@@ -178,10 +173,9 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         "the binding's own cost (small publish-receive round trip, Python minus Rust, medians): \
          {} µs; bar: at most 5 µs; {}",
         num(p.median - r.median),
-        met(p.median - r.median <= 5.0)
+        verdict(p.median - r.median <= 5.0)
     );
-    println!("python: {line}");
-    let _ = writeln!(out.markdown, "- {line}");
+    say(&mut out.markdown, &line);
     Ok(out)
 }
 
@@ -208,7 +202,7 @@ fn rust_roundtrip(n: usize) -> Result<Vec<f64>> {
     Ok(out.split_off(n / 10))
 }
 
-fn markdown(rows: &[(String, u64, String, Summary)], skipped: &Value, version: &str) -> String {
+fn markdown(rows: &[Row], skipped: &Value, version: &str) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -230,11 +224,6 @@ fn markdown(rows: &[(String, u64, String, Summary)], skipped: &Value, version: &
         "p99",
         "vs ferry",
     ]);
-    let find = |tr: &str, size: u64, series: &str| {
-        rows.iter()
-            .find(|r| r.0 == tr && r.1 == size && r.2 == series)
-            .map(|r| r.3)
-    };
     let mut seen: Vec<(String, u64)> = Vec::new();
     for r in rows {
         if !seen.contains(&(r.0.clone(), r.1)) {
@@ -245,7 +234,10 @@ fn markdown(rows: &[(String, u64, String, Summary)], skipped: &Value, version: &
     for (tr, size) in &seen {
         let mut cells = vec![tr.clone(), bytes(*size as usize)];
         for series in ["handover", "handover+read"] {
-            match (find(tr, *size, series), find("ferry", *size, series)) {
+            match (
+                find(rows, tr, *size, series),
+                find(rows, "ferry", *size, series),
+            ) {
                 (Some(s), f) => {
                     cells.push(num(s.median));
                     cells.push(num(s.p99));
@@ -269,25 +261,29 @@ fn markdown(rows: &[(String, u64, String, Summary)], skipped: &Value, version: &
 /// The 64 MiB array size of the bars.
 const BIG: u64 = 64 << 20;
 
-fn met(ok: bool) -> &'static str {
-    if ok {
-        "met"
-    } else {
-        "NOT MET"
-    }
+/// One measured row: transport, size, series and its summary.
+type Row = (String, u64, String, Summary);
+
+/// The summary of `transport`'s `series` at `size`, if measured.
+fn find(rows: &[Row], transport: &str, size: u64, series: &str) -> Option<Summary> {
+    rows.iter()
+        .find(|r| r.0 == transport && r.1 == size && r.2 == series)
+        .map(|r| r.3)
+}
+
+/// A result line: printed on stdout (`python: ...`) and added to the report as a bullet.
+fn say(md: &mut String, line: &str) {
+    println!("python: {line}");
+    let _ = writeln!(md, "- {line}");
 }
 
 /// One line per bar of the issue on the 64 MiB hand-over (medians of the same run), for
 /// the hand-over series and, as information, the series where the consumer reads it all.
-fn bars(rows: &[(String, u64, String, Summary)]) -> Vec<String> {
-    let find = |tr: &str, series: &str| {
-        rows.iter()
-            .find(|r| r.0 == tr && r.1 == BIG && r.2 == series)
-            .map(|r| r.3)
-    };
+fn bars(rows: &[Row]) -> Vec<String> {
+    let find = |tr: &str, series: &str| find(rows, tr, BIG, series);
     let mut out = Vec::new();
     // ferry with a sleeping consumer (`recv`), the bars' subject; then ferry with a polling
-    // consumer (`try_recv`), which waits the way iceoryx2's Python consumer does. The
+    // consumer (`recv(spin=...)`), which waits the way iceoryx2's Python consumer does. The
     // +read series is information, for the sleeping consumer only.
     for (me, series) in [
         ("ferry", "handover"),
@@ -330,14 +326,14 @@ fn bars(rows: &[(String, u64, String, Summary)]) -> Vec<String> {
             } else {
                 "no slower".to_string()
             };
-            out.push(format!("{head}; bar: {want}; {}", met(x >= at_least)));
+            out.push(format!("{head}; bar: {want}; {}", verdict(x >= at_least)));
         }
     }
     out
 }
 
 /// Median one-way latency against the payload size, one line per system and series.
-fn plot(rows: &[(String, u64, String, Summary)]) -> PlotSpec {
+fn plot(rows: &[Row]) -> PlotSpec {
     let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     for (tr, size, s, sum) in rows {
         let label = format!("{tr} {s}");
