@@ -41,7 +41,8 @@ pub(super) struct SendState {
     pub(super) rel_sleepers: u32,
     pub(super) tx_sleepers: u32,
     pub(super) inflight: Vec<InFlight>,
-    /// Entries of `inflight` holding a message: what the activity entry publishes.
+    /// Entries of `inflight` holding a message, kept as a count so that neither a send
+    /// (which publishes it in the activity entry) nor `in_flight` has to count them.
     pub(super) out: u64,
     pub(super) free_tokens: Vec<u32>,
     pub(super) last_check: Instant,
@@ -234,7 +235,11 @@ impl SendCore {
         // Releases not collected yet (see `DRAIN_EVERY`) are not in flight. A broken
         // reverse ring is reported by the next send.
         let _ = self.drain(&mut st);
-        st.inflight.iter().filter(|f| f.data.is_some()).count()
+        debug_assert_eq!(
+            st.out as usize,
+            st.inflight.iter().filter(|f| f.data.is_some()).count()
+        );
+        st.out as usize
     }
 }
 
