@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Builds the Python package into a private venv and runs its pytest suite.
+# Builds the Python package into a private venv and runs its pytest suite, twice:
+#  1. the abi3 build (CPython 3.11 and later) with the system's python3 (>= 3.11);
+#  2. the non-abi3 build (`--no-default-features`, how CPython 3.9 and 3.10 get the buffer
+#     protocol) with CPython 3.9, which python39.sh unpacks from Debian 11's packages.
 #
 #   crates/ferry-py/test.sh [pytest args...]
 #
 # Needs python3 >= 3.11 with venv, and PyPI (maturin, numpy, pytest are installed into
-# the venv, target/py-venv, which is reused between runs). Unattended-safe (CI=true).
+# the venvs, target/py-venv and target/py39-venv, which are reused between runs).
+# FERRY_PY39=skip skips the 3.9 run (it says so); where python39.sh cannot work (no
+# dpkg-deb, not amd64, no Debian mirror) the run fails unless FERRY_PY39=skip.
+# Unattended-safe (CI=true).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -22,10 +28,46 @@ fi
 # iceoryx2 is a baseline of `ferry bench python`, not a dependency: its absence is not an error.
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "iceoryx2==0.10.0" ||
     echo "iceoryx2 could not be installed: ferry bench python will skip it"
-export PATH="$venv/bin:$PATH" # the build backend runs `maturin` by name
+# install_and_test VENV [pytest args...]: builds the package from the checkout into VENV
+# (the build backend runs `maturin` by name, from VENV) and runs pytest.
+install_and_test() {
+    local venv=$1
+    shift
+    (
+        export PATH="$venv/bin:$PATH"
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+            --no-build-isolation --force-reinstall --no-deps "$here"
+        cd "$here"
+        "$venv/bin/python" -m pytest -q -p no:cacheprovider tests "$@"
+    )
+}
+
+echo "--- CPython $("$venv/bin/python" -c 'import platform; print(platform.python_version())'), abi3 build"
 # Build with the workspace's target dir, so the Rust part is not compiled twice.
-CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target} \
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-    --no-build-isolation --force-reinstall --no-deps "$here"
-cd "$here"
-exec "$venv/bin/python" -m pytest -q -p no:cacheprovider tests "$@"
+CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target} install_and_test "$venv" "$@"
+
+if [ "${FERRY_PY39:-}" = skip ]; then
+    echo "--- CPython 3.9: skipped (FERRY_PY39=skip)"
+    exit 0
+fi
+py39=$("$here/python39.sh")
+export LD_LIBRARY_PATH="$("$here/python39.sh" --libs)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+venv39=${FERRY_PY39_VENV:-$root/target/py39-venv}
+if [ ! -x "$venv39/bin/python" ]; then
+    # Debian's venv module would take pip from /usr/share/python-wheels: bootstrap it from
+    # a pip wheel off PyPI instead.
+    "$py39" -m venv --without-pip "$venv39"
+    wheels=$(mktemp -d)
+    python3 -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+        --python-version 3.9 --no-deps -d "$wheels" pip
+    whl=$(ls "$wheels"/pip-*.whl)
+    "$venv39/bin/python" "$whl/pip" install --quiet --disable-pip-version-check --no-index "$whl"
+    rm -rf "$wheels"
+fi
+"$venv39/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade \
+    "maturin>=1.5,<2" numpy pytest
+echo "--- CPython $("$venv39/bin/python" -c 'import platform; print(platform.python_version())'), non-abi3 build"
+# Its own target dir: pyo3 configured for another interpreter would rebuild over the abi3
+# build's artefacts on every run.
+MATURIN_PEP517_ARGS="--no-default-features" CARGO_TARGET_DIR="$root/target/py39" \
+    install_and_test "$venv39" "$@"

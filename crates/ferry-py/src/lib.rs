@@ -7,7 +7,9 @@
 //! (pyo3's `extension-module`), so the workspace builds and lints it like any crate.
 //!
 //! The buffer protocol needs the stable ABI of Python 3.11 (`Py_buffer` entered the
-//! limited API there), so the wheel is `abi3` for CPython 3.11 and later.
+//! limited API there), so the default (feature `abi3`) wheel is for CPython 3.11 and later;
+//! built without that feature the extension serves the one interpreter that builds it,
+//! CPython 3.9 and 3.10 included.
 //!
 //! `unsafe` is confined to the `buffer` module and the `__getbuffer__` methods that call it.
 #![deny(unsafe_code)]
