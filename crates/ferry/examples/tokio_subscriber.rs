@@ -1,8 +1,11 @@
-//! A tokio task consuming a publish-subscribe service from another process.
+//! A tokio task consuming a publish-subscribe service from another process, whose
+//! publisher is async too.
 //!
 //! Run it with `cargo run --release -p ferry --example tokio_subscriber`. It starts
 //! itself a second time as the publisher (`--publisher`), which offers
-//! `"sensors/temperature"` and publishes a few readings; this process subscribes by
+//! `"sensors/temperature"` and publishes a few readings from a tokio task through an
+//! [`AsyncPublisher`] (under the hold-back policy a full queue is awaited, not blocked
+//! on); this process subscribes by
 //! name, wraps the subscriber in an [`AsyncSubscriber`], and a tokio task awaits the
 //! readings next to a ticker task, on one current-thread runtime. The readings are read
 //! in place in the publisher's pages (no copy); when the publisher withdraws, the
@@ -10,29 +13,31 @@
 
 use std::time::Duration;
 
-use ferry::aio::AsyncSubscriber;
+use ferry::aio::{AsyncPublisher, AsyncSubscriber};
 use ferry::service::{Publisher, ServiceConfig, SlowSubscriber, Subscriber};
 use ferry::{Error, Group, PathConfig};
 
 const SERVICE: &str = "sensors/temperature";
 const READINGS: u32 = 10;
 
-fn publisher(group: &str) -> ferry::Result<()> {
+async fn publisher(group: &str) -> ferry::Result<()> {
     let group = Group::open(group)?;
     let domain = group.join()?;
     let config = ServiceConfig {
         slow: SlowSubscriber::Block,
         ..ServiceConfig::default()
     };
-    let mut publisher = Publisher::offer(&domain, SERVICE, config)?;
-    publisher.wait_for_subscribers(1, Duration::from_secs(10))?;
+    let mut publisher = AsyncPublisher::new(Publisher::offer(&domain, SERVICE, config)?);
+    publisher
+        .get_ref()
+        .wait_for_subscribers(1, Duration::from_secs(10))?;
     let path = domain.path(PathConfig::default())?;
     for i in 0..READINGS {
         let text = format!("reading {i}: {:.1} C", 20.0 + f64::from(i) * 0.25);
         let mut buf = path.alloc(text.len())?;
         buf.write_at(0, text.as_bytes());
-        publisher.publish(&buf.freeze())?;
-        std::thread::sleep(Duration::from_millis(50));
+        publisher.publish(&buf.freeze()).await?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Dropping the publisher withdraws the service: the subscriber sees Disconnected
     // once it has taken every reading.
@@ -43,7 +48,7 @@ fn publisher(group: &str) -> ferry::Result<()> {
 async fn main() -> ferry::Result<()> {
     let mut args = std::env::args().skip(1);
     if let Some("--publisher") = args.next().as_deref() {
-        return publisher(&args.next().expect("group name"));
+        return publisher(&args.next().expect("group name")).await;
     }
 
     let group_name = format!("tokio-example-{}", std::process::id());

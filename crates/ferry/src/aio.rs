@@ -55,11 +55,15 @@
 //!
 //! # Publishing
 //!
-//! There is no async publish. Under [`SlowSubscriber::Drop`](crate::SlowSubscriber)
-//! [`Publisher::publish`](crate::Publisher::publish) never blocks, so call it from a
-//! task as it is. Under `SlowSubscriber::Block` it waits for room in each full
-//! subscriber's queue; an async form would need those channels' wait descriptors, which
-//! the publisher does not expose. Use `publish_timeout` from `spawn_blocking` meanwhile.
+//! [`AsyncPublisher::publish`] hands the message to every subscriber with room at once
+//! and, under [`SlowSubscriber::Block`](crate::SlowSubscriber), awaits room in each full
+//! queue in turn (an epoll set over that channel's eventfd and the subscriber's pidfd, so
+//! a subscriber that dies while the task waits is reclaimed and the publish goes on).
+//! Under `SlowSubscriber::Drop` it never waits. Subscribers keep joining while a publish
+//! waits; they get the messages after it. Dropped while it waits, a publish has reached
+//! the subscribers that had room and the full queues it had already waited for, and not
+//! the others: the same partial delivery a `publish_timeout` that times out leaves
+//! (counted in [`PublisherStats::delivered`](crate::service::PublisherStats), not in `published`).
 //!
 //! All constructors must run inside a tokio runtime with I/O enabled
 //! (`enable_io()`, or `enable_all()`); [`AsyncFd`] panics otherwise.
@@ -72,7 +76,7 @@ use tokio::io::Interest;
 use crate::channel::{Receiver, Sender};
 use crate::error::{Error, Result};
 use crate::iodata::IoData;
-use crate::service::{Client, Request, Server, Subscriber};
+use crate::service::{Client, Publisher, Request, Server, Subscriber};
 
 /// An endpoint whose descriptor says when to try again: `arm` prepares the wait.
 trait Armed: AsRawFd {
@@ -318,22 +322,7 @@ impl AsyncSender {
     /// As [`Sender::try_send`]: [`Error::PeerGone`] if the receiver died (everything
     /// it held is reclaimed), [`Error::Disconnected`] if it closed its end.
     pub async fn send(&self, data: &IoData) -> Result<()> {
-        loop {
-            match self.tx.try_send(data) {
-                Err(Error::Full) => {}
-                other => return other,
-            }
-            if !self.tx.begin_room_wait()? {
-                continue;
-            }
-            let wait = RoomWait(&self.tx);
-            let mut ready = self.fd.readable().await?;
-            ready.clear_ready();
-            drop(wait);
-            if crate::sys::fd::exited(self.tx.room_fds()[1]) {
-                return Err(self.tx.peer_died());
-            }
-        }
+        send_awaiting_room(&self.tx, &self.fd, data).await
     }
 
     /// The plain sender, for its other calls.
@@ -344,6 +333,87 @@ impl AsyncSender {
     /// Unregisters from the runtime and gives the plain sender back.
     pub fn into_inner(self) -> Sender {
         self.tx
+    }
+}
+
+/// Sends `data` on `tx`, awaiting `fd` (an epoll set over `tx`'s
+/// [`room_fds`](Sender::room_fds)) while the ring is full. Dropped while it waits, it has
+/// sent nothing.
+async fn send_awaiting_room(tx: &Sender, fd: &AsyncFd<RoomFd>, data: &IoData) -> Result<()> {
+    loop {
+        match tx.try_send(data) {
+            Err(Error::Full) => {}
+            other => return other,
+        }
+        if !tx.begin_room_wait()? {
+            continue;
+        }
+        let wait = RoomWait(tx);
+        let mut ready = fd.readable().await?;
+        ready.clear_ready();
+        drop(wait);
+        if crate::sys::fd::exited(tx.room_fds()[1]) {
+            return Err(tx.peer_died());
+        }
+    }
+}
+
+/// A [`Publisher`] whose publish awaits room in full queues (see [Publishing](self#publishing)).
+pub struct AsyncPublisher {
+    publisher: Publisher,
+}
+
+impl std::fmt::Debug for AsyncPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("AsyncPublisher")
+            .field(&self.publisher)
+            .finish()
+    }
+}
+
+impl AsyncPublisher {
+    /// Wraps `publisher`; its waits register with the current tokio runtime.
+    pub fn new(publisher: Publisher) -> AsyncPublisher {
+        AsyncPublisher { publisher }
+    }
+
+    /// Publishes `data` to every subscriber, awaiting room in full queues under
+    /// [`SlowSubscriber::Block`](crate::SlowSubscriber) (never under `Drop`). Returns how
+    /// many subscribers were handed the message; one that died or left meanwhile is
+    /// dropped and not counted.
+    ///
+    /// # Errors
+    /// As [`Publisher::publish`].
+    pub async fn publish(&mut self, data: &IoData) -> Result<usize> {
+        let mut p = self.publisher.publish_start(data)?;
+        for i in 0..p.full.len() {
+            let r = async {
+                let tx = &p.full[i];
+                // Its own epoll set for each wait: a wait is the slow path, and the set of
+                // full queues changes from one publish to the next.
+                let fd = register(RoomFd(crate::sys::fd::wait_set(&tx.room_fds())?))?;
+                send_awaiting_room(tx, &fd, &p.data).await
+            }
+            .await;
+            self.publisher.settle(&mut p, i, r)?;
+        }
+        self.publisher.publish_end(p)
+    }
+
+    /// The plain publisher.
+    pub fn get_ref(&self) -> &Publisher {
+        &self.publisher
+    }
+
+    /// The plain publisher, for the calls that take it mutably
+    /// ([`collect_releases`](Publisher::collect_releases)).
+    pub fn get_mut(&mut self) -> &mut Publisher {
+        &mut self.publisher
+    }
+
+    /// Gives the plain publisher back.
+    pub fn into_inner(self) -> Publisher {
+        self.publisher
     }
 }
 

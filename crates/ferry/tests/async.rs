@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use ferry::aio::{AsyncClient, AsyncReceiver, AsyncSender, AsyncServer, AsyncSubscriber};
+use ferry::aio::{
+    AsyncClient, AsyncPublisher, AsyncReceiver, AsyncSender, AsyncServer, AsyncSubscriber,
+};
 use ferry::service::{Client, Publisher, Server, ServiceConfig, SlowSubscriber, Subscriber};
 use ferry::Handler;
 use ferry::{ChannelConfig, Domain, Error, Group, PathConfig, Sender};
@@ -125,6 +127,26 @@ fn child_main(role: &str) {
                 }
             }
             println!("ok");
+            read_line(&mut stdin);
+        }
+        // ARG "service": subscribe, print "subscribed", read nothing until told "go"; then
+        // receive until END, checking every byte and that seeds run on by one from the
+        // first, print "ok <first> <count>" and wait for stdin to close.
+        "gated-sub" => {
+            let mut sub = Subscriber::open(&domain, &arg, T).unwrap();
+            println!("subscribed");
+            assert_eq!(read_line(&mut stdin), "go");
+            let (mut first, mut count) = (None, 0u64);
+            loop {
+                let seed = verify(&sub.recv_timeout(HANG).unwrap()).unwrap();
+                if seed == END {
+                    break;
+                }
+                let first = *first.get_or_insert(seed);
+                assert_eq!(seed, first + count, "lost or reordered");
+                count += 1;
+            }
+            println!("ok {} {count}", first.unwrap_or(END));
             read_line(&mut stdin);
         }
         _ => panic!("unknown role {role}"),
@@ -568,6 +590,172 @@ fn async_sender_and_receiver() {
     drop(g);
 }
 
+/// A publisher (depth 8, hold-back policy) of service `svc` in `d`.
+fn blocking_publisher(d: &Domain, svc: &str) -> Publisher {
+    let config = ServiceConfig {
+        depth: 8,
+        slow: SlowSubscriber::Block,
+        ..ServiceConfig::default()
+    };
+    Publisher::offer(d, svc, config).unwrap()
+}
+
+/// Starts a "gated-sub" child of `svc`.
+fn gated_subscriber(group: &str, svc: &str) -> Peer {
+    let mut s = Peer::spawn("gated-sub", group, svc);
+    assert_eq!(s.line(), "subscribed");
+    s
+}
+
+/// An async publish waits for room in a full queue (hold-back policy, a subscriber
+/// process that reads nothing until told) without holding the runtime's only thread:
+/// another task runs meanwhile and is the one that lets the subscriber read. Every
+/// message then arrives, intact and in order.
+fn async_publish_awaits_room_and_the_runtime_runs_on() {
+    const N: u64 = 300;
+    let (g, d, name) = join("apub");
+    let mut publisher = AsyncPublisher::new(blocking_publisher(&d, "apub/svc"));
+    let mut sub = gated_subscriber(&name, "apub/svc");
+    publisher.get_ref().wait_for_subscribers(1, T).unwrap();
+    let path = d.path(PathConfig::default()).unwrap();
+    let published = std::rc::Rc::new(std::cell::Cell::new(0u64));
+    let rt = runtime();
+    let local = tokio::task::LocalSet::new();
+    let (sub, at_go) = local.block_on(&rt, async {
+        let counter = published.clone();
+        let publishing = tokio::task::spawn_local(async move {
+            for seed in (0..N).chain([END]) {
+                let m = message(&path, seed, 100 + (seed % 5000) as usize, 2);
+                assert_eq!(publisher.publish(&m).await.unwrap(), 1);
+                counter.set(counter.get() + 1);
+            }
+            publisher
+        });
+        // Runs only if the waiting publish yields the thread.
+        let gate = tokio::task::spawn_local(async move {
+            let mut seen = 0;
+            let mut ticks = 0u32;
+            // Until the count stops moving for 200 turns: the 9th publish is waiting.
+            while ticks < 200 {
+                tokio::task::yield_now().await;
+                let now = published.get();
+                ticks = if now == seen { ticks + 1 } else { 0 };
+                seen = now;
+            }
+            sub.tell("go");
+            (sub, seen)
+        });
+        let publisher = tokio::time::timeout(HANG, publishing)
+            .await
+            .expect("hang")
+            .unwrap();
+        assert_eq!(publisher.get_ref().stats().published, N + 1);
+        gate.await.unwrap()
+    });
+    assert_eq!(
+        at_go, 8,
+        "the publish that found the queue full did not wait"
+    );
+    let mut sub = sub;
+    assert_eq!(sub.line(), format!("ok 0 {N}"));
+    finish(sub);
+    drop(g);
+}
+
+/// A subscriber killed while an async publish waits for room in its queue: the publish
+/// goes on without it (the dead one is dropped, not counted) and the live subscriber
+/// gets everything.
+fn async_publish_survives_a_subscriber_killed_while_it_waits() {
+    const N: u64 = 100;
+    let (g, d, name) = join("apubkill");
+    let mut publisher = AsyncPublisher::new(blocking_publisher(&d, "apubkill/svc"));
+    let mut live = gated_subscriber(&name, "apubkill/svc");
+    let mut stuck = gated_subscriber(&name, "apubkill/svc");
+    publisher.get_ref().wait_for_subscribers(2, T).unwrap();
+    live.tell("go");
+    let path = d.path(PathConfig::default()).unwrap();
+    let rt = runtime();
+    let handed = rt.block_on(async {
+        let killer = tokio::task::spawn_blocking(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            stuck.kill9();
+        });
+        let mut handed = Vec::new();
+        for seed in (0..N).chain([END]) {
+            let m = fill(&path, seed, 4096 + 64);
+            let r = tokio::time::timeout(HANG, publisher.publish(&m))
+                .await
+                .expect("a dead subscriber left the publish hanging");
+            handed.push(r.unwrap());
+        }
+        killer.await.unwrap();
+        assert_eq!(publisher.get_ref().subscriber_count(), 1);
+        assert_eq!(publisher.get_ref().stats().departed, 1);
+        handed
+    });
+    // Both got the first 8 (the stuck queue's depth); the waiting 9th reached only
+    // the live one once the stuck one died, and so did the rest.
+    assert!(handed[..8].iter().all(|&n| n == 2), "{handed:?}");
+    assert!(handed[8..].iter().all(|&n| n == 1), "{handed:?}");
+    assert_eq!(live.line(), format!("ok 0 {N}"));
+    finish(live);
+    drop(g);
+}
+
+/// A publish blocked on a full queue (plain, blocking call) does not hold back a
+/// subscriber that joins meanwhile: it joins in bounded time, and gets the messages
+/// published after it joined, from the next one on.
+fn a_blocked_publish_lets_subscribers_join() {
+    let (g, d, name) = join("joinblk");
+    let mut publisher = blocking_publisher(&d, "joinblk/svc");
+    let mut stuck = gated_subscriber(&name, "joinblk/svc");
+    publisher.wait_for_subscribers(1, T).unwrap();
+    let path = d.path(PathConfig::default()).unwrap();
+    let (tx, started) = std::sync::mpsc::channel();
+    let publishing = std::thread::spawn(move || {
+        for seed in 0..9 {
+            if seed == 8 {
+                tx.send(()).unwrap();
+            }
+            // The 9th (seed 8) waits: the queue holds 8.
+            assert_eq!(
+                publisher
+                    .publish_timeout(&fill(&path, seed, 64), HANG)
+                    .unwrap(),
+                1
+            );
+        }
+        publisher
+    });
+    started.recv().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    // Joins while the publish above waits (before the fix the publisher's door waited
+    // for the list the publish held, and this timed out).
+    let late_domain = g.join().unwrap();
+    let mut late = Subscriber::open(&late_domain, "joinblk/svc", T)
+        .expect("a blocked publish held back a joining subscriber");
+    assert!(!publishing.is_finished(), "the 9th publish did not wait");
+    stuck.tell("go");
+    let mut publisher = publishing.join().unwrap();
+    let path = d.path(PathConfig::default()).unwrap();
+    // Seven more and END: the late queue (read below) holds all eight.
+    for seed in (9..16).chain([END]) {
+        assert_eq!(
+            publisher
+                .publish_timeout(&fill(&path, seed, 64), HANG)
+                .unwrap(),
+            2
+        );
+    }
+    for want in (9..16).chain([END]) {
+        assert_eq!(verify(&late.recv_timeout(HANG).unwrap()).unwrap(), want);
+    }
+    assert_eq!(stuck.line(), "ok 0 16");
+    finish(stuck);
+    drop(publisher);
+    drop(g);
+}
+
 /// The wrappers and their futures can move to another thread (tokio::spawn on a
 /// multi-thread runtime); checked at compile time.
 #[allow(dead_code)]
@@ -577,6 +765,7 @@ fn wrappers_are_send(
     mut c: AsyncClient,
     mut v: AsyncServer,
     t: AsyncSender,
+    mut p: AsyncPublisher,
     d: ferry::IoData,
 ) {
     fn send<T: Send>(_: T) {}
@@ -586,6 +775,7 @@ fn wrappers_are_send(
         let _ = c.call(&d).await;
         let _ = v.recv().await;
         let _ = t.send(&d).await;
+        let _ = p.publish(&d).await;
     });
 }
 
@@ -609,5 +799,17 @@ fn main() {
             async_server_serves_client_processes,
         ),
         ("async_sender_and_receiver", async_sender_and_receiver),
+        (
+            "async_publish_awaits_room_and_the_runtime_runs_on",
+            async_publish_awaits_room_and_the_runtime_runs_on,
+        ),
+        (
+            "async_publish_survives_a_subscriber_killed_while_it_waits",
+            async_publish_survives_a_subscriber_killed_while_it_waits,
+        ),
+        (
+            "a_blocked_publish_lets_subscribers_join",
+            a_blocked_publish_lets_subscribers_join,
+        ),
     ]);
 }

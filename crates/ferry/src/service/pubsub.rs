@@ -19,7 +19,8 @@ use crate::sync::lock;
 /// One subscriber as the publisher sees it.
 struct Sub {
     member: Member,
-    tx: Sender,
+    /// Shared with a publish that waits for room in this queue without the list's lock.
+    tx: Arc<Sender>,
     delivered: u64,
     dropped: u64,
 }
@@ -46,12 +47,24 @@ impl Admit for PubShared {
                 .connect_with(m.id, self.config.channel_config(), HANDSHAKE_PATIENCE)?;
         lock(&self.subs).push(Sub {
             member: m,
-            tx,
+            tx: Arc::new(tx),
             delivered: 0,
             dropped: 0,
         });
         Ok(())
     }
+}
+
+/// A publish under way: its first pass is done, and the queues that were full under
+/// [`SlowSubscriber::Block`] are still to be waited on.
+pub(crate) struct Pending {
+    /// The message, every fragment in a lot.
+    pub(crate) data: IoData,
+    /// Subscribers handed the message so far.
+    pub(crate) delivered: usize,
+    /// The full queues, in the order the list had them.
+    pub(crate) full: Vec<Arc<Sender>>,
+    timed_out: bool,
 }
 
 /// Counters of a publisher.
@@ -138,7 +151,8 @@ impl Publisher {
 
     /// Publishes `data` to every subscriber. Under [`SlowSubscriber::Block`] waits (as
     /// long as it takes) for room in full queues; under [`SlowSubscriber::Drop`] never
-    /// blocks. Returns how many subscribers were handed the message.
+    /// blocks. Returns how many subscribers were handed the message. Subscribers may join
+    /// while it waits; they get the messages published after this one.
     pub fn publish(&mut self, data: &IoData) -> Result<usize> {
         self.publish_until(data, None)
     }
@@ -160,10 +174,28 @@ impl Publisher {
     /// # Errors
     /// As [`publish_timeout`](Self::publish_timeout) once `deadline` has passed.
     pub fn publish_until(&mut self, data: &IoData, deadline: Option<Instant>) -> Result<usize> {
+        let mut p = self.publish_start(data)?;
+        // The waits happen without the subscriber list's lock, so subscribers keep
+        // joining (and the door keeps serving them) while a full queue holds us back.
+        for i in 0..p.full.len() {
+            let r = p.full[i].send_until(&p.data, deadline);
+            self.settle(&mut p, i, r)?;
+        }
+        self.publish_end(p)
+    }
+
+    /// A publish's first pass, under the subscriber list's lock: every queue with room
+    /// gets the message (one fence for all of them), full ones evict their oldest under
+    /// [`SlowSubscriber::Drop`], and under [`SlowSubscriber::Block`] the full ones are
+    /// returned in [`Pending::full`] for the caller to wait on (with [`settle`](Self::settle)
+    /// after each) and then [`publish_end`](Self::publish_end). Subscribers that join after
+    /// this pass do not get the message; dead ones are dropped here.
+    pub(crate) fn publish_start(&mut self, data: &IoData) -> Result<Pending> {
         let data = self.shareable(data)?;
         let block = self.shared.config.slow == SlowSubscriber::Block;
         let mut subs = lock(&self.shared.subs);
-        let (mut full, mut gone, mut sent) = (0u64, 0u64, 0u64);
+        let (mut gone, mut sent) = (0u64, 0u64);
+        let mut full = Vec::new();
         let mut delivered = 0;
         let mut failed = None;
         // Each queue gets the message without its own fence; the one fence after the
@@ -179,7 +211,7 @@ impl Publisher {
                         self.stats.dropped += 1;
                     }
                 }
-                Err(Error::Full) if block => full |= 1 << i,
+                Err(Error::Full) if block => full.push(s.tx.clone()),
                 Err(Error::Full) => {
                     s.dropped += 1;
                     self.stats.dropped += 1;
@@ -197,26 +229,8 @@ impl Publisher {
             subs.iter()
                 .enumerate()
                 .filter(|(i, _)| sent & 1 << i != 0)
-                .map(|(_, s)| &s.tx),
+                .map(|(_, s)| &*s.tx),
         );
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        let mut timed_out = false;
-        for (i, s) in subs.iter_mut().enumerate() {
-            if full & 1 << i == 0 {
-                continue;
-            }
-            match s.tx.send_until(&data, deadline) {
-                Ok(()) => {
-                    s.delivered += 1;
-                    delivered += 1;
-                }
-                Err(Error::Timeout) => timed_out = true,
-                Err(Error::PeerGone { .. } | Error::Disconnected) => gone |= 1 << i,
-                Err(e) => return Err(e),
-            }
-        }
         if gone != 0 {
             let mut i = 0;
             subs.retain(|_| {
@@ -227,11 +241,56 @@ impl Publisher {
         }
         drop(subs);
         self.stats.delivered += delivered as u64;
-        if timed_out {
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        Ok(Pending {
+            data,
+            delivered,
+            full,
+            timed_out: false,
+        })
+    }
+
+    /// Records how the wait for room in `p.full[i]` ended. Errors other than a timeout
+    /// or a departed subscriber end the publish (returned).
+    pub(crate) fn settle(&mut self, p: &mut Pending, i: usize, r: Result<()>) -> Result<()> {
+        let tx = &p.full[i];
+        match r {
+            Ok(()) => {
+                p.delivered += 1;
+                self.stats.delivered += 1;
+                if let Some(s) = lock(&self.shared.subs)
+                    .iter_mut()
+                    .find(|s| Arc::ptr_eq(&s.tx, tx))
+                {
+                    s.delivered += 1;
+                }
+                Ok(())
+            }
+            Err(Error::Timeout) => {
+                p.timed_out = true;
+                Ok(())
+            }
+            Err(Error::PeerGone { .. } | Error::Disconnected) => {
+                let mut subs = lock(&self.shared.subs);
+                let before = subs.len();
+                subs.retain(|s| !Arc::ptr_eq(&s.tx, tx));
+                self.stats.departed += (before - subs.len()) as u64;
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ends a publish whose waits were all settled: how many subscribers got it, or
+    /// [`Error::Timeout`] if a wait timed out.
+    pub(crate) fn publish_end(&mut self, p: Pending) -> Result<usize> {
+        if p.timed_out {
             return Err(Error::Timeout);
         }
         self.stats.published += 1;
-        Ok(delivered)
+        Ok(p.delivered)
     }
 
     /// `data` with every fragment in a lot: fragments outside any lot are copied once
