@@ -26,7 +26,9 @@ array is pickled), multiprocessing.shared_memory plus a queue of segment names (
 producer writes into a new segment per message, the consumer attaches by name), iceoryx2
 when its Python package is importable (loaned slice; it has no blocking receive, so its
 subscriber polls), and torch.multiprocessing when torch is importable (a tensor per
-message through its queue, which shares the storage). `ferry bench python` runs this and
+message through its queue, which shares the storage). Plus a floor, "floor: pipe wake":
+the producer writes the array as ferry's does, then wakes the consumer blocked in a pipe
+read with an 8-byte stamp (no data moves). `ferry bench python` runs this and
 turns the JSON into its report. The consumer and the producers are pinned to two different
 CPUs when there are two.
 """
@@ -379,6 +381,45 @@ class Torch(Queued):
         return t1 - t0
 
 
+# ---------------------------------------------------------------- the sleeping consumer's floor
+
+
+PIPE_WAKE = "floor: pipe wake"
+
+
+def pipe_wake_producer(ctl, w) -> None:
+    arrays: dict[int, np.ndarray] = {}
+
+    def one(size: int, i: int) -> None:
+        a = arrays.get(size)
+        if a is None:
+            a = arrays[size] = np.zeros(size, dtype=np.uint8)
+        a[8:] = i & 0xFF  # the same work as ferry's producer: write the frame
+        w.send_bytes(now_ns().to_bytes(8, "little"))  # then only 8 bytes cross
+
+    drive(ctl, one)
+
+
+class PipeWake(System):
+    """The floor under a consumer that sleeps until its message comes, at each size: the
+    producer writes an array of that size (as ferry's does, so the consumer sleeps as long)
+    and then wakes the consumer, blocked in a pipe read, with an 8-byte stamp. No data
+    moves. On these VMs waking a CPU costs more the longer it slept (tens of µs after a
+    millisecond, hundreds after tens of milliseconds), so a sleeping consumer of a big
+    array pays more than the 8-byte floor below, whatever carries the array."""
+
+    name = PIPE_WAKE
+    producer_main = staticmethod(pipe_wake_producer)
+
+    def producer_args(self) -> tuple:
+        self.r, w = mp.Pipe(duplex=False)
+        return (w,)
+
+    def take(self, size: int, read: bool) -> int:
+        t0 = int.from_bytes(self.r.recv_bytes(), "little")  # nothing else crossed
+        return now_ns() - t0
+
+
 # ---------------------------------------------------------------- the wake-up floor
 
 
@@ -444,7 +485,7 @@ def small_roundtrip(n: int) -> list[float]:
 
 
 def systems(max_size: int) -> tuple[list[System], dict[str, str]]:
-    out: list[System] = [Ferry(), FerryPoll(), MpQueue(), ShmQueue()]
+    out: list[System] = [Ferry(), FerryPoll(), MpQueue(), ShmQueue(), PipeWake()]
     skipped = {}
     try:
         import iceoryx2  # noqa: F401
@@ -496,6 +537,8 @@ def main() -> None:
             for s in order:
                 for size in sizes:
                     for read in (False, True):
+                        if read and isinstance(s, PipeWake):
+                            continue  # nothing crossed to read
                         got = s.run(size, per_round(s, size, messages), read)
                         lat.setdefault((s.name, size, read), []).extend(got)
             print(f"  round {r + 1}/{rounds} done", file=sys.stderr)

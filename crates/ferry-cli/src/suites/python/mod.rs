@@ -117,6 +117,12 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
     }
     out.plots.push(plot(&rows));
 
+    // The floor under a sleeping consumer whose producer first writes the array, at the
+    // bars' size, same run, against ferry's sleeping consumer and the bar it misses.
+    for line in sleeping_floor(&rows) {
+        say(&mut out.markdown, &line);
+    }
+
     // The floor under any consumer that sleeps until its message comes, same run.
     let floor: Vec<f64> = v["wake_floor_us"]
         .as_array()
@@ -328,6 +334,42 @@ fn bars(rows: &[Row]) -> Vec<String> {
             };
             out.push(format!("{head}; bar: {want}; {}", verdict(x >= at_least)));
         }
+    }
+    out
+}
+
+/// The transport name of the pipe-wake floor in `handover.py`.
+const PIPE_WAKE: &str = "floor: pipe wake";
+
+/// Lines comparing ferry's sleeping consumer with the pipe-wake floor at 64 MiB, and what
+/// that floor leaves of the bar against `shared_memory`+queue.
+fn sleeping_floor(rows: &[Row]) -> Vec<String> {
+    let (Some(floor), Some(ferry)) = (
+        find(rows, PIPE_WAKE, BIG, "handover"),
+        find(rows, "ferry", BIG, "handover"),
+    ) else {
+        return vec!["64 MiB: the pipe-wake floor or ferry was not measured".into()];
+    };
+    let mut out = vec![format!(
+        "64 MiB floor for a sleeping consumer (the producer writes the array, then wakes the \
+         consumer through a pipe; 8 bytes cross), same rounds: median {} µs; ferry's \
+         sleeping consumer {} µs, {}x that floor",
+        num(floor.median),
+        num(ferry.median),
+        num(ferry.median / floor.median)
+    )];
+    if let Some(shm) = find(rows, "shared_memory+Queue", BIG, "handover") {
+        let best = shm.median / floor.median;
+        out.push(format!(
+            "64 MiB: the floor alone is {}x faster than shared_memory+Queue ({} µs): {}",
+            num(best),
+            num(shm.median),
+            if best < 10.0 {
+                "no consumer that sleeps can meet the 10x bar in this run; a polling one can"
+            } else {
+                "the 10x bar is within a sleeping consumer's reach in this run"
+            }
+        ));
     }
     out
 }
