@@ -601,6 +601,16 @@ impl Receiver {
         }
     }
 
+    /// True if a message is queued, so that the next receive returns at once; no system
+    /// call, nothing taken. For a consumer that busy-polls and then hands the receive to
+    /// code that blocks (such as the semantics layer's input calls).
+    ///
+    /// # Errors
+    /// [`Error::BadDescriptor`] if the ring's shared indices are corrupt.
+    pub fn has_message(&mut self) -> Result<bool> {
+        self.fwd.has_data().map_err(corrupt)
+    }
+
     /// Busy-polls for the next message (no system call while the sender is alive),
     /// giving up after `timeout`.
     ///

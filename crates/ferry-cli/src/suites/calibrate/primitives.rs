@@ -130,9 +130,13 @@ pub fn measure(primitive: &str, size: usize, reps: usize, other_cpu: usize) -> R
         }
         p::REGION_UNMAP => {
             let (fd, _m) = filled(size)?;
+            // As move's output finds its region: mapped writable and written (the
+            // application filled it), so every page's entry is present and dirty.
             let map = || -> Result<Map> {
-                let m = Map::shared(fd.as_fd(), size, Prot::Read)?;
-                black_box(m.touch());
+                let m = Map::shared(fd.as_fd(), size, Prot::ReadWrite)?;
+                for off in (0..size).step_by(pg) {
+                    m.poke(off, 0x5b);
+                }
                 Ok(m)
             };
             let mapped = Cell::new(Some(map()?));
