@@ -58,6 +58,13 @@ pub(crate) struct AppState {
     /// Whether the whole view is registered with the TCOW engine's userfaultfd. A page
     /// replaced by `mmap(MAP_FIXED)` is a new, unregistered mapping: register again.
     pub registered: bool,
+    /// Some page's backing is no longer the buffer's own fbuf at its own offset (TCOW or
+    /// a swap replaced it). Until then byte `i` of the view is byte `i` of `pages[0].seg`,
+    /// and an output is one piece found without walking the pages.
+    pub diverged: bool,
+    /// Pages with `private` set: while there are none, settling before output walks
+    /// nothing.
+    pub private_pages: usize,
 }
 
 pub(crate) struct AppInner {
@@ -151,6 +158,11 @@ impl AppInner {
             )
         };
         let old = &st.pages[i];
+        if old.private {
+            st.private_pages -= 1;
+        }
+        st.diverged = true;
+        let old = &st.pages[i];
         st.pages[i] = Page {
             seg: Arc::new(seg),
             off: 0,
@@ -168,6 +180,9 @@ impl AppInner {
     pub fn settle(&self, pages: Range<usize>) -> Result<usize> {
         let mut st = self.state();
         let mut n = 0;
+        if st.private_pages == 0 {
+            return Ok(0);
+        }
         for i in pages {
             if !st.pages[i].private {
                 continue;
@@ -209,7 +224,12 @@ impl AppInner {
             self.view
                 .replace_private(first * p, fd, src_off, whole * p)?
         };
+        st.diverged = true;
         for k in 0..whole {
+            let old = &st.pages[first + k];
+            if !old.private {
+                st.private_pages += 1;
+            }
             let old = &st.pages[first + k];
             st.pages[first + k] = Page {
                 seg: held.clone(),
@@ -294,6 +314,8 @@ impl AppBuffer {
             state: Mutex::new(AppState {
                 pages,
                 registered: false,
+                diverged: false,
+                private_pages: 0,
             }),
             engine: engine.clone(),
         });
@@ -422,6 +444,15 @@ impl AppInner {
     /// contiguous. Call with the state locked, in the same critical section as whatever
     /// protects or locks those pages: a page TCOW replaces afterwards has a new backing.
     pub fn pieces(st: &AppState, range: &Range<usize>) -> Vec<(Arc<Segment>, usize, usize)> {
+        if !st.diverged {
+            // Every page is still the buffer's own fbuf at its own offset: one piece,
+            // without a walk over the pages (emulated share's output stays independent
+            // of the size).
+            return match st.pages.first() {
+                Some(pg) if !range.is_empty() => vec![(pg.seg.clone(), range.start, range.len())],
+                _ => Vec::new(),
+            };
+        }
         let p = page_size();
         let mut pieces: Vec<(Arc<Segment>, usize, usize)> = Vec::new();
         let mut at = range.start;
