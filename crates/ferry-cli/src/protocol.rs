@@ -98,6 +98,10 @@ pub enum Touch {
     All,
     /// Only the header (the hand-over itself, without touching the pages).
     Header,
+    /// Only the header, but the source wrote one word in every page before the send, as
+    /// an application producing the message does: the hand-over in the cache and TLB
+    /// state those writes leave (what `ferry bench genie`'s messages see).
+    HeaderAfterWrites,
 }
 
 impl Touch {
@@ -106,6 +110,7 @@ impl Touch {
             Touch::Word => "word/page",
             Touch::All => "every byte",
             Touch::Header => "the header only",
+            Touch::HeaderAfterWrites => "the header only, after one word per page written",
         }
     }
 }

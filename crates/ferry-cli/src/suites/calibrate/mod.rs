@@ -258,7 +258,10 @@ fn finish(name: &'static str, points: Vec<PrimPoint>, error: Option<String>) -> 
 /// The base hand-over: one-way latency of a descriptor over a ferry channel between two
 /// pinned processes, the receiver busy-polling as `ferry bench genie`'s sink does before
 /// its input call (the sink reads only the header). A blocking receiver would add the
-/// wake-up of a sleeping process, 4 to 25 µs here and bimodal between runs.
+/// wake-up of a sleeping process, 4 to 25 µs here and bimodal between runs. The source
+/// writes one word in every page before each send, untimed, as genie's source produces
+/// its messages: at 16 and 64 MiB those writes leave the caches and TLB cold for the
+/// hand-over, which costs it up to a microsecond there.
 fn handover(ctx: &BenchCtx, sizes: &[usize]) -> Result<Prim> {
     ctx.progress
         .phase("calibrate: handover (ferry channel between 2 pinned processes)");
@@ -281,7 +284,7 @@ fn handover(ctx: &BenchCtx, sizes: &[usize]) -> Result<Prim> {
     let plan = Plan {
         pattern: Pattern::PingPong,
         wait: Wait::Spin,
-        touch: Touch::Header,
+        touch: Touch::HeaderAfterWrites,
         msgs: budget.msgs(sizes),
         warmup: budget.warmup(sizes),
         sizes: sizes.to_vec(),

@@ -48,7 +48,7 @@ impl Curve {
     fn label(&self) -> String {
         match self.touch {
             Touch::Word => format!("{}, {}", self.kind.label(), wait_label(self.wait)),
-            Touch::All | Touch::Header => format!(
+            Touch::All | Touch::Header | Touch::HeaderAfterWrites => format!(
                 "{}, {}, reads {}",
                 self.kind.label(),
                 wait_label(self.wait),
