@@ -5,8 +5,10 @@
 //! issue 10 with verdicts; and the calibrated model's prediction against each measurement
 //! (Table 7), using the calibration measured in the same run (`calibrate`).
 //!
-//! One source and one sink process ([`worker`]), pinned to the two CPUs, blocking in the
-//! channel's receive as an application would, run every semantics: per size, each round
+//! One source and one sink process ([`worker`]), pinned to the two CPUs, run every
+//! semantics; the sink busy-polls the channel until a message is queued and only then
+//! calls its input, so no wake-up of a sleeping process (4 to 25 µs here, and uneven
+//! between runs) hides the semantics' own costs: per size, each round
 //! runs a block of messages of every semantics in an order rotated each round, and a
 //! semantics' ratio to copy is the median over rounds of its round's median over copy's
 //! (as `ferry bench handover` does), so that the machine's state at the time (CPU
