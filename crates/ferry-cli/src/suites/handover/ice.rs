@@ -78,6 +78,7 @@ impl Tx {
         for i in (0..p.len()).step_by(4096) {
             p[i] = MaybeUninit::new(seq as u8);
         }
+        super::worker::settle();
         let t0 = now_ns();
         let mut head = [0u8; 16];
         write_header(&mut head, seq, t0);
