@@ -916,6 +916,58 @@ fn input_swaps_whole_pages_where_told() {
     assert!(exit_status(&mut peer).success());
 }
 
+/// A buffer whose pages TCOW replaced (a write during an emulated-copy output) is then
+/// output under emulated share: the receiver reads what the buffer holds now, the new
+/// page included. (An untouched buffer is output as one piece without a walk over its
+/// pages; this is the walk's case.)
+fn output_after_tcow_replaced_pages_names_the_new_pages() {
+    let (g, d, _name) = join("tcowshare");
+    let p = Passing::new(
+        &d,
+        PassingConfig {
+            thresholds: Some(Thresholds::NEVER_CONVERT),
+            ..PassingConfig::default()
+        },
+    )
+    .unwrap();
+    if !p.tcow_available() {
+        eprintln!("    (no userfaultfd: nothing to replace; skipped)");
+        return;
+    }
+    let d2 = g.join().unwrap();
+    let to = d2.id();
+    let dd = d.clone();
+    let c = std::thread::spawn(move || dd.connect(to, T).unwrap());
+    let mut rx = d2.accept(T).unwrap();
+    let tx = c.join().unwrap();
+    let len = 4 * 4096;
+    let mut a = p.app_buffer(len).unwrap();
+    a.as_mut_slice().copy_from_slice(&pattern(7, len));
+    p.send_app(&tx, &a, 0..len, Semantics::EmulatedCopy)
+        .unwrap();
+    // Written while the first output holds the pages: page 1 is replaced.
+    a.as_mut_slice()[4096 + 10] ^= 0xff;
+    assert!(p.stats().tcow_pages_copied >= 1, "{:?}", p.stats());
+    let first = rx.recv().unwrap();
+    assert!(
+        first.eq_bytes(&pattern(7, len)),
+        "the first output kept its bytes"
+    );
+    drop(first);
+    p.send_app(&tx, &a, 0..len, Semantics::EmulatedShare)
+        .unwrap();
+    let second = rx.recv().unwrap();
+    assert!(
+        second.eq_bytes(a.as_slice()),
+        "the second output names the new page"
+    );
+    assert!(
+        second.num_fragments() >= 2,
+        "page 1 is a lot page of its own"
+    );
+    drop(second);
+}
+
 fn task_count() -> usize {
     std::fs::read_dir("/proc/self/task").unwrap().count()
 }
@@ -1342,6 +1394,10 @@ fn main() {
         (
             "input_swaps_whole_pages_where_told",
             input_swaps_whole_pages_where_told,
+        ),
+        (
+            "output_after_tcow_replaced_pages_names_the_new_pages",
+            output_after_tcow_replaced_pages_names_the_new_pages,
         ),
         (
             "thresholds_come_from_the_calibration_file",

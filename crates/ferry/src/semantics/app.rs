@@ -157,8 +157,7 @@ impl AppInner {
                 Arc::new(fresh),
             )
         };
-        let old = &st.pages[i];
-        if old.private {
+        if st.pages[i].private {
             st.private_pages -= 1;
         }
         st.diverged = true;
@@ -226,8 +225,7 @@ impl AppInner {
         };
         st.diverged = true;
         for k in 0..whole {
-            let old = &st.pages[first + k];
-            if !old.private {
+            if !st.pages[first + k].private {
                 st.private_pages += 1;
             }
             let old = &st.pages[first + k];
