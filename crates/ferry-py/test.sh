@@ -66,6 +66,21 @@ if [ ! -x "$venv39/bin/python" ]; then
 fi
 "$venv39/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade \
     "maturin>=1.5,<2" numpy pytest
+# The default (abi3) build must refuse 3.9 with the command that works, not produce an
+# extension that fails to import (build.rs).
+echo "--- CPython 3.9, default (abi3) build: must be refused"
+refusal=$(PATH="$venv39/bin:$PATH" CARGO_TARGET_DIR="$root/target/py39" \
+    "$venv39/bin/python" -m pip install --quiet --disable-pip-version-check \
+    --no-build-isolation --force-reinstall --no-deps "$here" 2>&1) && {
+    echo "the abi3 build was not refused on CPython 3.9" >&2
+    exit 1
+}
+grep -q "MATURIN_PEP517_ARGS=--no-default-features" <<<"$refusal" || {
+    echo "the abi3 build failed on CPython 3.9 without saying what to do:" >&2
+    echo "$refusal" | tail -20 >&2
+    exit 1
+}
+echo "refused, with the command to use"
 echo "--- CPython $("$venv39/bin/python" -c 'import platform; print(platform.python_version())'), non-abi3 build"
 # Its own target dir: pyo3 configured for another interpreter would rebuild over the abi3
 # build's artefacts on every run.
