@@ -16,11 +16,16 @@ fn main() {
         return;
     };
     let out = Command::new(&python)
-        .args(["-c", "import sys; print(sys.version_info[0], sys.version_info[1])"])
+        .args([
+            "-c",
+            "import sys; print(sys.version_info[0], sys.version_info[1])",
+        ])
         .output();
     let Ok(out) = out else { return };
     let text = String::from_utf8_lossy(&out.stdout);
-    let mut it = text.split_whitespace().map(|s| s.parse::<u32>().unwrap_or(0));
+    let mut it = text
+        .split_whitespace()
+        .map(|s| s.parse::<u32>().unwrap_or(0));
     let (major, minor) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
     if out.status.success() && (major, minor) < (3, 11) {
         panic!(
