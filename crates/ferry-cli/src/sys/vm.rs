@@ -216,6 +216,17 @@ impl Map {
         Ok(())
     }
 
+    /// `munmap` of `len` bytes from `off`, leaving a hole inside this map (as move's
+    /// output leaves one in the lot's mapping); [`replace_with`](Self::replace_with)
+    /// fills it again, and drop unmaps around it.
+    pub fn punch(&self, off: usize, len: usize) -> io::Result<()> {
+        self.check(off, len);
+        // SAFETY: the range is ours and no Rust reference points into it; the probes
+        // touch it again only after `replace_with` mapped it back.
+        unsafe { rustix::mm::munmap(self.ptr.as_ptr().add(off).cast(), len)? };
+        Ok(())
+    }
+
     /// `mremap(MREMAP_MAYMOVE | MREMAP_FIXED)` of this map's pages onto `to`'s range
     /// (same length). This map's range is left unmapped: a hole until it is replaced.
     pub fn move_to(&self, to: &Map) -> io::Result<()> {

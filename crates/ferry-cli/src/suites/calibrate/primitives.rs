@@ -72,12 +72,18 @@ pub fn measure(primitive: &str, size: usize, reps: usize, other_cpu: usize) -> R
             }
         }
         p::PROTECT_MPROTECT | p::UNPROTECT_MPROTECT | p::HIDE | p::REINSTATE => {
-            let (_fd, m) = filled(size)?;
-            let (to, back) = match primitive {
-                p::PROTECT_MPROTECT | p::UNPROTECT_MPROTECT => (Prot::Read, Prot::ReadWrite),
-                _ => (Prot::None, Prot::ReadWrite),
+            // Hiding protects a region inside the lot's one large mapping, so the kernel
+            // splits that mapping and merges it back: a page on either side here. A TCOW
+            // fallback protects an application buffer's whole view.
+            let hide = matches!(primitive, p::HIDE | p::REINSTATE);
+            let at = if hide { pg } else { 0 };
+            let (_fd, m) = filled(size + 2 * at)?;
+            let (to, back) = if hide {
+                (Prot::None, Prot::ReadWrite)
+            } else {
+                (Prot::Read, Prot::ReadWrite)
             };
-            let set = |prot| m.protect(0, size, prot).map_err(anyhow::Error::from);
+            let set = |prot| m.protect(at, size, prot).map_err(anyhow::Error::from);
             if primitive == p::PROTECT_MPROTECT || primitive == p::HIDE {
                 timed(reps, || set(to), || set(back))
             } else {
@@ -129,25 +135,22 @@ pub fn measure(primitive: &str, size: usize, reps: usize, other_cpu: usize) -> R
             )
         }
         p::REGION_UNMAP => {
-            let (fd, _m) = filled(size)?;
-            // As move's output finds its region: mapped writable and written (the
-            // application filled it), so every page's entry is present and dirty.
-            let map = || -> Result<Map> {
-                let m = Map::shared(fd.as_fd(), size, Prot::ReadWrite)?;
-                for off in (0..size).step_by(pg) {
+            // As move's output finds its region: inside the lot's one large mapping (a
+            // page on either side here, so the unmap splits it), writable and written by
+            // the application, every page's entry present and dirty.
+            let (fd, m) = filled(size + 2 * pg)?;
+            let dirty = || {
+                for off in (pg..pg + size).step_by(pg) {
                     m.poke(off, 0x5b);
                 }
-                Ok(m)
             };
-            let mapped = Cell::new(Some(map()?));
+            dirty();
             timed(
                 reps,
+                || Ok(m.punch(pg, size)?),
                 || {
-                    drop(mapped.take());
-                    Ok(())
-                },
-                || {
-                    mapped.set(Some(map()?));
+                    m.replace_with(pg, size, fd.as_fd(), pg as u64, Prot::ReadWrite)?;
+                    dirty();
                     Ok(())
                 },
             )
