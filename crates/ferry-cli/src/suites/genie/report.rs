@@ -354,6 +354,10 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, all: &[Series]) -
          primitives predicts.\n"
     );
     md.push_str(&t.render());
+    if let Some(line) = calibration_warning(series) {
+        println!("genie: {line}");
+        let _ = writeln!(md, "\n**{line}**");
+    }
 
     // Counters.
     let mut headers = vec!["semantics"];
@@ -562,4 +566,65 @@ pub fn plots(all: &[Series]) -> Vec<PlotSpec> {
             log_y: true,
         },
     ]
+}
+
+/// A warning when this run's calibration disagrees with this run's own copy by more than
+/// 2x at some size from 64 KiB: the copies were then calibrated in another state of the
+/// machine (on this VM, most often the other placement of the two vCPUs, which makes every
+/// line taken from the other CPU about 3x dearer), and the thresholds derived from that
+/// calibration, which the library uses, are suspect.
+fn calibration_warning(series: &[&Series]) -> Option<String> {
+    let copy = series.iter().find(|x| x.s == Semantics::Copy && !x.tcp)?;
+    let (size, ratio) = copy
+        .points
+        .iter()
+        .filter(|q| q.size >= 64 << 10)
+        .filter_map(|q| Some((q.size, q.predicted? / q.lat.median)))
+        .max_by(|a, b| (a.1.ln().abs()).total_cmp(&b.1.ln().abs()))?;
+    (!(0.5..=2.0).contains(&ratio)).then(|| {
+        format!(
+            "Calibration suspect: it predicts copy at {} as {}x what this run measured, so \
+             it was taken in another state of the machine (here most often the other vCPU \
+             placement); the thresholds derived from it, which the library uses, may convert \
+             at the wrong sizes. Rerun `ferry calibrate` and this benchmark.",
+            bytes(size),
+            num(ratio)
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::stats::Summary;
+    use crate::suites::genie::Point;
+
+    fn copy_series(measured_ns: f64, predicted_ns: f64) -> Series {
+        let point = |size| Point {
+            size,
+            lat: Summary::of(&[measured_ns]),
+            per_trial: vec![measured_ns],
+            ratios: vec![1.0],
+            cpu_out: 0.0,
+            cpu_in: 0.0,
+            counters: Vec::new(),
+            predicted: Some(predicted_ns),
+        };
+        Series {
+            s: Semantics::Copy,
+            tcp: false,
+            points: vec![point(64 << 10), point(1 << 20)],
+        }
+    }
+
+    #[test]
+    fn a_calibration_far_from_the_measured_copy_is_flagged() {
+        let off = copy_series(100_000.0, 400_000.0);
+        let line = calibration_warning(&[&off]).expect("4x off must be flagged");
+        assert!(line.contains("Calibration suspect"), "{line}");
+        let near = copy_series(100_000.0, 120_000.0);
+        assert_eq!(calibration_warning(&[&near]), None);
+        let under = copy_series(100_000.0, 30_000.0);
+        assert!(calibration_warning(&[&under]).is_some(), "0.3x is off too");
+    }
 }
