@@ -25,6 +25,14 @@ fn passing(d: &Domain) -> Passing {
     .unwrap()
 }
 
+/// A channel from `from` to `to`, two domains of this process.
+fn local_channel(from: &Domain, to: &Domain) -> (ferry::Sender, ferry::Receiver) {
+    let (dd, id) = (from.clone(), to.id());
+    let c = std::thread::spawn(move || dd.connect(id, T).unwrap());
+    let rx = to.accept(T).unwrap();
+    (c.join().unwrap(), rx)
+}
+
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
     (0..len).map(|i| byte_at(seed, i)).collect()
 }
@@ -779,11 +787,7 @@ fn misuse_is_refused() {
     let p = passing(&d);
     let d2 = g.join().unwrap();
     let p2 = passing(&d2);
-    let to = d2.id();
-    let dd = d.clone();
-    let c = std::thread::spawn(move || dd.connect(to, T).unwrap());
-    let mut rx = d2.accept(T).unwrap();
-    let tx = c.join().unwrap();
+    let (tx, mut rx) = local_channel(&d, &d2);
     let a = p.app_buffer(100).unwrap();
     assert!(matches!(
         p.send_app(&tx, &a, 0..10, Semantics::Move),
@@ -849,14 +853,7 @@ fn misuse_is_refused() {
 /// output of such a buffer first copies them into our own lot.
 fn input_swaps_whole_pages_where_told() {
     let (g, d, name) = join("swap");
-    let p = Passing::new(
-        &d,
-        PassingConfig {
-            thresholds: Some(Thresholds::NEVER_CONVERT),
-            ..PassingConfig::default()
-        },
-    )
-    .unwrap();
+    let p = passing(&d);
     assert_eq!(p.thresholds().swap, 0);
     let mut peer = Peer::spawn("sender", &name, "");
     let mut rx = accept_from(&d, &mut peer);
@@ -897,11 +894,7 @@ fn input_swaps_whole_pages_where_told() {
     assert_ne!(a.as_slice()[at + 5000], want[5000]);
     // Output names our own lot pages: the swapped ones are copied in first.
     let d2 = g.join().unwrap();
-    let to = d2.id();
-    let dd = d.clone();
-    let c = std::thread::spawn(move || dd.connect(to, T).unwrap());
-    let mut rx2 = d2.accept(T).unwrap();
-    let tx2 = c.join().unwrap();
+    let (tx2, mut rx2) = local_channel(&d, &d2);
     p.send_app(&tx2, &a, 0..at + len, Semantics::EmulatedShare)
         .unwrap();
     assert_eq!(p.stats().pages_settled, whole as u64);
@@ -922,24 +915,13 @@ fn input_swaps_whole_pages_where_told() {
 /// pages; this is the walk's case.)
 fn output_after_tcow_replaced_pages_names_the_new_pages() {
     let (g, d, _name) = join("tcowshare");
-    let p = Passing::new(
-        &d,
-        PassingConfig {
-            thresholds: Some(Thresholds::NEVER_CONVERT),
-            ..PassingConfig::default()
-        },
-    )
-    .unwrap();
+    let p = passing(&d);
     if !p.tcow_available() {
         eprintln!("    (no userfaultfd: nothing to replace; skipped)");
         return;
     }
     let d2 = g.join().unwrap();
-    let to = d2.id();
-    let dd = d.clone();
-    let c = std::thread::spawn(move || dd.connect(to, T).unwrap());
-    let mut rx = d2.accept(T).unwrap();
-    let tx = c.join().unwrap();
+    let (tx, mut rx) = local_channel(&d, &d2);
     let len = 4 * 4096;
     let mut a = p.app_buffer(len).unwrap();
     a.as_mut_slice().copy_from_slice(&pattern(7, len));
@@ -977,11 +959,7 @@ fn task_count() -> usize {
 fn passing_leaves_no_fd_or_thread_behind() {
     let (g, d, _name) = join("noleak");
     let d2 = g.join().unwrap();
-    let to = d2.id();
-    let dd = d.clone();
-    let c = std::thread::spawn(move || dd.connect(to, T).unwrap());
-    let mut rx = d2.accept(T).unwrap();
-    let tx = c.join().unwrap();
+    let (tx, mut rx) = local_channel(&d, &d2);
     let (fds, tasks) = (fd_count(), task_count());
     {
         let p = passing(&d);
@@ -1023,11 +1001,7 @@ fn thresholds_at_their_edges() {
     drop(name);
     // A receiving domain in this process is enough for the application forms.
     let d2 = _g.join().unwrap();
-    let to = d2.id();
-    let dd = d.clone();
-    let c = std::thread::spawn(move || dd.connect(to, T).unwrap());
-    let mut rx = d2.accept(T).unwrap();
-    let tx = c.join().unwrap();
+    let (tx, mut rx) = local_channel(&d, &d2);
     let a = p.app_buffer(8 * 4096).unwrap();
     for (s, edge) in [
         (Semantics::EmulatedCopy, t.emulated_copy),
