@@ -103,6 +103,28 @@ impl Point {
     pub fn ratio(&self) -> Option<f64> {
         (!self.ratios.is_empty()).then(|| median(&self.ratios))
     }
+
+    /// How far this point's round medians lie from its median over every message:
+    /// (lowest, highest) as fractions (-0.1 is 10% below). The measurement's own spread
+    /// over the run: a calibration taken at another moment can be off by as much.
+    pub fn round_range(&self) -> Option<(f64, f64)> {
+        let m = self.lat.median;
+        if self.per_trial.len() < 2 || m <= 0.0 {
+            return None;
+        }
+        let lo = self.per_trial.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = self
+            .per_trial
+            .iter()
+            .copied()
+            .fold(f64::NEG_INFINITY, f64::max);
+        Some((lo / m - 1.0, hi / m - 1.0))
+    }
+
+    /// The larger of [`round_range`](Self::round_range)'s two sides, as a fraction.
+    pub fn round_deviation(&self) -> Option<f64> {
+        self.round_range().map(|(lo, hi)| lo.abs().max(hi.abs()))
+    }
 }
 
 fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
