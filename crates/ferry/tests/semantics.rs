@@ -950,6 +950,60 @@ fn output_after_tcow_replaced_pages_names_the_new_pages() {
     drop(second);
 }
 
+/// Resident pages locked in `len` bytes from `addr`, in KiB, from `/proc/self/smaps`
+/// (mlock splits the mapping at the locked range's edges, so whole areas add up).
+fn locked_kib(addr: usize, len: usize) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let (mut inside, mut kib) = (false, 0);
+    for line in smaps.lines() {
+        let head = line.split_whitespace().next().unwrap_or("");
+        if let Some((a, b)) = head.split_once('-') {
+            if let (Ok(a), Ok(b)) = (
+                usize::from_str_radix(a, 16),
+                usize::from_str_radix(b, 16),
+            ) {
+                inside = a < addr + len && b > addr;
+                continue;
+            }
+        }
+        if let Some(v) = line.strip_prefix("Locked:") {
+            if inside {
+                kib += v.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap();
+            }
+        }
+    }
+    kib
+}
+
+fn share_locks_each_page_until_its_last_output_is_released() {
+    let (g, d, _name) = join("sharelock");
+    let d2 = g.join().unwrap();
+    let (tx, mut rx) = local_channel(&d, &d2);
+    let p = passing(&d);
+    let pg = ferry::diagnostics::page_size();
+    let mut a = p.app_buffer(8 * pg).unwrap();
+    a.as_mut_slice().fill(3);
+    let (at, kib) = (a.as_mut_ptr() as usize, pg as u64 / 1024);
+    assert_eq!(locked_kib(at, 8 * pg), 0);
+    // Two outputs overlapping on pages 2 and 3, and a third apart from them.
+    for r in [0..4 * pg, 2 * pg..6 * pg, 7 * pg..8 * pg] {
+        let used = p.send_app(&tx, &a, r, Semantics::Share).unwrap();
+        assert_eq!(used, Used::Mechanism);
+    }
+    assert_eq!(locked_kib(at, 8 * pg), 7 * kib, "pages 0-5 and 7 locked");
+    let released = |n: usize, rx: &mut ferry::Receiver| {
+        for _ in 0..n {
+            drop(rx.recv().unwrap());
+        }
+        tx.collect_releases().unwrap();
+    };
+    released(1, &mut rx);
+    // Pages 2 and 3 stay locked for the second output.
+    assert_eq!(locked_kib(at, 8 * pg), 5 * kib, "pages 2-5 and 7 locked");
+    released(2, &mut rx);
+    assert_eq!(locked_kib(at, 8 * pg), 0, "every page unlocked");
+}
+
 fn task_count() -> usize {
     std::fs::read_dir("/proc/self/task").unwrap().count()
 }
@@ -1356,6 +1410,10 @@ fn main() {
             no_userfaultfd_env_in_a_child,
         ),
         ("thresholds_at_their_edges", thresholds_at_their_edges),
+        (
+            "share_locks_each_page_until_its_last_output_is_released",
+            share_locks_each_page_until_its_last_output_is_released,
+        ),
         ("misuse_is_refused", misuse_is_refused),
         (
             "weak_input_reads_the_senders_pages_in_place",
