@@ -147,3 +147,57 @@ impl Drop for SharedLines {
         let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.lines * 64) };
     }
 }
+
+/// A private anonymous mapping (`mmap(2)`, `MAP_PRIVATE | MAP_ANONYMOUS`), read-write,
+/// in 4 KiB pages (`MADV_NOHUGEPAGE`, as a memfd's are unless shmem huge pages are on),
+/// every page written once at creation so that later writes take no page fault. Unlike
+/// [`vm::Map`] nothing else maps it, so it hands out a plain slice.
+pub struct PrivateBuf {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: an owned, private address range, reached only through `&self` / `&mut self`.
+unsafe impl Send for PrivateBuf {}
+// SAFETY: as above; shared access is read-only (`&[u8]`).
+unsafe impl Sync for PrivateBuf {}
+
+impl PrivateBuf {
+    /// `len` bytes (more than 0), every page pre-faulted.
+    pub fn new(len: usize) -> io::Result<PrivateBuf> {
+        use rustix::mm::{mmap_anonymous, MapFlags, ProtFlags};
+        assert!(len > 0, "an empty mapping");
+        // SAFETY: a fresh mapping chosen by the kernel (no address given), so it
+        // replaces nothing we hold.
+        let p = unsafe {
+            mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE,
+            )?
+        };
+        let mut b = PrivateBuf {
+            ptr: std::ptr::NonNull::new(p.cast()).expect("mmap never returns null"),
+            len,
+        };
+        // SAFETY: advice on the mapping just made, which nothing else uses yet.
+        unsafe { rustix::mm::madvise(p, len, rustix::mm::Advice::LinuxNoHugepage)? };
+        b.as_mut_slice().fill(0x11);
+        Ok(b)
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `len` mapped, readable and writable bytes owned by `self`, private to
+        // this process; the borrow of `self` keeps the slice unique and within its life.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for PrivateBuf {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once; no slice into it outlives
+        // `self`.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}

@@ -1,15 +1,20 @@
 //! `ferry bench handover`: ferry's one-way hand-over against iceoryx2 0.10 and against
-//! the cross-CPU cache-line floor, 64 B to 64 MiB, in one run with interleaved rounds.
+//! the cross-CPU cache-line floors, 64 B to 64 MiB, in one run with interleaved rounds.
 //!
-//! Two pinned processes ([`worker`]) hold all three systems at once and run, for every
+//! Two pinned processes ([`worker`]) hold all the systems at once and run, for every
 //! round, every size, and every system (in an order rotated each round), a block of
 //! ping-pong messages under one protocol: the payload written one byte per page, a
 //! `CLOCK_MONOTONIC` stamp just before the hand-over, the receiver reading the header and
-//! stamping again, an acknowledgement through a shared cache line. The floor is one cache
-//! line bounced between the two processes (half its round trip).
+//! stamping again, an acknowledgement through a shared cache line. Three floors: one cache
+//! line bounced between the two processes (half its round trip); two lines, a header line
+//! then a descriptor line; and the page-writes floor, the same two lines after the
+//! protocol's page writes into a private buffer of the payload's size (so it shows what
+//! those writes, still in the store buffer when the hand-over's stores run, add at 16 and
+//! 64 MiB).
 //!
 //! The bars (issue 11): ferry's median one-way hand-over at most 0.8x iceoryx2's at every
 //! size, as the median of per-round ratios; and within 1.5x of the floor at every size.
+//! Besides the bars: ferry over the page-writes floor by stamps, the same way.
 
 mod ice;
 mod report;
@@ -33,7 +38,7 @@ use worker::{untag, System, LINES};
 
 pub const BENCH: BenchDef = BenchDef {
     name: "handover",
-    about: "one-way hand-over 64 B-64 MiB: ferry vs iceoryx2 vs the cache-line floor, interleaved rounds",
+    about: "one-way hand-over 64 B-64 MiB: ferry vs iceoryx2 vs the cache-line floors, interleaved rounds",
     run,
 };
 
@@ -52,13 +57,20 @@ pub struct AtSize {
     pub floor2: Vec<f64>,
     /// The two-line floor's one-way by stamps.
     pub floor2_stamped: Vec<f64>,
+    /// Half the round trip of the page-writes floor (the protocol's page writes, then the
+    /// two-line floor).
+    pub floorp: Vec<f64>,
+    /// The page-writes floor's one-way by stamps.
+    pub floorp_stamped: Vec<f64>,
     pub ferry: Vec<f64>,
     pub ferry_call: Vec<f64>,
     pub ice: Vec<f64>,
     pub ice_call: Vec<f64>,
-    /// Per round: ferry's median over iceoryx2's, and over the floor's.
+    /// Per round: ferry's median over iceoryx2's, over the floor's, and over the
+    /// page-writes floor's by stamps.
     pub ratio_ice: Vec<f64>,
     pub ratio_floor: Vec<f64>,
+    pub ratio_floorp: Vec<f64>,
 }
 
 impl AtSize {
@@ -67,6 +79,9 @@ impl AtSize {
     }
     pub fn ratio_floor(&self) -> f64 {
         median(&self.ratio_floor)
+    }
+    pub fn ratio_floorp(&self) -> f64 {
+        median(&self.ratio_floorp)
     }
 }
 
@@ -105,7 +120,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         .phase("handover: checking that iceoryx2 runs here");
     let ice = ice::probe(&format!("{service}-probe")).map_err(|e| format!("{e:#}"));
     ctx.progress.phase(&format!(
-        "handover: ferry{} and the floor, {} interleaved rounds",
+        "handover: ferry{} and the floors, {} interleaved rounds",
         if ice.is_ok() { ", iceoryx2" } else { "" },
         plan.trials
     ));
@@ -178,6 +193,7 @@ fn summarise(
         .map(|&size| {
             let mut ratio_ice = Vec::new();
             let mut ratio_floor = Vec::new();
+            let mut ratio_floorp = Vec::new();
             for r in 0..plan.trials {
                 let f = median(&pick(rx, SampleKind::OneWay, size, System::Ferry, Some(r)));
                 let i = median(&pick(
@@ -198,6 +214,14 @@ fn summarise(
                     ratio_ice.push(f / i);
                 }
                 ratio_floor.push(f / fl);
+                let fp = median(&pick(
+                    rx,
+                    SampleKind::OneWay,
+                    size,
+                    System::FloorPages,
+                    Some(r),
+                ));
+                ratio_floorp.push(f / fp);
             }
             AtSize {
                 size,
@@ -211,12 +235,18 @@ fn summarise(
                     .map(|x| x / 2.0)
                     .collect(),
                 floor2_stamped: pick(rx, SampleKind::OneWay, size, System::Floor2, None),
+                floorp: pick(tx, SampleKind::RoundTrip, size, System::FloorPages, None)
+                    .into_iter()
+                    .map(|x| x / 2.0)
+                    .collect(),
+                floorp_stamped: pick(rx, SampleKind::OneWay, size, System::FloorPages, None),
                 ferry: pick(rx, SampleKind::OneWay, size, System::Ferry, None),
                 ferry_call: pick(tx, SampleKind::SendCall, size, System::Ferry, None),
                 ice: pick(rx, SampleKind::OneWay, size, System::Iceoryx2, None),
                 ice_call: pick(tx, SampleKind::SendCall, size, System::Iceoryx2, None),
                 ratio_ice,
                 ratio_floor,
+                ratio_floorp,
             }
         })
         .collect();

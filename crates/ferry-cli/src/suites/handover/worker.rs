@@ -1,20 +1,29 @@
 //! The two processes of `ferry bench handover`: a sender and a receiver, each pinned,
-//! each holding all three systems at once, so that the rounds interleave them.
+//! each holding all the systems at once (the three floors, ferry and iceoryx2), so that
+//! the rounds interleave them.
 //!
 //! For every message, whatever the system, the two follow one protocol:
 //!
 //! 1. The sender takes a buffer (ferry: an fbuf from the size's path; iceoryx2: a loaned
-//!    slice; the floor: none) and writes one byte in every page of it.
+//!    slice; the page-writes floor: a private anonymous mapping of the fbuf's size; the
+//!    one- and two-line floors: none) and writes one byte in every page of it.
 //! 2. It reads `CLOCK_MONOTONIC` (`t0`), writes the header (sequence number and `t0`),
 //!    and hands the buffer over (ferry: `freeze` + `try_send`; iceoryx2: `send`; the
-//!    floor: a release store of the sequence number into one shared cache line). It
+//!    floor: a release store of the sequence number into one shared cache line; the
+//!    two-line and page-writes floors: the stamp and sequence number into a "header"
+//!    line, then a release store of the sequence number into the "descriptor" line). It
 //!    records how long the send call took.
 //! 3. The receiver, busy-polling, takes the message, reads the header, reads the clock
 //!    (`t1`) and records `t1 - t0`, the one-way hand-over. It drops the message and
 //!    acknowledges by storing the sequence number into another shared cache line.
 //! 4. The sender waits for that acknowledgement before the next message, so messages
-//!    never queue. For the floor it also records the round trip (`t0` to the
-//!    acknowledgement seen): half of it is the cache-line floor.
+//!    never queue. For the floors it records the round trip instead (`t0` to the
+//!    acknowledgement seen): half of it is the floor.
+//!
+//! The page-writes floor ([`System::FloorPages`]) is the two-line floor after the same
+//! page writes as the systems: under x86 TSO the descriptor store cannot become visible
+//! before those stores (each a cache or TLB miss at 16 MiB and more), so it shows what
+//! the protocol's page writes alone add to a hand-over.
 //!
 //! Samples carry the round and the system in `trial` (see [`tag`]).
 
@@ -26,7 +35,7 @@ use ferry::{Domain, IoData, PathAllocator, PathConfig, Receiver, Sender};
 
 use super::ice;
 use crate::protocol::{Plan, Role, Sample, SampleKind, WorkerArgs};
-use crate::sys::{self, now_ns, SharedLines};
+use crate::sys::{self, now_ns, PrivateBuf, SharedLines};
 use crate::transport::ferry::{accept, connect, err};
 
 /// The systems, in the order of their index in [`tag`].
@@ -38,13 +47,17 @@ pub enum System {
     /// receiver polls; the receiver then reads the header line. The least any hand-over
     /// of a descriptor whose receiver reads the payload's header can cost.
     Floor2,
+    /// The two-line floor preceded by the protocol's page writes (one byte in every page
+    /// of a private buffer of the fbuf's size), as the systems do before their stamp.
+    FloorPages,
     Ferry,
     Iceoryx2,
 }
 
-pub const SYSTEMS: [System; 4] = [
+pub const SYSTEMS: [System; 5] = [
     System::Floor,
     System::Floor2,
+    System::FloorPages,
     System::Ferry,
     System::Iceoryx2,
 ];
@@ -67,7 +80,8 @@ pub fn untag(trial: u32) -> (u32, System) {
 }
 
 /// Lines of the shared memfd: the floor's ping (sequence, stamp), the acknowledgement,
-/// the start-up handshake, and the two-line floor's header line (sequence, stamp).
+/// the start-up handshake, and the header line (sequence, stamp) of the two-line and
+/// page-writes floors.
 pub const LINES: usize = 4;
 const PING: usize = 0;
 const ACK: usize = 1;
@@ -251,6 +265,28 @@ impl FerryTx {
     }
 }
 
+/// The page-writes floor's buffers, one per size: private anonymous mappings of the
+/// size ferry's fbuf has, allocated at first use and pre-faulted.
+#[derive(Default)]
+struct FloorPagesTx {
+    bufs: Vec<(usize, PrivateBuf)>,
+}
+
+impl FloorPagesTx {
+    fn buf(&mut self, size: usize) -> Result<&mut [u8]> {
+        let i = match self.bufs.iter().position(|(s, _)| *s == size) {
+            Some(i) => i,
+            None => {
+                let len = size.max(1).div_ceil(4096).next_power_of_two() * 4096;
+                let b = PrivateBuf::new(len).context("the page-writes floor's buffer")?;
+                self.bufs.push((size, b));
+                self.bufs.len() - 1
+            }
+        };
+        Ok(&mut self.bufs[i].1.as_mut_slice()[..size])
+    }
+}
+
 /// One block of the schedule: `warm` untimed messages, then `timed` timed ones, of one
 /// system at one size in one round. Both workers walk the same blocks in the same order.
 struct Block {
@@ -336,9 +372,10 @@ fn send(args: &WorkerArgs, plan: &Plan, spec: &Spec) -> Result<Vec<Sample>> {
         )?),
         None => None,
     };
+    let mut pages = FloorPagesTx::default();
     meet(l, TX_READY, RX_READY)?;
     let kind = |sys| match sys {
-        System::Floor | System::Floor2 => SampleKind::RoundTrip,
+        System::Floor | System::Floor2 | System::FloorPages => SampleKind::RoundTrip,
         _ => SampleKind::SendCall,
     };
     let with_ice = ice.is_some();
@@ -360,6 +397,18 @@ fn send(args: &WorkerArgs, plan: &Plan, spec: &Spec) -> Result<Vec<Sample>> {
                 l.word(PING, 0).store(seq, Release);
                 (t0, 0)
             }
+            System::FloorPages => {
+                touch_pages(pages.buf(b.size)?, seq as u8);
+                settle();
+                let t0 = now_ns();
+                l.word(HEAD, 1).store(t0, Relaxed);
+                l.word(HEAD, 0).store(seq, Relaxed);
+                // SYNC: pairs with the receiver's Acquire load of the ping, which makes
+                // the header line's words visible (and, under TSO, comes after the page
+                // writes: the cost this floor shows).
+                l.word(PING, 0).store(seq, Release);
+                (t0, 0)
+            }
             System::Ferry => ferry.send(b.size, seq)?,
             System::Iceoryx2 => ice
                 .as_mut()
@@ -371,7 +420,7 @@ fn send(args: &WorkerArgs, plan: &Plan, spec: &Spec) -> Result<Vec<Sample>> {
         })?;
         let rtt = now_ns() - t0;
         Ok(match b.sys {
-            System::Floor | System::Floor2 => rtt,
+            System::Floor | System::Floor2 | System::FloorPages => rtt,
             _ => call,
         })
     })?;
@@ -410,7 +459,7 @@ fn recv(args: &WorkerArgs, plan: &Plan, spec: &Spec) -> Result<Vec<Sample>> {
                     let t0 = l.word(PING, 1).load(Relaxed);
                     (seq, t0, now_ns())
                 }
-                System::Floor2 => {
+                System::Floor2 | System::FloorPages => {
                     ping(seq)?;
                     let got = l.word(HEAD, 0).load(Relaxed);
                     let t0 = l.word(HEAD, 1).load(Relaxed);
