@@ -19,4 +19,4 @@ mod sender;
 
 pub use link::{ChannelConfig, ChannelStats};
 pub use receiver::Receiver;
-pub use sender::Sender;
+pub use sender::{SendSlot, Sender};

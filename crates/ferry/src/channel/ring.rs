@@ -255,6 +255,16 @@ impl<T: Copy> Producer<T> {
         Ok(Push::Done { wake: false })
     }
 
+    /// Whether a push would find room now. Reads the consumer's position (its cache
+    /// line) only when the last one read says the ring is full.
+    pub fn has_room(&mut self) -> Result<bool, Corrupt> {
+        if self.tail.wrapping_sub(self.head_seen) < self.ring.cap {
+            return Ok(true);
+        }
+        self.refresh_head()?;
+        Ok(self.tail.wrapping_sub(self.head_seen) < self.ring.cap)
+    }
+
     /// The position the next pushed value takes (values are numbered from 0).
     pub fn position(&self) -> u64 {
         self.tail

@@ -321,6 +321,34 @@ impl std::fmt::Debug for Sender {
     }
 }
 
+/// A [`Sender`] held for one message (see [`Sender::reserve`]): the ring has room and
+/// the channel was open when it was taken; nothing is sent unless [`send`](Self::send)
+/// is called.
+#[must_use = "a reservation sends nothing until `send` is called"]
+pub struct SendSlot<'a> {
+    tx: &'a Sender,
+    st: std::sync::MutexGuard<'a, SendState>,
+}
+
+impl std::fmt::Debug for SendSlot<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendSlot").field("sender", self.tx).finish()
+    }
+}
+
+impl SendSlot<'_> {
+    /// Sends `data` in the reserved place, as [`Sender::try_send`] does.
+    ///
+    /// # Errors
+    /// [`Error::PeerGone`] if the receiver died or [`Error::Disconnected`] if it closed
+    /// meanwhile; [`Error::InvalidArgument`] for more fragments than a message holds;
+    /// allocation errors of the copying fallback.
+    pub fn send(self, data: &IoData) -> Result<()> {
+        self.tx.open(&self.st)?;
+        self.tx.send_locked(self.st, data, true).map(drop)
+    }
+}
+
 impl Sender {
     /// Sends `data` if the ring has room, never blocking. The receiver gets an `IoData`
     /// over the same memory; fragments not in a shared lot are copied into an fbuf first
@@ -369,14 +397,40 @@ impl Sender {
         }
     }
 
-    /// Sends if the ring has room; `fenced` false leaves the wake-up to
-    /// [`wake_after_unfenced`](Self::wake_after_unfenced).
-    fn send_now(&self, data: &IoData, fenced: bool) -> Result<bool> {
+    /// Holds this sender for one message: checks that the channel is open and that its
+    /// ring has room, and keeps both true until [`SendSlot::send`]. Reserve before
+    /// writing the payload's last bytes (as iceoryx2's loan), and the send that follows
+    /// publishes the descriptor before any locked instruction of its own: such an
+    /// instruction waits for every store still pending (the payload lines the receiver
+    /// read last, the ring slot), which costs a transfer between cores each; published
+    /// first, those stores travel together. The reservation holds the sender's state
+    /// lock: on this sender, other threads' sends and waits for releases wait until it
+    /// is sent or dropped. So keep it short, and do not block in this sender's domain
+    /// while holding it (a blocking receive arms the domain's senders for releases,
+    /// which takes this lock and would wait for itself). Dropping it sends nothing.
+    ///
+    /// # Errors
+    /// [`Error::Full`] if the ring has no room (a lossy channel makes room when the
+    /// message is sent instead), [`Error::PeerGone`], [`Error::Disconnected`].
+    pub fn reserve(&self) -> Result<SendSlot<'_>> {
         let c = &*self.core;
         let mut st = c.lock();
+        self.open(&st)?;
+        if !c.lossy && !st.fwd.has_room().map_err(corrupt)? {
+            c.drain(&mut st)?;
+            c.check_peer(&mut st, true)?;
+            return Err(Error::Full);
+        }
+        Ok(SendSlot { tx: self, st })
+    }
+
+    /// Whether a send may go ahead: the receiver neither died nor closed, and its
+    /// reverse ring is sound.
+    fn open(&self, st: &SendState) -> Result<()> {
+        let c = &*self.core;
         // No liveness probe here: that would be a system call per message. A dead
-        // receiver stops consuming, the ring fills, and the probe below (or the blocking
-        // wait in `send`, or an allocator collecting releases) notices.
+        // receiver stops consuming, the ring fills, and the probe in `send_locked` (or
+        // the blocking wait in `send`, or an allocator collecting releases) notices.
         if c.gone.load(Ordering::Acquire) {
             return Err(Error::PeerGone {
                 pid: c.link.peer_pid,
@@ -388,8 +442,38 @@ impl Sender {
         if st.rev_corrupt {
             return Err(corrupt(Corrupt));
         }
-        // Make sure every fragment lies in a lot the receiver can map.
-        let data = self.shareable(data)?;
+        Ok(())
+    }
+
+    /// Sends if the ring has room; `fenced` false leaves the wake-up to
+    /// [`wake_after_unfenced`](Self::wake_after_unfenced).
+    fn send_now(&self, data: &IoData, fenced: bool) -> Result<bool> {
+        let st = self.core.lock();
+        self.open(&st)?;
+        self.send_locked(st, data, fenced)
+    }
+
+    /// The send itself, under the state lock, the channel checked open. Until the
+    /// descriptor is published it runs no locked instruction (no reference count taken,
+    /// nothing allocated on the usual path; see [`reserve`](Self::reserve) for why):
+    /// `data` is kept (cloned) only once the receiver can see it, still under the lock,
+    /// so no release can be drained before its message is on record.
+    fn send_locked(
+        &self,
+        mut st: std::sync::MutexGuard<'_, SendState>,
+        data: &IoData,
+        fenced: bool,
+    ) -> Result<bool> {
+        let c = &*self.core;
+        // Make sure every fragment lies in a lot the receiver can map (else the copying
+        // fallback makes an aggregate that does).
+        let copied;
+        let data = if data.fragments().iter().all(|f| f.lot_span().is_some()) {
+            data
+        } else {
+            copied = self.shareable(data)?;
+            &copied
+        };
         let n = data.num_fragments();
         if n as u64 > desc::MAX_FRAGS {
             return Err(Error::InvalidArgument("too many fragments for one message"));
@@ -397,7 +481,7 @@ impl Sender {
         let raw = data.fragments().iter().map(|f| {
             let s = f
                 .lot_span()
-                .expect("shareable() put every fragment in a lot");
+                .expect("every fragment is in a lot (checked above)");
             RawFrag {
                 slot: s.lot.slot,
                 pad: 0,
@@ -424,6 +508,8 @@ impl Sender {
         }
         let nblocks = desc::blocks_needed(frags.len());
         let mut meta = None;
+        // A free token, or a new one (the vector grows only while the number of
+        // messages out grows past any before).
         let (idx, generation) = match st.free_tokens.pop() {
             Some(i) => (i, st.inflight[i as usize].generation.wrapping_add(1)),
             None => {
@@ -437,7 +523,13 @@ impl Sender {
         };
         let token = (generation as u64) << 32 | idx as u64;
         let entry = if nblocks > 0 {
-            let mut m = self.core.meta.alloc_segment(nblocks * BLOCK_BYTES)?;
+            let mut m = match self.core.meta.alloc_segment(nblocks * BLOCK_BYTES) {
+                Ok(m) => m,
+                Err(e) => {
+                    st.free_tokens.push(idx);
+                    return Err(e);
+                }
+            };
             let span = m.lot_span().expect("meta fbufs live in our lot");
             let at = RawRef {
                 slot: span.lot.slot,
@@ -456,12 +548,8 @@ impl Sender {
         let pos = st.fwd.position();
         let mut evicted = None;
         let pushed = loop {
-            let push = if fenced {
-                st.fwd.try_push(entry)
-            } else {
-                st.fwd.try_push_unfenced(entry)
-            };
-            match push.map_err(corrupt)? {
+            // Unfenced: the wake-up check's fence comes after the message is on record.
+            match st.fwd.try_push_unfenced(entry).map_err(corrupt)? {
                 Push::Full(_) if c.lossy && evicted.is_none() => {
                     // A receiver that died stops taking messages: without this probe (a
                     // system call at most every 10 ms while the ring stays full) a lossy
@@ -481,16 +569,25 @@ impl Sender {
                 c.check_peer(&mut st, true)?;
                 Err(Error::Full)
             }
-            Push::Done { wake } => {
+            Push::Done { .. } => {
+                // The descriptor is out; from here on locked instructions cost the
+                // receiver nothing.
                 let len = data.len() as u64;
                 st.inflight[idx as usize] = InFlight {
                     generation,
                     pos,
-                    data: Some((data, meta)),
+                    data: Some((data.clone(), meta)),
                 };
                 st.out += 1;
                 let slots = st.by_pos.len() as u64;
                 st.by_pos[(pos % slots) as usize] = idx;
+                // Dekker, as in `Producer::try_push`: publication, fence, then the
+                // consumer's `sleeping` flag (unfenced sends leave both to
+                // `wake_after_unfenced`).
+                let wake = fenced && {
+                    crate::sync::fence(crate::sync::Ordering::SeqCst);
+                    c.link.fwd_ctl().take_sleeper()
+                };
                 // Releases are collected after the descriptor is out, not before: the
                 // reverse ring's lines are the receiver's, and reading one can cost a
                 // transfer between cores that the hand-over need not wait for. And only
@@ -509,7 +606,6 @@ impl Sender {
                 // The evicted message's fbufs go back here, outside the lock.
                 let lost = evicted.is_some();
                 drop(evicted);
-                // (Always false unfenced: `wake_after_unfenced` looks later.)
                 if wake {
                     Counters::add(&c.stats.wakeups, 1);
                     c.link.rx_efd.notify();

@@ -173,9 +173,7 @@ impl IoDataMut {
         let len = self.len;
         // The common case (one fbuf): no list to build.
         let one = |mut seg: Arc<Segment>| {
-            Arc::get_mut(&mut seg)
-                .expect("IoDataMut segments are unique")
-                .freeze();
+            unique(&mut seg).freeze();
             IoData::from_fragment(Fragment { seg, off: 0, len })
         };
         let mut segs = match self.segs {
@@ -196,9 +194,7 @@ impl IoDataMut {
                 continue;
             }
             rem -= n;
-            Arc::get_mut(&mut seg)
-                .expect("IoDataMut segments are unique")
-                .freeze();
+            unique(&mut seg).freeze();
             list.push(Fragment {
                 seg,
                 off: 0,
@@ -287,9 +283,29 @@ impl std::ops::DerefMut for Segs {
 
 /// The bytes of a segment of an `IoDataMut` (unique and writable until frozen).
 fn writable(s: &mut Arc<Segment>) -> &mut [u8] {
-    Arc::get_mut(s)
-        .and_then(Segment::as_mut_slice)
-        .expect("IoDataMut segments are unique and writable")
+    unique(s)
+        .as_mut_slice()
+        .expect("IoDataMut segments are writable")
+}
+
+/// The segment of an `IoDataMut`, which only that value references until it is frozen.
+///
+/// Not `Arc::get_mut`: that proves uniqueness with a locked compare-and-swap on the
+/// count, and a locked instruction waits for every store still pending. Writing a
+/// payload's header and freezing it right before a send would then wait for the
+/// header's cache line (which the receiver read last) before the send could even start,
+/// a transfer between cores on the hand-over's critical path.
+#[allow(clippy::mut_from_ref)]
+fn unique(s: &mut Arc<Segment>) -> &mut Segment {
+    // Plain loads: no reference can appear while we hold `&mut` to the only one.
+    debug_assert!(Arc::strong_count(s) == 1 && Arc::weak_count(s) == 0);
+    // SAFETY: every `Arc` in an `IoDataMut` is made by it (`alloc`, `from_segments`) and
+    // never cloned, downgraded or handed out before `freeze` moves it into the `IoData`
+    // (the fields are private to this module and its parent, which keep that rule), so
+    // this `Arc` is the only reference to its segment; `&mut` to it excludes any other
+    // use for the returned lifetime. `Arc::as_ptr` points into the allocation with the
+    // `Arc`'s own (writable) provenance, as `Arc::get_mut` does after its check.
+    unsafe { &mut *Arc::as_ptr(s).cast_mut() }
 }
 
 impl fmt::Debug for IoDataMut {

@@ -115,8 +115,9 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
         "Sender on CPU {}, receiver on CPU {}, both busy-polling; {} interleaved rounds (each round runs \
          every size and every system, the systems' order rotated per round), {} timed messages per \
          system, size and round. Protocol, the same for all: the sender writes one byte in every page, \
-         stamps CLOCK_MONOTONIC into the header and hands over (ferry: freeze + try_send of a cached \
-         fbuf; iceoryx2: send of a loaned `[u8]` slice, ipc service, power-of-two dynamic segment); the \
+         stamps CLOCK_MONOTONIC into the header and hands over (ferry: a cached fbuf and a ring place \
+         reserved before the writes (`Sender::reserve`), then freeze + send; iceoryx2: send of a \
+         loaned `[u8]` slice, ipc service, power-of-two dynamic segment); the \
          receiver reads the header, stamps, drops the message and acknowledges through a shared cache \
          line. Floor: one cache line bounced between the two processes, half the round trip. \
          Page-writes floor: the sender writes one byte in every page of a private buffer of the \
@@ -140,6 +141,14 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
              pages and before the stamp, so the payload's stores are complete when the timed \
              hand-over starts. Not the protocol the bars are set on.\n",
             super::worker::SETTLE_VAR
+        );
+    }
+    if super::worker::plain_try_send() {
+        let _ = writeln!(
+            md,
+            "**Diagnostic protocol ({} set):** ferry's sender reserves nothing before the \
+             writes and hands over with freeze + `try_send`.\n",
+            super::worker::TRY_SEND_VAR
         );
     }
     if let Err(why) = &m.ice {
@@ -231,12 +240,14 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
     let _ = writeln!(
         md,
         "- \"send call\" is the sender's time from the stamp to the return of the send (ferry: freeze \
-         and try_send; iceoryx2: assume_init and send). The floor by stamps is the one-line hand-over \
+         and send of the reserved place; iceoryx2: assume_init and send). The floor by stamps is the one-line hand-over \
          timed like the systems (stamp, store / load, stamp): the clock reads are in it. The 2-line \
          floor is what any descriptor hand-over pays when its receiver reads the payload's header: \
-         the sender writes a header line and then a descriptor line, the receiver polls the \
-         descriptor line and then reads the header line, two cache lines crossing one after the \
-         other. The page-writes floor is the 2-line floor after the same page writes as ferry and \
+         the sender writes a header line and then a descriptor line naming it, the receiver polls \
+         the descriptor line and then reads the header line where the descriptor says, two cache \
+         lines crossing one after the other (the header's address depends on the descriptor, as \
+         ferry's and iceoryx2's do; a header read from a fixed place would overlap the two \
+         transfers). The page-writes floor is the 2-line floor after the same page writes as ferry and \
          iceoryx2 (into a pre-faulted private buffer of ferry's fbuf size), stamped after them like \
          the systems.\n"
     );

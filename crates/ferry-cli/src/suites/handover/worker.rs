@@ -8,7 +8,8 @@
 //!    slice; the page-writes floor: a private anonymous mapping of the fbuf's size; the
 //!    one- and two-line floors: none) and writes one byte in every page of it.
 //! 2. It reads `CLOCK_MONOTONIC` (`t0`), writes the header (sequence number and `t0`),
-//!    and hands the buffer over (ferry: `freeze` + `try_send`; iceoryx2: `send`; the
+//!    and hands the buffer over (ferry: `freeze` + `send` of a place reserved before
+//!    step 1, as iceoryx2 loans its slice; iceoryx2: `send`; the
 //!    floor: a release store of the sequence number into one shared cache line; the
 //!    two-line and page-writes floors: the stamp and sequence number into a "header"
 //!    line, then a release store of the sequence number into the "descriptor" line). It
@@ -43,9 +44,14 @@ use crate::transport::ferry::{accept, connect, err};
 pub enum System {
     /// One cache line bounced between the two processes.
     Floor,
-    /// Two lines: the "header" line written first, then the "descriptor" line that the
-    /// receiver polls; the receiver then reads the header line. The least any hand-over
-    /// of a descriptor whose receiver reads the payload's header can cost.
+    /// Two lines, the second found through the first: the sender writes the "header"
+    /// line, then the "descriptor" line (sequence number and where the header line is),
+    /// which the receiver polls; the receiver then reads the header line at the place
+    /// the descriptor names. Two transfers one after the other, as in any hand-over of a
+    /// descriptor whose receiver reads the payload's header: the least it can cost.
+    /// (Read from a fixed place instead, the header line's load starts while the
+    /// descriptor line is still on its way and the two transfers overlap: about the
+    /// one-line floor, which no descriptor hand-over can reach.)
     Floor2,
     /// The two-line floor preceded by the protocol's page writes (one byte in every page
     /// of a private buffer of the fbuf's size), as the systems do before their stamp.
@@ -198,6 +204,16 @@ pub fn settle() {
     }
 }
 
+/// The environment variable that makes ferry's sender use the plain `try_send` (no
+/// reservation before the payload writes): a diagnostic, to compare the two.
+pub const TRY_SEND_VAR: &str = "FERRY_HANDOVER_TRY_SEND";
+
+/// True when [`TRY_SEND_VAR`] is set (read once).
+pub fn plain_try_send() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os(TRY_SEND_VAR).is_some())
+}
+
 /// The header: sequence number and the stamp taken just before the hand-over.
 pub fn write_header(s: &mut [u8], seq: u64, t0: u64) {
     s[0..8].copy_from_slice(&seq.to_ne_bytes());
@@ -245,6 +261,19 @@ impl FerryTx {
                 Err(e) => return Err(err(e).into()),
             }
         };
+        // Reserve the ring place before the payload is written (as iceoryx2 loans its
+        // sample first): the send then publishes the descriptor before any locked
+        // instruction of its own. TRY_SEND_VAR takes the plain `try_send` instead.
+        let slot = match plain_try_send() {
+            true => None,
+            false => Some(loop {
+                match self.tx.reserve() {
+                    Ok(s) => break s,
+                    Err(ferry::Error::Full) => spin_loop(),
+                    Err(e) => return Err(err(e).into()),
+                }
+            }),
+        };
         for s in m.fragments_mut() {
             touch_pages(s, seq as u8);
         }
@@ -253,12 +282,15 @@ impl FerryTx {
         let first = m.fragments_mut().next().context("a non-empty fbuf")?;
         write_header(first, seq, t0);
         let d: IoData = m.freeze();
-        loop {
-            match self.tx.try_send(&d) {
-                Ok(()) => break,
-                Err(ferry::Error::Full) => spin_loop(),
-                Err(e) => return Err(err(e).into()),
-            }
+        match slot {
+            Some(slot) => slot.send(&d).map_err(err)?,
+            None => loop {
+                match self.tx.try_send(&d) {
+                    Ok(()) => break,
+                    Err(ferry::Error::Full) => spin_loop(),
+                    Err(e) => return Err(err(e).into()),
+                }
+            },
         }
         let t1 = now_ns();
         Ok((t0, t1 - t0))
@@ -285,6 +317,20 @@ impl FloorPagesTx {
         };
         Ok(&mut self.bufs[i].1.as_mut_slice()[..size])
     }
+}
+
+/// The sender's side of the two-line floors: stamps, writes the header line, then the
+/// descriptor line naming it. Returns the stamp.
+fn two_lines(l: &SharedLines, seq: u64) -> u64 {
+    use std::sync::atomic::Ordering::{Relaxed, Release};
+    let t0 = now_ns();
+    l.word(HEAD, 1).store(t0, Relaxed);
+    l.word(HEAD, 0).store(seq, Relaxed);
+    l.word(PING, 2).store(HEAD as u64, Relaxed);
+    // SYNC: pairs with the receiver's Acquire load of the ping, which makes the header
+    // line's words and the descriptor's pointer to them visible.
+    l.word(PING, 0).store(seq, Release);
+    t0
 }
 
 /// One block of the schedule: `warm` untimed messages, then `timed` timed ones, of one
@@ -388,26 +434,13 @@ fn send(args: &WorkerArgs, plan: &Plan, spec: &Spec) -> Result<Vec<Sample>> {
                 l.word(PING, 0).store(seq, Release);
                 (t0, 0)
             }
-            System::Floor2 => {
-                let t0 = now_ns();
-                l.word(HEAD, 1).store(t0, Relaxed);
-                l.word(HEAD, 0).store(seq, Relaxed);
-                // SYNC: pairs with the receiver's Acquire load of the ping, which makes
-                // the header line's words visible.
-                l.word(PING, 0).store(seq, Release);
-                (t0, 0)
-            }
+            System::Floor2 => (two_lines(l, seq), 0),
             System::FloorPages => {
                 touch_pages(pages.buf(b.size)?, seq as u8);
                 settle();
-                let t0 = now_ns();
-                l.word(HEAD, 1).store(t0, Relaxed);
-                l.word(HEAD, 0).store(seq, Relaxed);
-                // SYNC: pairs with the receiver's Acquire load of the ping, which makes
-                // the header line's words visible (and, under TSO, comes after the page
-                // writes: the cost this floor shows).
-                l.word(PING, 0).store(seq, Release);
-                (t0, 0)
+                // Under TSO the two lines' stores come after the page writes: the cost
+                // this floor shows.
+                (two_lines(l, seq), 0)
             }
             System::Ferry => ferry.send(b.size, seq)?,
             System::Iceoryx2 => ice
@@ -461,8 +494,11 @@ fn recv(args: &WorkerArgs, plan: &Plan, spec: &Spec) -> Result<Vec<Sample>> {
                 }
                 System::Floor2 | System::FloorPages => {
                     ping(seq)?;
-                    let got = l.word(HEAD, 0).load(Relaxed);
-                    let t0 = l.word(HEAD, 1).load(Relaxed);
+                    // Where the header line is, read from the descriptor line: the
+                    // header's load cannot start before the descriptor arrived.
+                    let at = l.word(PING, 2).load(Relaxed) as usize;
+                    let got = l.word(at, 0).load(Relaxed);
+                    let t0 = l.word(at, 1).load(Relaxed);
                     (got, t0, now_ns())
                 }
                 System::Ferry => recv_ferry(l, &mut rx, b.size)?,
