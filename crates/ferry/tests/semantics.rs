@@ -958,17 +958,19 @@ fn locked_kib(addr: usize, len: usize) -> u64 {
     for line in smaps.lines() {
         let head = line.split_whitespace().next().unwrap_or("");
         if let Some((a, b)) = head.split_once('-') {
-            if let (Ok(a), Ok(b)) = (
-                usize::from_str_radix(a, 16),
-                usize::from_str_radix(b, 16),
-            ) {
+            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
                 inside = a < addr + len && b > addr;
                 continue;
             }
         }
         if let Some(v) = line.strip_prefix("Locked:") {
             if inside {
-                kib += v.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap();
+                kib += v
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap();
             }
         }
     }
