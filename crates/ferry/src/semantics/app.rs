@@ -390,7 +390,15 @@ struct AppGuard {
     first: usize,
     npages: usize,
     hold: Hold,
-    _backing: Vec<Arc<Segment>>,
+    _backing: Backing,
+}
+
+/// The fbufs an output's pieces lie in, kept until it is released: usually one (the
+/// buffer's own), held without a list. Never read: holding them is the point.
+#[allow(dead_code)]
+enum Backing {
+    One(Arc<Segment>),
+    Many(Vec<Arc<Segment>>),
 }
 
 impl Keep for AppGuard {}
@@ -484,8 +492,40 @@ impl AppInner {
     /// The data of `range` as the receivers will read it, for outputs that protect
     /// nothing (share locks, but promises no integrity): the pages' backing now.
     pub fn describe(self: &Arc<Self>, range: Range<usize>, hold: Hold) -> crate::iodata::IoData {
-        let pieces = Self::pieces(&self.state(), &range);
-        self.describe_pieces(range, pieces, hold)
+        let st = self.state();
+        match st.pages.first() {
+            // Every page is still the buffer's own fbuf at its own offset: one fragment,
+            // built without a list of pieces or of backing fbufs (two allocations, and
+            // three reference counts, fewer on emulated share's hand-over).
+            Some(pg) if !st.diverged && !range.is_empty() => {
+                let seg = pg.seg.clone();
+                drop(st);
+                let pages = self.pages_of(&range);
+                let (off, len) = (range.start, range.len());
+                let span = seg.lot_span().map(|sp| crate::segment::LotSpan {
+                    lot: sp.lot,
+                    offset: sp.offset + off as u64,
+                });
+                let ptr = std::ptr::NonNull::new(seg.as_ptr().wrapping_add(off) as *mut u8)
+                    .expect("non-null");
+                let guard: Arc<dyn Keep> = Arc::new(AppGuard {
+                    app: self.clone(),
+                    first: pages.start,
+                    npages: pages.len(),
+                    hold,
+                    _backing: Backing::One(seg),
+                });
+                // SAFETY: as in `describe_pieces`: `off..off+len` lies inside the fbuf the
+                // guard keeps alive and reserved, mapped by the lot's main mapping.
+                let seg = unsafe { Segment::from_raw(ptr, len, span, false, guard) };
+                crate::iodata::IoData::from_fragment(crate::iodata::Fragment::whole(Arc::new(seg)))
+            }
+            _ => {
+                let pieces = Self::pieces(&st, &range);
+                drop(st);
+                self.describe_pieces(range, pieces, hold)
+            }
+        }
     }
 
     /// The data of `range` over `pieces` (from [`pieces`](Self::pieces)), kept (with
@@ -497,12 +537,18 @@ impl AppInner {
         hold: Hold,
     ) -> crate::iodata::IoData {
         let pages = self.pages_of(&range);
-        let mut backing: Vec<Arc<Segment>> = Vec::new();
-        for (s, _, _) in &pieces {
-            if !backing.iter().any(|b| Arc::ptr_eq(b, s)) {
-                backing.push(s.clone());
+        let backing = match pieces.as_slice() {
+            [(s, _, _)] => Backing::One(s.clone()),
+            _ => {
+                let mut backing: Vec<Arc<Segment>> = Vec::new();
+                for (s, _, _) in &pieces {
+                    if !backing.iter().any(|b| Arc::ptr_eq(b, s)) {
+                        backing.push(s.clone());
+                    }
+                }
+                Backing::Many(backing)
             }
-        }
+        };
         let guard: Arc<dyn Keep> = Arc::new(AppGuard {
             app: self.clone(),
             first: pages.start,

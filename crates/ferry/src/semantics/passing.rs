@@ -301,7 +301,6 @@ impl Passing {
         RegionGuard {
             seg: Some(seg),
             pages,
-            lot: self.regions.lot.clone(),
             then,
             regions: self.regions.clone(),
         }
@@ -429,7 +428,9 @@ impl Passing {
             return Ok(Used::Mechanism);
         }
         let npages = len.div_ceil(page_size());
-        let same_process = tx.peer_pid() == self.pid;
+        // Asked only by move and emulated move, which cannot hide from a receiver in this
+        // same process.
+        let same_process = || tx.peer_pid() == self.pid;
         let copy = |seg: Segment, used: Used| -> Result<Used> {
             self.copy_send(tx, &seg.as_slice()[..len], s)?;
             // The region goes back to the path; the application gave it up.
@@ -442,7 +443,7 @@ impl Passing {
                 self.stats.converted(s);
                 copy(seg, Used::ConvertedToCopy)?
             }
-            Semantics::Move | Semantics::EmulatedMove if same_process => {
+            Semantics::Move | Semantics::EmulatedMove if same_process() => {
                 self.stats.fallback(s, Fallback::SameProcess);
                 copy(seg, Used::Fallback(Fallback::SameProcess))?
             }

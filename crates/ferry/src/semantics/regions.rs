@@ -132,11 +132,11 @@ pub(crate) enum Afterwards {
 }
 
 /// Keeps an output region's span reserved until every receiver released it, then does
-/// what its semantics says.
+/// what its semantics says. The lot is the one `regions` holds (one reference counted per
+/// output, not two: each clone is a locked instruction before the hand-over).
 pub(crate) struct RegionGuard {
     pub seg: Option<Segment>,
     pub pages: usize,
-    pub lot: Arc<Lot>,
     pub then: Afterwards,
     pub regions: Arc<Regions>,
 }
@@ -148,14 +148,14 @@ impl Drop for RegionGuard {
         let Some(seg) = self.seg.take() else { return };
         let off = seg.lot_span().expect("fbufs live in the lot").offset;
         let bytes = self.pages * page_size();
+        let lot = &*self.regions.lot;
         match self.then {
             Afterwards::Remap => {
-                let ok = self
-                    .lot
+                let ok = lot
                     .mapping()
                     .remap_hole(
                         off as usize,
-                        std::os::fd::AsFd::as_fd(self.lot.fd()),
+                        std::os::fd::AsFd::as_fd(lot.fd()),
                         off,
                         bytes,
                         crate::sys::mem::Access::ReadWrite,
@@ -170,7 +170,7 @@ impl Drop for RegionGuard {
             Afterwards::Free => drop(seg),
             Afterwards::Cache => self.regions.cache(seg),
             Afterwards::HideThenQueue => {
-                if super::hide::hide(&self.lot, &seg, self.pages).is_ok() {
+                if super::hide::hide(lot, &seg, self.pages).is_ok() {
                     self.regions.count_hidden();
                     self.regions.hidden(Hidden {
                         seg,
@@ -193,7 +193,8 @@ pub(crate) fn describe(guard: RegionGuard, len: usize) -> IoData {
     // them, since the channel only reads the descriptor's lot span, and a receiver in this
     // same process is refused before hiding (`Fallback::SameProcess`).
     let out = unsafe { Segment::from_raw(ptr, len, span, false, Arc::new(guard)) };
-    IoData::from_fragments([Fragment::whole(Arc::new(out))])
+    // One fragment: no list to build.
+    IoData::from_fragment(Fragment::whole(Arc::new(out)))
 }
 
 /// Unmaps the first `pages` pages of `seg` (an fbuf of `lot`) from `lot`'s mapping in this
