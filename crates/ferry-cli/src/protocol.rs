@@ -100,7 +100,9 @@ pub enum Touch {
     Header,
     /// Only the header, but the source wrote one word in every page before the send, as
     /// an application producing the message does: the hand-over in the cache and TLB
-    /// state those writes leave (what `ferry bench genie`'s messages see).
+    /// state those writes leave (what `ferry bench genie`'s messages see). The sink
+    /// stamps as soon as it holds the message, before it reads the header (the stamps
+    /// still come from the header): the hand-over alone, as genie's in-place input.
     HeaderAfterWrites,
 }
 

@@ -104,13 +104,21 @@ pub fn sink<T: Transport>(
                 sys0 = rx.syscalls();
             }
             let mut header = None;
+            // With `HeaderAfterWrites` (calibrate's hand-over) the sink stamps once it
+            // holds the message and before it reads the header, as genie's in-place
+            // input does: reading the payload is the application's part (a copy out's
+            // fit has it), and a line taken from the other CPU would count twice.
+            let mut held = None;
             rx.recv(size, &mut |off, frag| {
                 if off == 0 {
+                    if plan.touch == Touch::HeaderAfterWrites {
+                        held = Some(now_ns());
+                    }
                     header = Some(Header::read(frag));
                 }
                 read(plan.touch, off, frag);
             })?;
-            let now = now_ns();
+            let now = held.unwrap_or_else(now_ns);
             let h = header.ok_or_else(|| bad("message without a first fragment"))?;
             if h.seq != seq {
                 return Err(bad(&format!("expected message {seq}, got {}", h.seq)));

@@ -257,7 +257,8 @@ fn finish(name: &'static str, points: Vec<PrimPoint>, error: Option<String>) -> 
 
 /// The base hand-over: one-way latency of a descriptor over a ferry channel between two
 /// pinned processes, the receiver busy-polling as `ferry bench genie`'s sink does before
-/// its input call (the sink reads only the header). A blocking receiver would add the
+/// its input call, and stamping once it holds the message, before it reads the header
+/// (as genie's in-place input; the copy forms' reading is in `copy_out`). A blocking receiver would add the
 /// wake-up of a sleeping process, 4 to 25 µs here and bimodal between runs. The source
 /// writes one word in every page before each send, untimed, as genie's source produces
 /// its messages: at 16 and 64 MiB those writes leave the caches and TLB cold for the
