@@ -116,7 +116,7 @@ pub mod uring;
 #[allow(unsafe_code)]
 pub mod vcm;
 
-pub use channel::{ChannelConfig, ChannelStats, Receiver, SendSlot, Sender};
+pub use channel::{ChannelConfig, ChannelStats, Loan, Receiver, SendSlot, Sender};
 pub use container::{Container, Pallet};
 pub use error::{BadDescriptor, Error, Result};
 pub use iodata::{Fragment, IoData, IoDataMut};

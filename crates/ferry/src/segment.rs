@@ -148,6 +148,11 @@ impl Segment {
         self.keep.secure()
     }
 
+    /// Whether sending this segment runs its keeper's [`Keep::on_send`].
+    pub(crate) fn has_send_hook(&self) -> bool {
+        self.send_hook
+    }
+
     pub(crate) fn on_send(&self) -> crate::Result<()> {
         if self.send_hook {
             self.keep.on_send()?;

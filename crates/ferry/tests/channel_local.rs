@@ -993,3 +993,90 @@ fn reserve_then_send() {
     drop(rx);
     assert!(matches!(tx.reserve(), Err(Error::Disconnected)));
 }
+
+/// `loan`: the message is written in place and sent zero copy with the descriptor made
+/// at the loan; a loan dropped unsent sends nothing and gives its fbuf back; a message
+/// written shorter than loaned, a heap buffer, and a lossy channel take the general path
+/// and arrive as written; a full ring refuses the loan.
+#[test]
+fn loan_then_send() {
+    let g = group("loan");
+    let (a, _b, tx, mut rx) = pair_with(
+        &g,
+        ChannelConfig {
+            capacity: 4,
+            release_capacity: 8,
+            ..Default::default()
+        },
+    );
+    let path = a.path(PathConfig::default()).unwrap();
+    for round in 0..50u8 {
+        let mut loan = tx.loan(path.alloc(10_000).unwrap()).unwrap();
+        loan.data().fill_from(&[round; 10_000]);
+        let addr = loan.data().fragments_mut().next().unwrap().as_ptr();
+        loan.send().unwrap();
+        let got = rx.try_recv().unwrap().expect("sent");
+        assert_eq!(got.len(), 10_000);
+        assert!(got.iter_bytes().all(|b| b == round));
+        assert_eq!(got.fragments()[0].as_slice().as_ptr(), addr, "zero copy");
+    }
+    tx.collect_releases().unwrap();
+    assert_eq!(tx.in_flight(), 0);
+    // Dropped unsent: nothing arrives, the fbuf goes back, the next loan works.
+    let before = path.stats().outstanding_fbufs;
+    drop(tx.loan(path.alloc(100).unwrap()).unwrap());
+    assert_eq!(path.stats().outstanding_fbufs, before);
+    assert!(rx.try_recv().unwrap().is_none());
+    // Written shorter than loaned: described again at send.
+    let mut loan = tx.loan(path.alloc(8192).unwrap()).unwrap();
+    loan.data().fill_from(&[7; 8192]);
+    loan.data().truncate(100);
+    loan.send().unwrap();
+    assert!(rx.try_recv().unwrap().unwrap().eq_bytes(&[7; 100]));
+    // A heap buffer: the copying fallback.
+    let mut loan = tx.loan(ferry::IoDataMut::with_capacity_heap(50)).unwrap();
+    loan.data().fill_from(&[9; 50]);
+    loan.send().unwrap();
+    assert!(rx.try_recv().unwrap().unwrap().eq_bytes(&[9; 50]));
+    assert_eq!(tx.stats().copied_bytes, 50);
+    // Full: four in the ring, the fifth loan is refused (its buffer dropped).
+    for v in 0..4u8 {
+        let mut loan = tx.loan(path.alloc(64).unwrap()).unwrap();
+        loan.data().fill_from(&[v; 64]);
+        loan.send().unwrap();
+    }
+    assert!(matches!(tx.loan(path.alloc(64).unwrap()), Err(Error::Full)));
+    for v in 0..4u8 {
+        assert!(rx.try_recv().unwrap().unwrap().eq_bytes(&[v; 64]));
+    }
+    tx.collect_releases().unwrap();
+    assert_eq!(tx.in_flight(), 0);
+    assert_eq!(path.stats().outstanding_fbufs, before);
+}
+
+/// A loan on a lossy channel: sent on the general path, so that a full ring loses its
+/// oldest message as `try_send` does.
+#[test]
+fn loan_on_a_lossy_channel_evicts_the_oldest() {
+    let g = group("loanlossy");
+    let (a, _b, tx, mut rx) = pair_with(
+        &g,
+        ChannelConfig {
+            capacity: 4,
+            release_capacity: 8,
+            lossy: true,
+            ..Default::default()
+        },
+    );
+    let path = a.path(PathConfig::default()).unwrap();
+    for v in 0..6u8 {
+        let mut loan = tx.loan(path.alloc(64).unwrap()).unwrap();
+        loan.data().fill_from(&[v; 64]);
+        loan.send().unwrap();
+    }
+    // The two oldest were evicted.
+    for v in 2..6u8 {
+        assert!(rx.try_recv().unwrap().unwrap().eq_bytes(&[v; 64]));
+    }
+    assert!(rx.try_recv().unwrap().is_none());
+}

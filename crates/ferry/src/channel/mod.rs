@@ -14,9 +14,11 @@ pub(crate) mod ring;
 
 mod handshake;
 mod link;
+mod loan;
 mod receiver;
 mod sender;
 
 pub use link::{ChannelConfig, ChannelStats};
+pub use loan::Loan;
 pub use receiver::Receiver;
 pub use sender::{SendSlot, Sender};

@@ -11,7 +11,7 @@ use super::layout;
 use super::link::{corrupt, ChannelStats, Counters, Link, LIVENESS_PERIOD};
 use super::ring::{Consumer, Corrupt, Producer, Push};
 use crate::error::{Error, Result};
-use crate::iodata::IoData;
+use crate::iodata::{IoData, IoDataMut};
 use crate::region::activity::Entry;
 use crate::region::domain::{DomainInner, ReleaseSource};
 use crate::region::group::DomainId;
@@ -53,6 +53,37 @@ pub(super) struct SendState {
     /// The token of the message at each forward ring position, indexed by position
     /// modulo the ring's capacity: an evicted position finds its message at once.
     pub(super) by_pos: Vec<u32>,
+}
+
+/// A message just pushed, for [`Sender::finish_send`] to put on record.
+pub(super) struct Sent {
+    pub(super) idx: u32,
+    pub(super) generation: u32,
+    /// Its ring position.
+    pub(super) pos: u64,
+    pub(super) data: IoData,
+    /// Its continuation blocks, if it has any.
+    pub(super) meta: Option<Segment>,
+    /// A message evicted to make room (lossy channels), given back after the lock.
+    pub(super) evicted: Option<Option<(IoData, Option<Segment>)>>,
+}
+
+impl SendState {
+    /// A free token, or a new one (the vector grows only while the number of messages
+    /// out grows past any before): its index and generation.
+    pub(super) fn take_token(&mut self) -> (u32, u32) {
+        match self.free_tokens.pop() {
+            Some(i) => (i, self.inflight[i as usize].generation.wrapping_add(1)),
+            None => {
+                self.inflight.push(InFlight {
+                    generation: 0,
+                    pos: 0,
+                    data: None,
+                });
+                (self.inflight.len() as u32 - 1, 0)
+            }
+        }
+    }
 }
 
 /// A send drains the reverse ring only every this many sends: each drain reads cache
@@ -326,8 +357,8 @@ impl std::fmt::Debug for Sender {
 /// is called.
 #[must_use = "a reservation sends nothing until `send` is called"]
 pub struct SendSlot<'a> {
-    tx: &'a Sender,
-    st: std::sync::MutexGuard<'a, SendState>,
+    pub(super) tx: &'a Sender,
+    pub(super) st: std::sync::MutexGuard<'a, SendState>,
 }
 
 impl std::fmt::Debug for SendSlot<'_> {
@@ -424,6 +455,25 @@ impl Sender {
         Ok(SendSlot { tx: self, st })
     }
 
+    /// Takes `data` (freshly allocated, not yet written or partly written) as a message
+    /// for this sender and reserves its place (see [`reserve`](Self::reserve)); the
+    /// descriptor is made now, so that [`Loan::send`] only stores and publishes it.
+    /// iceoryx2's loan, with the buffer from a [`PathAllocator`] of this domain:
+    ///
+    /// ```no_run
+    /// # fn demo(tx: &ferry::Sender, path: &ferry::PathAllocator) -> ferry::Result<()> {
+    /// let mut loan = tx.loan(path.alloc(4096)?)?;
+    /// loan.data().write_at(0, b"frame 1");
+    /// loan.send()?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`reserve`](Self::reserve); `data` is dropped (its fbufs go back).
+    pub fn loan(&self, data: IoDataMut) -> Result<super::Loan<'_>> {
+        Ok(super::Loan::new(self.reserve()?, data))
+    }
+
     /// Whether a send may go ahead: the receiver neither died nor closed, and its
     /// reverse ring is sound.
     fn open(&self, st: &SendState) -> Result<()> {
@@ -508,19 +558,7 @@ impl Sender {
         }
         let nblocks = desc::blocks_needed(frags.len());
         let mut meta = None;
-        // A free token, or a new one (the vector grows only while the number of
-        // messages out grows past any before).
-        let (idx, generation) = match st.free_tokens.pop() {
-            Some(i) => (i, st.inflight[i as usize].generation.wrapping_add(1)),
-            None => {
-                st.inflight.push(InFlight {
-                    generation: 0,
-                    pos: 0,
-                    data: None,
-                });
-                (st.inflight.len() as u32 - 1, 0)
-            }
-        };
+        let (idx, generation) = st.take_token();
         let token = (generation as u64) << 32 | idx as u64;
         let entry = if nblocks > 0 {
             let mut m = match self.core.meta.alloc_segment(nblocks * BLOCK_BYTES) {
@@ -570,49 +608,69 @@ impl Sender {
                 Err(Error::Full)
             }
             Push::Done { .. } => {
-                // The descriptor is out; from here on locked instructions cost the
-                // receiver nothing.
-                let len = data.len() as u64;
-                st.inflight[idx as usize] = InFlight {
+                let sent = Sent {
+                    idx,
                     generation,
                     pos,
-                    data: Some((data.clone(), meta)),
+                    data: data.clone(),
+                    meta,
+                    evicted,
                 };
-                st.out += 1;
-                let slots = st.by_pos.len() as u64;
-                st.by_pos[(pos % slots) as usize] = idx;
-                // Dekker, as in `Producer::try_push`: publication, fence, then the
-                // consumer's `sleeping` flag (unfenced sends leave both to
-                // `wake_after_unfenced`).
-                let wake = fenced && {
-                    crate::sync::fence(crate::sync::Ordering::SeqCst);
-                    c.link.fwd_ctl().take_sleeper()
-                };
-                // Releases are collected after the descriptor is out, not before: the
-                // reverse ring's lines are the receiver's, and reading one can cost a
-                // transfer between cores that the hand-over need not wait for. And only
-                // every `DRAIN_EVERY` sends (so the token list outgrows what is really
-                // out by at most that many). A broken reverse ring is reported by the
-                // next send (this one went out).
-                st.undrained += 1;
-                if st.undrained >= DRAIN_EVERY && c.drain(&mut st).is_err() {
-                    st.rev_corrupt = true;
-                }
-                // Under the state lock: the only writer.
-                Counters::bump(&c.stats.messages, 1);
-                Counters::bump(&c.stats.bytes, len);
-                c.publish(&st);
-                drop(st);
-                // The evicted message's fbufs go back here, outside the lock.
-                let lost = evicted.is_some();
-                drop(evicted);
-                if wake {
-                    Counters::add(&c.stats.wakeups, 1);
-                    c.link.rx_efd.notify();
-                }
-                Ok(lost)
+                Ok(self.finish_send(st, sent, fenced))
             }
         }
+    }
+
+    /// What follows a push, once the descriptor is out (from here on locked
+    /// instructions cost the receiver nothing): the message goes on record under its
+    /// token, the receiver is woken if it sleeps (unless `fenced` is false, see
+    /// [`wake_after_unfenced`](Self::wake_after_unfenced)), releases are drained every
+    /// [`DRAIN_EVERY`] sends, and the counters move. Returns whether a message was
+    /// evicted to make room.
+    pub(super) fn finish_send(
+        &self,
+        mut st: std::sync::MutexGuard<'_, SendState>,
+        sent: Sent,
+        fenced: bool,
+    ) -> bool {
+        let c = &*self.core;
+        let len = sent.data.len() as u64;
+        st.inflight[sent.idx as usize] = InFlight {
+            generation: sent.generation,
+            pos: sent.pos,
+            data: Some((sent.data, sent.meta)),
+        };
+        st.out += 1;
+        let slots = st.by_pos.len() as u64;
+        st.by_pos[(sent.pos % slots) as usize] = sent.idx;
+        // Dekker, as in `Producer::try_push`: publication, fence, then the consumer's
+        // `sleeping` flag (unfenced sends leave both to `wake_after_unfenced`).
+        let wake = fenced && {
+            crate::sync::fence(crate::sync::Ordering::SeqCst);
+            c.link.fwd_ctl().take_sleeper()
+        };
+        // Releases are collected after the descriptor is out, not before: the reverse
+        // ring's lines are the receiver's, and reading one can cost a transfer between
+        // cores that the hand-over need not wait for. And only every `DRAIN_EVERY` sends
+        // (so the token list outgrows what is really out by at most that many). A broken
+        // reverse ring is reported by the next send (this one went out).
+        st.undrained += 1;
+        if st.undrained >= DRAIN_EVERY && c.drain(&mut st).is_err() {
+            st.rev_corrupt = true;
+        }
+        // Under the state lock: the only writer.
+        Counters::bump(&c.stats.messages, 1);
+        Counters::bump(&c.stats.bytes, len);
+        c.publish(&st);
+        drop(st);
+        // The evicted message's fbufs go back here, outside the lock.
+        let lost = sent.evicted.is_some();
+        drop(sent.evicted);
+        if wake {
+            Counters::add(&c.stats.wakeups, 1);
+            c.link.rx_efd.notify();
+        }
+        lost
     }
 
     /// Copies fragments that are not in any lot into one fbuf (the fallback path).

@@ -8,7 +8,7 @@ use bytes::BufMut;
 
 use super::{Fragment, Frags, IoData};
 use crate::error::{Error, Result};
-use crate::segment::Segment;
+use crate::segment::{LotSpan, Segment};
 
 /// The write phase of an [`IoData`]: freshly allocated, writable segments that only this
 /// value owns, plus a logical length (which may be less than the segments' total).
@@ -202,6 +202,19 @@ impl IoDataMut {
             });
         }
         IoData::from_frags(list)
+    }
+
+    /// The fragments [`freeze`](Self::freeze) would make, without making them: each one's
+    /// place in a lot (`None` for a segment in no lot or one whose keeper wants to hear
+    /// of sends) and length. Reads no reference count.
+    pub(crate) fn frozen_spans(&self) -> impl Iterator<Item = (Option<LotSpan>, usize)> + '_ {
+        let mut rem = self.len;
+        self.segs.iter().filter_map(move |seg| {
+            let n = seg.len().min(rem);
+            rem -= n;
+            let span = seg.lot_span().filter(|_| !seg.has_send_hook());
+            (n > 0).then_some((span, n))
+        })
     }
 
     fn set_cursor(&mut self, pos: usize) {

@@ -115,8 +115,9 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
         "Sender on CPU {}, receiver on CPU {}, both busy-polling; {} interleaved rounds (each round runs \
          every size and every system, the systems' order rotated per round), {} timed messages per \
          system, size and round. Protocol, the same for all: the sender writes one byte in every page, \
-         stamps CLOCK_MONOTONIC into the header and hands over (ferry: a cached fbuf and a ring place \
-         reserved before the writes (`Sender::reserve`), then freeze + send; iceoryx2: send of a \
+         stamps CLOCK_MONOTONIC into the header and hands over (ferry: a cached fbuf loaned to the sender \
+         before the writes (`Sender::loan`: ring place and descriptor made then), then \
+         `Loan::send`; iceoryx2: send of a \
          loaned `[u8]` slice, ipc service, power-of-two dynamic segment); the \
          receiver reads the header, stamps, drops the message and acknowledges through a shared cache \
          line. Floor: one cache line bounced between the two processes, half the round trip. \
@@ -146,7 +147,7 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
     if super::worker::plain_try_send() {
         let _ = writeln!(
             md,
-            "**Diagnostic protocol ({} set):** ferry's sender reserves nothing before the \
+            "**Diagnostic protocol ({} set):** ferry's sender loans nothing before the \
              writes and hands over with freeze + `try_send`.\n",
             super::worker::TRY_SEND_VAR
         );
@@ -239,8 +240,8 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
     );
     let _ = writeln!(
         md,
-        "- \"send call\" is the sender's time from the stamp to the return of the send (ferry: freeze \
-         and send of the reserved place; iceoryx2: assume_init and send). The floor by stamps is the one-line hand-over \
+        "- \"send call\" is the sender's time from the stamp to the return of the send (ferry: \
+         `Loan::send`; iceoryx2: assume_init and send). The floor by stamps is the one-line hand-over \
          timed like the systems (stamp, store / load, stamp): the clock reads are in it. The 2-line \
          floor is what any descriptor hand-over pays when its receiver reads the payload's header: \
          the sender writes a header line and then a descriptor line naming it, the receiver polls \

@@ -8,8 +8,8 @@
 //!    slice; the page-writes floor: a private anonymous mapping of the fbuf's size; the
 //!    one- and two-line floors: none) and writes one byte in every page of it.
 //! 2. It reads `CLOCK_MONOTONIC` (`t0`), writes the header (sequence number and `t0`),
-//!    and hands the buffer over (ferry: `freeze` + `send` of a place reserved before
-//!    step 1, as iceoryx2 loans its slice; iceoryx2: `send`; the
+//!    and hands the buffer over (ferry: `Loan::send` of the fbuf loaned to the sender
+//!    before step 1's writes, as iceoryx2 loans its slice; iceoryx2: `send`; the
 //!    floor: a release store of the sequence number into one shared cache line; the
 //!    two-line and page-writes floors: the stamp and sequence number into a "header"
 //!    line, then a release store of the sequence number into the "descriptor" line). It
@@ -205,7 +205,7 @@ pub fn settle() {
 }
 
 /// The environment variable that makes ferry's sender use the plain `try_send` (no
-/// reservation before the payload writes): a diagnostic, to compare the two.
+/// loan before the payload writes): a diagnostic, to compare the two.
 pub const TRY_SEND_VAR: &str = "FERRY_HANDOVER_TRY_SEND";
 
 /// True when [`TRY_SEND_VAR`] is set (read once).
@@ -261,37 +261,48 @@ impl FerryTx {
                 Err(e) => return Err(err(e).into()),
             }
         };
-        // Reserve the ring place before the payload is written (as iceoryx2 loans its
-        // sample first): the send then publishes the descriptor before any locked
-        // instruction of its own. TRY_SEND_VAR takes the plain `try_send` instead.
-        let slot = match plain_try_send() {
-            true => None,
-            false => Some(loop {
-                match self.tx.reserve() {
-                    Ok(s) => break s,
-                    Err(ferry::Error::Full) => spin_loop(),
-                    Err(e) => return Err(err(e).into()),
-                }
-            }),
-        };
-        for s in m.fragments_mut() {
-            touch_pages(s, seq as u8);
-        }
-        settle();
-        let t0 = now_ns();
-        let first = m.fragments_mut().next().context("a non-empty fbuf")?;
-        write_header(first, seq, t0);
-        let d: IoData = m.freeze();
-        match slot {
-            Some(slot) => slot.send(&d).map_err(err)?,
-            None => loop {
+        if plain_try_send() {
+            for s in m.fragments_mut() {
+                touch_pages(s, seq as u8);
+            }
+            settle();
+            let t0 = now_ns();
+            let first = m.fragments_mut().next().context("a non-empty fbuf")?;
+            write_header(first, seq, t0);
+            let d: IoData = m.freeze();
+            loop {
                 match self.tx.try_send(&d) {
                     Ok(()) => break,
                     Err(ferry::Error::Full) => spin_loop(),
                     Err(e) => return Err(err(e).into()),
                 }
-            },
+            }
+            return Ok((t0, now_ns() - t0));
         }
+        // Loaned before the payload is written (as iceoryx2 loans its sample): the ring
+        // place and the descriptor are ready, and the send stores and publishes it.
+        let mut loan = loop {
+            match self.tx.loan(m) {
+                Ok(l) => break l,
+                Err(ferry::Error::Full) => {
+                    spin_loop();
+                    m = path.alloc(size).map_err(err)?;
+                }
+                Err(e) => return Err(err(e).into()),
+            }
+        };
+        for s in loan.data().fragments_mut() {
+            touch_pages(s, seq as u8);
+        }
+        settle();
+        let t0 = now_ns();
+        let first = loan
+            .data()
+            .fragments_mut()
+            .next()
+            .context("a non-empty fbuf")?;
+        write_header(first, seq, t0);
+        loan.send().map_err(err)?;
         let t1 = now_ns();
         Ok((t0, t1 - t0))
     }

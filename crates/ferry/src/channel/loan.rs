@@ -1,0 +1,152 @@
+//! A message written in place for one sender, iceoryx2's loan in ferry's terms: the
+//! fbufs, the ring place and the descriptor are all made before the payload is written,
+//! so that the send itself is a descriptor store and a publication.
+
+use super::desc::{self, RawDesc, RawFrag, RawRef};
+use super::link::corrupt;
+use super::ring::{Corrupt, Push};
+use super::sender::{SendSlot, Sent};
+use crate::error::Result;
+use crate::iodata::IoDataMut;
+
+/// A message being written for one [`Sender`](super::Sender) (see
+/// [`Sender::loan`](super::Sender::loan)): write it through [`data`](Self::data), then
+/// [`send`](Self::send). It holds the sender's place in the ring (as [`SendSlot`] does,
+/// with the same rules: keep it short, and do not block in the sender's domain while
+/// holding it) and the message's descriptor, already encoded. Dropped unsent, it sends
+/// nothing and its fbufs go back to their path.
+#[must_use = "a loan sends nothing until `send` is called"]
+pub struct Loan<'a> {
+    /// Always `Some` until `send` or `drop` takes it.
+    inner: Option<Inner<'a>>,
+}
+
+struct Inner<'a> {
+    slot: SendSlot<'a>,
+    data: IoDataMut,
+    /// The descriptor for `data` as it was loaned, its token taken; `None` when the
+    /// message needs the general path at send (fragments outside any lot or with a send
+    /// hook, more than fit the ring entry, a lossy channel).
+    ready: Option<Ready>,
+}
+
+struct Ready {
+    desc: RawDesc,
+    idx: u32,
+    generation: u32,
+    /// The length `desc` describes: written shorter or longer since, the message is
+    /// described again at send.
+    len: usize,
+}
+
+impl std::fmt::Debug for Loan<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Loan");
+        if let Some(i) = &self.inner {
+            d.field("len", &i.data.len())
+                .field("prepared", &i.ready.is_some());
+        }
+        d.finish()
+    }
+}
+
+impl<'a> Loan<'a> {
+    pub(super) fn new(mut slot: SendSlot<'a>, data: IoDataMut) -> Loan<'a> {
+        let ready = prepare(&mut slot, &data);
+        Loan {
+            inner: Some(Inner { slot, data, ready }),
+        }
+    }
+
+    /// The message, to write.
+    pub fn data(&mut self) -> &mut IoDataMut {
+        &mut self.inner.as_mut().expect("a loan lives until sent").data
+    }
+
+    /// Sends the message. Its descriptor was made at the loan, so this stores it in the
+    /// reserved ring place and publishes it before anything else (then freezes the
+    /// message and puts it on record, as [`Sender::try_send`](super::Sender::try_send)
+    /// does). A message whose length changed since the loan, or that needed the general
+    /// path, is described now. The receiver may have died or closed since the loan:
+    /// the message then comes back to its path as any message it did not take.
+    ///
+    /// # Errors
+    /// For a message described now, as [`SendSlot::send`]; a ring found corrupt.
+    pub fn send(mut self) -> Result<()> {
+        let Inner {
+            mut slot,
+            data,
+            ready,
+        } = self.inner.take().expect("a loan lives until sent");
+        let ready = match ready {
+            Some(r) if r.len == data.len() => r,
+            other => {
+                // Described again (or for the first time) on the general path.
+                if let Some(r) = other {
+                    slot.st.free_tokens.push(r.idx);
+                }
+                return slot.send(&data.freeze());
+            }
+        };
+        let pos = slot.st.fwd.position();
+        let pushed = slot.st.fwd.try_push_unfenced(ready.desc).map_err(corrupt);
+        if !matches!(pushed, Ok(Push::Done { .. })) {
+            slot.st.free_tokens.push(ready.idx);
+            // Full cannot happen while the reservation holds the ring: only a faulty
+            // receiver (a position moved backwards) makes it so.
+            return Err(pushed.err().unwrap_or_else(|| corrupt(Corrupt)));
+        }
+        let sent = Sent {
+            idx: ready.idx,
+            generation: ready.generation,
+            pos,
+            data: data.freeze(),
+            meta: None,
+            evicted: None,
+        };
+        slot.tx.finish_send(slot.st, sent, true);
+        Ok(())
+    }
+}
+
+/// The descriptor for `data` as it stands, if the fast path can take it.
+fn prepare(slot: &mut SendSlot<'_>, data: &IoDataMut) -> Option<Ready> {
+    if slot.tx.core.lossy {
+        return None;
+    }
+    let mut frags = [RawFrag::default(); desc::INLINE_FRAGS];
+    let mut n = 0;
+    for (span, len) in data.frozen_spans() {
+        let s = span?;
+        *frags.get_mut(n)? = RawFrag {
+            slot: s.lot.slot,
+            pad: 0,
+            generation: s.lot.generation,
+            offset: s.offset,
+            len: len as u64,
+        };
+        n += 1;
+    }
+    let (idx, generation) = slot.st.take_token();
+    let token = (generation as u64) << 32 | idx as u64;
+    Some(Ready {
+        desc: desc::encode(token, &frags[..n], &mut [], RawRef::NONE),
+        idx,
+        generation,
+        len: data.len(),
+    })
+}
+
+impl Drop for Loan<'_> {
+    fn drop(&mut self) {
+        // Unsent: the token goes back; the fbufs go back with the data.
+        if let Some(Inner {
+            mut slot,
+            ready: Some(r),
+            ..
+        }) = self.inner.take()
+        {
+            slot.st.free_tokens.push(r.idx);
+        }
+    }
+}
