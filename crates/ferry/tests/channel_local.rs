@@ -1065,7 +1065,6 @@ fn loan_on_a_lossy_channel_evicts_the_oldest() {
             capacity: 4,
             release_capacity: 8,
             lossy: true,
-            ..Default::default()
         },
     );
     let path = a.path(PathConfig::default()).unwrap();
