@@ -521,13 +521,16 @@ fn emulated_move_regions_are_hidden_then_reinstated() {
     let mut b = p.sys_buffer(len).unwrap();
     let st = p.stats();
     assert_eq!((st.regions_hidden, st.regions_reinstated), (1, 1), "{st:?}");
-    // Reinstated: writable again.
-    b.as_mut_slice().unwrap().fill(5);
-    drop(b);
+    // Reinstated: the same pages, moved back (their bytes are still there), and
+    // writable again; output once more, the receiver reads what was written here through
+    // its own mapping of the lot, so the buffer's range maps the lot's pages again.
+    assert!(
+        b.as_slice().unwrap() == &pattern(2, len)[..],
+        "the hidden pages came back"
+    );
+    b.as_mut_slice().unwrap().copy_from_slice(&pattern(3, len));
     // A region still hidden when its Passing goes is reinstated before the path gets it:
     // a later allocation of that class from the lot can write it.
-    let mut b = p.sys_buffer(len).unwrap();
-    b.as_mut_slice().unwrap().copy_from_slice(&pattern(3, len));
     p.send_sys(&tx, b, Semantics::EmulatedMove).unwrap();
     assert!(within(10, || {
         tx.collect_releases().unwrap();

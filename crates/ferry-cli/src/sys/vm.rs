@@ -28,7 +28,6 @@ pub fn memfd(len: usize) -> io::Result<OwnedFd> {
 /// Access to a mapping's pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Prot {
-    None,
     Read,
     ReadWrite,
 }
@@ -36,14 +35,12 @@ pub enum Prot {
 impl Prot {
     fn mprotect(self) -> MprotectFlags {
         match self {
-            Prot::None => MprotectFlags::empty(),
             Prot::Read => MprotectFlags::READ,
             Prot::ReadWrite => MprotectFlags::READ | MprotectFlags::WRITE,
         }
     }
     fn mmap(self) -> ProtFlags {
         match self {
-            Prot::None => ProtFlags::empty(),
             Prot::Read => ProtFlags::READ,
             Prot::ReadWrite => ProtFlags::READ | ProtFlags::WRITE,
         }
@@ -213,17 +210,6 @@ impl Map {
             )?
         };
         self.fill(0x11);
-        Ok(())
-    }
-
-    /// `munmap` of `len` bytes from `off`, leaving a hole inside this map (as move's
-    /// output leaves one in the lot's mapping); [`replace_with`](Self::replace_with)
-    /// fills it again, and drop unmaps around it.
-    pub fn punch(&self, off: usize, len: usize) -> io::Result<()> {
-        self.check(off, len);
-        // SAFETY: the range is ours and no Rust reference points into it; the probes
-        // touch it again only after `replace_with` mapped it back.
-        unsafe { rustix::mm::munmap(self.ptr.as_ptr().add(off).cast(), len)? };
         Ok(())
     }
 

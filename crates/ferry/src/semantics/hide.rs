@@ -1,27 +1,33 @@
 //! Region hiding, for emulated move.
 //!
 //! Emulated move keeps move's promise (after output the sender can neither read nor
-//! write the region) without unmapping it: the region's pages are made inaccessible in the
-//! sender's lot mapping with `mprotect(PROT_NONE)`, so any access faults (`SIGSEGV`). When
-//! the receiver releases the region it goes, still hidden, to this domain's queue of
-//! hidden regions; the next system-allocated buffer of its size class (an allocation for
-//! output, or a received buffer made writable) reinstates it (`mprotect` read-write)
-//! instead of taking a fresh span.
+//! write the region) without unmapping it: the region's pages, page tables and all, are
+//! moved out of the sender's lot mapping to an address only ferry knows
+//! ([`Mapping::move_out`](crate::sys::mem::Mapping::move_out), an `mremap`), so any access
+//! through the buffer's address faults (`SIGSEGV`). When the receiver releases the region
+//! it goes, still hidden, to this domain's queue of hidden regions; the next
+//! system-allocated buffer of its size class (an allocation for output, or a received
+//! buffer made writable) reinstates it (moved back, still populated) instead of taking a
+//! fresh span.
 //!
-//! Why: no userfaultfd read-protect exists, so hiding is `mprotect` (GENIE.md: hide and
-//! reinstate cost 5.9–8.3 µs at 4 KiB and 40–57 µs at 1 MiB, anonymous or memfd alike).
-//! That per-page cost is why emulated move has a threshold like TCOW's
-//! ([`Thresholds::emulated_move`](super::Thresholds), 1 MiB by default): below it,
-//! emulated move copies into a fresh fbuf and hands that over instead.
+//! Why a move and not `mprotect(PROT_NONE)`: `mprotect` visits every page table entry of
+//! the range both ways (GENIE.md: 5.9–8.3 µs at 4 KiB and 40–57 µs at 1 MiB; here 1.3 ms
+//! to hide 64 MiB and 5.2 ms to make it read-write again), while the move hands over whole
+//! 2 MiB tables (64 MiB: 30 – 85 µs out, 17 µs back). The pages it moves stay readable and
+//! writable at their private address, which no pointer of the application's can reach. A
+//! fixed cost remains (a reservation and two `mremap` calls, tens of µs), so emulated move
+//! keeps a threshold ([`Thresholds::emulated_move`](super::Thresholds)): below it, it
+//! copies into a fresh fbuf and hands that over instead.
 
 use crate::segment::Segment;
+use crate::sys::mem::Stash;
 
 /// A region hidden at output, released by its receivers, waiting for reuse.
 pub(crate) struct Hidden {
     /// The fbuf (whole size class).
     pub seg: Segment,
-    /// Pages hidden from its start.
-    pub pages: usize,
+    /// Where its first `len` bytes went.
+    pub stash: Stash,
 }
 
 /// Hides `pages` pages from the start of `seg` (an fbuf of `lot`'s own mapping).
@@ -29,19 +35,86 @@ pub(crate) fn hide(
     lot: &crate::region::lot::Lot,
     seg: &Segment,
     pages: usize,
-) -> std::io::Result<()> {
+) -> std::io::Result<Stash> {
     let off = seg.lot_span().expect("fbufs live in the lot").offset as usize;
     // SAFETY: the caller gave the region up (the `SysBuffer` was consumed) and nothing in
     // this process reads it until it is reinstated.
-    unsafe { lot.mapping().hide(off, pages * crate::sys::page_size()) }
+    unsafe { lot.mapping().move_out(off, pages * crate::sys::page_size()) }
 }
 
-/// Makes a hidden region readable and writable again.
-pub(crate) fn reinstate(lot: &crate::region::lot::Lot, h: &Hidden) -> std::io::Result<()> {
+/// Makes a hidden region readable and writable again (its pages moved back): the fbuf,
+/// or, if that failed, the fbuf to keep out of circulation for good.
+pub(crate) fn reinstate(
+    lot: &crate::region::lot::Lot,
+    h: Hidden,
+) -> std::result::Result<Segment, Segment> {
     let off = h.seg.lot_span().expect("fbufs live in the lot").offset as usize;
-    lot.mapping().protect(
-        off,
-        h.pages * crate::sys::page_size(),
-        crate::sys::mem::Access::ReadWrite,
-    )
+    match lot.mapping().move_back(off, h.stash) {
+        Ok(()) => Ok(h.seg),
+        Err(_) => Err(h.seg),
+    }
+}
+
+/// `ferry calibrate`'s probe of the mechanism: a written region inside a larger shared
+/// memfd mapping (a page on either side, as an fbuf lies inside its lot's mapping), whose
+/// pages are moved out and back as move and emulated move do it. Not part of the
+/// supported API.
+#[doc(hidden)]
+pub struct MoveProbe {
+    _fd: std::os::fd::OwnedFd,
+    map: crate::sys::mem::Mapping,
+    len: usize,
+    stash: Option<Stash>,
+}
+
+impl MoveProbe {
+    /// A region of `len` bytes (a page multiple), every page written once.
+    pub fn new(len: usize) -> crate::Result<MoveProbe> {
+        let pg = crate::sys::page_size();
+        assert!(len > 0 && len % pg == 0, "a whole number of pages");
+        let fd = crate::sys::fd::memfd("ferry-move-probe", (len + 2 * pg) as u64)?;
+        let map = crate::sys::mem::Mapping::shared(
+            std::os::fd::AsFd::as_fd(&fd),
+            len + 2 * pg,
+            crate::sys::mem::Access::ReadWrite,
+        )?;
+        let p = MoveProbe {
+            _fd: fd,
+            map,
+            len,
+            stash: None,
+        };
+        p.dirty();
+        Ok(p)
+    }
+
+    /// Writes one byte in every page of the region (its entries present and dirty, as an
+    /// application leaves a buffer it output). Does nothing while it is moved out.
+    pub fn dirty(&self) {
+        if self.stash.is_some() {
+            return;
+        }
+        let pg = crate::sys::page_size();
+        for off in (pg..pg + self.len).step_by(pg) {
+            // SAFETY: inside our own read-write mapping, which is mapped here (not moved
+            // out); nothing else refers to it.
+            unsafe { self.map.as_ptr().add(off).write_volatile(0x5b) };
+        }
+    }
+
+    /// Moves the region's pages out (what hiding and move's output cost).
+    pub fn move_out(&mut self) -> crate::Result<()> {
+        assert!(self.stash.is_none(), "moved out already");
+        // SAFETY: no reference into the region exists (only `dirty` writes it, and it
+        // does nothing while the region is out).
+        self.stash = Some(unsafe { self.map.move_out(crate::sys::page_size(), self.len)? });
+        Ok(())
+    }
+
+    /// Moves them back (what reinstating and move's release cost).
+    pub fn move_back(&mut self) -> crate::Result<()> {
+        let stash = self.stash.take().expect("moved out first");
+        self.map.move_back(crate::sys::page_size(), stash)?;
+        Ok(())
+    }
 }

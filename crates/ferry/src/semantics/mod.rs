@@ -52,8 +52,8 @@
 //! |---|---|---|
 //! | TCOW: userfaultfd write protection, page replacement | emulated copy | [`tcow`] |
 //! | application buffers in the lot, with their own view | emulated copy, share, emulated share | [`app`] |
-//! | unmap at output, map back at release | move | [`regions`] |
-//! | region hiding (`PROT_NONE`) and reinstatement | emulated move | [`hide`] |
+//! | pages moved out of the sender's mapping at output (`mremap`), back at release | move | [`regions`] |
+//! | region hiding (pages moved out with `mremap`) and reinstatement | emulated move | [`hide`] |
 //! | per-domain queues of output regions | weak move, emulated weak move | [`cache`] |
 //! | input alignment, copyout, page swapping | every application-allocated input | [`copyout`] |
 //! | short-data thresholds | every emulated form | [`thresholds`] |

@@ -81,9 +81,9 @@ impl Regions {
         }
         drop(v);
         // Full: give the span back to its path, readable again.
-        match hide::reinstate(&self.lot, &h) {
-            Ok(()) => drop(h),
-            Err(_) => self.keep_or_lose(h.seg, false),
+        match hide::reinstate(&self.lot, h) {
+            Ok(seg) => drop(seg),
+            Err(seg) => self.keep_or_lose(seg, false),
         }
     }
 
@@ -109,9 +109,9 @@ impl Drop for Regions {
         // Hidden regions go back to their path readable, or never.
         let hidden = std::mem::take(&mut *lock(&self.q.hidden));
         for h in hidden {
-            if hide::reinstate(&self.lot, &h).is_err() {
-                // A span that stays PROT_NONE must never be handed out again.
-                std::mem::forget(h);
+            if let Err(seg) = hide::reinstate(&self.lot, h) {
+                // A span whose pages could not come back must never be handed out again.
+                std::mem::forget(seg);
             }
         }
     }
@@ -139,8 +139,8 @@ impl Drop for Regions {
 /// | emulated copy | the caller's; at or above the threshold its pages are write-protected (TCOW) until every receiver released them | free to write: a write lands on a fresh copy of the page | the bytes at the call |
 /// | share | the caller's, pages locked (`mlock`) until released | free to write | the caller's pages: writes during output may show |
 /// | emulated share | the caller's, nothing locked | free to write | as share |
-/// | move | given up; its pages are unmapped from this process | gone: any access faults | the bytes at the call, as a new buffer |
-/// | emulated move | given up; its pages are hidden (`PROT_NONE`) and later reused | gone: any access faults | as move |
+/// | move | given up; its pages leave its address (moved, page tables and all, to one only ferry knows) until released | gone: any access faults | the bytes at the call, as a new buffer |
+/// | emulated move | given up; its pages are hidden (moved out as for move) and later reused | gone: any access faults | as move |
 /// | weak move | given up; stays mapped, the caller promises not to touch it | gone (by contract) | the pages, no promise about stray writes |
 /// | emulated weak move | given up; stays mapped and is queued for reuse | gone (by contract) | as weak move |
 ///
@@ -279,14 +279,14 @@ impl Passing {
             });
         }
         while let Some(h) = take_class(&self.regions.q.hidden, len, |h: &Hidden| &h.seg) {
-            match hide::reinstate(&self.regions.lot, &h) {
-                Ok(()) => {
+            match hide::reinstate(&self.regions.lot, h) {
+                Ok(seg) => {
                     add(&self.stats.regions_reinstated, 1);
                     return Ok(SysBuffer {
-                        kind: SysKind::Local { seg: h.seg, len },
+                        kind: SysKind::Local { seg, len },
                     });
                 }
-                Err(_) => self.regions.keep_or_lose(h.seg, false),
+                Err(seg) => self.regions.keep_or_lose(seg, false),
             }
         }
         let (_, size) = class_of(len);
@@ -450,9 +450,9 @@ impl Passing {
             Semantics::Move => {
                 let gone = super::regions::unmap(&self.regions.lot, &seg, npages);
                 match gone {
-                    Ok(()) => {
+                    Ok(stash) => {
                         add(&self.stats.regions_unmapped, 1);
-                        tx.send(&describe(guard(seg, Afterwards::Remap), len))?;
+                        tx.send(&describe(guard(seg, Afterwards::Remap(stash)), len))?;
                         Used::Mechanism
                     }
                     Err(_) => {
@@ -462,9 +462,9 @@ impl Passing {
                 }
             }
             Semantics::EmulatedMove => match hide::hide(&self.regions.lot, &seg, npages) {
-                Ok(()) => {
+                Ok(stash) => {
                     add(&self.stats.regions_hidden, 1);
-                    tx.send(&describe(guard(seg, Afterwards::Hide), len))?;
+                    tx.send(&describe(guard(seg, Afterwards::Hide(stash)), len))?;
                     Used::Mechanism
                 }
                 Err(_) => {

@@ -122,11 +122,12 @@ pub struct SemanticsStats {
     /// Faults the handler could not serve by copying (no lot page free): the writer waited
     /// until the receivers released the page.
     pub tcow_waits: u64,
-    /// Regions hidden (`PROT_NONE`) at output (emulated move).
+    /// Regions hidden (their pages moved out of the buffer's address) at output (emulated
+    /// move).
     pub regions_hidden: u64,
     /// Hidden regions reinstated when reused.
     pub regions_reinstated: u64,
-    /// Regions unmapped from the sender at output (move).
+    /// Regions taken out of the sender's mapping at output (move).
     pub regions_unmapped: u64,
     /// Output regions queued for reuse (emulated weak move).
     pub regions_cached: u64,

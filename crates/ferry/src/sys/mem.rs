@@ -143,54 +143,95 @@ impl Mapping {
         unsafe { mprotect(at, len, flags)? };
         Ok(())
     }
-    /// Makes `offset..offset+len` inaccessible (`mprotect(PROT_NONE)`): any access
-    /// through this mapping faults (`SIGSEGV`) until [`protect`](Self::protect) gives it
-    /// back. Region hiding, for emulated move.
+    /// Moves the pages at `offset..offset+len` out of this mapping, page tables and all
+    /// (`mremap(MREMAP_MAYMOVE | MREMAP_FIXED)` onto an address reserved for them, at the
+    /// same place within a 2 MiB table so that whole tables move), leaving a hole: any
+    /// access through this mapping's range faults until [`move_back`](Self::move_back).
+    /// The pages stay populated where they went, and nothing in this process knows that
+    /// address but the returned [`Stash`], which unmaps them if dropped.
+    ///
+    /// Why not `munmap` or `mprotect(PROT_NONE)`: both visit every page table entry of
+    /// the range (and the way back, a refault or `mprotect` read-write, visits them
+    /// again), while a move hands over whole 2 MiB tables: at 64 MiB here about 30 –
+    /// 85 µs out and 17 µs back, against 1.3 ms for `mprotect(PROT_NONE)`, 5.2 ms for
+    /// read-write again and 2.4 – 9 ms for `munmap`.
     ///
     /// # Safety
-    /// No reference into the range may be read or written while it is hidden.
-    pub unsafe fn hide(&self, offset: usize, len: usize) -> io::Result<()> {
+    /// No reference into the range may be used until it is moved back.
+    pub unsafe fn move_out(&self, offset: usize, len: usize) -> io::Result<Stash> {
+        const TABLE: usize = 2 << 20;
         let at = self.range(offset, len);
         count();
-        // SAFETY: inside our own mapping (asserted); the caller promises nothing reads it.
-        unsafe { mprotect(at, len, MprotectFlags::empty())? };
-        Ok(())
-    }
-
-    /// Unmaps `offset..offset+len` of this mapping (`munmap(2)` of part of it), leaving a
-    /// hole that [`remap_hole`](Self::remap_hole) can fill again. The whole range is still
-    /// unmapped on drop (unmapping a hole is harmless).
-    ///
-    /// # Safety
-    /// No reference into the range may be used while it is unmapped.
-    pub unsafe fn unmap_range(&self, offset: usize, len: usize) -> io::Result<()> {
-        let at = self.range(offset, len);
-        count();
-        // SAFETY: inside our own mapping (asserted); the caller promises nothing uses it.
-        unsafe { munmap(at, len)? };
-        Ok(())
-    }
-
-    /// Maps `len` bytes of `fd` from `file_offset` into the hole at `offset` that
-    /// [`unmap_range`](Self::unmap_range) left, `MAP_SHARED | MAP_FIXED_NOREPLACE`: fails
-    /// rather than replace anything.
-    pub fn remap_hole(
-        &self,
-        offset: usize,
-        fd: BorrowedFd<'_>,
-        file_offset: u64,
-        len: usize,
-        access: Access,
-    ) -> Result<()> {
-        let m = Mapping::fixed(
-            self.range(offset, len) as usize,
-            fd,
-            file_offset,
+        // SAFETY: a fresh reservation chosen by the kernel (no address given): it
+        // replaces nothing.
+        let base = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len + TABLE,
+                ProtFlags::empty(),
+                MapFlags::PRIVATE | MapFlags::NORESERVE,
+            )?
+        } as usize;
+        let stash = Stash {
+            base,
+            total: len + TABLE,
+            // Congruent to the source modulo a table, inside the reservation.
+            at: base + (at as usize).wrapping_sub(base) % TABLE,
             len,
-            access,
-        )?;
-        // Now part of this mapping: unmapped when it is.
-        std::mem::forget(m);
+        };
+        count();
+        // SAFETY: the source lies inside our own mapping (asserted by `range`) and the
+        // caller promises nothing uses it; the destination lies inside the reservation
+        // just made (at most `TABLE - 1` past its start, `len` long), which only `stash`
+        // knows, so replacing it loses nothing.
+        unsafe {
+            rustix::mm::mremap_fixed(
+                at,
+                len,
+                len,
+                rustix::mm::MremapFlags::MAYMOVE,
+                stash.at as *mut std::ffi::c_void,
+            )?
+        };
+        Ok(stash)
+    }
+
+    /// Moves a [`Stash`]'s pages back into the hole at `offset` that
+    /// [`move_out`](Self::move_out) left. The hole is claimed first with
+    /// `MAP_FIXED_NOREPLACE`, so that a mapping made there meanwhile is never replaced:
+    /// then this fails (`EEXIST`), the stash's pages are unmapped, and the hole stays.
+    pub fn move_back(&self, offset: usize, stash: Stash) -> io::Result<()> {
+        let len = stash.len;
+        let at = self.range(offset, len);
+        count();
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping.
+        let claimed = unsafe {
+            rustix::mm::mmap_anonymous(
+                at,
+                len,
+                ProtFlags::empty(),
+                MapFlags::PRIVATE | MapFlags::NORESERVE | MapFlags::FIXED_NOREPLACE,
+            )?
+        };
+        if claimed != at {
+            // An old kernel that does not know the flag placed it elsewhere.
+            // SAFETY: the mapping just made, which nothing uses.
+            let _ = unsafe { munmap(claimed, len) };
+            return Err(io::Error::from_raw_os_error(libc_eexist()));
+        }
+        count();
+        // SAFETY: the source is the stash's own range; the destination is the placeholder
+        // claimed just above inside our mapping's range, which nothing uses.
+        unsafe {
+            rustix::mm::mremap_fixed(
+                stash.at as *mut std::ffi::c_void,
+                len,
+                len,
+                rustix::mm::MremapFlags::MAYMOVE,
+                at,
+            )?
+        };
+        // `stash` now unmaps only what is left of its reservation.
         Ok(())
     }
 
@@ -284,6 +325,32 @@ impl Mapping {
         }
         Ok(())
     }
+}
+
+/// Pages moved out of a [`Mapping`] by [`Mapping::move_out`], at an address reserved for
+/// them that only this value knows. Dropped, it unmaps its reservation (and the pages, if
+/// they were not moved back).
+#[derive(Debug)]
+pub struct Stash {
+    /// The reservation: `total` bytes from `base`.
+    base: usize,
+    total: usize,
+    /// Where the pages are, inside the reservation.
+    at: usize,
+    len: usize,
+}
+
+impl Drop for Stash {
+    fn drop(&mut self) {
+        count();
+        // SAFETY: the reservation is ours alone (made by `move_out`, its address known
+        // only to this value); unmapping it drops the pages moved there, if any.
+        let _ = unsafe { munmap(self.base as *mut std::ffi::c_void, self.total) };
+    }
+}
+
+fn libc_eexist() -> i32 {
+    rustix::io::Errno::EXIST.raw_os_error()
 }
 
 impl Drop for Mapping {

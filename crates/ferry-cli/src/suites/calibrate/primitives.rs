@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::{bail, Context, Result};
 use ferry::semantics::calibration::primitive as p;
+use ferry::semantics::hide::MoveProbe;
 use ferry::{Group, PathConfig};
 
 use crate::sys::now_ns;
@@ -71,24 +72,35 @@ pub fn measure(primitive: &str, size: usize, reps: usize, other_cpu: usize) -> R
                 timed(reps, || arm(false), || arm(true))
             }
         }
-        p::PROTECT_MPROTECT | p::UNPROTECT_MPROTECT | p::HIDE | p::REINSTATE => {
-            // Hiding protects a region inside the lot's one large mapping, so the kernel
-            // splits that mapping and merges it back: a page on either side here. A TCOW
-            // fallback protects an application buffer's whole view.
-            let hide = matches!(primitive, p::HIDE | p::REINSTATE);
-            let at = if hide { pg } else { 0 };
-            let (_fd, m) = filled(size + 2 * at)?;
-            let (to, back) = if hide {
-                (Prot::None, Prot::ReadWrite)
+        p::PROTECT_MPROTECT | p::UNPROTECT_MPROTECT => {
+            // A TCOW fallback protects an application buffer's whole view.
+            let (_fd, m) = filled(size)?;
+            let set = |prot| m.protect(0, size, prot).map_err(anyhow::Error::from);
+            if primitive == p::PROTECT_MPROTECT {
+                timed(reps, || set(Prot::Read), || set(Prot::ReadWrite))
             } else {
-                (Prot::Read, Prot::ReadWrite)
+                set(Prot::Read)?;
+                timed(reps, || set(Prot::ReadWrite), || set(Prot::Read))
+            }
+        }
+        p::HIDE | p::REINSTATE | p::REGION_UNMAP => {
+            // Move and emulated move take the region's pages out of the lot's one large
+            // mapping (a page on either side here, so the kernel splits the mapping and
+            // merges it back), written by the application: ferry's own mechanism.
+            let pages = size.div_ceil(pg) * pg;
+            let probe = std::cell::RefCell::new(MoveProbe::new(pages)?);
+            let out = || Ok(probe.borrow_mut().move_out()?);
+            let back = || {
+                let mut p = probe.borrow_mut();
+                p.move_back()?;
+                p.dirty();
+                Ok(())
             };
-            let set = |prot| m.protect(at, size, prot).map_err(anyhow::Error::from);
-            if primitive == p::PROTECT_MPROTECT || primitive == p::HIDE {
-                timed(reps, || set(to), || set(back))
+            if primitive == p::REINSTATE {
+                out()?;
+                timed(reps, back, out)
             } else {
-                set(to)?;
-                timed(reps, || set(back), || set(to))
+                timed(reps, out, back)
             }
         }
         p::TCOW_FAULT => tcow_fault(size.div_ceil(pg), reps, true),
@@ -130,27 +142,6 @@ pub fn measure(primitive: &str, size: usize, reps: usize, other_cpu: usize) -> R
                 },
                 || {
                     drop(mapped.take());
-                    Ok(())
-                },
-            )
-        }
-        p::REGION_UNMAP => {
-            // As move's output finds its region: inside the lot's one large mapping (a
-            // page on either side here, so the unmap splits it), writable and written by
-            // the application, every page's entry present and dirty.
-            let (fd, m) = filled(size + 2 * pg)?;
-            let dirty = || {
-                for off in (pg..pg + size).step_by(pg) {
-                    m.poke(off, 0x5b);
-                }
-            };
-            dirty();
-            timed(
-                reps,
-                || Ok(m.punch(pg, size)?),
-                || {
-                    m.replace_with(pg, size, fd.as_fd(), pg as u64, Prot::ReadWrite)?;
-                    dirty();
                     Ok(())
                 },
             )

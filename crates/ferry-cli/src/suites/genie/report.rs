@@ -204,8 +204,8 @@ pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
 fn mechanism_floor(cal: &Calibrated, copy: &Series, s: Semantics, size: usize) -> String {
     use ferry::semantics::calibration::primitive as p;
     let (prim, what) = match s {
-        Semantics::Move => (p::REGION_UNMAP, "munmap"),
-        Semantics::EmulatedMove => (p::HIDE, "mprotect(PROT_NONE)"),
+        Semantics::Move => (p::REGION_UNMAP, "move of the pages out of its mapping"),
+        Semantics::EmulatedMove => (p::HIDE, "move of the pages out of its mapping"),
         _ => return String::new(),
     };
     match (cal.calibration.fits.get(prim), copy.at(size)) {
