@@ -98,6 +98,7 @@ pub mod aio;
 #[allow(unsafe_code)]
 pub mod channel;
 pub mod container;
+mod copy;
 pub mod diagnostics;
 pub mod error;
 #[allow(unsafe_code)]

@@ -12,6 +12,7 @@ const RANKS: &[(&str, u32)] = &[
     ("error", 0),
     ("sync", 0),
     ("segment", 0),
+    ("copy", 0),
     ("sys", 1),
     ("diagnostics", 2),
     ("region", 2),

@@ -503,7 +503,7 @@ impl IoData {
             }
             let lo = a.max(cs) - cs;
             let hi = b.min(ce) - cs;
-            dst[out..out + hi - lo].copy_from_slice(&c[lo..hi]);
+            crate::copy::copy_bytes(&mut dst[out..out + hi - lo], &c[lo..hi]);
             out += hi - lo;
         }
     }

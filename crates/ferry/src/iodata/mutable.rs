@@ -151,7 +151,7 @@ impl IoDataMut {
             }
             let lo = offset.max(fs) - fs;
             let hi = end.min(fe) - fs;
-            frag[lo..hi].copy_from_slice(&data[written..written + hi - lo]);
+            crate::copy::copy_bytes(&mut frag[lo..hi], &data[written..written + hi - lo]);
             written += hi - lo;
         }
     }

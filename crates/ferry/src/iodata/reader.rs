@@ -55,7 +55,7 @@ impl io::Read for IoDataReader<'_> {
         while n < buf.len() && self.remaining > 0 {
             let c = self.current();
             let k = c.len().min(buf.len() - n);
-            buf[n..n + k].copy_from_slice(&c[..k]);
+            crate::copy::copy_bytes(&mut buf[n..n + k], &c[..k]);
             self.skip(k);
             n += k;
         }
