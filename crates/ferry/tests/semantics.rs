@@ -241,10 +241,13 @@ fn child_main(role: &str) {
         // say "sent", then read the region through a pointer kept from before (must
         // fault for move and emulated move).
         "touch" => {
-            let s: Semantics = arg.parse().unwrap();
+            // "SEMANTICS" (2 MiB) or "SEMANTICS@LEN".
+            let (s, len) = match arg.split_once('@') {
+                Some((s, l)) => (s.parse::<Semantics>().unwrap(), l.parse().unwrap()),
+                None => (arg.parse().unwrap(), 2 << 20),
+            };
             let peer: DomainId = read_line(&mut stdin).parse().unwrap();
             let tx = domain.connect(peer, T).unwrap();
-            let len = 2 << 20;
             let mut b = p.sys_buffer(len).unwrap();
             b.as_mut_slice().unwrap().copy_from_slice(&pattern(7, len));
             let ptr = b.as_mut_slice().unwrap().as_mut_ptr();
@@ -465,13 +468,18 @@ fn emulated_weak_move_promise() {
 // ---------------------------------------------------------------- faults after move
 
 fn touching_after(s: Semantics) -> (std::process::ExitStatus, String) {
-    let (_g, d, name) = join(&format!("touch-{}", s.name()));
-    let mut peer = Peer::spawn("touch", &name, s.name());
+    touching_after_len(s, 2 << 20)
+}
+
+/// As [`touching_after`], with a region of `len` bytes.
+fn touching_after_len(s: Semantics, len: usize) -> (std::process::ExitStatus, String) {
+    let (_g, d, name) = join(&format!("touch-{}-{len}", s.name()));
+    let mut peer = Peer::spawn("touch", &name, &format!("{}@{len}", s.name()));
     let mut rx = accept_from(&d, &mut peer);
     let sent = peer.line();
     assert_eq!(sent, "sent Mechanism", "{s}");
     let got = rx.recv().unwrap();
-    assert!(got.eq_bytes(&pattern(7, 2 << 20)), "{s}: receiver's bytes");
+    assert!(got.eq_bytes(&pattern(7, len)), "{s}: receiver's bytes");
     peer.tell("touch");
     let line = peer.line();
     if line.starts_with("read") {
@@ -479,7 +487,7 @@ fn touching_after(s: Semantics) -> (std::process::ExitStatus, String) {
     }
     let status = exit_status(&mut peer);
     // Our copy stays readable whatever happened to the sender.
-    assert!(got.eq_bytes(&pattern(7, 2 << 20)));
+    assert!(got.eq_bytes(&pattern(7, len)));
     (status, line)
 }
 
@@ -492,6 +500,9 @@ fn touching_a_moved_region_faults() {
             "{s}: {status:?} {line}"
         );
     }
+    // Move unmaps a region below 256 KiB instead of moving its pages out: that faults too.
+    let (status, line) = touching_after_len(Semantics::Move, 64 << 10);
+    assert_eq!(status.signal(), Some(libc::SIGSEGV), "{status:?} {line}");
 }
 
 fn touching_a_weakly_moved_region_does_not_fault() {

@@ -61,15 +61,29 @@ pub(crate) fn reinstate(
 /// supported API.
 #[doc(hidden)]
 pub struct MoveProbe {
-    _fd: std::os::fd::OwnedFd,
+    fd: std::os::fd::OwnedFd,
     map: crate::sys::mem::Mapping,
     len: usize,
     stash: Option<Stash>,
+    /// As move does it: small regions unmapped and mapped again (see
+    /// [`MOVE_FROM`](super::regions::MOVE_FROM)), not moved.
+    as_move: bool,
+    unmapped: bool,
 }
 
 impl MoveProbe {
-    /// A region of `len` bytes (a page multiple), every page written once.
+    /// A region of `len` bytes (a page multiple), every page written once, taken out as
+    /// emulated move hides it.
     pub fn new(len: usize) -> crate::Result<MoveProbe> {
+        Self::make(len, false)
+    }
+
+    /// As [`new`](Self::new), taken out as move's output does it.
+    pub fn for_move(len: usize) -> crate::Result<MoveProbe> {
+        Self::make(len, true)
+    }
+
+    fn make(len: usize, as_move: bool) -> crate::Result<MoveProbe> {
         let pg = crate::sys::page_size();
         assert!(len > 0 && len % pg == 0, "a whole number of pages");
         let fd = crate::sys::fd::memfd("ferry-move-probe", (len + 2 * pg) as u64)?;
@@ -79,10 +93,12 @@ impl MoveProbe {
             crate::sys::mem::Access::ReadWrite,
         )?;
         let p = MoveProbe {
-            _fd: fd,
+            fd,
             map,
             len,
             stash: None,
+            as_move,
+            unmapped: false,
         };
         p.dirty();
         Ok(p)
@@ -91,7 +107,7 @@ impl MoveProbe {
     /// Writes one byte in every page of the region (its entries present and dirty, as an
     /// application leaves a buffer it output). Does nothing while it is moved out.
     pub fn dirty(&self) {
-        if self.stash.is_some() {
+        if self.stash.is_some() || self.unmapped {
             return;
         }
         let pg = crate::sys::page_size();
@@ -104,17 +120,34 @@ impl MoveProbe {
 
     /// Moves the region's pages out (what hiding and move's output cost).
     pub fn move_out(&mut self) -> crate::Result<()> {
-        assert!(self.stash.is_none(), "moved out already");
-        // SAFETY: no reference into the region exists (only `dirty` writes it, and it
-        // does nothing while the region is out).
-        self.stash = Some(unsafe { self.map.move_out(crate::sys::page_size(), self.len)? });
+        assert!(self.stash.is_none() && !self.unmapped, "moved out already");
+        let pg = crate::sys::page_size();
+        // SAFETY (both): no reference into the region exists (only `dirty` writes it, and
+        // it does nothing while the region is out).
+        if self.as_move && self.len < super::regions::MOVE_FROM {
+            unsafe { self.map.unmap_range(pg, self.len)? };
+            self.unmapped = true;
+        } else {
+            self.stash = Some(unsafe { self.map.move_out(pg, self.len)? });
+        }
         Ok(())
     }
 
     /// Moves them back (what reinstating and move's release cost).
     pub fn move_back(&mut self) -> crate::Result<()> {
+        let pg = crate::sys::page_size();
+        if std::mem::take(&mut self.unmapped) {
+            self.map.remap_hole(
+                pg,
+                std::os::fd::AsFd::as_fd(&self.fd),
+                pg as u64,
+                self.len,
+                crate::sys::mem::Access::ReadWrite,
+            )?;
+            return Ok(());
+        }
         let stash = self.stash.take().expect("moved out first");
-        self.map.move_back(crate::sys::page_size(), stash)?;
+        self.map.move_back(pg, stash)?;
         Ok(())
     }
 }

@@ -143,6 +143,43 @@ impl Mapping {
         unsafe { mprotect(at, len, flags)? };
         Ok(())
     }
+    /// Unmaps `offset..offset+len` of this mapping (`munmap(2)` of part of it), leaving a
+    /// hole that [`remap_hole`](Self::remap_hole) can fill again. The whole range is still
+    /// unmapped on drop (unmapping a hole is harmless).
+    ///
+    /// # Safety
+    /// No reference into the range may be used while it is unmapped.
+    pub unsafe fn unmap_range(&self, offset: usize, len: usize) -> io::Result<()> {
+        let at = self.range(offset, len);
+        count();
+        // SAFETY: inside our own mapping (asserted); the caller promises nothing uses it.
+        unsafe { munmap(at, len)? };
+        Ok(())
+    }
+
+    /// Maps `len` bytes of `fd` from `file_offset` into the hole at `offset` that
+    /// [`unmap_range`](Self::unmap_range) left, `MAP_SHARED | MAP_FIXED_NOREPLACE`: fails
+    /// rather than replace anything.
+    pub fn remap_hole(
+        &self,
+        offset: usize,
+        fd: BorrowedFd<'_>,
+        file_offset: u64,
+        len: usize,
+        access: Access,
+    ) -> Result<()> {
+        let m = Mapping::fixed(
+            self.range(offset, len) as usize,
+            fd,
+            file_offset,
+            len,
+            access,
+        )?;
+        // Now part of this mapping: unmapped when it is.
+        std::mem::forget(m);
+        Ok(())
+    }
+
     /// Moves the pages at `offset..offset+len` out of this mapping, page tables and all
     /// (`mremap(MREMAP_MAYMOVE | MREMAP_FIXED)` onto an address reserved for them, at the
     /// same place within a 2 MiB table so that whole tables move), leaving a hole: any

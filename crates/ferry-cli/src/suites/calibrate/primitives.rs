@@ -88,7 +88,11 @@ pub fn measure(primitive: &str, size: usize, reps: usize, other_cpu: usize) -> R
             // mapping (a page on either side here, so the kernel splits the mapping and
             // merges it back), written by the application: ferry's own mechanism.
             let pages = size.div_ceil(pg) * pg;
-            let probe = std::cell::RefCell::new(MoveProbe::new(pages)?);
+            let probe = std::cell::RefCell::new(if primitive == p::REGION_UNMAP {
+                MoveProbe::for_move(pages)?
+            } else {
+                MoveProbe::new(pages)?
+            });
             let out = || Ok(probe.borrow_mut().move_out()?);
             let back = || {
                 let mut p = probe.borrow_mut();
