@@ -122,12 +122,13 @@ impl MoveProbe {
     pub fn move_out(&mut self) -> crate::Result<()> {
         assert!(self.stash.is_none() && !self.unmapped, "moved out already");
         let pg = crate::sys::page_size();
-        // SAFETY (both): no reference into the region exists (only `dirty` writes it, and
-        // it does nothing while the region is out).
         if self.as_move && self.len < super::regions::MOVE_FROM {
+            // SAFETY: no reference into the region exists (only `dirty` writes it, and it
+            // does nothing while the region is out).
             unsafe { self.map.unmap_range(pg, self.len)? };
             self.unmapped = true;
         } else {
+            // SAFETY: as above.
             self.stash = Some(unsafe { self.map.move_out(pg, self.len)? });
         }
         Ok(())

@@ -225,12 +225,13 @@ pub(crate) enum Out {
 pub(crate) fn unmap(lot: &Lot, seg: &Segment, pages: usize) -> std::io::Result<Out> {
     let off = seg.lot_span().expect("fbufs live in the lot").offset as usize;
     let len = pages * page_size();
-    // SAFETY (both): the application gave the region up (its `SysBuffer` was consumed);
-    // the only references left are the descriptor's, which this process does not read
-    // (the receiver is another process: `Passing::send_sys` checks before calling this).
     if len >= MOVE_FROM {
+        // SAFETY: the application gave the region up (its `SysBuffer` was consumed); the
+        // only references left are the descriptor's, which this process does not read
+        // (the receiver is another process: `Passing::send_sys` checks before this).
         Ok(Out::Moved(unsafe { lot.mapping().move_out(off, len)? }))
     } else {
+        // SAFETY: as above.
         unsafe { lot.mapping().unmap_range(off, len)? };
         Ok(Out::Unmapped)
     }
