@@ -75,7 +75,9 @@ pub mod primitive {
     /// One-way hand-over of a descriptor over a channel between two pinned processes:
     /// Genie's base latency plus referencing, the part every semantics pays.
     pub const HANDOVER: &str = "handover";
-    /// userfaultfd write-protect of a memfd mapping (`UFFDIO_WRITEPROTECT`).
+    /// Emulated copy's output on the sender: the application buffer's pages
+    /// write-protected (`UFFDIO_WRITEPROTECT`) through the TCOW engine, its bookkeeping
+    /// included (the name is the file's).
     pub const PROTECT_UFFD: &str = "protect_uffd";
     /// Removing that write protection.
     pub const UNPROTECT_UFFD: &str = "unprotect_uffd";

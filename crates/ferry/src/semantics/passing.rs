@@ -385,6 +385,22 @@ impl Passing {
         }
     }
 
+    /// The sender's side of an output of `range` of `buf` under `s`, without the send:
+    /// what the receiver would be handed (`None` when the semantics copies), as
+    /// [`send_app`](Self::send_app) prepares it (for emulated copy: the pages
+    /// write-protected through the TCOW engine and described). Dropping the result
+    /// releases it as a receiver's release would. For `ferry calibrate`'s probes; not part
+    /// of the supported API.
+    #[doc(hidden)]
+    pub fn prepare_output(
+        &self,
+        buf: &AppBuffer,
+        range: Range<usize>,
+        s: Semantics,
+    ) -> Result<Option<IoData>> {
+        Ok(self.plan_app(buf, &range, s)?.0)
+    }
+
     /// Output of `range` of an application buffer, which stays with the application,
     /// under an application-allocated semantics (see the table on [`Passing`]).
     ///

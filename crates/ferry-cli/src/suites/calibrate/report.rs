@@ -41,7 +41,7 @@ fn about(name: &str) -> &'static str {
         p::COPY_IN => "an fbuf from a path (last read on the other CPU), the bytes copied in (Passing's copy output)",
         p::COPY_OUT => "copy out through a read-only mapping of pages the other CPU just wrote",
         p::HANDOVER => "descriptor hand-over, one way, 2 pinned processes, busy-polling receiver, stamped once it holds the message",
-        p::PROTECT_UFFD => "userfaultfd write-protect (memfd mapping)",
+        p::PROTECT_UFFD => "emulated copy's output: userfaultfd write-protect through the TCOW engine, bookkeeping included",
         p::UNPROTECT_UFFD => "userfaultfd un-protect",
         p::PROTECT_MPROTECT => "mprotect read-only",
         p::UNPROTECT_MPROTECT => "mprotect read-write",
