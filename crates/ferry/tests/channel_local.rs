@@ -917,6 +917,18 @@ fn lossy_sender_racing_a_receiver_loses_nothing_twice() {
     assert_eq!(rx.stats().bad_from_peer, 0);
 }
 
+/// A channel of four messages (eight releases), lossy or not.
+fn small_ring(g: &std::sync::Arc<Group>, lossy: bool) -> (Domain, Domain, Sender, Receiver) {
+    pair_with(
+        g,
+        ChannelConfig {
+            capacity: 4,
+            release_capacity: 8,
+            lossy,
+        },
+    )
+}
+
 /// `reserve` then `send`: the message goes out as with `try_send`, zero copy; a dropped
 /// reservation sends nothing and leaves the channel as it was; a full ring refuses the
 /// reservation itself; and while one thread holds a reservation, another thread's send
@@ -925,14 +937,7 @@ fn lossy_sender_racing_a_receiver_loses_nothing_twice() {
 #[test]
 fn reserve_then_send() {
     let g = group("reserve");
-    let (a, _b, tx, mut rx) = pair_with(
-        &g,
-        ChannelConfig {
-            capacity: 4,
-            release_capacity: 8,
-            ..Default::default()
-        },
-    );
+    let (a, _b, tx, mut rx) = small_ring(&g, false);
     let path = a.path(PathConfig::default()).unwrap();
     let msg = |v: u8| {
         let mut m = path.alloc(8192).unwrap();
@@ -1001,14 +1006,7 @@ fn reserve_then_send() {
 #[test]
 fn loan_then_send() {
     let g = group("loan");
-    let (a, _b, tx, mut rx) = pair_with(
-        &g,
-        ChannelConfig {
-            capacity: 4,
-            release_capacity: 8,
-            ..Default::default()
-        },
-    );
+    let (a, _b, tx, mut rx) = small_ring(&g, false);
     let path = a.path(PathConfig::default()).unwrap();
     for round in 0..50u8 {
         let mut loan = tx.loan(path.alloc(10_000).unwrap()).unwrap();
@@ -1059,14 +1057,7 @@ fn loan_then_send() {
 #[test]
 fn loan_on_a_lossy_channel_evicts_the_oldest() {
     let g = group("loanlossy");
-    let (a, _b, tx, mut rx) = pair_with(
-        &g,
-        ChannelConfig {
-            capacity: 4,
-            release_capacity: 8,
-            lossy: true,
-        },
-    );
+    let (a, _b, tx, mut rx) = small_ring(&g, true);
     let path = a.path(PathConfig::default()).unwrap();
     for v in 0..6u8 {
         let mut loan = tx.loan(path.alloc(64).unwrap()).unwrap();
