@@ -1031,6 +1031,15 @@ fn loan_then_send() {
     loan.data().truncate(100);
     loan.send().unwrap();
     assert!(rx.try_recv().unwrap().unwrap().eq_bytes(&[7; 100]));
+    // Replaced through `data()` by another buffer of the same length: described again,
+    // and the new bytes arrive (the prepared descriptor names the old fbuf).
+    let mut loan = tx.loan(path.alloc(4096).unwrap()).unwrap();
+    let mut other = path.alloc(4096).unwrap();
+    other.fill_from(&[42; 4096]);
+    let old = std::mem::replace(loan.data(), other);
+    loan.send().unwrap();
+    assert!(rx.try_recv().unwrap().unwrap().eq_bytes(&[42; 4096]));
+    drop(old);
     // A heap buffer: the copying fallback.
     let mut loan = tx.loan(ferry::IoDataMut::with_capacity_heap(50)).unwrap();
     loan.data().fill_from(&[9; 50]);

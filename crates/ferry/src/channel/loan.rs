@@ -25,8 +25,8 @@ struct Inner<'a> {
     slot: SendSlot<'a>,
     data: IoDataMut,
     /// The descriptor for `data` as it was loaned, its token taken; `None` when the
-    /// message needs the general path at send (fragments outside any lot or with a send
-    /// hook, more than fit the ring entry, a lossy channel).
+    /// message needs the general path at send (more than one segment, a segment outside
+    /// any lot or with a send hook, a lossy channel).
     ready: Option<Ready>,
 }
 
@@ -34,10 +34,17 @@ struct Ready {
     desc: RawDesc,
     idx: u32,
     generation: u32,
-    /// The length `desc` describes: written shorter or longer since, the message is
-    /// described again at send.
+    /// The length `desc` describes, and the segment it names: if the message was written
+    /// shorter since, or replaced by another (`data()` gives `&mut`), it is described
+    /// again at send.
     len: usize,
+    seg: *const crate::segment::Segment,
 }
+
+// SAFETY: `seg` is an address compared, never dereferenced.
+unsafe impl Send for Ready {}
+// SAFETY: as above.
+unsafe impl Sync for Ready {}
 
 impl std::fmt::Debug for Loan<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -79,7 +86,7 @@ impl<'a> Loan<'a> {
             ready,
         } = self.inner.take().expect("a loan lives until sent");
         let ready = match ready {
-            Some(r) if r.len == data.len() => r,
+            Some(r) if r.len == data.len() && data.sole_segment() == Some(r.seg) => r,
             other => {
                 // Described again (or for the first time) on the general path.
                 if let Some(r) = other {
@@ -114,6 +121,8 @@ fn prepare(slot: &mut SendSlot<'_>, data: &IoDataMut) -> Option<Ready> {
     if slot.tx.core.lossy {
         return None;
     }
+    // One segment (what a path allocates): the only form checked cheaply at send.
+    let seg = data.sole_segment()?;
     let mut frags = [RawFrag::default(); desc::INLINE_FRAGS];
     let mut n = 0;
     for (span, len) in data.frozen_spans() {
@@ -134,6 +143,7 @@ fn prepare(slot: &mut SendSlot<'_>, data: &IoDataMut) -> Option<Ready> {
         idx,
         generation,
         len: data.len(),
+        seg,
     })
 }
 

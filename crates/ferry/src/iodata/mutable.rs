@@ -204,6 +204,15 @@ impl IoDataMut {
         IoData::from_frags(list)
     }
 
+    /// The address of its one segment, if it has exactly one (read from this value, not
+    /// from the segment): tells whether an `IoDataMut` still holds the segment it held.
+    pub(crate) fn sole_segment(&self) -> Option<*const Segment> {
+        match &self.segs {
+            Segs::One(s) => Some(Arc::as_ptr(s)),
+            Segs::Many(_) => None,
+        }
+    }
+
     /// The fragments [`freeze`](Self::freeze) would make, without making them: each one's
     /// place in a lot (`None` for a segment in no lot or one whose keeper wants to hear
     /// of sends) and length. Reads no reference count.
