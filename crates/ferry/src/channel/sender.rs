@@ -457,7 +457,8 @@ impl Sender {
 
     /// Takes `data` (freshly allocated, not yet written or partly written) as a message
     /// for this sender and reserves its place (see [`reserve`](Self::reserve)); the
-    /// descriptor is made now, so that [`Loan::send`] only stores and publishes it.
+    /// descriptor is made now, so that [`Loan::send`](super::Loan::send) only stores and
+    /// publishes it.
     /// iceoryx2's loan, with the buffer from a [`PathAllocator`] of this domain:
     ///
     /// ```no_run

@@ -3,7 +3,7 @@
 //! Emulated move keeps move's promise (after output the sender can neither read nor
 //! write the region) without unmapping it: the region's pages, page tables and all, are
 //! moved out of the sender's lot mapping to an address only ferry knows
-//! ([`Mapping::move_out`](crate::sys::mem::Mapping::move_out), an `mremap`), so any access
+//! (`Mapping::move_out` (in the crate's `sys::mem`), an `mremap`), so any access
 //! through the buffer's address faults (`SIGSEGV`). When the receiver releases the region
 //! it goes, still hidden, to this domain's queue of hidden regions; the next
 //! system-allocated buffer of its size class (an allocation for output, or a received

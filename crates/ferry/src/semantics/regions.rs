@@ -9,9 +9,9 @@
 //!
 //! **Move** makes the promise real at the memory level, not only through Rust ownership:
 //! at output the region's pages leave the sender's lot mapping, so no pointer the sender
-//! kept can read or write them (an access faults). From [`MOVE_FROM`] (256 KiB) on they
+//! kept can read or write them (an access faults). From 256 KiB (`MOVE_FROM`) on they
 //! leave by moving, page tables and all, to an address only ferry knows (`mremap`, see
-//! [`Mapping::move_out`](crate::sys::mem::Mapping::move_out)): `munmap(2)` of the span
+//! `Mapping::move_out` (in the crate's `sys::mem`)): `munmap(2)` of the span
 //! visits every page (2.4 – 9 ms at 64 MiB here, against 30 – 85 µs for the move); smaller
 //! regions are unmapped, which is cheaper there. The span's lot offsets stay reserved until
 //! the receiver releases it, and only then are its pages moved back (into the hole,
@@ -220,7 +220,7 @@ pub(crate) enum Out {
 /// Takes the first `pages` pages of `seg` (an fbuf of `lot`) out of `lot`'s mapping in
 /// this process, for move: from [`MOVE_FROM`] on their page tables move to an address
 /// only the returned [`Stash`] knows
-/// ([`Mapping::move_out`](crate::sys::mem::Mapping::move_out)), below it they are
+/// (`Mapping::move_out` (in the crate's `sys::mem`)), below it they are
 /// unmapped; either way the buffer's range is a hole.
 pub(crate) fn unmap(lot: &Lot, seg: &Segment, pages: usize) -> std::io::Result<Out> {
     let off = seg.lot_span().expect("fbufs live in the lot").offset as usize;
