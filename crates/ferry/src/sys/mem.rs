@@ -268,7 +268,10 @@ impl Mapping {
                 at,
             )?
         };
-        // `stash` now unmaps only what is left of its reservation.
+        // The pages' old place in the reservation is a hole now, which another thread's
+        // `mmap` may take at any moment: unmap only the reservation's two remnants, never
+        // the whole range.
+        stash.release_remnants();
         Ok(())
     }
 
@@ -377,11 +380,29 @@ pub struct Stash {
     len: usize,
 }
 
+impl Stash {
+    /// After the pages went back: unmaps what is left of the reservation around their
+    /// old place (not that place itself, which is no longer ours), and forgets it.
+    fn release_remnants(self) {
+        let this = std::mem::ManuallyDrop::new(self);
+        let end = this.base + this.total;
+        for (from, to) in [(this.base, this.at), (this.at + this.len, end)] {
+            if to > from {
+                count();
+                // SAFETY: a remnant of our own reservation, still `PROT_NONE` and ours.
+                let _ = unsafe { munmap(from as *mut std::ffi::c_void, to - from) };
+            }
+        }
+    }
+}
+
 impl Drop for Stash {
     fn drop(&mut self) {
         count();
         // SAFETY: the reservation is ours alone (made by `move_out`, its address known
-        // only to this value); unmapping it drops the pages moved there, if any.
+        // only to this value) and still holds the pages moved there (a stash whose pages
+        // went back is released by `release_remnants`, not dropped): unmapping the whole
+        // range drops them.
         let _ = unsafe { munmap(self.base as *mut std::ffi::c_void, self.total) };
     }
 }
