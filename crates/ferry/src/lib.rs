@@ -77,15 +77,15 @@
 //! | `sys` | the syscall wrappers that rustix leaves `unsafe`: `mmap`/`munmap`/`mprotect` and the `Mapping` they return, `userfaultfd` ioctls and event reads, socket address conversions |
 //! | [`region`] | the group control block read and initialised in place through its mapping; fbufs of the domain's own lot made into [`Segment`]s; the `atexit` hook that leaves groups at exit |
 //! | [`segment`] | a [`Segment`] is a pointer and length into a mapping, kept alive by its keeper: the one `unsafe` constructor and the slices over it |
-//! | [`iodata`] | [`IoDataMut`] implements `bytes::BufMut`, an `unsafe` trait |
-//! | [`channel`] | the SPSC ring and its slots in shared memory (volatile reads of what the peer writes), the channel mapping's layout, segments built from validated descriptors |
+//! | [`iodata`] | [`IoDataMut`] implements `bytes::BufMut`, an `unsafe` trait; it reaches its own segments, which only it references until frozen, without `Arc::get_mut`'s locked compare-and-swap |
+//! | [`channel`] | the SPSC ring and its slots in shared memory (volatile reads of what the peer writes), the channel mapping's layout, segments built from validated descriptors, a loan's segment address kept for comparison (`Send` for a raw pointer never dereferenced) |
 //! | [`container`] | `container::unload` hands out slices over an unloaded pallet's mapping |
 //! | [`uring`] | io_uring: pushing entries whose buffers the kernel uses until completion, registered buffers, the `IoBuf` traits, aligned allocations, xlate's bounce buffers |
 //! | [`vcm`] | its io_uring ring (pushes, registered region), `msghdr` space, slices over the registered region |
-//! | [`semantics`] (its `app`, `hide`, `regions`, `tcow` and `tcp` submodules) | slices over application buffers' views, segments over output regions, hiding and unmapping regions given up at output, replacing a page under a writer (TCOW), buffers lent to io_uring sends and receives |
+//! | [`semantics`] (its `app`, `hide`, `regions`, `tcow` and `tcp` submodules) | slices over application buffers' views, segments over output regions, hiding, unmapping and moving out the pages of regions given up at output (and calibrate's probe of that), replacing a page under a writer (TCOW), buffers lent to io_uring sends and receives |
 //! | `aio` (feature `tokio`) | registering an endpoint's descriptor with tokio's reactor (`AsyncFd::register_with_interest`), whose contract is that the descriptor stays open and the same while registered |
 //!
-//! [`error`], [`diagnostics`], [`service`] and the `sync` shim contain none.
+//! [`error`], [`diagnostics`], [`service`], `copy` and the `sync` shim contain none.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
