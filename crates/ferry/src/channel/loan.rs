@@ -121,25 +121,25 @@ fn prepare(slot: &mut SendSlot<'_>, data: &IoDataMut) -> Option<Ready> {
     if slot.tx.core.lossy {
         return None;
     }
-    // One segment (what a path allocates): the only form checked cheaply at send.
+    // One segment (what a path allocates): the only form checked cheaply at send. It
+    // makes one fragment, or none if the message is empty.
     let seg = data.sole_segment()?;
-    let mut frags = [RawFrag::default(); desc::INLINE_FRAGS];
-    let mut n = 0;
-    for (span, len) in data.frozen_spans() {
-        let s = span?;
-        *frags.get_mut(n)? = RawFrag {
-            slot: s.lot.slot,
-            pad: 0,
-            generation: s.lot.generation,
-            offset: s.offset,
-            len: len as u64,
-        };
-        n += 1;
-    }
+    let frag = match data.frozen_spans().next() {
+        Some((span, len)) => {
+            let s = span?;
+            Some(RawFrag::new(
+                s.lot.slot,
+                s.lot.generation,
+                s.offset,
+                len as u64,
+            ))
+        }
+        None => None,
+    };
     let (idx, generation) = slot.st.take_token();
     let token = (generation as u64) << 32 | idx as u64;
     Some(Ready {
-        desc: desc::encode(token, &frags[..n], &mut [], RawRef::NONE),
+        desc: desc::encode(token, frag.as_slice(), &mut [], RawRef::NONE),
         idx,
         generation,
         len: data.len(),

@@ -237,11 +237,8 @@ impl<T: Copy> Producer<T> {
     /// wake the consumer if that says so); one fence may serve several rings, which
     /// is what lets a sender to many rings pay for it once.
     pub fn try_push_unfenced(&mut self, v: T) -> Result<Push<T>, Corrupt> {
-        if self.tail.wrapping_sub(self.head_seen) >= self.ring.cap {
-            self.refresh_head()?;
-            if self.tail.wrapping_sub(self.head_seen) >= self.ring.cap {
-                return Ok(Push::Full(v));
-            }
+        if !self.has_room()? {
+            return Ok(Push::Full(v));
         }
         let slot = self.ring.slot(self.tail);
         // SAFETY: the consumer is done with this slot (its head has passed the entry

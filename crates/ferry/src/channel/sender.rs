@@ -533,13 +533,7 @@ impl Sender {
             let s = f
                 .lot_span()
                 .expect("every fragment is in a lot (checked above)");
-            RawFrag {
-                slot: s.lot.slot,
-                pad: 0,
-                generation: s.lot.generation,
-                offset: s.offset,
-                len: f.len() as u64,
-            }
+            RawFrag::new(s.lot.slot, s.lot.generation, s.offset, f.len() as u64)
         });
         // Messages that fit the ring entry (most) describe their fragments on the stack:
         // a send allocates nothing.
