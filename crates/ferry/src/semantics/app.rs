@@ -500,25 +500,10 @@ impl AppInner {
             Some(pg) if !st.diverged && !range.is_empty() => {
                 let seg = pg.seg.clone();
                 drop(st);
-                let pages = self.pages_of(&range);
-                let (off, len) = (range.start, range.len());
-                let span = seg.lot_span().map(|sp| crate::segment::LotSpan {
-                    lot: sp.lot,
-                    offset: sp.offset + off as u64,
-                });
-                let ptr = std::ptr::NonNull::new(seg.as_ptr().wrapping_add(off) as *mut u8)
-                    .expect("non-null");
-                let guard: Arc<dyn Keep> = Arc::new(AppGuard {
-                    app: self.clone(),
-                    first: pages.start,
-                    npages: pages.len(),
-                    hold,
-                    _backing: Backing::One(seg),
-                });
-                // SAFETY: as in `describe_pieces`: `off..off+len` lies inside the fbuf the
-                // guard keeps alive and reserved, mapped by the lot's main mapping.
-                let seg = unsafe { Segment::from_raw(ptr, len, span, false, guard) };
-                crate::iodata::IoData::from_fragment(crate::iodata::Fragment::whole(Arc::new(seg)))
+                // Where the piece lies, read before the guard takes the fbuf (no count).
+                let at = Piece::of(&seg, range.start);
+                let guard = self.guard(&range, hold, Backing::One(seg));
+                crate::iodata::IoData::from_fragment(at.fragment(range.len(), guard))
             }
             _ => {
                 let pieces = Self::pieces(&st, &range);
@@ -536,7 +521,6 @@ impl AppInner {
         pieces: Vec<(Arc<Segment>, usize, usize)>,
         hold: Hold,
     ) -> crate::iodata::IoData {
-        let pages = self.pages_of(&range);
         let backing = match pieces.as_slice() {
             [(s, _, _)] => Backing::One(s.clone()),
             _ => {
@@ -549,27 +533,56 @@ impl AppInner {
                 Backing::Many(backing)
             }
         };
-        let guard: Arc<dyn Keep> = Arc::new(AppGuard {
+        let guard = self.guard(&range, hold, backing);
+        let frags = pieces
+            .into_iter()
+            .map(|(s, off, len)| Piece::of(&s, off).fragment(len, guard.clone()));
+        crate::iodata::IoData::from_fragments(frags)
+    }
+
+    /// The keeper of an output of `range`: holds its pages (`hold`) and their `backing`
+    /// fbufs until every receiver released it.
+    fn guard(
+        self: &Arc<Self>,
+        range: &Range<usize>,
+        hold: Hold,
+        backing: Backing,
+    ) -> Arc<dyn Keep> {
+        let pages = self.pages_of(range);
+        Arc::new(AppGuard {
             app: self.clone(),
             first: pages.start,
             npages: pages.len(),
             hold,
             _backing: backing,
-        });
-        let frags = pieces.into_iter().map(|(s, off, len)| {
-            let span = s.lot_span().map(|sp| crate::segment::LotSpan {
+        })
+    }
+}
+
+/// Where a piece of an output lies: `off` bytes into an fbuf of the lot.
+struct Piece {
+    span: Option<crate::segment::LotSpan>,
+    ptr: std::ptr::NonNull<u8>,
+}
+
+impl Piece {
+    fn of(s: &Segment, off: usize) -> Piece {
+        Piece {
+            span: s.lot_span().map(|sp| crate::segment::LotSpan {
                 lot: sp.lot,
                 offset: sp.offset + off as u64,
-            });
-            let ptr =
-                std::ptr::NonNull::new(s.as_ptr().wrapping_add(off) as *mut u8).expect("non-null");
-            // SAFETY: `off..off+len` lies inside `s` (a lot span mapped by the lot's main
-            // mapping), which the guard keeps alive and reserved; the span is exactly that
-            // part of the lot. Read-only: the application writes only through its view,
-            // and under TCOW its writes go to other lot pages.
-            let seg = unsafe { Segment::from_raw(ptr, len, span, false, guard.clone()) };
-            crate::iodata::Fragment::whole(Arc::new(seg))
-        });
-        crate::iodata::IoData::from_fragments(frags)
+            }),
+            ptr: std::ptr::NonNull::new(s.as_ptr().wrapping_add(off) as *mut u8).expect("non-null"),
+        }
+    }
+
+    /// Its `len` bytes as a fragment kept by `guard`, which holds the fbuf.
+    fn fragment(self, len: usize, guard: Arc<dyn Keep>) -> crate::iodata::Fragment {
+        // SAFETY: the piece's `len` bytes lie inside an fbuf (a lot span mapped by the
+        // lot's main mapping) that the guard keeps alive and reserved; the span is
+        // exactly that part of the lot. Read-only: the application writes only through
+        // its view, and under TCOW its writes go to other lot pages.
+        let seg = unsafe { Segment::from_raw(self.ptr, len, self.span, false, guard) };
+        crate::iodata::Fragment::whole(Arc::new(seg))
     }
 }
