@@ -64,11 +64,11 @@ pub struct MoveProbe {
     fd: std::os::fd::OwnedFd,
     map: crate::sys::mem::Mapping,
     len: usize,
-    stash: Option<Stash>,
-    /// As move does it: small regions unmapped and mapped again (see
-    /// [`MOVE_FROM`](super::regions::MOVE_FROM)), not moved.
+    /// Taken out as move does it (small regions unmapped and mapped again, see
+    /// `regions::MOVE_FROM`), or always moved, as hiding does.
     as_move: bool,
-    unmapped: bool,
+    /// While the region is out: how it went.
+    out: Option<super::regions::Out>,
 }
 
 impl MoveProbe {
@@ -96,59 +96,48 @@ impl MoveProbe {
             fd,
             map,
             len,
-            stash: None,
             as_move,
-            unmapped: false,
+            out: None,
         };
         p.dirty();
         Ok(p)
     }
 
     /// Writes one byte in every page of the region (its entries present and dirty, as an
-    /// application leaves a buffer it output). Does nothing while it is moved out.
+    /// application leaves a buffer it output). Does nothing while it is out.
     pub fn dirty(&self) {
-        if self.stash.is_some() || self.unmapped {
+        if self.out.is_some() {
             return;
         }
         let pg = crate::sys::page_size();
         for off in (pg..pg + self.len).step_by(pg) {
-            // SAFETY: inside our own read-write mapping, which is mapped here (not moved
+            // SAFETY: inside our own read-write mapping, which is mapped here (not taken
             // out); nothing else refers to it.
             unsafe { self.map.as_ptr().add(off).write_volatile(0x5b) };
         }
     }
 
-    /// Moves the region's pages out (what hiding and move's output cost).
+    /// Takes the region's pages out (what hiding and move's output cost).
     pub fn move_out(&mut self) -> crate::Result<()> {
-        assert!(self.stash.is_none() && !self.unmapped, "moved out already");
+        assert!(self.out.is_none(), "taken out already");
         let pg = crate::sys::page_size();
-        if self.as_move && self.len < super::regions::MOVE_FROM {
+        self.out = Some(if self.as_move {
             // SAFETY: no reference into the region exists (only `dirty` writes it, and it
             // does nothing while the region is out).
-            unsafe { self.map.unmap_range(pg, self.len)? };
-            self.unmapped = true;
+            unsafe { super::regions::take_out(&self.map, pg, self.len)? }
         } else {
             // SAFETY: as above.
-            self.stash = Some(unsafe { self.map.move_out(pg, self.len)? });
-        }
+            let stash = unsafe { self.map.move_out(pg, self.len)? };
+            super::regions::Out::Moved(stash)
+        });
         Ok(())
     }
 
-    /// Moves them back (what reinstating and move's release cost).
+    /// Brings them back (what reinstating and move's release cost).
     pub fn move_back(&mut self) -> crate::Result<()> {
-        let pg = crate::sys::page_size();
-        if std::mem::take(&mut self.unmapped) {
-            self.map.remap_hole(
-                pg,
-                std::os::fd::AsFd::as_fd(&self.fd),
-                pg as u64,
-                self.len,
-                crate::sys::mem::Access::ReadWrite,
-            )?;
-            return Ok(());
-        }
-        let stash = self.stash.take().expect("moved out first");
-        self.map.move_back(pg, stash)?;
+        let out = self.out.take().expect("taken out first");
+        let fd = std::os::fd::AsFd::as_fd(&self.fd);
+        super::regions::put_back(&self.map, fd, crate::sys::page_size(), self.len, out)?;
         Ok(())
     }
 }

@@ -33,7 +33,9 @@ use crate::error::Result;
 use crate::iodata::{Fragment, IoData};
 use crate::region::lot::Lot;
 use crate::segment::{Keep, Segment};
-use crate::sys::mem::Stash;
+use std::os::fd::BorrowedFd;
+
+use crate::sys::mem::{Access, Mapping, Stash};
 use crate::sys::page_size;
 
 /// A system-allocated buffer: made by [`Passing::sys_buffer`](super::Passing::sys_buffer)
@@ -159,19 +161,9 @@ impl Drop for RegionGuard {
         let lot = &*self.regions.lot;
         match std::mem::replace(&mut self.then, Afterwards::Free) {
             Afterwards::Remap(out) => {
-                let ok = match out {
-                    Out::Moved(stash) => lot.mapping().move_back(off as usize, stash).is_ok(),
-                    Out::Unmapped => lot
-                        .mapping()
-                        .remap_hole(
-                            off as usize,
-                            std::os::fd::AsFd::as_fd(lot.fd()),
-                            off,
-                            self.pages * page_size(),
-                            crate::sys::mem::Access::ReadWrite,
-                        )
-                        .is_ok(),
-                };
+                let fd = std::os::fd::AsFd::as_fd(lot.fd());
+                let len = self.pages * page_size();
+                let ok = put_back(lot.mapping(), fd, off as usize, len, out).is_ok();
                 self.regions.keep_or_lose(seg, ok);
             }
             Afterwards::Hide(stash) => self.regions.hidden(Hidden { seg, stash }),
@@ -224,15 +216,42 @@ pub(crate) enum Out {
 /// unmapped; either way the buffer's range is a hole.
 pub(crate) fn unmap(lot: &Lot, seg: &Segment, pages: usize) -> std::io::Result<Out> {
     let off = seg.lot_span().expect("fbufs live in the lot").offset as usize;
-    let len = pages * page_size();
+    // SAFETY: the application gave the region up (its `SysBuffer` was consumed); the only
+    // references left are the descriptor's, which this process does not read (the
+    // receiver is another process: `Passing::send_sys` checks before this).
+    unsafe { take_out(lot.mapping(), off, pages * page_size()) }
+}
+
+/// Takes `offset..offset+len` out of `map` as move does: moved out from [`MOVE_FROM`] on,
+/// unmapped below it.
+///
+/// # Safety
+/// No reference into the range may be used until [`put_back`] brought it back.
+pub(crate) unsafe fn take_out(map: &Mapping, offset: usize, len: usize) -> std::io::Result<Out> {
     if len >= MOVE_FROM {
-        // SAFETY: the application gave the region up (its `SysBuffer` was consumed); the
-        // only references left are the descriptor's, which this process does not read
-        // (the receiver is another process: `Passing::send_sys` checks before this).
-        Ok(Out::Moved(unsafe { lot.mapping().move_out(off, len)? }))
+        // SAFETY: the caller's promise.
+        Ok(Out::Moved(unsafe { map.move_out(offset, len)? }))
     } else {
         // SAFETY: as above.
-        unsafe { lot.mapping().unmap_range(off, len)? };
+        unsafe { map.unmap_range(offset, len)? };
         Ok(Out::Unmapped)
+    }
+}
+
+/// Brings back what [`take_out`] took from `map` at `offset`: the pages moved back, or
+/// `len` bytes of `fd` (the memfd `map` maps from offset 0) mapped again. Never replaces
+/// anything mapped in the hole meanwhile.
+pub(crate) fn put_back(
+    map: &Mapping,
+    fd: BorrowedFd<'_>,
+    offset: usize,
+    len: usize,
+    out: Out,
+) -> std::io::Result<()> {
+    match out {
+        Out::Moved(stash) => map.move_back(offset, stash),
+        Out::Unmapped => map
+            .remap_hole(offset, fd, offset as u64, len, Access::ReadWrite)
+            .map_err(std::io::Error::other),
     }
 }
