@@ -99,8 +99,8 @@ pub mod primitive {
     pub const REGION_CREATE: &str = "region_create";
     /// Mapping a filled region and reading it in (one word per page).
     pub const REGION_MAP: &str = "region_map";
-    /// Move's output: the region's pages moved out of the lot's mapping (`mremap`, as
-    /// hiding; the name is the file's).
+    /// Move's output: the region unmapped below 256 KiB, its pages moved out of the lot's
+    /// mapping (`mremap`, as hiding) from there (the name is the file's).
     pub const REGION_UNMAP: &str = "region_unmap";
     /// Wiring pages: `mlock`.
     pub const WIRE: &str = "wire";
