@@ -32,7 +32,7 @@ use std::hint::spin_loop;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use ferry::{Domain, IoData, PathAllocator, PathConfig, Receiver, Sender};
+use ferry::{Domain, IoData, IoDataMut, PathAllocator, PathConfig, Receiver, Sender};
 
 use super::ice;
 use crate::protocol::{Plan, Role, Sample, SampleKind, WorkerArgs};
@@ -237,7 +237,7 @@ impl FerryTx {
         if let Some(i) = self.paths.iter().position(|(s, _)| *s == size) {
             return Ok(&self.paths[i].1);
         }
-        let fbuf = size.max(1).div_ceil(4096).next_power_of_two() * 4096;
+        let fbuf = fbuf_len(size);
         let path = self
             .domain
             .path(PathConfig {
@@ -252,23 +252,20 @@ impl FerryTx {
     /// Steps 1 and 2 of the protocol; returns (t0, send call ns).
     fn send(&mut self, size: usize, seq: u64) -> Result<(u64, u64)> {
         let path = self.path(size)?.clone();
-        let mut m = loop {
-            match path.alloc(size) {
-                Ok(m) => break m,
-                // The receiver has not released yet: it does so before acknowledging,
-                // so this is rare (a release still on its way).
-                Err(ferry::Error::QuotaExceeded { .. }) => spin_loop(),
-                Err(e) => return Err(err(e).into()),
+        let alloc = || -> Result<IoDataMut> {
+            loop {
+                match path.alloc(size) {
+                    Ok(m) => return Ok(m),
+                    // The receiver has not released yet: it does so before acknowledging,
+                    // so this is rare (a release still on its way).
+                    Err(ferry::Error::QuotaExceeded { .. }) => spin_loop(),
+                    Err(e) => return Err(err(e).into()),
+                }
             }
         };
         if plain_try_send() {
-            for s in m.fragments_mut() {
-                touch_pages(s, seq as u8);
-            }
-            settle();
-            let t0 = now_ns();
-            let first = m.fragments_mut().next().context("a non-empty fbuf")?;
-            write_header(first, seq, t0);
+            let mut m = alloc()?;
+            let t0 = fill(&mut m, seq)?;
             let d: IoData = m.freeze();
             loop {
                 match self.tx.try_send(&d) {
@@ -282,30 +279,34 @@ impl FerryTx {
         // Loaned before the payload is written (as iceoryx2 loans its sample): the ring
         // place and the descriptor are ready, and the send stores and publishes it.
         let mut loan = loop {
-            match self.tx.loan(m) {
+            match self.tx.loan(alloc()?) {
                 Ok(l) => break l,
-                Err(ferry::Error::Full) => {
-                    spin_loop();
-                    m = path.alloc(size).map_err(err)?;
-                }
+                Err(ferry::Error::Full) => spin_loop(),
                 Err(e) => return Err(err(e).into()),
             }
         };
-        for s in loan.data().fragments_mut() {
-            touch_pages(s, seq as u8);
-        }
-        settle();
-        let t0 = now_ns();
-        let first = loan
-            .data()
-            .fragments_mut()
-            .next()
-            .context("a non-empty fbuf")?;
-        write_header(first, seq, t0);
+        let t0 = fill(loan.data(), seq)?;
         loan.send().map_err(err)?;
-        let t1 = now_ns();
-        Ok((t0, t1 - t0))
+        Ok((t0, now_ns() - t0))
     }
+}
+
+/// Steps 1 and 2 up to the hand-over: one byte in every page, the stamp, the header.
+/// Returns the stamp.
+fn fill(m: &mut IoDataMut, seq: u64) -> Result<u64> {
+    for s in m.fragments_mut() {
+        touch_pages(s, seq as u8);
+    }
+    settle();
+    let t0 = now_ns();
+    let first = m.fragments_mut().next().context("a non-empty fbuf")?;
+    write_header(first, seq, t0);
+    Ok(t0)
+}
+
+/// The size of ferry's fbuf for a `size`-byte message here: whole pages, a power of two.
+fn fbuf_len(size: usize) -> usize {
+    size.max(1).div_ceil(4096).next_power_of_two() * 4096
 }
 
 /// The page-writes floor's buffers, one per size: private anonymous mappings of the
@@ -320,7 +321,7 @@ impl FloorPagesTx {
         let i = match self.bufs.iter().position(|(s, _)| *s == size) {
             Some(i) => i,
             None => {
-                let len = size.max(1).div_ceil(4096).next_power_of_two() * 4096;
+                let len = fbuf_len(size);
                 let b = PrivateBuf::new(len).context("the page-writes floor's buffer")?;
                 self.bufs.push((size, b));
                 self.bufs.len() - 1
