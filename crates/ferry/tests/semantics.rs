@@ -254,6 +254,27 @@ fn child_main(role: &str) {
             let used = p.send_sys(&tx, b, s).unwrap();
             println!("sent {used:?}");
             read_line(&mut stdin);
+            // The region's range must still be reserved (inaccessible, not a hole another
+            // mapping could take): claiming a page of it fails.
+            // SAFETY: MAP_FIXED_NOREPLACE replaces nothing; a mapping it made is unmapped.
+            let claim = unsafe {
+                let at = ptr.add(4096).cast::<libc::c_void>();
+                let m = libc::mmap(
+                    at,
+                    4096,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                    -1,
+                    0,
+                );
+                if m == libc::MAP_FAILED {
+                    std::io::Error::last_os_error().to_string()
+                } else {
+                    libc::munmap(m, 4096);
+                    format!("mapped at {m:?} (wanted {at:?})")
+                }
+            };
+            println!("claim: {claim}");
             // SAFETY: deliberately touching a region given up at output: for move and
             // emulated move this must fault; weak move leaves it mapped.
             let v = unsafe { std::ptr::read_volatile(ptr.add(4096)) };
@@ -481,6 +502,8 @@ fn touching_after_len(s: Semantics, len: usize) -> (std::process::ExitStatus, St
     let got = rx.recv().unwrap();
     assert!(got.eq_bytes(&pattern(7, len)), "{s}: receiver's bytes");
     peer.tell("touch");
+    let claim = peer.line();
+    assert!(claim.contains("File exists"), "{s} at {len}: {claim}");
     let line = peer.line();
     if line.starts_with("read") {
         peer.tell("bye");
@@ -500,7 +523,8 @@ fn touching_a_moved_region_faults() {
             "{s}: {status:?} {line}"
         );
     }
-    // Move unmaps a region below 256 KiB instead of moving its pages out: that faults too.
+    // Move drops a region below 256 KiB (a placeholder over it) instead of moving its
+    // pages out: that faults too.
     let (status, line) = touching_after_len(Semantics::Move, 64 << 10);
     assert_eq!(status.signal(), Some(libc::SIGSEGV), "{status:?} {line}");
 }

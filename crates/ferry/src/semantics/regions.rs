@@ -13,10 +13,12 @@
 //! leave by moving, page tables and all, to an address only ferry knows (`mremap`, see
 //! `Mapping::move_out` (in the crate's `sys::mem`)): `munmap(2)` of the span
 //! visits every page (2.4 – 9 ms at 64 MiB here, against 30 – 85 µs for the move); smaller
-//! regions are unmapped, which is cheaper there. The span's lot offsets stay reserved until
-//! the receiver releases it, and only then are its pages moved back (into the hole,
-//! claimed with `MAP_FIXED_NOREPLACE` first) or mapped again from the lot
-//! (`MAP_FIXED_NOREPLACE`), and the span returned to the path's free list. That is Genie's "unmap at output, map a fresh region
+//! regions are dropped (`Mapping::discard`: an inaccessible placeholder mapped over them),
+//! which is cheaper there. Either way the span stays mapped, inaccessible, so no other
+//! `mmap` of this process can land in it. Its lot offsets stay reserved until the receiver
+//! releases it, and only then are its pages moved back or mapped again from the lot over
+//! the placeholder, and the span returned to the path's free list. That is Genie's "unmap
+//! at output, map a fresh region
 //! at input" on today's Linux; emulated move ([`hide`](super::hide)) moves the pages out the
 //! same way but keeps them out until the region is reused, and emulated weak move
 //! ([`cache`](super::cache)) moves nothing.
@@ -35,7 +37,7 @@ use crate::region::lot::Lot;
 use crate::segment::{Keep, Segment};
 use std::os::fd::BorrowedFd;
 
-use crate::sys::mem::{Access, Mapping, Stash};
+use crate::sys::mem::{Access, Discarded, Mapping, Stash};
 use crate::sys::page_size;
 
 /// A system-allocated buffer: made by [`Passing::sys_buffer`](super::Passing::sys_buffer)
@@ -203,8 +205,9 @@ pub(crate) const MOVE_FROM: usize = 256 << 10;
 
 /// How move took a region out of the sender's mapping.
 pub(crate) enum Out {
-    /// `munmap`: mapped again from the lot's memfd at release (small regions).
-    Unmapped,
+    /// Dropped, a placeholder over the span: mapped again from the lot's memfd at release
+    /// (small regions).
+    Discarded(Discarded),
     /// Moved, page tables and all, to where the stash says (see [`MOVE_FROM`]).
     Moved(Stash),
 }
@@ -213,7 +216,7 @@ pub(crate) enum Out {
 /// this process, for move: from [`MOVE_FROM`] on their page tables move to an address
 /// only the returned [`Stash`] knows
 /// (`Mapping::move_out` (in the crate's `sys::mem`)), below it they are
-/// unmapped; either way the buffer's range is a hole.
+/// dropped; either way the buffer's range is inaccessible (and still reserved).
 pub(crate) fn unmap(lot: &Lot, seg: &Segment, pages: usize) -> std::io::Result<Out> {
     let off = seg.lot_span().expect("fbufs live in the lot").offset as usize;
     // SAFETY: the application gave the region up (its `SysBuffer` was consumed); the only
@@ -223,7 +226,7 @@ pub(crate) fn unmap(lot: &Lot, seg: &Segment, pages: usize) -> std::io::Result<O
 }
 
 /// Takes `offset..offset+len` out of `map` as move does: moved out from [`MOVE_FROM`] on,
-/// unmapped below it.
+/// dropped below it.
 ///
 /// # Safety
 /// No reference into the range may be used until [`put_back`] brought it back.
@@ -233,14 +236,13 @@ pub(crate) unsafe fn take_out(map: &Mapping, offset: usize, len: usize) -> std::
         Ok(Out::Moved(unsafe { map.move_out(offset, len)? }))
     } else {
         // SAFETY: as above.
-        unsafe { map.unmap_range(offset, len)? };
-        Ok(Out::Unmapped)
+        Ok(Out::Discarded(unsafe { map.discard(offset, len)? }))
     }
 }
 
 /// Brings back what [`take_out`] took from `map` at `offset`: the pages moved back, or
-/// `len` bytes of `fd` (the memfd `map` maps from offset 0) mapped again. Never replaces
-/// anything mapped in the hole meanwhile.
+/// `len` bytes of `fd` (the memfd `map` maps from offset 0) mapped again, over the
+/// placeholder.
 pub(crate) fn put_back(
     map: &Mapping,
     fd: BorrowedFd<'_>,
@@ -250,8 +252,10 @@ pub(crate) fn put_back(
 ) -> std::io::Result<()> {
     match out {
         Out::Moved(stash) => map.move_back(offset, stash),
-        Out::Unmapped => map
-            .remap_hole(offset, fd, offset as u64, len, Access::ReadWrite)
-            .map_err(std::io::Error::other),
+        Out::Discarded(d) => {
+            debug_assert_eq!(map.as_ptr() as usize + offset, d.addr());
+            debug_assert_eq!(len, d.len());
+            map.restore(d, fd, offset as u64, Access::ReadWrite)
+        }
     }
 }

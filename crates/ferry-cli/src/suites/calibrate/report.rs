@@ -52,7 +52,7 @@ fn about(name: &str) -> &'static str {
         p::MREMAP => "mremap MREMAP_FIXED of a populated range",
         p::REGION_CREATE => "memfd_create + ftruncate",
         p::REGION_MAP => "mmap of a filled memfd, read one word per page",
-        p::REGION_UNMAP => "move's output: unmapped below 256 KiB, pages moved out (mremap) from there",
+        p::REGION_UNMAP => "move's output: dropped under a placeholder below 256 KiB, pages moved out (mremap) from there",
         p::WIRE => "mlock",
         p::UNWIRE => "munlock",
         _ => "",
