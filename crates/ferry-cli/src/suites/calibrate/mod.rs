@@ -49,8 +49,16 @@ pub const BENCH: BenchDef = BenchDef {
     run,
 };
 
-/// Threshold margin: an emulated form must be predicted at least 10% cheaper than copy.
-pub const MARGIN: f64 = 0.10;
+/// Threshold margin: an emulated form's own costs (the terms it does not share with its
+/// conversion to copy, `Calibration::derive_thresholds`) must be predicted at least 25%
+/// below the conversion's own.
+///
+/// Why 25% and not 10%: the two costs a threshold weighs are close near it, and a
+/// calibration's measurements move between runs by more than 10% there (two quick runs
+/// on 2026-11-26: emulated copy's output step 4.28 / 3.07 µs, copy's 5.12 / 4.57 µs at
+/// 64 KiB). Converting where the emulated form would have won a little costs little;
+/// not converting where it loses breaks emulated copy's "never above 1.05x copy" bar.
+pub const MARGIN: f64 = 0.25;
 
 /// One primitive at one size.
 #[derive(Debug, Clone)]

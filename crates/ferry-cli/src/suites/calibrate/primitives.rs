@@ -183,15 +183,25 @@ fn tcow_output(size: usize, reps: usize) -> Result<Vec<f64>> {
     }
     let mut buf = passing.app_buffer(size)?;
     buf.as_mut_slice().fill(0x5a);
+    let buf = std::cell::RefCell::new(buf);
     let out = Cell::new(None);
+    let mut v = 0u8;
     timed(
         reps,
         || {
-            out.set(passing.prepare_output(&buf, 0..size, Semantics::EmulatedCopy)?);
+            let b = buf.borrow();
+            out.set(passing.prepare_output(&b, 0..size, Semantics::EmulatedCopy)?);
             Ok(())
         },
         || {
+            // The receivers released it (unprotected); the application writes its next
+            // message, one byte per page, as genie's source does before each output.
             drop(out.take());
+            v = v.wrapping_add(1);
+            let mut b = buf.borrow_mut();
+            for x in b.as_mut_slice().iter_mut().step_by(page()) {
+                *x = v;
+            }
             Ok(())
         },
     )

@@ -172,9 +172,10 @@ pub(super) fn markdown(ctx: &BenchCtx, c: &Calibrated) -> String {
     let th = c.calibration.thresholds;
     let _ = writeln!(
         md,
-        "Thresholds derived from these fits (the smallest size from which the emulated form is \
-         predicted at least {:.0}% cheaper than copy at every larger size; below it the form \
-         converts to copy):\n",
+        "Thresholds derived from these fits (the smallest size from which, at every larger \
+         size, the emulated form's own costs, the terms of its recipe that converting to copy \
+         does not share, are predicted at least {:.0}% below the conversion's own; below it \
+         the form converts to copy):\n",
         MARGIN * 100.0
     );
     let mut t = Table::new(&["threshold", "this run", "Genie (P166)"]);
