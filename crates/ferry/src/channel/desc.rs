@@ -104,7 +104,8 @@ pub struct RawDesc {
     pub next: RawRef,
     /// Unused, zero: pads the entry to 120 bytes, so that with the ring's 8-byte
     /// publication mark a slot is exactly two cache lines, and a message of one fragment
-    /// is read from the first line alone.
+    /// is written and read in the first line alone (`Entry::write_shared` /
+    /// `read_shared` store and load only the fields in use).
     pub reserved: [u64; 2],
 }
 
@@ -128,6 +129,26 @@ impl crate::channel::ring::Entry for RawDesc {
                 d.next = std::ptr::addr_of!((*p).next).read_volatile();
             }
             d
+        }
+    }
+
+    unsafe fn write_shared(p: *mut RawDesc, v: RawDesc) {
+        // Only what `read_shared` reads: a message of one fragment then stores into the
+        // slot's first cache line alone, and a send pays for one line's transfer from the
+        // receiver's core instead of two.
+        // SAFETY: the caller guarantees `*p` is writable and ours alone; each field is
+        // written on its own, in place.
+        unsafe {
+            std::ptr::addr_of_mut!((*p).token).write_volatile(v.token);
+            std::ptr::addr_of_mut!((*p).nfrags).write_volatile(v.nfrags);
+            std::ptr::addr_of_mut!((*p).ninline).write_volatile(v.ninline);
+            let used = (v.ninline as usize).min(INLINE_FRAGS);
+            for i in 0..used {
+                std::ptr::addr_of_mut!((*p).inline[i]).write_volatile(v.inline[i]);
+            }
+            if v.nfrags > v.ninline {
+                std::ptr::addr_of_mut!((*p).next).write_volatile(v.next);
+            }
         }
     }
 }

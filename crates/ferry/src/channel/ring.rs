@@ -107,6 +107,17 @@ pub(crate) trait Entry: Copy {
         // SAFETY: the caller guarantees `p` is readable.
         unsafe { p.read_volatile() }
     }
+
+    /// Stores `v` at `p`, or at least every part of it that
+    /// [`read_shared`](Self::read_shared) reads back: a value may leave parts it does not
+    /// use unwritten, so that its store touches no cache line its reader will not read.
+    ///
+    /// # Safety
+    /// `p` must point to a writable `Self` that no one else writes meanwhile.
+    unsafe fn write_shared(p: *mut Self, v: Self) {
+        // SAFETY: the caller guarantees `p` is writable.
+        unsafe { p.write_volatile(v) }
+    }
 }
 
 impl Entry for u64 {}
@@ -216,7 +227,7 @@ pub(crate) unsafe fn consumer<T: Entry>(
 /// faulty one, can make it give up).
 const LOSSY_RETRIES: u32 = 64;
 
-impl<T: Copy> Producer<T> {
+impl<T: Entry> Producer<T> {
     /// Stores `v` if there is room, never blocking.
     pub fn try_push(&mut self, v: T) -> Result<Push<T>, Corrupt> {
         let pushed = self.try_push_unfenced(v)?;
@@ -243,7 +254,7 @@ impl<T: Copy> Producer<T> {
         let slot = self.ring.slot(self.tail);
         // SAFETY: the consumer is done with this slot (its head has passed the entry
         // `cap` positions back) and will not read the value before we publish `seq`.
-        unsafe { std::ptr::addr_of_mut!((*slot).val).write_volatile(v) };
+        unsafe { T::write_shared(std::ptr::addr_of_mut!((*slot).val), v) };
         self.tail = self.tail.wrapping_add(1);
         // SYNC: pairs with the consumer's Acquire load of `seq` in `try_pop`/`has_data`.
         self.ring
