@@ -147,6 +147,23 @@ impl Map {
         }
     }
 
+    /// Copies `len` bytes at `from` to `to` inside the map (the ranges must not overlap;
+    /// the pages must be readable and writable).
+    pub fn copy_within(&self, from: usize, to: usize, len: usize) {
+        self.check(from, len);
+        self.check(to, len);
+        assert!(from + len <= to || to + len <= from, "overlapping ranges");
+        // SAFETY: both ranges are inside the map (checked) and do not overlap; this map
+        // hands out no references into itself.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().add(from),
+                self.ptr.as_ptr().add(to),
+                len,
+            )
+        }
+    }
+
     /// Reads one byte of every page and returns their sum (so the reads are kept).
     pub fn touch(&self) -> u64 {
         let mut sum = 0u64;
