@@ -47,6 +47,15 @@ fn ratio_at(series: &[&Series], s: Semantics, size: usize) -> Option<f64> {
     series.iter().find(|x| x.s == s)?.at(size)?.ratio()
 }
 
+/// "worst at SIZE", followed by the floor when the bar is not met.
+fn worst_at(at: usize, met: bool, floor: impl FnOnce() -> String) -> String {
+    format!(
+        "worst at {}{}",
+        bytes(at),
+        if met { String::new() } else { floor() }
+    )
+}
+
 /// The floor of the "never above 1.05x" bar: below its threshold emulated copy converts
 /// and does copy's own work (from an application buffer instead of a `Vec`), so its ratio
 /// to copy at those sizes is this run's noise, measured in the same rounds.
@@ -99,19 +108,13 @@ pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
             worst: w,
             limit: 0.63,
             met,
-            detail: format!(
-                "worst at {}{}",
-                bytes(at),
-                if met {
-                    String::new()
-                } else {
-                    format!(
-                        "; floor: its input still copies out of the sender's pages, and that \
-                         input call alone used {} of copy's CPU time (output + input) at that size",
-                        input_floor(Semantics::EmulatedCopy, at).map_or("n/a".into(), ratio)
-                    )
-                }
-            ),
+            detail: worst_at(at, met, || {
+                format!(
+                    "; floor: its input still copies out of the sender's pages, and that \
+                     input call alone used {} of copy's CPU time (output + input) at that size",
+                    input_floor(Semantics::EmulatedCopy, at).map_or("n/a".into(), ratio)
+                )
+            }),
         });
     }
     if let Some((w, at)) = worst(Semantics::EmulatedCopy, &|_| true) {
@@ -123,15 +126,9 @@ pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
             worst: w,
             limit: 1.05,
             met,
-            detail: format!(
-                "worst at {}{}",
-                bytes(at),
-                if met {
-                    String::new()
-                } else {
-                    same_work_floor(worst(Semantics::EmulatedCopy, &converts), converts(at))
-                }
-            ),
+            detail: worst_at(at, met, || {
+                same_work_floor(worst(Semantics::EmulatedCopy, &converts), converts(at))
+            }),
         });
     }
     let mut w_all: Option<(f64, Semantics)> = None;
