@@ -246,7 +246,7 @@ impl Mapping {
                 at,
                 len,
                 len,
-                rustix::mm::MremapFlags::MAYMOVE | rustix::mm::MremapFlags::DONTUNMAP,
+                rustix::mm::MremapFlags::MAYMOVE | DONTUNMAP,
                 stash.at as *mut std::ffi::c_void,
             )?
         };
@@ -386,6 +386,10 @@ impl Mapping {
         Ok(())
     }
 }
+
+/// `MREMAP_DONTUNMAP` (Linux 5.7; `linux/mman.h`): rustix names it only in its raw-syscall
+/// backend, not in the libc one (used under Miri, for instance).
+const DONTUNMAP: rustix::mm::MremapFlags = rustix::mm::MremapFlags::from_bits_retain(4);
 
 /// Pages moved out of a [`Mapping`] by [`Mapping::move_out`], at an address reserved for
 /// them that only this value knows. Dropped, it unmaps its reservation (and the pages, if
