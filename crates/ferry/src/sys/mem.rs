@@ -32,6 +32,16 @@ impl Access {
 pub struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
+    /// Unique in this process: the tokens of parts taken out ([`Stash`], [`Discarded`])
+    /// name it, so that they go back only into the mapping they came from (not into a
+    /// later one at the same address).
+    id: u64,
+}
+
+/// The next [`Mapping`]'s `id`.
+fn next_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 // SAFETY: a `Mapping` is an owned address range; it gives out only raw pointers, and
@@ -69,6 +79,7 @@ impl Mapping {
         Ok(Mapping {
             ptr: NonNull::new(p.cast()).expect("mmap never returns null"),
             len,
+            id: next_id(),
         })
     }
 
@@ -99,6 +110,7 @@ impl Mapping {
             Ok(p) if p as usize == addr => Ok(Mapping {
                 ptr: NonNull::new(p.cast()).expect("non-null"),
                 len,
+                id: next_id(),
             }),
             Ok(p) => {
                 // A kernel that ignores MAP_FIXED_NOREPLACE treats it as a hint.
@@ -167,6 +179,7 @@ impl Mapping {
         };
         debug_assert_eq!(p, at);
         Ok(Discarded {
+            map: self.id,
             from: at as usize,
             len,
         })
@@ -181,9 +194,14 @@ impl Mapping {
         file_offset: u64,
         access: Access,
     ) -> io::Result<()> {
+        assert_eq!(
+            d.map, self.id,
+            "a discarded range goes back to its own mapping"
+        );
         let offset = self.offset_of(d.from, d.len);
         // SAFETY: `d` is proof that `discard` put a placeholder over exactly this range of
-        // this mapping, and it is consumed here: nothing refers to the range.
+        // this mapping (checked: its id), and it is consumed here: nothing refers to the
+        // range.
         unsafe { self.map_over(offset, fd, file_offset, d.len, access, MapFlags::SHARED) }
     }
 
@@ -235,6 +253,7 @@ impl Mapping {
             at: base + (at as usize).wrapping_sub(base) % TABLE,
             len,
             from: at as usize,
+            map: self.id,
         };
         count();
         // SAFETY: the source lies inside our own mapping (asserted by `range`) and the
@@ -274,11 +293,12 @@ impl Mapping {
     }
 
     fn put_stash_back(&self, stash: Stash) -> io::Result<()> {
+        assert_eq!(stash.map, self.id, "a stash goes back to its own mapping");
         let _ = self.offset_of(stash.from, stash.len);
         count();
         // SAFETY: the source is the stash's own range; the destination is the range of
-        // this mapping that `move_out` emptied (asserted inside this mapping), which
-        // nothing uses while the stash exists.
+        // this mapping (checked: its id and bounds) that `move_out` emptied and left
+        // inaccessible, which nothing uses while the stash exists.
         unsafe {
             rustix::mm::mremap_fixed(
                 stash.at as *mut std::ffi::c_void,
@@ -404,6 +424,8 @@ pub struct Stash {
     len: usize,
     /// Where they came from (an inaccessible range of the mapping until they go back).
     from: usize,
+    /// That mapping's `id`.
+    map: u64,
 }
 
 /// Proof that [`Mapping::discard`] left an inaccessible placeholder over `from..from+len`
@@ -411,6 +433,7 @@ pub struct Stash {
 #[derive(Debug)]
 #[must_use = "a discarded range stays inaccessible until it is restored"]
 pub struct Discarded {
+    map: u64,
     from: usize,
     len: usize,
 }
@@ -462,5 +485,86 @@ impl Drop for Mapping {
         // Everything pointing into it holds an Arc that keeps this Mapping alive, so
         // nothing refers to it any more.
         let _ = unsafe { munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    const PG: usize = 4096;
+
+    /// A shared mapping of a fresh memfd of `pages` pages, page `i` filled with `i + 1`.
+    fn filled(pages: usize) -> (std::os::fd::OwnedFd, Mapping) {
+        let fd = crate::sys::fd::memfd("ferry-mem-test", (pages * PG) as u64).unwrap();
+        let m = Mapping::shared(fd.as_fd(), pages * PG, Access::ReadWrite).unwrap();
+        for i in 0..pages {
+            // SAFETY: inside our own fresh read-write mapping.
+            unsafe { std::ptr::write_bytes(m.as_ptr().add(i * PG), i as u8 + 1, PG) };
+        }
+        (fd, m)
+    }
+
+    /// Whether anything else could map a page at `addr` now (a claim with
+    /// `MAP_FIXED_NOREPLACE`, undone at once).
+    fn claimable(addr: usize) -> bool {
+        // SAFETY: MAP_FIXED_NOREPLACE replaces nothing; a page it made is unmapped.
+        match unsafe {
+            rustix::mm::mmap_anonymous(
+                addr as *mut _,
+                PG,
+                ProtFlags::READ,
+                MapFlags::PRIVATE | MapFlags::FIXED_NOREPLACE,
+            )
+        } {
+            Ok(p) => {
+                // SAFETY: the page just made, which nothing uses.
+                let _ = unsafe { munmap(p, PG) };
+                true
+            }
+            Err(e) => {
+                assert_eq!(e, rustix::io::Errno::EXIST);
+                false
+            }
+        }
+    }
+
+    fn byte_at(m: &Mapping, off: usize) -> u8 {
+        // SAFETY: inside the mapping, and mapped readable where the tests read.
+        unsafe { m.as_ptr().add(off).read_volatile() }
+    }
+
+    #[test]
+    fn a_discarded_range_stays_reserved_and_comes_back_with_the_files_bytes() {
+        let (fd, m) = filled(8);
+        // SAFETY: nothing refers to pages 2..5.
+        let d = unsafe { m.discard(2 * PG, 3 * PG) }.unwrap();
+        assert!(!claimable(m.as_ptr() as usize + 3 * PG));
+        m.restore(d, fd.as_fd(), 2 * PG as u64, Access::ReadWrite)
+            .unwrap();
+        assert_eq!((byte_at(&m, 2 * PG), byte_at(&m, 5 * PG - 1)), (3, 5));
+    }
+
+    #[test]
+    fn moved_out_pages_leave_their_range_reserved_and_come_back() {
+        let (_fd, m) = filled(8);
+        // SAFETY: nothing refers to pages 1..7.
+        let s = unsafe { m.move_out(PG, 6 * PG) }.unwrap();
+        assert!(!claimable(m.as_ptr() as usize + 4 * PG));
+        // The pages outside the range are untouched.
+        assert_eq!((byte_at(&m, 0), byte_at(&m, 7 * PG)), (1, 8));
+        m.move_back(PG, s).unwrap();
+        assert_eq!((byte_at(&m, PG), byte_at(&m, 7 * PG - 1)), (2, 7));
+    }
+
+    #[test]
+    #[should_panic(expected = "its own mapping")]
+    fn a_token_goes_back_only_to_its_own_mapping() {
+        let (_fa, a) = filled(4);
+        let (fb, b) = filled(4);
+        // SAFETY: nothing refers to page 1 of `a`.
+        let d = unsafe { a.discard(PG, PG) }.unwrap();
+        let _ = b.restore(d, fb.as_fd(), PG as u64, Access::ReadWrite);
     }
 }
