@@ -373,9 +373,12 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, all: &[Series]) -
         "input call CPU (µs)",
         "latency (µs)",
     ]);
+    // The paper's 60 KB datagram, its power-of-two neighbour, and the sizes where the
+    // thresholds and the bars are judged (1, 4 and 16 MiB, and the largest).
+    let cpu_sizes = [60 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20];
     for x in series {
         for q in &x.points {
-            if q.size == 64 << 10 || q.size == 60 << 10 || q.size == *sizes.last().unwrap_or(&0) {
+            if cpu_sizes.contains(&q.size) || q.size == *sizes.last().unwrap_or(&0) {
                 t.row(vec![
                     x.s.name().into(),
                     bytes(q.size),
