@@ -692,6 +692,23 @@ mod tests {
     use crate::harness::stats::Summary;
     use crate::suites::genie::Point;
 
+    #[test]
+    fn the_1_05x_bar_names_its_same_work_floor() {
+        // Met: only where it was worst.
+        assert_eq!(worst_at(5000, true, || unreachable!()), "worst at 5000 B");
+        // Not met at a converted size, with the converted sizes' worst as the floor.
+        let d = worst_at(5000, false, || same_work_floor(Some((1.08, 1000)), true));
+        assert!(
+            d.starts_with("worst at 5000 B (converted to copy there"),
+            "{d}"
+        );
+        assert!(d.contains("reached 1.08x (at 1000 B)"), "{d}");
+        // Not met, and no size converted: said, not hidden.
+        let d = worst_at(4 << 20, false, || same_work_floor(None, false));
+        assert!(d.contains("no size converted to copy"), "{d}");
+        assert!(!d.contains("converted to copy there"), "{d}");
+    }
+
     fn copy_series(measured_ns: f64, predicted_ns: f64) -> Series {
         let point = |size| Point {
             size,
