@@ -48,8 +48,7 @@ pub(crate) fn reinstate(
     lot: &crate::region::lot::Lot,
     h: Hidden,
 ) -> std::result::Result<Segment, Segment> {
-    let off = h.seg.lot_span().expect("fbufs live in the lot").offset as usize;
-    match lot.mapping().move_back(off, h.stash) {
+    match lot.mapping().move_back(h.stash) {
         Ok(()) => Ok(h.seg),
         Err(_) => Err(h.seg),
     }
@@ -137,7 +136,7 @@ impl MoveProbe {
     pub fn move_back(&mut self) -> crate::Result<()> {
         let out = self.out.take().expect("taken out first");
         let fd = std::os::fd::AsFd::as_fd(&self.fd);
-        super::regions::put_back(&self.map, fd, crate::sys::page_size(), self.len, out)?;
+        super::regions::put_back(&self.map, fd, crate::sys::page_size() as u64, out)?;
         Ok(())
     }
 }

@@ -164,8 +164,7 @@ impl Drop for RegionGuard {
         match std::mem::replace(&mut self.then, Afterwards::Free) {
             Afterwards::Remap(out) => {
                 let fd = std::os::fd::AsFd::as_fd(lot.fd());
-                let len = self.pages * page_size();
-                let ok = put_back(lot.mapping(), fd, off as usize, len, out).is_ok();
+                let ok = put_back(lot.mapping(), fd, off, out).is_ok();
                 self.regions.keep_or_lose(seg, ok);
             }
             Afterwards::Hide(stash) => self.regions.hidden(Hidden { seg, stash }),
@@ -240,22 +239,17 @@ pub(crate) unsafe fn take_out(map: &Mapping, offset: usize, len: usize) -> std::
     }
 }
 
-/// Brings back what [`take_out`] took from `map` at `offset`: the pages moved back, or
-/// `len` bytes of `fd` (the memfd `map` maps from offset 0) mapped again, over the
-/// placeholder.
+/// Brings back what [`take_out`] took from `map`: the pages moved back, or the lot's
+/// memfd `fd` (which `map` maps from offset 0) mapped again over the placeholder, from
+/// `offset`, where the region lies in both.
 pub(crate) fn put_back(
     map: &Mapping,
     fd: BorrowedFd<'_>,
-    offset: usize,
-    len: usize,
+    offset: u64,
     out: Out,
 ) -> std::io::Result<()> {
     match out {
-        Out::Moved(stash) => map.move_back(offset, stash),
-        Out::Discarded(d) => {
-            debug_assert_eq!(map.as_ptr() as usize + offset, d.addr());
-            debug_assert_eq!(len, d.len());
-            map.restore(d, fd, offset as u64, Access::ReadWrite)
-        }
+        Out::Moved(stash) => map.move_back(stash),
+        Out::Discarded(d) => map.restore(d, fd, offset, Access::ReadWrite),
     }
 }

@@ -185,8 +185,9 @@ impl Mapping {
         })
     }
 
-    /// Maps `len` bytes of `fd` from `file_offset` back over the placeholder that
-    /// [`discard`](Self::discard) left (`MAP_SHARED | MAP_FIXED`, one step).
+    /// Maps `fd` from `file_offset` back over the placeholder that
+    /// [`discard`](Self::discard) left, as many bytes as it covers (`MAP_SHARED |
+    /// MAP_FIXED`, one step).
     pub fn restore(
         &self,
         d: Discarded,
@@ -274,25 +275,15 @@ impl Mapping {
         if let Err(e) = unsafe { mprotect(at, len, MprotectFlags::empty()) } {
             // Put the pages back over the (still accessible) emptied range; if even that
             // fails, dropping the stash unmaps them and the range refaults from the file.
-            let _ = self.put_stash_back(stash);
+            let _ = self.move_back(stash);
             return Err(e.into());
         }
         Ok(stash)
     }
 
     /// Moves a [`Stash`]'s pages back to where [`move_out`](Self::move_out) took them
-    /// from (`offset`, which must be that place), over the inaccessible range it left:
-    /// `mremap(MREMAP_FIXED)`, one step.
-    pub fn move_back(&self, offset: usize, stash: Stash) -> io::Result<()> {
-        assert_eq!(
-            self.offset_of(stash.from, stash.len),
-            offset,
-            "a stash goes back where it came from"
-        );
-        self.put_stash_back(stash)
-    }
-
-    fn put_stash_back(&self, stash: Stash) -> io::Result<()> {
+    /// from, over the inaccessible range it left: `mremap(MREMAP_FIXED)`, one step.
+    pub fn move_back(&self, stash: Stash) -> io::Result<()> {
         assert_eq!(stash.map, self.id, "a stash goes back to its own mapping");
         let _ = self.offset_of(stash.from, stash.len);
         count();
@@ -438,18 +429,6 @@ pub struct Discarded {
     len: usize,
 }
 
-impl Discarded {
-    /// The placeholder's first address.
-    pub fn addr(&self) -> usize {
-        self.from
-    }
-
-    /// Its length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-}
-
 impl Stash {
     /// After the pages went back: unmaps what is left of the reservation around their
     /// old place (not that place itself, which is no longer ours), and forgets it.
@@ -554,7 +533,7 @@ mod tests {
         assert!(!claimable(m.as_ptr() as usize + 4 * PG));
         // The pages outside the range are untouched.
         assert_eq!((byte_at(&m, 0), byte_at(&m, 7 * PG)), (1, 8));
-        m.move_back(PG, s).unwrap();
+        m.move_back(s).unwrap();
         assert_eq!((byte_at(&m, PG), byte_at(&m, 7 * PG - 1)), (2, 7));
     }
 
