@@ -988,6 +988,93 @@ fn output_after_tcow_replaced_pages_names_the_new_pages() {
     drop(second);
 }
 
+/// A long emulated-copy output protects its pages by moving their page tables out (the
+/// view's range left empty and write-protected): reads during output see the buffer,
+/// writes land on private copies and the receiver keeps the bytes output; after release
+/// the written pages keep the new bytes (the tables that come back skip them) and writes
+/// no longer fault; and a second output, after the tables came back, protects again.
+fn long_tcow_output_moves_page_tables_and_keeps_every_promise() {
+    let (g, d, _name) = join("tcowmove");
+    let p = passing(&d);
+    if !p.tcow_available() {
+        eprintln!("    (no userfaultfd: nothing to protect; skipped)");
+        return;
+    }
+    let d2 = g.join().unwrap();
+    let (tx, mut rx) = local_channel(&d, &d2);
+    let len = 8 << 20;
+    let pg = 4096;
+    let mut a = p.app_buffer(len).unwrap();
+    let old = pattern(41, len);
+    a.as_mut_slice().copy_from_slice(&old);
+    let mut want = old.clone();
+    for round in 0..3u8 {
+        let before = p.stats();
+        p.send_app(&tx, &a, 0..len, Semantics::EmulatedCopy)
+            .unwrap();
+        let armed = p.stats();
+        assert!(
+            // Pages replaced in the round before have lot pages of their own (three).
+            armed.tcow_pages_moved >= before.tcow_pages_moved + (len / pg) as u64 - 3,
+            "round {round}: the run's tables moved: {armed:?}"
+        );
+        assert!(
+            a.as_slice() == &want[..],
+            "round {round}: reads see the buffer"
+        );
+        // Round 0 writes nothing during output; rounds 1 and 2 write the first, a middle
+        // and the last page (round 1 right after a clean round: the view must be
+        // protected again once its tables came back).
+        if round > 0 {
+            for at in [3, len / 2 + 100, len - 1] {
+                a.as_mut_slice()[at] ^= 0x5a ^ round;
+                want[at] ^= 0x5a ^ round;
+            }
+            let st = p.stats();
+            assert!(
+                st.tcow_faults >= armed.tcow_faults + 3
+                    && st.tcow_pages_copied >= armed.tcow_pages_copied + 3,
+                "round {round}: writes during output fault: {st:?}"
+            );
+        }
+        let got = rx.recv().unwrap();
+        let sent: &[u8] = if round == 0 { &old } else { &want };
+        let expect_sent = if round == 0 {
+            sent.to_vec()
+        } else {
+            // What the buffer held when output was called: `want` before this round's
+            // writes.
+            let mut w = want.clone();
+            for at in [3, len / 2 + 100, len - 1] {
+                w[at] ^= 0x5a ^ round;
+            }
+            w
+        };
+        assert!(
+            got.eq_bytes(&expect_sent),
+            "round {round}: the receiver kept the bytes output"
+        );
+        drop(got);
+        assert!(wait_unprotected(&p, &tx, &a), "round {round}: released");
+        assert!(
+            a.as_slice() == &want[..],
+            "round {round}: the written pages kept the new bytes"
+        );
+        // Writes after release go in place, without faults.
+        let f = p.stats().tcow_faults;
+        for at in (0..len).step_by(pg * 97) {
+            a.as_mut_slice()[at] = a.as_slice()[at].wrapping_add(1);
+            want[at] = want[at].wrapping_add(1);
+        }
+        assert_eq!(
+            p.stats().tcow_faults,
+            f,
+            "round {round}: no faults once released"
+        );
+        assert!(a.as_slice() == &want[..]);
+    }
+}
+
 /// Resident pages locked in `len` bytes from `addr`, in KiB, from `/proc/self/smaps`
 /// (mlock splits the mapping at the locked range's edges, so whole areas add up).
 fn locked_kib(addr: usize, len: usize) -> u64 {
@@ -1455,6 +1542,10 @@ fn main() {
             share_locks_each_page_until_its_last_output_is_released,
         ),
         ("misuse_is_refused", misuse_is_refused),
+        (
+            "long_tcow_output_moves_page_tables_and_keeps_every_promise",
+            long_tcow_output_moves_page_tables_and_keeps_every_promise,
+        ),
         (
             "weak_input_reads_the_senders_pages_in_place",
             weak_input_reads_the_senders_pages_in_place,

@@ -65,6 +65,9 @@ pub(crate) struct AppState {
     /// Pages with `private` set: while there are none, settling before output walks
     /// nothing.
     pub private_pages: usize,
+    /// Runs of the view whose page tables TCOW moved out for an output (see
+    /// [`tcow`](super::tcow)), until their pages are released.
+    pub moved: Vec<super::tcow::Moved>,
 }
 
 pub(crate) struct AppInner {
@@ -314,6 +317,7 @@ impl AppBuffer {
                 registered: false,
                 diverged: false,
                 private_pages: 0,
+                moved: Vec::new(),
             }),
             engine: engine.clone(),
         });

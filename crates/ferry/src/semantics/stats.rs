@@ -115,6 +115,9 @@ pub struct SemanticsStats {
     pub tcow_user_mode_only: bool,
     /// Pages write-protected for output.
     pub tcow_pages_protected: u64,
+    /// Of those, pages protected by moving their page tables out (long runs), not one by
+    /// one.
+    pub tcow_pages_moved: u64,
     /// Write faults on pages under output that the handler served.
     pub tcow_faults: u64,
     /// Pages the handler copied to a fresh lot page and mapped under the application.
@@ -158,6 +161,7 @@ impl SemanticsStats {
 pub(crate) struct Counters {
     per: [PerCounters; 8],
     pub tcow_pages_protected: AtomicU64,
+    pub tcow_pages_moved: AtomicU64,
     pub tcow_faults: AtomicU64,
     pub tcow_pages_copied: AtomicU64,
     pub tcow_waits: AtomicU64,
@@ -249,6 +253,7 @@ impl Counters {
             tcow_unavailable,
             tcow_user_mode_only,
             tcow_pages_protected: get(&self.tcow_pages_protected),
+            tcow_pages_moved: get(&self.tcow_pages_moved),
             tcow_faults: get(&self.tcow_faults),
             tcow_pages_copied: get(&self.tcow_pages_copied),
             tcow_waits: get(&self.tcow_waits),

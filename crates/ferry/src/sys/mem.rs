@@ -234,6 +234,34 @@ impl Mapping {
     /// # Safety
     /// No reference into the range may be used until it is moved back.
     pub unsafe fn move_out(&self, offset: usize, len: usize) -> io::Result<Stash> {
+        // SAFETY: the caller's promise covers more than `move_tables_out` asks.
+        let stash = unsafe { self.move_tables_out(offset, len)? };
+        count();
+        // SAFETY: inside our own mapping, which nothing uses (the caller's promise).
+        if let Err(e) = unsafe { mprotect(stash.from as *mut _, len, MprotectFlags::empty()) } {
+            // Put the pages back over the (still accessible) emptied range; if even that
+            // fails, dropping the stash unmaps them and the range refaults from the file.
+            let _ = self.move_back(stash);
+            return Err(e.into());
+        }
+        Ok(stash)
+    }
+
+    /// Moves the page table entries of `offset..offset+len` out of this mapping onto an
+    /// address only the returned [`Stash`] knows (`mremap(MREMAP_DONTUNMAP)`, whole 2 MiB
+    /// tables where the kernel can), and leaves the range mapped and accessible but empty:
+    /// an access refaults the file's page, as after reclaim. TCOW uses this to
+    /// write-protect a large run of a view cheaply (an empty range takes userfaultfd
+    /// markers, not per-page changes), then [`move_back_parts`](Self::move_back_parts).
+    ///
+    /// Fails (changing nothing) if the range is not one whole mapping of the kernel's
+    /// (for instance a page of it was replaced by `mmap(MAP_FIXED)`).
+    ///
+    /// # Safety
+    /// Every page of the range must be a `MAP_SHARED` page of the file (never a private
+    /// copy, which the move would take away): then what refaults is the same bytes, and
+    /// references into the range stay valid.
+    pub unsafe fn move_tables_out(&self, offset: usize, len: usize) -> io::Result<Stash> {
         const TABLE: usize = 2 << 20;
         let at = self.range(offset, len);
         count();
@@ -257,10 +285,11 @@ impl Mapping {
             map: self.id,
         };
         count();
-        // SAFETY: the source lies inside our own mapping (asserted by `range`) and the
-        // caller promises nothing uses it; the destination lies inside the reservation
-        // just made (at most `TABLE - 1` past its start, `len` long), which only `stash`
-        // knows, so replacing it loses nothing. DONTUNMAP leaves the source mapped, empty.
+        // SAFETY: the source lies inside our own mapping (asserted by `range`) and holds
+        // shared file pages (the caller's promise), so it refaults the same bytes; the
+        // destination lies inside the reservation just made (at most `TABLE - 1` past its
+        // start, `len` long), which only `stash` knows, so replacing it loses nothing.
+        // DONTUNMAP leaves the source mapped, empty.
         unsafe {
             rustix::mm::mremap_fixed(
                 at,
@@ -270,15 +299,67 @@ impl Mapping {
                 stash.at as *mut std::ffi::c_void,
             )?
         };
-        count();
-        // SAFETY: inside our own mapping, which nothing uses (the caller's promise).
-        if let Err(e) = unsafe { mprotect(at, len, MprotectFlags::empty()) } {
-            // Put the pages back over the (still accessible) emptied range; if even that
-            // fails, dropping the stash unmaps them and the range refaults from the file.
-            let _ = self.move_back(stash);
-            return Err(e.into());
-        }
         Ok(stash)
+    }
+
+    /// Moves back the parts (byte ranges from the stash's start, page multiples, in
+    /// order, disjoint) of a [`Stash`] made by
+    /// [`move_tables_out`](Self::move_tables_out) over the range they came from
+    /// (`mremap(MREMAP_FIXED)`, each replacing whatever the range maps there now), and
+    /// unmaps the rest of the stash. Returns the parts that could not go back (their
+    /// range of this mapping keeps what it maps now).
+    ///
+    /// # Safety
+    /// Each part's range of this mapping must map the same file pages the stash holds for
+    /// it, or nothing (a refault would show the same bytes): what it maps is replaced.
+    pub unsafe fn move_back_parts(
+        &self,
+        stash: Stash,
+        parts: &[std::ops::Range<usize>],
+    ) -> Vec<std::ops::Range<usize>> {
+        assert_eq!(stash.map, self.id, "a stash goes back to its own mapping");
+        let _ = self.offset_of(stash.from, stash.len);
+        let mut failed = Vec::new();
+        let mut gone = 0; // the stash is moved back or unmapped below this offset
+        let unmap = |from: usize, to: usize| {
+            if to > from {
+                count();
+                // SAFETY: part of the stash's pages, inside its reservation, which only
+                // the stash knows.
+                let _ = unsafe { munmap((stash.at + from) as *mut _, to - from) };
+            }
+        };
+        for r in parts {
+            assert!(
+                r.start >= gone && r.end <= stash.len,
+                "parts in order, inside"
+            );
+            unmap(gone, r.start);
+            gone = r.end;
+            if r.is_empty() {
+                continue;
+            }
+            count();
+            // SAFETY: the source is part of the stash's own range; the destination is the
+            // range it came from in this mapping (checked above), which maps the same
+            // pages or nothing (the caller's promise).
+            let moved = unsafe {
+                rustix::mm::mremap_fixed(
+                    (stash.at + r.start) as *mut std::ffi::c_void,
+                    r.len(),
+                    r.len(),
+                    rustix::mm::MremapFlags::MAYMOVE,
+                    (stash.from + r.start) as *mut std::ffi::c_void,
+                )
+            };
+            if moved.is_err() {
+                unmap(r.start, r.end);
+                failed.push(r.clone());
+            }
+        }
+        unmap(gone, stash.len);
+        stash.release_remnants();
+        failed
     }
 
     /// Moves a [`Stash`]'s pages back to where [`move_out`](Self::move_out) took them
@@ -535,6 +616,33 @@ mod tests {
         assert_eq!((byte_at(&m, 0), byte_at(&m, 7 * PG)), (1, 8));
         m.move_back(s).unwrap();
         assert_eq!((byte_at(&m, PG), byte_at(&m, 7 * PG - 1)), (2, 7));
+    }
+
+    #[test]
+    fn moved_tables_leave_the_range_readable_and_parts_come_back() {
+        let (fd, m) = filled(8);
+        // SAFETY: pages 1..7 are shared pages of the file.
+        let s = unsafe { m.move_tables_out(PG, 6 * PG) }.unwrap();
+        // The emptied range stays mapped and refaults the file's bytes.
+        assert!(!claimable(m.as_ptr() as usize + 4 * PG));
+        assert_eq!((byte_at(&m, 2 * PG), byte_at(&m, 7 * PG - 1)), (3, 7));
+        // Page 3 is replaced meanwhile (as TCOW does): it must not be moved back over.
+        let other = crate::sys::fd::memfd("ferry-mem-test2", PG as u64).unwrap();
+        // SAFETY: nothing refers to page 3.
+        unsafe { m.replace(3 * PG, other.as_fd(), 0, PG, Access::ReadWrite) }.unwrap();
+        // SAFETY: the parts' ranges map the same pages (refaulted) or nothing.
+        let failed = unsafe { m.move_back_parts(s, &[0..2 * PG, 3 * PG..6 * PG]) };
+        assert!(failed.is_empty());
+        assert_eq!(byte_at(&m, 3 * PG), 0, "the replacement stays");
+        for i in [1, 2, 4, 5, 6] {
+            assert_eq!(byte_at(&m, i * PG + 7), i as u8 + 1);
+        }
+        // Writes through the mapping reach the file again.
+        // SAFETY: inside the read-write mapping.
+        unsafe { m.as_ptr().add(5 * PG).write_volatile(0xee) };
+        let mut b = [0u8; 1];
+        rustix::io::pread(&fd, &mut b, 5 * PG as u64).unwrap();
+        assert_eq!(b[0], 0xee);
     }
 
     #[test]

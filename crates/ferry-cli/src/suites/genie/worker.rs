@@ -41,6 +41,7 @@ pub const COUNTERS: &[&str] = &[
     "fallbacks",
     "copied-bytes",
     "tcow-pages-protected",
+    "tcow-pages-moved",
     "tcow-faults",
     "tcow-pages-copied",
     "zc-sends",
@@ -50,10 +51,10 @@ pub const COUNTERS: &[&str] = &[
 ];
 
 /// Index of `inputs-in-place` in [`COUNTERS`]: the one counter the sink reports.
-const IN_PLACE: usize = 9;
+const IN_PLACE: usize = 10;
 
 /// Reads [`COUNTERS`] of semantics `s` from a stats snapshot.
-fn counters(st: &SemanticsStats, s: Semantics) -> [u64; 11] {
+fn counters(st: &SemanticsStats, s: Semantics) -> [u64; 12] {
     let c = &st.per[s.index()];
     [
         c.outputs,
@@ -61,6 +62,7 @@ fn counters(st: &SemanticsStats, s: Semantics) -> [u64; 11] {
         c.total_fallbacks(),
         c.copied_bytes,
         st.tcow_pages_protected,
+        st.tcow_pages_moved,
         st.tcow_faults,
         st.tcow_pages_copied,
         st.zc_sends,
