@@ -24,7 +24,7 @@
 //! - **Long runs: move the page tables out, protect the empty range.**
 //!   `UFFDIO_WRITEPROTECT` changes every present page table entry (about 100 – 180 ns a
 //!   page here: 2.1 – 3.7 ms for 64 MiB, and as much again to unprotect). For a run of at
-//!   least 2 MiB of pages backed by consecutive lot pages, [`Engine::arm`] instead moves
+//!   least 2 MiB of pages backed by consecutive lot pages, `Engine::arm` instead moves
 //!   the run's entries out of the view (`mremap(MREMAP_DONTUNMAP)` onto a reserved
 //!   address) and write-protects the now empty range, which installs one marker per page
 //!   (10 – 15 ns each): 0.4 – 0.75 ms at 64 MiB. The view stays mapped; a read refaults
