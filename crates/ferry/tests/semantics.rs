@@ -1075,6 +1075,86 @@ fn long_tcow_output_moves_page_tables_and_keeps_every_promise() {
     }
 }
 
+/// Long outputs armed and released over and over while a thread keeps writing whole
+/// pages of the buffer, so that writes fault during output, race the release that moves
+/// the page tables back, and land after it: the receiver always gets exactly the bytes of
+/// output time, no write is lost or torn, and no writer is left waiting.
+fn writes_racing_long_outputs_and_their_release() {
+    use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+    use std::sync::Arc;
+    let (g, d, _name) = join("tcowrace");
+    let p = passing(&d);
+    if !p.tcow_available() {
+        eprintln!("    (no userfaultfd: nothing to protect; skipped)");
+        return;
+    }
+    let d2 = g.join().unwrap();
+    let (tx, mut rx) = local_channel(&d, &d2);
+    let (pg, npages) = (4096, 1024 + 3);
+    let len = npages * pg;
+    let mut rng = seed_rng();
+    for round in 0..12u8 {
+        // A fresh buffer each round: one whose pages TCOW replaced is split into many
+        // mappings, and protects short runs page by page.
+        let a = p.app_buffer(len).unwrap();
+        let ptr = a.as_mut_ptr() as usize;
+        let a = Arc::new(a);
+        let moved = p.stats().tcow_pages_moved;
+        let (mine, theirs) = (
+            round.wrapping_mul(2).wrapping_add(1),
+            round.wrapping_mul(2) + 2,
+        );
+        // SAFETY: no output holds the buffer and the writer is not running.
+        unsafe { std::ptr::write_bytes(ptr as *mut u8, mine, len) };
+        p.send_app(&tx, &a, 0..len, Semantics::EmulatedCopy)
+            .unwrap();
+        assert_eq!(p.stats().tcow_pages_moved, moved + npages as u64);
+        let stop = Arc::new(AtomicBool::new(false));
+        let wrote: Arc<Vec<AtomicU8>> = Arc::new((0..npages).map(|_| AtomicU8::new(0)).collect());
+        let writer = {
+            let (stop, wrote, a) = (stop.clone(), wrote.clone(), a.clone());
+            let mut r = Rng(rng.below(u64::MAX));
+            std::thread::spawn(move || {
+                let _keep = a;
+                let mut n = 0;
+                while !stop.load(Ordering::Acquire) || n < 64 {
+                    let k = r.below(npages as u64) as usize;
+                    // SAFETY: inside the buffer, which `_keep` holds; nobody else writes.
+                    unsafe { std::ptr::write_bytes((ptr + k * pg) as *mut u8, theirs, pg) };
+                    wrote[k].store(1, Ordering::Relaxed);
+                    n += 1;
+                }
+            })
+        };
+        let got = rx.recv().unwrap();
+        assert_eq!(got.len(), len);
+        let mut bytes = vec![0u8; len];
+        got.copy_range_to_slice(.., &mut bytes);
+        assert!(
+            bytes.iter().all(|&b| b == mine),
+            "round {round}: the receiver saw a write made after output"
+        );
+        drop(got);
+        assert!(wait_unprotected(&p, &tx, &a), "round {round}: released");
+        stop.store(true, Ordering::Release);
+        writer.join().unwrap();
+        for k in 0..npages {
+            let want = if wrote[k].load(Ordering::Relaxed) == 1 {
+                theirs
+            } else {
+                mine
+            };
+            let page = &a.as_slice()[k * pg..(k + 1) * pg];
+            assert!(
+                page.iter().all(|&b| b == want),
+                "round {round}: page {k} lost or tore a write"
+            );
+        }
+    }
+    let st = p.stats();
+    assert!(st.tcow_faults > 0, "{st:?}");
+}
+
 /// Resident pages locked in `len` bytes from `addr`, in KiB, from `/proc/self/smaps`
 /// (mlock splits the mapping at the locked range's edges, so whole areas add up).
 fn locked_kib(addr: usize, len: usize) -> u64 {
@@ -1542,6 +1622,10 @@ fn main() {
             share_locks_each_page_until_its_last_output_is_released,
         ),
         ("misuse_is_refused", misuse_is_refused),
+        (
+            "writes_racing_long_outputs_and_their_release",
+            writes_racing_long_outputs_and_their_release,
+        ),
         (
             "long_tcow_output_moves_page_tables_and_keeps_every_promise",
             long_tcow_output_moves_page_tables_and_keeps_every_promise,

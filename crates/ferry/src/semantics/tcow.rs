@@ -248,12 +248,7 @@ impl Engine {
                 // An empty registered range takes userfaultfd-wp markers: reads refault
                 // the file's page still protected, writes fault to the handler.
                 if let Err(e) = self.shared.prot.protect(at, len) {
-                    // SAFETY: the range maps nothing but refaults of the same pages.
-                    let _ = unsafe {
-                        app.view
-                            .move_back_parts(stash, std::slice::from_ref(&(0..len)))
-                    };
-                    st.registered = false;
+                    self.put_back(app, st, i, j - i, stash, std::slice::from_ref(&(i..j)));
                     return Err(e);
                 }
                 let epochs = st.pages[i..j].iter().map(|pg| pg.epoch).collect();
@@ -284,12 +279,14 @@ impl Engine {
         if moved {
             if let Some(k) = st.moved.iter().position(|m| m.first == first) {
                 let m = st.moved.swap_remove(k);
-                // SAFETY: just moved out under this lock: nothing replaced a page since.
-                let _ = unsafe {
-                    app.view
-                        .move_back_parts(m.stash, std::slice::from_ref(&(0..n * p)))
-                };
-                st.registered = false;
+                self.put_back(
+                    app,
+                    st,
+                    first,
+                    n,
+                    m.stash,
+                    std::slice::from_ref(&(first..first + n)),
+                );
                 return;
             }
         }
@@ -354,11 +351,45 @@ impl Engine {
         self.restore_moved(app, &mut st);
     }
 
+    /// Moves the `parts` (pages of the view, in order) of a run of `n` pages from `first`
+    /// back from `stash`, unprotects what could not go back (it stays empty, and refaults
+    /// writable), and wakes any writer that faulted in the run: what came back is a new
+    /// mapping to the kernel, unregistered, where the handler could no longer unprotect
+    /// and so wake it. The view must be registered again before the next protection.
+    fn put_back(
+        &self,
+        app: &AppInner,
+        st: &mut AppState,
+        first: usize,
+        n: usize,
+        stash: Stash,
+        parts: &[Range<usize>],
+    ) {
+        let p = page_size();
+        let base = app.view.as_ptr() as usize;
+        let bytes: Vec<Range<usize>> = parts
+            .iter()
+            .map(|r| (r.start - first) * p..(r.end - first) * p)
+            .collect();
+        // SAFETY: the caller passes only pages neither replaced nor swapped over since
+        // they moved out (their epoch is unchanged): their range of the view maps the same
+        // lot page or nothing (markers, or refaults of that page); and pages no output
+        // protects any more, or that it just protected under this lock and gives up.
+        let failed = unsafe { app.view.move_back_parts(stash, &bytes) };
+        for r in failed {
+            let _ = self
+                .shared
+                .prot
+                .unprotect(base + first * p + r.start, r.len());
+        }
+        st.registered = false;
+        let _ = self.shared.prot.wake(base + first * p, n * p);
+    }
+
     /// Moves back the page tables of every moved run whose pages no output protects any
     /// more, except pages replaced meanwhile (a new epoch), which keep their new page.
     fn restore_moved(&self, app: &AppInner, st: &mut AppState) {
         let p = page_size();
-        let base = app.view.as_ptr() as usize;
         let mut k = 0;
         while k < st.moved.len() {
             let m = &st.moved[k];
@@ -367,26 +398,16 @@ impl Engine {
                 k += 1;
                 continue;
             }
-            let parts = runs(m.epochs.len(), same);
+            let parts: Vec<Range<usize>> = runs(m.epochs.len(), same)
+                .into_iter()
+                .map(|r| m.first + r.start..m.first + r.end)
+                .collect();
             let m = st.moved.swap_remove(k);
-            let bytes: Vec<Range<usize>> = parts.iter().map(|r| r.start * p..r.end * p).collect();
-            // SAFETY: a page whose epoch did not change was neither replaced nor swapped
-            // over: its range of the view maps the same lot page or nothing (markers, or
-            // refaults of that page), and no output protects it any more.
-            let failed = unsafe { app.view.move_back_parts(m.stash, &bytes) };
-            for r in failed {
-                // Left empty with its markers: unprotect it, so that it refaults writable.
-                let _ = self
-                    .shared
-                    .prot
-                    .unprotect(base + m.first * p + r.start, r.len());
-            }
-            // What came back is a new mapping, unregistered; an `mlock` of a share output
-            // made meanwhile was on the mapping it replaced.
-            st.registered = false;
+            self.put_back(app, st, m.first, m.epochs.len(), m.stash, &parts);
+            // An `mlock` of a share output made meanwhile was on the mapping replaced.
             for r in parts {
-                for run in runs(r.len(), |x| st.pages[m.first + r.start + x].locked > 0) {
-                    let from = (m.first + r.start + run.start) * p;
+                for run in runs(r.len(), |x| st.pages[r.start + x].locked > 0) {
+                    let from = (r.start + run.start) * p;
                     let _ = app.view.lock_range(from, run.len() * p, true);
                 }
             }
@@ -470,7 +491,7 @@ fn serve_fault(s: &Shared, addr: usize) {
         .and_then(|(_, _, w)| w.upgrade());
     let Some(app) = app else {
         // Not ours any more (the buffer is being dropped): let the writer go.
-        let _ = s.prot.unprotect(page_addr, p);
+        let_go(s, page_addr);
         return;
     };
     add(&s.stats.tcow_faults, 1);
@@ -481,7 +502,7 @@ fn serve_fault(s: &Shared, addr: usize) {
     if st.pages[i].prot == 0 {
         // No output protects it (a release raced with the fault): just make it writable.
         drop(st);
-        let _ = s.prot.unprotect(page_addr, p);
+        let_go(s, page_addr);
         return;
     }
     let Some(fresh) = fresh else {
@@ -497,4 +518,14 @@ fn serve_fault(s: &Shared, addr: usize) {
     drop(st);
     add(&s.stats.tcow_pages_copied, 1);
     let _ = s.prot.wake(page_addr, p);
+}
+
+/// Unprotects the page at `addr` and so wakes its writer; if the page is no longer in a
+/// registered range (its page tables came back by `mremap`, a new mapping), the unprotect
+/// fails and the writer is woken explicitly to retry its write there.
+fn let_go(s: &Shared, addr: usize) {
+    let p = page_size();
+    if s.prot.unprotect(addr, p).is_err() {
+        let _ = s.prot.wake(addr, p);
+    }
 }
