@@ -8,7 +8,7 @@
 //! the points have a knee that one line cannot follow (a copy leaving the cache:
 //! [`crate::harness::stats::relative_two_line_fit`]); the fits become a [`Calibration`], whose
 //! thresholds are derived from them (the smallest size from which an emulated form is
-//! predicted cheaper than copy, with a 10% margin). The hand-over is timed between two
+//! predicted cheaper than copy, with a 25% margin). The hand-over is timed between two
 //! pinned processes over a ferry channel; everything else runs in this process on the
 //! first pinned CPU (a TCOW fault's handler thread shares that CPU), with a thread on the
 //! second CPU where the real path has the peer touch the same pages (`copy_in`: the peer
