@@ -1211,6 +1211,79 @@ fn share_locks_each_page_until_its_last_output_is_released() {
     assert_eq!(locked_kib(at, 8 * pg), 0, "every page unlocked");
 }
 
+/// Long emulated-copy outputs that overlap each other, and a share output over one of
+/// them: the page tables of a moved run come back only once no output protects any of its
+/// pages, every receiver keeps the bytes of its output time, writes made in between land,
+/// and a page share locked keeps its lock when the tables come back under it.
+fn overlapping_long_outputs_and_a_share_lock() {
+    let (g, d, _name) = join("tcowlap");
+    let p = passing(&d);
+    if !p.tcow_available() {
+        eprintln!("    (no userfaultfd: nothing to protect; skipped)");
+        return;
+    }
+    let d2 = g.join().unwrap();
+    let (tx, mut rx) = local_channel(&d, &d2);
+    let mib = 1 << 20;
+    let len = 12 * mib;
+    let mut a = p.app_buffer(len).unwrap();
+    let v0 = pattern(61, len);
+    a.as_mut_slice().copy_from_slice(&v0);
+    let at = a.as_mut_ptr() as usize;
+    // A: 0..8 MiB (moved); then a write at 5 MiB (a TCOW copy).
+    p.send_app(&tx, &a, 0..8 * mib, Semantics::EmulatedCopy)
+        .unwrap();
+    a.as_mut_slice()[5 * mib] ^= 1;
+    let v1 = a.as_slice().to_vec();
+    // B: 4..12 MiB; its pages 8..12 MiB are a run of their own (moved); then writes at
+    // 6 MiB (under A and B) and 10 MiB (under B).
+    p.send_app(&tx, &a, 4 * mib..12 * mib, Semantics::EmulatedCopy)
+        .unwrap();
+    assert!(p.stats().tcow_pages_moved >= (12 * mib / 4096) as u64 - 1);
+    a.as_mut_slice()[6 * mib] ^= 2;
+    a.as_mut_slice()[10 * mib] ^= 4;
+    // C: share of 0..2 MiB, which locks those pages (their tables are still out, A's).
+    let used = p.send_app(&tx, &a, 0..2 * mib, Semantics::Share).unwrap();
+    assert_eq!(used, Used::Mechanism);
+    // smaps shares a page's "Locked" among its mappings (the lot's and the view): > 0.
+    let locked = locked_kib(at, len);
+    assert!(locked > 0, "C locked its pages");
+    let ra = rx.recv().unwrap();
+    assert!(ra.eq_bytes(&v0[..8 * mib]), "A kept its bytes");
+    drop(ra);
+    tx.collect_releases().unwrap();
+    // A's run still has pages B protects (4..8 MiB): its tables stay out, and its pages
+    // stay write-protected where B needs them.
+    let f = p.stats().tcow_faults;
+    a.as_mut_slice()[7 * mib] ^= 8;
+    assert!(p.stats().tcow_faults > f, "B's pages are still protected");
+    let rb = rx.recv().unwrap();
+    assert!(rb.eq_bytes(&v1[4 * mib..]), "B kept its bytes");
+    drop(rb);
+    tx.collect_releases().unwrap();
+    assert_eq!(a.protected_pages(), 0);
+    assert_eq!(
+        locked_kib(at, len),
+        locked,
+        "C's lock survives the tables coming back"
+    );
+    let rc = rx.recv().unwrap();
+    drop(rc);
+    tx.collect_releases().unwrap();
+    assert_eq!(locked_kib(at, len), 0);
+    // Every write landed; writes fault no more.
+    let mut want = v1.clone();
+    want[6 * mib] ^= 2;
+    want[10 * mib] ^= 4;
+    want[7 * mib] ^= 8;
+    assert!(a.as_slice() == &want[..], "every write kept");
+    let f = p.stats().tcow_faults;
+    for k in (0..len).step_by(4096 * 31) {
+        a.as_mut_slice()[k] ^= 16;
+    }
+    assert_eq!(p.stats().tcow_faults, f);
+}
+
 fn task_count() -> usize {
     std::fs::read_dir("/proc/self/task").unwrap().count()
 }
@@ -1622,6 +1695,10 @@ fn main() {
             share_locks_each_page_until_its_last_output_is_released,
         ),
         ("misuse_is_refused", misuse_is_refused),
+        (
+            "overlapping_long_outputs_and_a_share_lock",
+            overlapping_long_outputs_and_a_share_lock,
+        ),
         (
             "writes_racing_long_outputs_and_their_release",
             writes_racing_long_outputs_and_their_release,
