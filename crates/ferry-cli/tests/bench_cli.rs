@@ -136,6 +136,7 @@ fn calibrate_writes_a_file_the_library_reads() {
     // The primitives that need no privilege or kernel option are always there.
     for p in [
         "copy_in",
+        "copy_in_local",
         "copy_out",
         "handover",
         "protect_mprotect",

@@ -68,8 +68,14 @@ use crate::{Error, Result};
 
 /// The primitives `ferry calibrate` measures: the `<primitive>` of `fit.<primitive>`.
 pub mod primitive {
-    /// Hot memcpy from the application's buffer into an fbuf (Genie's copyin).
+    /// Hot memcpy from the application's buffer into an fbuf (Genie's copyin), the fbuf's
+    /// lines last read by the receiver on the other CPU (copy and emulated copy: their
+    /// receiver copies every byte out).
     pub const COPY_IN: &str = "copy_in";
+    /// The same copy into an fbuf no other CPU read since this one wrote it: a
+    /// system-allocated form converted to copy, whose receiver takes the fbuf in place and
+    /// reads only what it needs.
+    pub const COPY_IN_LOCAL: &str = "copy_in_local";
     /// Copy out of a peer's read-only lot mapping into the application's buffer (copyout).
     pub const COPY_OUT: &str = "copy_out";
     /// One-way hand-over of a descriptor over a channel between two pinned processes:
@@ -110,6 +116,7 @@ pub mod primitive {
     /// Every primitive, in the order `ferry calibrate` reports them.
     pub const ALL: &[&str] = &[
         COPY_IN,
+        COPY_IN_LOCAL,
         COPY_OUT,
         HANDOVER,
         PROTECT_UFFD,
@@ -405,8 +412,14 @@ impl Calibration {
         let handover = term(HANDOVER, bytes);
         if t.converts(s, bytes) && s.allocator() == super::Allocator::System {
             // Output copies into a fresh fbuf; the receiver still takes it in place
-            // (`recv_sys`), so there is no copy out.
-            return vec![term(COPY_IN, bytes), handover];
+            // (`recv_sys`), so there is no copy out, and no CPU but ours touched the
+            // fbuf's lines since (a calibration file from before that primitive: copy_in).
+            let copy = if self.fits.contains_key(COPY_IN_LOCAL) {
+                COPY_IN_LOCAL
+            } else {
+                COPY_IN
+            };
+            return vec![term(copy, bytes), handover];
         }
         let s = if t.converts(s, bytes) {
             Semantics::Copy
@@ -727,6 +740,14 @@ mod tests {
             c.predict(Semantics::EmulatedMove, 4096),
             Some(0.1 * 4096.0 + 50.0 + 2000.0)
         );
+        // With the local copy calibrated (no other CPU read the fbuf), that copy is it.
+        c.fits
+            .insert(primitive::COPY_IN_LOCAL.into(), Fit::line(0.03, 40.0, 0.99));
+        assert_eq!(
+            c.predict(Semantics::EmulatedMove, 4096),
+            Some(0.03 * 4096.0 + 40.0 + 2000.0)
+        );
+        assert_eq!(c.predict(Semantics::Copy, 1000), Some(copy(1000)));
         // A primitive that was not calibrated gives no prediction.
         c.fits.remove(primitive::HIDE);
         assert_eq!(c.predict(Semantics::EmulatedMove, 1 << 26), None);

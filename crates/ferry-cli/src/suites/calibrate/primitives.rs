@@ -54,7 +54,8 @@ pub fn measure(primitive: &str, size: usize, reps: usize, other_cpu: usize) -> R
     let pg = page();
     let none = || Ok(());
     match primitive {
-        p::COPY_IN => copy_in(size, reps, other_cpu),
+        p::COPY_IN => copy_in(size, reps, Some(other_cpu)),
+        p::COPY_IN_LOCAL => copy_in(size, reps, None),
         p::COPY_OUT => copy_out(size, reps, other_cpu),
         p::PROTECT_UFFD => tcow_output(size, reps),
         p::UNPROTECT_UFFD => {
@@ -219,12 +220,14 @@ fn fresh_group() -> Result<std::sync::Arc<Group>> {
 }
 
 /// Copy semantics' output work: an fbuf from a path (the path's cached fbufs, as in a
-/// steady stream of messages), the bytes copied in, frozen. The untimed reset hands the
-/// message to a reader thread pinned to `other_cpu`, which copies it out (as the receiving
-/// process does), then drops it, which returns the fbuf to the path: the next copy in
-/// writes lines the other CPU last read, as between two processes (a hot loop on one CPU
-/// would time cache-resident writes that the real path never sees).
-fn copy_in(size: usize, reps: usize, other_cpu: usize) -> Result<Vec<f64>> {
+/// steady stream of messages), the bytes copied in, frozen. With a `reader` CPU, the
+/// untimed reset hands the message to a thread pinned there, which copies it out (as the
+/// receiving process does), then drops it, which returns the fbuf to the path: the next
+/// copy in writes lines the other CPU last read, as between two processes (a hot loop on
+/// one CPU would time cache-resident writes that the real path never sees). Without one
+/// (`copy_in_local`) the reset just drops it: the receiver of a converted system buffer
+/// takes it in place and reads only its header.
+fn copy_in(size: usize, reps: usize, reader: Option<usize>) -> Result<Vec<f64>> {
     let group = fresh_group()?;
     let domain = group.join()?;
     let path = domain.path(PathConfig::default())?;
@@ -233,17 +236,19 @@ fn copy_in(size: usize, reps: usize, other_cpu: usize) -> Result<Vec<f64>> {
     let (go_tx, go_rx) = std::sync::mpsc::channel::<ferry::IoData>();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let ns = std::thread::scope(|s| -> Result<Vec<f64>> {
-        s.spawn(move || {
-            let _ = crate::sys::pin_to(other_cpu);
-            let mut dst = vec![0u8; size];
-            while let Ok(d) = go_rx.recv() {
-                d.copy_range_to_slice(.., black_box(&mut dst[..]));
-                drop(d);
-                if done_tx.send(()).is_err() {
-                    break;
+        if let Some(cpu) = reader {
+            s.spawn(move || {
+                let _ = crate::sys::pin_to(cpu);
+                let mut dst = vec![0u8; size];
+                while let Ok(d) = go_rx.recv() {
+                    d.copy_range_to_slice(.., black_box(&mut dst[..]));
+                    drop(d);
+                    if done_tx.send(()).is_err() {
+                        break;
+                    }
                 }
-            }
-        });
+            });
+        }
         let ns = timed(
             reps,
             || {
@@ -254,8 +259,10 @@ fn copy_in(size: usize, reps: usize, other_cpu: usize) -> Result<Vec<f64>> {
             },
             || {
                 if let Some(d) = frozen.take() {
-                    go_tx.send(d)?;
-                    done_rx.recv()?;
+                    if reader.is_some() {
+                        go_tx.send(d)?;
+                        done_rx.recv()?;
+                    }
                 }
                 Ok(())
             },

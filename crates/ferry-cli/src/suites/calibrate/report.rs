@@ -39,6 +39,7 @@ const PAPER: &[(&str, &str, f64, f64)] = &[
 fn about(name: &str) -> &'static str {
     match name {
         p::COPY_IN => "an fbuf from a path (last read on the other CPU), the bytes copied in (Passing's copy output)",
+        p::COPY_IN_LOCAL => "the same, the fbuf touched by no other CPU (a system buffer's output converted to copy)",
         p::COPY_OUT => "copy out through a read-only mapping of pages the other CPU just wrote",
         p::HANDOVER => "descriptor hand-over, one way, 2 pinned processes, busy-polling receiver, stamped once it holds the message",
         p::PROTECT_UFFD => "emulated copy's output: userfaultfd write-protect through the TCOW engine, bookkeeping included",

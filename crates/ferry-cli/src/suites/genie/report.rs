@@ -438,7 +438,8 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, all: &[Series]) -
          from this run's `calibrate` fits (`Calibration::recipe`; `recipe_in_place` for \
          share and emulated share, input in place), against the measurement. A fit may be \
          two lines split at the cache knee. `copy_in` is timed writing fbufs the other CPU \
-         last read, as here; that cost varied between runs on this VM (at 1 MiB, 82 to 424 µs \
+         last read, as here (`copy_in_local`, for a system buffer converted to copy, fbufs \
+         only this CPU touched: its receiver reads only the header); that cost varied between runs on this VM (at 1 MiB, 82 to 424 µs \
          a few minutes apart), so the copy-based forms' prediction can be off by as much. \
          \"Rounds vs median\" is how far the medians of this point's rounds lie from its \
          median: the measurement's own spread over the run, which bounds how close any \
