@@ -947,19 +947,46 @@ fn input_swaps_whole_pages_where_told() {
     assert!(exit_status(&mut peer).success());
 }
 
+/// Two domains of this process joined by a local channel, and a `Passing` on the first,
+/// for the TCOW tests; `None` (after saying `skipped`) where there is no userfaultfd.
+struct TcowPair {
+    _g: std::sync::Arc<Group>,
+    _d: Domain,
+    _d2: Domain,
+    p: Passing,
+    tx: ferry::Sender,
+    rx: ferry::Receiver,
+}
+
+fn tcow_pair(name: &str, skipped: &str) -> Option<TcowPair> {
+    let (g, d, _name) = join(name);
+    let p = passing(&d);
+    if !p.tcow_available() {
+        eprintln!("    ({skipped})");
+        return None;
+    }
+    let d2 = g.join().unwrap();
+    let (tx, rx) = local_channel(&d, &d2);
+    Some(TcowPair {
+        _g: g,
+        _d: d,
+        _d2: d2,
+        p,
+        tx,
+        rx,
+    })
+}
+
 /// A buffer whose pages TCOW replaced (a write during an emulated-copy output) is then
 /// output under emulated share: the receiver reads what the buffer holds now, the new
 /// page included. (An untouched buffer is output as one piece without a walk over its
 /// pages; this is the walk's case.)
 fn output_after_tcow_replaced_pages_names_the_new_pages() {
-    let (g, d, _name) = join("tcowshare");
-    let p = passing(&d);
-    if !p.tcow_available() {
-        eprintln!("    (no userfaultfd: nothing to replace; skipped)");
+    let Some(TcowPair { p, tx, mut rx, .. }) =
+        tcow_pair("tcowshare", "no userfaultfd: nothing to replace; skipped")
+    else {
         return;
-    }
-    let d2 = g.join().unwrap();
-    let (tx, mut rx) = local_channel(&d, &d2);
+    };
     let len = 4 * 4096;
     let mut a = p.app_buffer(len).unwrap();
     a.as_mut_slice().copy_from_slice(&pattern(7, len));
@@ -994,14 +1021,11 @@ fn output_after_tcow_replaced_pages_names_the_new_pages() {
 /// the written pages keep the new bytes (the tables that come back skip them) and writes
 /// no longer fault; and a second output, after the tables came back, protects again.
 fn long_tcow_output_moves_page_tables_and_keeps_every_promise() {
-    let (g, d, _name) = join("tcowmove");
-    let p = passing(&d);
-    if !p.tcow_available() {
-        eprintln!("    (no userfaultfd: nothing to protect; skipped)");
+    let Some(TcowPair { p, tx, mut rx, .. }) =
+        tcow_pair("tcowmove", "no userfaultfd: nothing to protect; skipped")
+    else {
         return;
-    }
-    let d2 = g.join().unwrap();
-    let (tx, mut rx) = local_channel(&d, &d2);
+    };
     let len = 8 << 20;
     let pg = 4096;
     let mut a = p.app_buffer(len).unwrap();
@@ -1082,14 +1106,11 @@ fn long_tcow_output_moves_page_tables_and_keeps_every_promise() {
 fn writes_racing_long_outputs_and_their_release() {
     use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
     use std::sync::Arc;
-    let (g, d, _name) = join("tcowrace");
-    let p = passing(&d);
-    if !p.tcow_available() {
-        eprintln!("    (no userfaultfd: nothing to protect; skipped)");
+    let Some(TcowPair { p, tx, mut rx, .. }) =
+        tcow_pair("tcowrace", "no userfaultfd: nothing to protect; skipped")
+    else {
         return;
-    }
-    let d2 = g.join().unwrap();
-    let (tx, mut rx) = local_channel(&d, &d2);
+    };
     let (pg, npages) = (4096, 1024 + 3);
     let len = npages * pg;
     let mut rng = seed_rng();
@@ -1216,14 +1237,11 @@ fn share_locks_each_page_until_its_last_output_is_released() {
 /// pages, every receiver keeps the bytes of its output time, writes made in between land,
 /// and a page share locked keeps its lock when the tables come back under it.
 fn overlapping_long_outputs_and_a_share_lock() {
-    let (g, d, _name) = join("tcowlap");
-    let p = passing(&d);
-    if !p.tcow_available() {
-        eprintln!("    (no userfaultfd: nothing to protect; skipped)");
+    let Some(TcowPair { p, tx, mut rx, .. }) =
+        tcow_pair("tcowlap", "no userfaultfd: nothing to protect; skipped")
+    else {
         return;
-    }
-    let d2 = g.join().unwrap();
-    let (tx, mut rx) = local_channel(&d, &d2);
+    };
     let mib = 1 << 20;
     let len = 12 * mib;
     let mut a = p.app_buffer(len).unwrap();
