@@ -78,8 +78,9 @@ pub mod primitive {
     pub const COPY_IN_LOCAL: &str = "copy_in_local";
     /// Copy out of a peer's read-only lot mapping into the application's buffer (copyout).
     pub const COPY_OUT: &str = "copy_out";
-    /// One-way hand-over of a descriptor over a channel between two pinned processes:
-    /// Genie's base latency plus referencing, the part every semantics pays.
+    /// One-way hand-over between two pinned processes through this layer, with no work
+    /// on the data (weak move: `send_sys`, `recv_sys`, the header read): Genie's base
+    /// latency plus referencing, the part every semantics pays.
     pub const HANDOVER: &str = "handover";
     /// Emulated copy's output on the sender: the application buffer's pages
     /// write-protected (`UFFDIO_WRITEPROTECT`) through the TCOW engine, its bookkeeping

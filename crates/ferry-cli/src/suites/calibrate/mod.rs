@@ -9,7 +9,8 @@
 //! [`crate::harness::stats::relative_two_line_fit`]); the fits become a [`Calibration`], whose
 //! thresholds are derived from them (the smallest size from which an emulated form is
 //! predicted cheaper than copy, with a 25% margin). The hand-over is timed between two
-//! pinned processes over a ferry channel; everything else runs in this process on the
+//! pinned processes over a ferry channel, through `Passing` under weak move (genie's own
+//! workers); everything else runs in this process on the
 //! first pinned CPU (a TCOW fault's handler thread shares that CPU), with a thread on the
 //! second CPU where the real path has the peer touch the same pages (`copy_in`: the peer
 //! read the fbuf last; `copy_out`: the peer wrote the pages).
@@ -30,18 +31,14 @@ use ferry::semantics::calibration::primitive as p;
 use ferry::semantics::{Calibration, Fit, Segment};
 
 use crate::harness::budget::Budget;
-use crate::harness::chain::run_chain;
 use crate::harness::ctx::BenchCtx;
 use crate::harness::output::BenchOutput;
-use crate::harness::points::pooled;
 use crate::harness::record::Record;
 use crate::harness::report::{draw, write_json};
 use crate::harness::stats::{relative_linear_fit, relative_two_line_fit, Summary};
 use crate::harness::BenchDef;
 use crate::protocol::{Pattern, Plan, Touch, Wait};
 use crate::sys;
-use crate::transport::ferry::Variant;
-use crate::transport::TransportKind;
 
 pub const BENCH: BenchDef = BenchDef {
     name: "calibrate",
@@ -263,17 +260,19 @@ fn finish(name: &'static str, points: Vec<PrimPoint>, error: Option<String>) -> 
     }
 }
 
-/// The base hand-over: one-way latency of a descriptor over a ferry channel between two
-/// pinned processes, the receiver busy-polling as `ferry bench genie`'s sink does before
-/// its input call, and stamping once it holds the message, before it reads the header
-/// (as genie's in-place input; the copy forms' reading is in `copy_out`). A blocking receiver would add the
-/// wake-up of a sleeping process, 4 to 25 µs here and bimodal between runs. The source
-/// writes one word in every page before each send, untimed, as genie's source produces
-/// its messages: at 16 and 64 MiB those writes leave the caches and TLB cold for the
-/// hand-over, which costs it up to a microsecond there.
+/// The base hand-over (Genie's base latency plus referencing): weak move's hand-over
+/// through `Passing` between two pinned processes, run by `ferry bench genie`'s own workers
+/// ([`genie::base_handover`](crate::suites::genie::base_handover)): the source writes one
+/// word in every page of a system buffer and outputs it (`send_sys`), the sink busy-polls
+/// until the message is queued, inputs it (`recv_sys`) and reads the header. Weak move
+/// does nothing to the data, so this is the channel's hand-over plus the semantics layer's
+/// own calls, which every semantics makes (a raw channel hand-over, as measured before,
+/// left those out: the model under-predicted the µs-scale forms by 13 – 46%). At 16 and
+/// 64 MiB the page writes leave the caches and TLB cold for the hand-over, which costs it
+/// up to a microsecond there.
 fn handover(ctx: &BenchCtx, sizes: &[usize]) -> Result<Prim> {
     ctx.progress
-        .phase("calibrate: handover (ferry channel between 2 pinned processes)");
+        .phase("calibrate: handover (weak move through Passing, 2 pinned processes)");
     let budget = ctx.pick(
         Budget {
             bytes: 64 << 20,
@@ -292,26 +291,17 @@ fn handover(ctx: &BenchCtx, sizes: &[usize]) -> Result<Prim> {
     );
     let plan = Plan {
         pattern: Pattern::PingPong,
-        wait: Wait::Spin,
-        touch: Touch::HeaderAfterWrites,
+        wait: Wait::Block,
+        touch: Touch::Header,
         msgs: budget.msgs(sizes),
-        warmup: budget.warmup(sizes),
+        warmup: budget.warmup(sizes).iter().map(|&w| w.max(1)).collect(),
         sizes: sizes.to_vec(),
         trials: ctx.pick(1, 3),
         hops: 0,
     };
-    let run = run_chain(
-        ctx,
-        TransportKind::Ferry(Variant::CACHED_VOLATILE),
-        1,
-        &plan,
-    )?;
-    let points = pooled(&run.sink, |ns| ns)
+    let points = crate::suites::genie::base_handover(ctx, &plan)?
         .into_iter()
-        .map(|q| PrimPoint {
-            size: q.size,
-            summary: q.summary,
-        })
+        .map(|(size, summary)| PrimPoint { size, summary })
         .collect();
     Ok(finish(p::HANDOVER, points, None))
 }

@@ -41,7 +41,7 @@ fn about(name: &str) -> &'static str {
         p::COPY_IN => "an fbuf from a path (last read on the other CPU), the bytes copied in (Passing's copy output)",
         p::COPY_IN_LOCAL => "the same, the fbuf touched by no other CPU (a system buffer's output converted to copy)",
         p::COPY_OUT => "copy out through a read-only mapping of pages the other CPU just wrote",
-        p::HANDOVER => "descriptor hand-over, one way, 2 pinned processes, busy-polling receiver, stamped once it holds the message",
+        p::HANDOVER => "weak move's hand-over through Passing (send_sys, recv_sys, header read), one way, 2 pinned processes, busy-polling receiver",
         p::PROTECT_UFFD => "emulated copy's output: userfaultfd write-protect through the TCOW engine, bookkeeping included",
         p::UNPROTECT_UFFD => "userfaultfd un-protect",
         p::PROTECT_MPROTECT => "mprotect read-only",
@@ -87,7 +87,8 @@ pub(super) fn markdown(ctx: &BenchCtx, c: &Calibrated) -> String {
          one line cannot follow both sides: there the fit is two lines, split where they fit \
          the points best (`a` and `b` show both, and from which size the second applies). The \
          hand-over runs between two processes pinned \
-         to CPUs {} and {} over a ferry channel (the receiver blocks and reads the header); every \
+         to CPUs {} and {} over a ferry channel, through `Passing` under weak move (genie's \
+         workers; the receiver busy-polls, then inputs and reads the header); every \
          other primitive runs in one process pinned to CPU {}, the TCOW fault's handler thread \
          on the same CPU; `copy_in` and `copy_out` have a thread on the other CPU read each \
          fbuf before it is written again, or write the pages before they are read, as the \

@@ -221,9 +221,40 @@ fn ends(s: &[Semantics], tcp: bool) -> Result<(LinkEnd, LinkEnd, Cleanup)> {
     ))
 }
 
+/// Genie's base latency, for `ferry calibrate`'s `handover`: weak move's hand-over through
+/// `Passing` (`send_sys` of a system buffer the source wrote one word per page of;
+/// `recv_sys` and the header read), between two pinned processes exactly as this
+/// benchmark runs every semantics. Weak move adds nothing to the hand-over but the
+/// semantics layer's own calls, which every semantics makes. Per size, the latency over
+/// every timed message of every round.
+pub fn base_handover(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<(usize, Summary)>> {
+    let series = measure_these(
+        ctx,
+        plan,
+        &Calibration::default(),
+        false,
+        &[Semantics::WeakMove],
+    )?;
+    Ok(series
+        .into_iter()
+        .flat_map(|s| s.points)
+        .map(|p| (p.size, p.lat))
+        .collect())
+}
+
 fn measure(ctx: &BenchCtx, plan: &Plan, cal: &Calibration, tcp: bool) -> Result<Vec<Series>> {
-    let sems = Semantics::ALL;
-    let (tx, rx, _cleanup) = ends(&sems, tcp)?;
+    measure_these(ctx, plan, cal, tcp, &Semantics::ALL)
+}
+
+/// Runs `sems` (ratios to copy only if copy is among them).
+fn measure_these(
+    ctx: &BenchCtx,
+    plan: &Plan,
+    cal: &Calibration,
+    tcp: bool,
+    sems: &[Semantics],
+) -> Result<Vec<Series>> {
+    let (tx, rx, _cleanup) = ends(sems, tcp)?;
     let ack = stream::pipe_link()?;
     let mut crew = Crew::default();
     let mut src = WorkerSpec::new(Role::GenieSource, ctx.cpu(0));
@@ -263,7 +294,8 @@ fn measure(ctx: &BenchCtx, plan: &Plan, cal: &Calibration, tcp: bool) -> Result<
             .collect())
     };
     let mut out = Vec::new();
-    for s in sems {
+    let with_copy = sems.contains(&Semantics::Copy);
+    for &s in sems {
         let mut points = Vec::new();
         for &size in &plan.sizes {
             let mut all = Vec::new();
@@ -273,9 +305,11 @@ fn measure(ctx: &BenchCtx, plan: &Plan, cal: &Calibration, tcp: bool) -> Result<
                 let v = lat_of(s, size, round)?;
                 let m = median(&v);
                 per_trial.push(m);
-                let c = median(&lat_of(Semantics::Copy, size, round)?);
-                if c > 0.0 {
-                    ratios.push(m / c);
+                if with_copy {
+                    let c = median(&lat_of(Semantics::Copy, size, round)?);
+                    if c > 0.0 {
+                        ratios.push(m / c);
+                    }
                 }
                 all.extend(v);
             }
