@@ -1271,10 +1271,23 @@ fn overlapping_long_outputs_and_a_share_lock() {
     drop(ra);
     tx.collect_releases().unwrap();
     // A's run still has pages B protects (4..8 MiB): its tables stay out, and its pages
-    // stay write-protected where B needs them.
-    let f = p.stats().tcow_faults;
-    a.as_mut_slice()[7 * mib] ^= 8;
-    assert!(p.stats().tcow_faults > f, "B's pages are still protected");
+    // stay write-protected where B needs them: B's 8 MiB of pages, none released twice,
+    // but the two replaced by the writes at 6 and 10 MiB (new pages, under no output).
+    assert_eq!(
+        a.protected_pages(),
+        8 * mib / 4096 - 2,
+        "B's pages stay protected"
+    );
+    // Among them the pages right after A's own (4 MiB on), which a release once freed
+    // twice.
+    for at in [4 * mib, 4 * mib + 4096, 7 * mib] {
+        let f = p.stats().tcow_faults;
+        a.as_mut_slice()[at] ^= 8;
+        assert!(
+            p.stats().tcow_faults > f,
+            "B's page at {at} is still protected"
+        );
+    }
     let rb = rx.recv().unwrap();
     assert!(rb.eq_bytes(&v1[4 * mib..]), "B kept its bytes");
     drop(rb);
@@ -1293,13 +1306,46 @@ fn overlapping_long_outputs_and_a_share_lock() {
     let mut want = v1.clone();
     want[6 * mib] ^= 2;
     want[10 * mib] ^= 4;
-    want[7 * mib] ^= 8;
+    for at in [4 * mib, 4 * mib + 4096, 7 * mib] {
+        want[at] ^= 8;
+    }
     assert!(a.as_slice() == &want[..], "every write kept");
     let f = p.stats().tcow_faults;
     for k in (0..len).step_by(4096 * 31) {
         a.as_mut_slice()[k] ^= 16;
     }
     assert_eq!(p.stats().tcow_faults, f);
+}
+
+/// Two short emulated-copy outputs that overlap (pages 0..8 and 4..12, protected page by
+/// page): releasing the first frees only its own pages, once each, so the second's pages
+/// (those right after the first's own included) stay protected and its receiver keeps
+/// its bytes.
+fn overlapping_short_outputs_release_each_page_once() {
+    let Some(TcowPair { p, tx, mut rx, .. }) =
+        tcow_pair("tcowlap2", "no userfaultfd: nothing to protect; skipped")
+    else {
+        return;
+    };
+    let pg = 4096;
+    let mut a = p.app_buffer(12 * pg).unwrap();
+    let v0 = pattern(71, 12 * pg);
+    a.as_mut_slice().copy_from_slice(&v0);
+    p.send_app(&tx, &a, 0..8 * pg, Semantics::EmulatedCopy)
+        .unwrap();
+    p.send_app(&tx, &a, 4 * pg..12 * pg, Semantics::EmulatedCopy)
+        .unwrap();
+    assert_eq!(p.stats().tcow_pages_moved, 0, "short runs: page by page");
+    drop(rx.recv().unwrap());
+    tx.collect_releases().unwrap();
+    assert_eq!(a.protected_pages(), 8, "B's eight pages stay protected");
+    for k in 4..12 {
+        let f = p.stats().tcow_faults;
+        a.as_mut_slice()[k * pg + 1] ^= 0xff;
+        assert!(p.stats().tcow_faults > f, "page {k} is still B's");
+    }
+    let b = rx.recv().unwrap();
+    assert!(b.eq_bytes(&v0[4 * pg..]), "B kept its bytes");
 }
 
 fn task_count() -> usize {
@@ -1720,6 +1766,10 @@ fn main() {
             share_locks_each_page_until_its_last_output_is_released,
         ),
         ("misuse_is_refused", misuse_is_refused),
+        (
+            "overlapping_short_outputs_release_each_page_once",
+            overlapping_short_outputs_release_each_page_once,
+        ),
         (
             "overlapping_long_outputs_and_a_share_lock",
             overlapping_long_outputs_and_a_share_lock,

@@ -299,54 +299,28 @@ impl Engine {
         let p = page_size();
         let base = app.view.as_ptr() as usize;
         let mut st = app.state();
-        let mut i = 0;
-        while i < epochs.len() {
-            let mut j = i;
-            while j < epochs.len() {
-                let pg = &mut st.pages[first + j];
-                if pg.epoch != epochs[j] || pg.prot == 0 {
-                    break;
-                }
+        // Each page this output still protects (same epoch) loses exactly one protection.
+        let mut free = vec![false; epochs.len()];
+        for (x, &e) in epochs.iter().enumerate() {
+            let pg = &mut st.pages[first + x];
+            if pg.epoch == e && pg.prot > 0 {
                 pg.prot -= 1;
-                if pg.prot > 0 {
-                    break;
-                }
-                j += 1;
+                free[x] = pg.prot == 0;
             }
-            if j > i {
-                // Pages of a moved run come back with their tables (below); the others
-                // are unprotected here. If that fails the pages stay protected; the next
-                // write faults and the handler, finding no output protecting them,
-                // unprotects then.
-                let mut a = first + i;
-                let end = first + j;
-                while a < end {
-                    let in_moved = st
-                        .moved
-                        .iter()
-                        .find(|m| m.first <= a && a < m.first + m.epochs.len())
-                        .map(|m| m.first + m.epochs.len());
-                    let b = match in_moved {
-                        Some(e) => e.min(end),
-                        None => {
-                            let next = st
-                                .moved
-                                .iter()
-                                .map(|m| m.first)
-                                .filter(|&f| f > a)
-                                .min()
-                                .unwrap_or(end)
-                                .min(end);
-                            let _ = self.shared.prot.unprotect(base + a * p, (next - a) * p);
-                            next
-                        }
-                    };
-                    a = b;
-                }
-                i = j;
-            } else {
-                i += 1;
-            }
+        }
+        // Pages still behind a moved run's stash come back with their tables (below); the
+        // other free pages (a page replaced since, in a moved run's range, is one) are
+        // unprotected here, a run at a time. If that fails they stay protected; the next
+        // write faults and the handler, finding no output protecting them, unprotects then.
+        let stashed = |a: usize| {
+            st.moved.iter().any(|m| {
+                (m.first..m.first + m.epochs.len()).contains(&a)
+                    && st.pages[a].epoch == m.epochs[a - m.first]
+            })
+        };
+        for r in runs(epochs.len(), |x| free[x] && !stashed(first + x)) {
+            let from = first + r.start;
+            let _ = self.shared.prot.unprotect(base + from * p, r.len() * p);
         }
         self.restore_moved(app, &mut st);
     }
