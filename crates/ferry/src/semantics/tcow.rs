@@ -350,7 +350,7 @@ impl Engine {
         // lot page or nothing (markers, or refaults of that page); and pages no output
         // protects any more, or that it just protected under this lock and gives up.
         let failed = unsafe { app.view.move_back_parts(stash, &bytes) };
-        for r in failed {
+        for (r, _) in failed {
             let _ = self
                 .shared
                 .prot

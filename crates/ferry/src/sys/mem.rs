@@ -304,10 +304,11 @@ impl Mapping {
 
     /// Moves back the parts (byte ranges from the stash's start, page multiples, in
     /// order, disjoint) of a [`Stash`] made by
-    /// [`move_tables_out`](Self::move_tables_out) over the range they came from
+    /// [`move_tables_out`](Self::move_tables_out) or [`move_out`](Self::move_out) over
+    /// the range they came from
     /// (`mremap(MREMAP_FIXED)`, each replacing whatever the range maps there now), and
-    /// unmaps the rest of the stash. Returns the parts that could not go back (their
-    /// range of this mapping keeps what it maps now).
+    /// unmaps the rest of the stash. Returns the parts that could not go back, each with
+    /// its error (their range of this mapping keeps what it maps now).
     ///
     /// # Safety
     /// Each part's range of this mapping must map the same file pages the stash holds for
@@ -316,7 +317,7 @@ impl Mapping {
         &self,
         stash: Stash,
         parts: &[std::ops::Range<usize>],
-    ) -> Vec<std::ops::Range<usize>> {
+    ) -> Vec<(std::ops::Range<usize>, io::Error)> {
         assert_eq!(stash.map, self.id, "a stash goes back to its own mapping");
         let _ = self.offset_of(stash.from, stash.len);
         let mut failed = Vec::new();
@@ -352,9 +353,9 @@ impl Mapping {
                     (stash.from + r.start) as *mut std::ffi::c_void,
                 )
             };
-            if moved.is_err() {
+            if let Err(e) = moved {
                 unmap(r.start, r.end);
-                failed.push(r.clone());
+                failed.push((r.clone(), e.into()));
             }
         }
         unmap(gone, stash.len);
@@ -363,28 +364,17 @@ impl Mapping {
     }
 
     /// Moves a [`Stash`]'s pages back to where [`move_out`](Self::move_out) took them
-    /// from, over the inaccessible range it left: `mremap(MREMAP_FIXED)`, one step.
+    /// from, over the inaccessible range it left: `mremap(MREMAP_FIXED)`, one step. If that
+    /// fails the pages are dropped and the range stays inaccessible.
     pub fn move_back(&self, stash: Stash) -> io::Result<()> {
-        assert_eq!(stash.map, self.id, "a stash goes back to its own mapping");
-        let _ = self.offset_of(stash.from, stash.len);
-        count();
-        // SAFETY: the source is the stash's own range; the destination is the range of
-        // this mapping (checked: its id and bounds) that `move_out` emptied and left
-        // inaccessible, which nothing uses while the stash exists.
-        unsafe {
-            rustix::mm::mremap_fixed(
-                stash.at as *mut std::ffi::c_void,
-                stash.len,
-                stash.len,
-                rustix::mm::MremapFlags::MAYMOVE,
-                stash.from as *mut std::ffi::c_void,
-            )?
-        };
-        // The pages' old place in the reservation is a hole now, which another thread's
-        // `mmap` may take at any moment: unmap only the reservation's two remnants, never
-        // the whole range.
-        stash.release_remnants();
-        Ok(())
+        let whole = 0..stash.len;
+        // SAFETY: the destination is the range of this mapping (checked there: its id and
+        // bounds) that `move_out` emptied and left inaccessible, so it maps nothing that
+        // could differ from the stash's pages.
+        match unsafe { self.move_back_parts(stash, std::slice::from_ref(&whole)) }.pop() {
+            None => Ok(()),
+            Some((_, e)) => Err(e),
+        }
     }
 
     /// Replaces the pages at `offset..offset+len` of this mapping by `len` bytes of `fd`
