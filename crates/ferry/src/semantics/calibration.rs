@@ -109,7 +109,9 @@ pub mod primitive {
     /// Move's output: the region unmapped below 256 KiB, its pages moved out of the lot's
     /// mapping (`mremap`, as hiding) from there (the name is the file's).
     pub const REGION_UNMAP: &str = "region_unmap";
-    /// Wiring pages: `mlock`.
+    /// Share's output on the sender: an application buffer's pages wired (`mlock` of its
+    /// view, through `Passing`; the lot maps the same pages, which makes locking them
+    /// dearer than locking a private test mapping).
     pub const WIRE: &str = "wire";
     /// `munlock`.
     pub const UNWIRE: &str = "unwire";

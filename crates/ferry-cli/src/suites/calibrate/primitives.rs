@@ -57,7 +57,8 @@ pub fn measure(primitive: &str, size: usize, reps: usize, other_cpu: usize) -> R
         p::COPY_IN => copy_in(size, reps, Some(other_cpu)),
         p::COPY_IN_LOCAL => copy_in(size, reps, None),
         p::COPY_OUT => copy_out(size, reps, other_cpu),
-        p::PROTECT_UFFD => tcow_output(size, reps),
+        p::PROTECT_UFFD => app_output(size, reps, ferry::semantics::Semantics::EmulatedCopy),
+        p::WIRE => app_output(size, reps, ferry::semantics::Semantics::Share),
         p::UNPROTECT_UFFD => {
             let (_fd, m) = filled(size)?;
             let u = Uffd::new().context("userfaultfd")?;
@@ -148,27 +149,31 @@ pub fn measure(primitive: &str, size: usize, reps: usize, other_cpu: usize) -> R
                 },
             )
         }
-        p::WIRE | p::UNWIRE => {
+        p::UNWIRE => {
             let (_fd, m) = filled(size)?;
             let lock = |on| m.lock(on).context("mlock/munlock");
-            if primitive == p::WIRE {
-                timed(reps, || lock(true), || lock(false))
-            } else {
-                lock(true)?;
-                timed(reps, || lock(false), || lock(true))
-            }
+            lock(true)?;
+            timed(reps, || lock(false), || lock(true))
         }
         other => bail!("{other} is not measured in-process"),
     }
 }
 
-/// Emulated copy's output work on the sender, as `Passing::send_app` does it before the
-/// send: an application buffer's pages write-protected through the TCOW engine (the
-/// `UFFDIO_WRITEPROTECT` and the engine's bookkeeping: epochs, the pages' backing, the
-/// description the receiver gets). The untimed reset releases it as a receiver would
-/// (unprotecting). A bare ioctl timed alone missed about a microsecond of that work at
-/// 16 KiB, and the thresholds derived from it let emulated copy run at 1.5x copy there.
-fn tcow_output(size: usize, reps: usize) -> Result<Vec<f64>> {
+/// An application-allocated output's work on the sender, as `Passing::send_app` does it
+/// before the send, on an application buffer's view (a mapping of the lot of its own,
+/// whose pages the lot's mapping also maps). Emulated copy: the pages write-protected
+/// through the TCOW engine (the `UFFDIO_WRITEPROTECT` and the engine's bookkeeping:
+/// epochs, the pages' backing, the description the receiver gets); a bare ioctl timed
+/// alone missed about a microsecond of that work at 16 KiB, and the thresholds derived
+/// from it let emulated copy run at 1.5x copy there. Share: the view's pages locked
+/// (`mlock`); an `mlock` of a private test mapping missed about 2 µs at 64 KiB (the page's
+/// other mappings make locking it dearer). The untimed reset releases it as a receiver
+/// would (unprotecting, unlocking), then writes the next message as genie's source does.
+fn app_output(
+    size: usize,
+    reps: usize,
+    semantics: ferry::semantics::Semantics,
+) -> Result<Vec<f64>> {
     use ferry::semantics::{Passing, PassingConfig, Semantics, Thresholds};
     let group = fresh_group()?;
     let domain = group.join()?;
@@ -179,7 +184,7 @@ fn tcow_output(size: usize, reps: usize) -> Result<Vec<f64>> {
             ..PassingConfig::default()
         },
     )?;
-    if !passing.tcow_available() {
+    if semantics == Semantics::EmulatedCopy && !passing.tcow_available() {
         bail!("userfaultfd is not available here: emulated copy copies");
     }
     let mut buf = passing.app_buffer(size)?;
@@ -191,7 +196,7 @@ fn tcow_output(size: usize, reps: usize) -> Result<Vec<f64>> {
         reps,
         || {
             let b = buf.borrow();
-            out.set(passing.prepare_output(&b, 0..size, Semantics::EmulatedCopy)?);
+            out.set(passing.prepare_output(&b, 0..size, semantics)?);
             Ok(())
         },
         || {
@@ -226,48 +231,52 @@ fn fresh_group() -> Result<std::sync::Arc<Group>> {
 /// copy in writes lines the other CPU last read, as between two processes (a hot loop on
 /// one CPU would time cache-resident writes that the real path never sees). Without one
 /// (`copy_in_local`) the reset just drops it: the receiver of a converted system buffer
-/// takes it in place and reads only its header.
+/// takes it in place and reads only its header. The bytes land at their own page offset
+/// in the fbuf, as `Passing` copies them: written at offset 0 from a heap buffer 16 bytes
+/// into its page, every store's address aliased a load's modulo 4 KiB, which made this
+/// copy 1.5 – 2x slower from 16 KiB to 256 KiB than the one genie's source makes.
 fn copy_in(size: usize, reps: usize, reader: Option<usize>) -> Result<Vec<f64>> {
     let group = fresh_group()?;
     let domain = group.join()?;
     let path = domain.path(PathConfig::default())?;
     let src = vec![0x5au8; size];
+    // As `Passing`'s copy output: the bytes land at their own page offset in the fbuf.
+    let po = src.as_ptr() as usize % page();
     let frozen = Cell::new(None);
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<ferry::IoData>();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let slot = std::sync::Mutex::new(None::<ferry::IoData>);
+    let baton = Baton::new();
     let ns = std::thread::scope(|s| -> Result<Vec<f64>> {
         if let Some(cpu) = reader {
+            let (slot, baton) = (&slot, &baton);
             s.spawn(move || {
                 let _ = crate::sys::pin_to(cpu);
                 let mut dst = vec![0u8; size];
-                while let Ok(d) = go_rx.recv() {
-                    d.copy_range_to_slice(.., black_box(&mut dst[..]));
-                    drop(d);
-                    if done_tx.send(()).is_err() {
-                        break;
+                while baton.wait() {
+                    if let Some(d) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                        d.copy_range_to_slice(.., black_box(&mut dst[..]));
                     }
+                    baton.done();
                 }
             });
         }
         let ns = timed(
             reps,
             || {
-                let mut b = path.alloc(size)?;
-                b.write_at(0, black_box(&src));
-                frozen.set(Some(b.freeze()));
+                let mut b = path.alloc(po + size)?;
+                b.write_at(po, black_box(&src));
+                frozen.set(Some(b.freeze().slice(po..)));
                 Ok(())
             },
             || {
-                if let Some(d) = frozen.take() {
-                    if reader.is_some() {
-                        go_tx.send(d)?;
-                        done_rx.recv()?;
-                    }
+                let d = frozen.take();
+                if reader.is_some() {
+                    *slot.lock().unwrap_or_else(|e| e.into_inner()) = d;
+                    baton.pass();
                 }
                 Ok(())
             },
         );
-        drop(go_tx);
+        baton.stop();
         ns
     })?;
     drop((path, domain, group));
@@ -303,36 +312,31 @@ fn copy_out(size: usize, reps: usize, other_cpu: usize) -> Result<Vec<f64>> {
     let reader = Map::shared(fd.as_fd(), size, Prot::Read)?;
     black_box(reader.touch());
     let mut dst = vec![0u8; size];
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<u8>();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let baton = Baton::new();
     std::thread::scope(|s| -> Result<Vec<f64>> {
-        let w = &writer;
+        let (w, baton) = (&writer, &baton);
         s.spawn(move || {
             let _ = crate::sys::pin_to(other_cpu);
-            while let Ok(v) = go_rx.recv() {
+            let mut v = 0u8;
+            while baton.wait() {
+                v = v.wrapping_add(1);
                 w.fill(v);
-                if done_tx.send(()).is_err() {
-                    break;
-                }
+                baton.done();
             }
         });
-        let mut v = 0u8;
-        let mut next = || -> Result<()> {
-            v = v.wrapping_add(1);
-            go_tx.send(v)?;
-            done_rx.recv()?;
-            Ok(())
-        };
-        next()?;
+        baton.pass();
         let ns = timed(
             reps,
             || {
                 reader.copy_out(0, black_box(&mut dst));
                 Ok(())
             },
-            next,
+            || {
+                baton.pass();
+                Ok(())
+            },
         );
-        drop(go_tx);
+        baton.stop();
         ns
     })
 }
@@ -410,4 +414,52 @@ fn tcow_fault(pages: usize, reps: usize, replace: bool) -> Result<Vec<f64>> {
         }
         Ok(ns)
     })
+}
+
+/// A hand-off to a helper thread pinned to the other CPU, both sides busy-polling, as
+/// genie's processes do: a blocking hand-off (a channel, a futex) lets this CPU go idle
+/// between repetitions, and on this VM an idle vCPU comes back with cold caches, which made
+/// `copy_in` at 64 KiB twice what a whole copy costs between genie's busy processes.
+struct Baton {
+    /// Odd: the helper's turn; even: ours. `u64::MAX`: stop.
+    turn: AtomicU64,
+}
+
+impl Baton {
+    const STOP: u64 = u64::MAX;
+
+    fn new() -> Baton {
+        Baton {
+            turn: AtomicU64::new(0),
+        }
+    }
+
+    /// Our side: gives the helper its turn and spins until it is done.
+    fn pass(&self) {
+        let t = self.turn.fetch_add(1, Ordering::AcqRel) + 1;
+        while self.turn.load(Ordering::Acquire) == t {
+            std::hint::spin_loop();
+        }
+    }
+
+    /// The helper's side: spins until its turn (`false`: stop).
+    fn wait(&self) -> bool {
+        loop {
+            match self.turn.load(Ordering::Acquire) {
+                Self::STOP => return false,
+                t if t % 2 == 1 => return true,
+                _ => std::hint::spin_loop(),
+            }
+        }
+    }
+
+    /// The helper's side: its turn is over.
+    fn done(&self) {
+        self.turn.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Our side: ends the helper's loop.
+    fn stop(&self) {
+        self.turn.store(Self::STOP, Ordering::Release);
+    }
 }

@@ -54,7 +54,7 @@ fn about(name: &str) -> &'static str {
         p::REGION_CREATE => "memfd_create + ftruncate",
         p::REGION_MAP => "mmap of a filled memfd, read one word per page",
         p::REGION_UNMAP => "move's output: dropped under a placeholder below 256 KiB, pages moved out (mremap) from there",
-        p::WIRE => "mlock",
+        p::WIRE => "share's output: mlock of an application buffer's view through Passing",
         p::UNWIRE => "munlock",
         _ => "",
     }
