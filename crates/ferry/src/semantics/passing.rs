@@ -339,13 +339,20 @@ impl Passing {
         if range.start > range.end || range.end > buf.len() {
             return Err(Error::InvalidArgument("range past the buffer"));
         }
+        if s != Semantics::Copy && self.thresholds.converts(s, range.len()) {
+            // Before anything else: a conversion does exactly what copy does, no more.
+            self.stats.converted(s);
+            return Ok((None, Used::ConvertedToCopy));
+        }
         let app = &buf.inner;
         let pages = app.pages_of(range);
         if s != Semantics::Copy {
             // Pages swapped in from another domain are named by their own lot offsets
             // only once they are copied into ours.
             let n = app.settle(pages.clone())?;
-            add(&self.stats.pages_settled, n as u64);
+            if n > 0 {
+                add(&self.stats.pages_settled, n as u64);
+            }
         }
         let fallback = |why| {
             self.stats.fallback(s, why);
@@ -353,10 +360,6 @@ impl Passing {
         };
         match s {
             Semantics::Copy => Ok((None, Used::Mechanism)),
-            _ if self.thresholds.converts(s, range.len()) => {
-                self.stats.converted(s);
-                Ok((None, Used::ConvertedToCopy))
-            }
             Semantics::EmulatedCopy => match &self.engine {
                 None => fallback(Fallback::NoUserfaultfd),
                 Some(e) => match e.arm(app, range) {
