@@ -38,7 +38,7 @@ const PAPER: &[(&str, &str, f64, f64)] = &[
 
 fn about(name: &str) -> &'static str {
     match name {
-        p::COPY_IN => "an fbuf from a path (last read on the other CPU), the bytes copied in (Passing's copy output); cheapest of 3 passes seconds apart",
+        p::COPY_IN => "an fbuf from a path (last read on the other CPU), the bytes copied in (Passing's copy output); the middle of 3 passes seconds apart (thresholds: the cheapest)",
         p::COPY_IN_LOCAL => "the same, the fbuf touched by no other CPU (a system buffer's output converted to copy)",
         p::COPY_OUT => "copy out through a read-only mapping of pages the other CPU just wrote",
         p::HANDOVER => "weak move's hand-over through Passing (send_sys, recv_sys, header read), one way, 2 pinned processes, busy-polling receiver",
