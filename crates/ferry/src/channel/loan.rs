@@ -3,8 +3,7 @@
 //! so that the send itself is a descriptor store and a publication.
 
 use super::desc::{self, RawDesc, RawFrag, RawRef};
-use super::link::corrupt;
-use super::ring::{Corrupt, Push};
+use super::ring::Reserved;
 use super::sender::{SendSlot, Sent};
 use crate::error::Result;
 use crate::iodata::IoDataMut;
@@ -32,6 +31,8 @@ struct Inner<'a> {
 
 struct Ready {
     desc: RawDesc,
+    /// The ring place, found at the loan.
+    place: Reserved<RawDesc>,
     idx: u32,
     generation: u32,
     /// The length `desc` describes, and the segment it names: if the message was written
@@ -41,9 +42,11 @@ struct Ready {
     seg: *const crate::segment::Segment,
 }
 
-// SAFETY: `seg` is an address compared, never dereferenced.
+// SAFETY: `seg` is an address compared, never dereferenced; `place` points into the
+// ring's shared mapping, which outlives the loan (it borrows the sender), and is written
+// only by `Loan::send` under the sender's state lock, held by the loan throughout.
 unsafe impl Send for Ready {}
-// SAFETY: as above.
+// SAFETY: as above (a shared `Ready` gives no access to `place`).
 unsafe impl Sync for Ready {}
 
 impl std::fmt::Debug for Loan<'_> {
@@ -78,7 +81,7 @@ impl<'a> Loan<'a> {
     /// the message then comes back to its path as any message it did not take.
     ///
     /// # Errors
-    /// For a message described now, as [`SendSlot::send`]; a ring found corrupt.
+    /// For a message described now, as [`SendSlot::send`].
     pub fn send(mut self) -> Result<()> {
         let Inner {
             mut slot,
@@ -95,14 +98,12 @@ impl<'a> Loan<'a> {
                 return slot.send(&data.freeze());
             }
         };
-        let pos = slot.st.fwd.position();
-        let pushed = slot.st.fwd.try_push_unfenced(ready.desc).map_err(corrupt);
-        if !matches!(pushed, Ok(Push::Done { .. })) {
-            slot.st.free_tokens.push(ready.idx);
-            // Full cannot happen while the reservation holds the ring: only a faulty
-            // receiver (a position moved backwards) makes it so.
-            return Err(pushed.err().unwrap_or_else(|| corrupt(Corrupt)));
-        }
+        let pos = ready.place.position();
+        // Published before anything of the sender's state is touched: the application's
+        // writes since the loan may have pushed it out of the caches and the TLB.
+        // SAFETY: the place was reserved at the loan under this same state lock, held
+        // since, so nothing was pushed in between.
+        unsafe { slot.st.fwd.publish_reserved(ready.place, ready.desc) };
         let sent = Sent {
             idx: ready.idx,
             generation: ready.generation,
@@ -136,10 +137,14 @@ fn prepare(slot: &mut SendSlot<'_>, data: &IoDataMut) -> Option<Ready> {
         }
         None => None,
     };
+    // The ring place: room was made for the loan, so there is one (a faulty receiver
+    // that moved its position back leaves the message to the general path at send).
+    let place = slot.st.fwd.reserve().ok().flatten()?;
     let (idx, generation) = slot.st.take_token();
     let token = (generation as u64) << 32 | idx as u64;
     Some(Ready {
         desc: desc::encode(token, frag.as_slice(), &mut [], RawRef::NONE),
+        place,
         idx,
         generation,
         len: data.len(),

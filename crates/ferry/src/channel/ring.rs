@@ -227,7 +227,61 @@ pub(crate) unsafe fn consumer<T: Entry>(
 /// faulty one, can make it give up).
 const LOSSY_RETRIES: u32 = 64;
 
+/// The place the next value goes, found ahead of the push ([`Producer::reserve`]): a loan
+/// finds it while the producer's state is at hand, so that its send, after the application
+/// wrote the payload (which may have evicted that state from the caches and the TLB),
+/// touches only the slot before the value is published.
+#[derive(Debug)]
+pub(crate) struct Reserved<T> {
+    slot: *mut Slot<T>,
+    /// The position it holds.
+    pos: u64,
+}
+
+impl<T> Reserved<T> {
+    /// The position the value will take.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+}
+
 impl<T: Entry> Producer<T> {
+    /// Finds the place of the next push, if the ring has room now. Until it is used by
+    /// [`publish_reserved`](Self::publish_reserved) nothing else may be pushed: the
+    /// caller holds the producer (for a sender, its state lock) in between.
+    pub fn reserve(&mut self) -> Result<Option<Reserved<T>>, Corrupt> {
+        if !self.has_room()? {
+            return Ok(None);
+        }
+        Ok(Some(Reserved {
+            slot: self.ring.slot(self.tail),
+            pos: self.tail,
+        }))
+    }
+
+    /// Publishes `v` at `r`, then advances past it: the slot and its sequence number are
+    /// written before anything of this producer's own state is read or written.
+    ///
+    /// # Safety
+    /// `r` came from this producer's [`reserve`](Self::reserve), and nothing was pushed
+    /// since (its slot is still the next, free for the producer, and the ring still
+    /// mapped).
+    pub unsafe fn publish_reserved(&mut self, r: Reserved<T>, v: T) {
+        // SAFETY: by the caller's contract the slot is the next one, free (room was seen
+        // at `reserve` and a consumer only frees more), and not read before `seq` is
+        // published below.
+        unsafe { T::write_shared(std::ptr::addr_of_mut!((*r.slot).val), v) };
+        let next = r.pos.wrapping_add(1);
+        // SYNC: pairs with the consumer's Acquire load of `seq`, as in `try_push_unfenced`.
+        // SAFETY: `seq` is an atomic in the mapped slot.
+        unsafe { &(*r.slot).seq }.store(next, Ordering::Release);
+        // Keep the compiler from moving the update of our own state (which may miss in
+        // the caches and the TLB) before the publication.
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+        debug_assert_eq!(self.tail, r.pos, "a reservation used after another push");
+        self.tail = next;
+    }
+
     /// Stores `v` if there is room, never blocking.
     pub fn try_push(&mut self, v: T) -> Result<Push<T>, Corrupt> {
         let pushed = self.try_push_unfenced(v)?;
@@ -580,6 +634,38 @@ mod tests {
         // Wraps around many times.
         for i in 0..1000u64 {
             assert!(matches!(p.try_push(i), Ok(Push::Done { .. })));
+            assert_eq!(c.try_pop().unwrap().unwrap().0, i);
+        }
+    }
+
+    #[test]
+    fn a_reserved_place_publishes_in_order_and_none_when_full() {
+        let (_m, mut p, mut c) = pair(4);
+        p.try_push(10).unwrap();
+        let r = p.reserve().unwrap().expect("room");
+        assert_eq!(r.position(), 1);
+        // Not visible before it is published.
+        assert_eq!(c.try_pop().unwrap().unwrap().0, 10);
+        assert_eq!(c.try_pop(), Ok(None));
+        // SAFETY: reserved just above, nothing pushed since.
+        unsafe { p.publish_reserved(r, 11) };
+        assert_eq!(p.position(), 2);
+        assert_eq!(c.try_pop().unwrap().unwrap().0, 11);
+        // A reservation left unused takes no place.
+        let _unused = p.reserve().unwrap();
+        p.try_push(12).unwrap();
+        assert_eq!(c.try_pop().unwrap().unwrap().0, 12);
+        // Full: no place to reserve, and after a pop, the freed one (wrapping around).
+        for i in 0..4 {
+            p.try_push(20 + i).unwrap();
+        }
+        assert!(p.reserve().unwrap().is_none());
+        assert_eq!(c.try_pop().unwrap().unwrap().0, 20);
+        let r = p.reserve().unwrap().expect("room after a pop");
+        assert_eq!(r.position(), 7);
+        // SAFETY: as above.
+        unsafe { p.publish_reserved(r, 24) };
+        for i in 21..25 {
             assert_eq!(c.try_pop().unwrap().unwrap().0, i);
         }
     }
