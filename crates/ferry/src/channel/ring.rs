@@ -268,11 +268,11 @@ impl<T: Entry> Producer<T> {
     /// mapped).
     pub unsafe fn publish_reserved(&mut self, r: Reserved<T>, v: T) {
         // SAFETY: by the caller's contract the slot is the next one, free (room was seen
-        // at `reserve` and a consumer only frees more), and not read before `seq` is
-        // published below.
+        // at `reserve`: the consumer's head has passed the entry `cap` positions back, and
+        // a consumer only frees more), and not read before `seq` is published below.
         unsafe { T::write_shared(std::ptr::addr_of_mut!((*r.slot).val), v) };
         let next = r.pos.wrapping_add(1);
-        // SYNC: pairs with the consumer's Acquire load of `seq`, as in `try_push_unfenced`.
+        // SYNC: pairs with the consumer's Acquire load of `seq` in `try_pop`/`has_data`.
         // SAFETY: `seq` is an atomic in the mapped slot.
         unsafe { &(*r.slot).seq }.store(next, Ordering::Release);
         // Keep the compiler from moving the update of our own state (which may miss in
@@ -302,18 +302,11 @@ impl<T: Entry> Producer<T> {
     /// wake the consumer if that says so); one fence may serve several rings, which
     /// is what lets a sender to many rings pay for it once.
     pub fn try_push_unfenced(&mut self, v: T) -> Result<Push<T>, Corrupt> {
-        if !self.has_room()? {
+        let Some(r) = self.reserve()? else {
             return Ok(Push::Full(v));
-        }
-        let slot = self.ring.slot(self.tail);
-        // SAFETY: the consumer is done with this slot (its head has passed the entry
-        // `cap` positions back) and will not read the value before we publish `seq`.
-        unsafe { T::write_shared(std::ptr::addr_of_mut!((*slot).val), v) };
-        self.tail = self.tail.wrapping_add(1);
-        // SYNC: pairs with the consumer's Acquire load of `seq` in `try_pop`/`has_data`.
-        self.ring
-            .seq(self.tail.wrapping_sub(1))
-            .store(self.tail, Ordering::Release);
+        };
+        // SAFETY: reserved just above, with nothing pushed in between.
+        unsafe { self.publish_reserved(r, v) };
         Ok(Push::Done { wake: false })
     }
 

@@ -246,16 +246,15 @@ fn measure_all(ctx: &BenchCtx) -> Result<Calibrated> {
     prims.insert(0, handover(ctx, &sizes)?);
     let _ = sys::pin_to(ctx.cpu(0));
     // The model gets each size's middle pass; the thresholds its cheapest.
-    let pick = |which: fn(&mut Vec<Summary>) -> Summary| -> Vec<PrimPoint> {
+    for (_, v) in &mut passes {
+        v.sort_by(|a, b| a.median.total_cmp(&b.median));
+    }
+    let pick = |which: fn(&[Summary]) -> Summary| -> Vec<PrimPoint> {
         passes
             .iter()
-            .map(|(size, v)| {
-                let mut v = v.clone();
-                v.sort_by(|a, b| a.median.total_cmp(&b.median));
-                PrimPoint {
-                    size: *size,
-                    summary: which(&mut v),
-                }
+            .map(|(size, v)| PrimPoint {
+                size: *size,
+                summary: which(v),
             })
             .collect()
     };
