@@ -1061,6 +1061,72 @@ fn loan_then_send() {
     assert_eq!(path.stats().outstanding_fbufs, before);
 }
 
+/// `Loan::as_mut_slice`: the run found at the loan is the fbuf itself (zero copy); after
+/// `data()` cut or replaced the message the slice follows it (found again), and what was
+/// written through it arrives; several fragments give no slice but still send.
+#[test]
+fn loan_slice_follows_the_message() {
+    let g = group("loanslice");
+    let (a, _b, tx, mut rx) = small_ring(&g, false);
+    let path = a.path(PathConfig::default()).unwrap();
+    let mut loan = tx.loan(path.alloc(10_000).unwrap()).unwrap();
+    let s = loan.as_mut_slice().expect("an fbuf is one run");
+    assert_eq!(s.len(), 10_000);
+    s.fill(3);
+    s[9_999] = 4;
+    let addr = s.as_ptr();
+    loan.send().unwrap();
+    let got = rx.try_recv().unwrap().expect("sent");
+    assert_eq!(got.fragments()[0].as_slice().as_ptr(), addr, "zero copy");
+    assert!(got.iter_bytes().take(9_999).all(|b| b == 3));
+    assert_eq!(got.iter_bytes().last(), Some(4));
+    drop(got);
+    // Cut through `data()` after the slice was taken: the next slice is the new length,
+    // and the message goes out as cut (described again at send).
+    let mut loan = tx.loan(path.alloc(8192).unwrap()).unwrap();
+    loan.as_mut_slice().unwrap().fill(5);
+    loan.data().truncate(100);
+    let s = loan.as_mut_slice().unwrap();
+    assert_eq!(s.len(), 100);
+    s[99] = 6;
+    loan.send().unwrap();
+    let mut want = [5u8; 100];
+    want[99] = 6;
+    assert!(rx.try_recv().unwrap().unwrap().eq_bytes(&want));
+    // Replaced through `data()`: the slice is the new buffer's.
+    let mut loan = tx.loan(path.alloc(4096).unwrap()).unwrap();
+    let old = std::mem::replace(loan.data(), path.alloc(4096).unwrap());
+    let s = loan.as_mut_slice().unwrap();
+    s.fill(7);
+    let addr = s.as_ptr();
+    loan.send().unwrap();
+    let got = rx.try_recv().unwrap().unwrap();
+    assert!(got.eq_bytes(&[7; 4096]));
+    assert_eq!(got.fragments()[0].as_slice().as_ptr(), addr);
+    drop((got, old));
+    // Two fragments: no one run; written through `data()`, sent on the general path.
+    let two = ferry::IoDataMut::from_segments(
+        vec![
+            ferry::Segment::from_vec(vec![0; 10]),
+            ferry::Segment::from_vec(vec![0; 10]),
+        ],
+        20,
+    )
+    .unwrap();
+    let mut loan = tx.loan(two).unwrap();
+    assert!(loan.as_mut_slice().is_none());
+    loan.data().fill_from(&[8; 20]);
+    loan.send().unwrap();
+    assert!(rx.try_recv().unwrap().unwrap().eq_bytes(&[8; 20]));
+    // Empty: an empty slice, and an empty message arrives.
+    let mut loan = tx.loan(path.alloc(0).unwrap()).unwrap();
+    assert_eq!(loan.as_mut_slice().map(|s| s.len()), Some(0));
+    loan.send().unwrap();
+    assert!(rx.try_recv().unwrap().unwrap().is_empty());
+    tx.collect_releases().unwrap();
+    assert_eq!(tx.in_flight(), 0);
+}
+
 /// A loan on a lossy channel: sent on the general path, so that a full ring loses its
 /// oldest message as `try_send` does.
 #[test]

@@ -1,9 +1,12 @@
 //! A message written in place for one sender, iceoryx2's loan in ferry's terms: the
-//! fbufs, the ring place and the descriptor are all made before the payload is written,
-//! so that the send itself is a descriptor store and a publication.
+//! fbufs, the ring place and the descriptor are all made, and the descriptor stored in
+//! its ring slot, before the payload is written, so that the send itself is one store
+//! that publishes it.
+
+use std::ptr::NonNull;
 
 use super::desc::{self, RawDesc, RawFrag, RawRef};
-use super::ring::Reserved;
+use super::ring::{Producer, Reserved};
 use super::sender::{SendSlot, Sent};
 use crate::error::Result;
 use crate::iodata::IoDataMut;
@@ -23,15 +26,17 @@ pub struct Loan<'a> {
 struct Inner<'a> {
     slot: SendSlot<'a>,
     data: IoDataMut,
-    /// The descriptor for `data` as it was loaned, its token taken; `None` when the
-    /// message needs the general path at send (more than one segment, a segment outside
-    /// any lot or with a send hook, a lossy channel).
+    /// `data`'s bytes when they are one run, found at the loan or at the last
+    /// [`Loan::as_mut_slice`]; forgotten when [`Loan::data`] lends `data` out.
+    bytes: Option<(NonNull<u8>, usize)>,
+    /// The descriptor for `data` as it was loaned, its token taken, already in its ring
+    /// slot; `None` when the message needs the general path at send (more than one
+    /// segment, a segment outside any lot or with a send hook, a lossy channel).
     ready: Option<Ready>,
 }
 
 struct Ready {
-    desc: RawDesc,
-    /// The ring place, found at the loan.
+    /// The ring place, found at the loan; the descriptor is written there, unpublished.
     place: Reserved<RawDesc>,
     idx: u32,
     generation: u32,
@@ -44,10 +49,16 @@ struct Ready {
 
 // SAFETY: `seg` is an address compared, never dereferenced; `place` points into the
 // ring's shared mapping, which outlives the loan (it borrows the sender), and is written
-// only by `Loan::send` under the sender's state lock, held by the loan throughout.
+// only at the loan and by `Loan::send`, under the sender's state lock, held by the loan
+// throughout.
 unsafe impl Send for Ready {}
 // SAFETY: as above (a shared `Ready` gives no access to `place`).
 unsafe impl Sync for Ready {}
+// SAFETY: `Inner::bytes` points into the fbufs `Inner::data` owns alone (an `IoDataMut`
+// is `Send` and `Sync`), and is used only through `&mut Loan`.
+unsafe impl Send for Inner<'_> {}
+// SAFETY: as above (a shared `Loan` gives no access to `bytes`).
+unsafe impl Sync for Inner<'_> {}
 
 impl std::fmt::Debug for Loan<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -61,16 +72,43 @@ impl std::fmt::Debug for Loan<'_> {
 }
 
 impl<'a> Loan<'a> {
-    pub(super) fn new(mut slot: SendSlot<'a>, data: IoDataMut) -> Loan<'a> {
+    pub(super) fn new(mut slot: SendSlot<'a>, mut data: IoDataMut) -> Loan<'a> {
         let ready = prepare(&mut slot, &data);
+        let bytes = one_run(&mut data).map(|s| (NonNull::from(&mut *s).cast(), s.len()));
         Loan {
-            inner: Some(Inner { slot, data, ready }),
+            inner: Some(Inner {
+                slot,
+                data,
+                bytes,
+                ready,
+            }),
         }
     }
 
     /// The message, to write.
     pub fn data(&mut self) -> &mut IoDataMut {
-        &mut self.inner.as_mut().expect("a loan lives until sent").data
+        let inner = self.inner.as_mut().expect("a loan lives until sent");
+        // It may be replaced, grown or cut through this borrow.
+        inner.bytes = None;
+        &mut inner.data
+    }
+
+    /// The message's bytes, to write, when they are one run (as those of an fbuf from a
+    /// path's `alloc` are); `None` for a message of several fragments. The run is found
+    /// at the loan, so writing through it reads none of the message's bookkeeping: after
+    /// a large payload was written, the send then touches as few cold cache lines as it
+    /// can. An empty message gives an empty slice.
+    pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        let inner = self.inner.as_mut().expect("a loan lives until sent");
+        if inner.bytes.is_none() {
+            let s = one_run(&mut inner.data)?;
+            inner.bytes = Some((NonNull::from(&mut *s).cast(), s.len()));
+        }
+        let (p, len) = inner.bytes?;
+        // SAFETY: `p` and `len` are those of `data`'s one run, taken from `&mut data` and
+        // forgotten whenever `data` is lent out (`data()`), so `data` is unchanged since
+        // and owns the bytes alone; the borrow of `self` keeps both alive and unaliased.
+        Some(unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), len) })
     }
 
     /// Sends the message. Its descriptor was made at the loan, so this stores it in the
@@ -87,6 +125,7 @@ impl<'a> Loan<'a> {
             mut slot,
             data,
             ready,
+            ..
         } = self.inner.take().expect("a loan lives until sent");
         let ready = match ready {
             Some(r) if r.len == data.len() && data.sole_segment() == Some(r.seg) => r,
@@ -101,9 +140,9 @@ impl<'a> Loan<'a> {
         let pos = ready.place.position();
         // Published before anything of the sender's state is touched: the application's
         // writes since the loan may have pushed it out of the caches and the TLB.
-        // SAFETY: the place was reserved at the loan under this same state lock, held
-        // since, so nothing was pushed in between.
-        unsafe { slot.st.fwd.publish_reserved(ready.place, ready.desc) };
+        // SAFETY: the place was reserved, and the descriptor written there, at the loan
+        // under this same state lock, held since, so nothing was pushed in between.
+        unsafe { slot.st.fwd.publish_written(ready.place) };
         let sent = Sent {
             idx: ready.idx,
             generation: ready.generation,
@@ -142,14 +181,30 @@ fn prepare(slot: &mut SendSlot<'_>, data: &IoDataMut) -> Option<Ready> {
     let place = slot.st.fwd.reserve().ok().flatten()?;
     let (idx, generation) = slot.st.take_token();
     let token = (generation as u64) << 32 | idx as u64;
+    let d: RawDesc = desc::encode(token, frag.as_slice(), &mut [], RawRef::NONE);
+    // Stored now, published at send: the receiver does not read the slot before then,
+    // and a send that finds the message changed (or a later push, if the loan is
+    // dropped) writes the slot again.
+    // SAFETY: reserved just above, under the state lock the loan holds until it is
+    // sent or dropped.
+    unsafe { Producer::write_reserved(&place, d) };
     Some(Ready {
-        desc: desc::encode(token, frag.as_slice(), &mut [], RawRef::NONE),
         place,
         idx,
         generation,
         len: data.len(),
         seg,
     })
+}
+
+/// `data`'s bytes when they are one run (or none).
+fn one_run(data: &mut IoDataMut) -> Option<&mut [u8]> {
+    let mut runs = data.fragments_mut();
+    match (runs.next(), runs.next()) {
+        (Some(s), None) => Some(s),
+        (None, _) => Some(&mut []),
+        _ => None,
+    }
 }
 
 impl Drop for Loan<'_> {

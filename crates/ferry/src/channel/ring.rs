@@ -267,13 +267,38 @@ impl<T: Entry> Producer<T> {
     /// since (its slot is still the next, free for the producer, and the ring still
     /// mapped).
     pub unsafe fn publish_reserved(&mut self, r: Reserved<T>, v: T) {
+        // SAFETY: the caller's contract is both callees'.
+        unsafe {
+            Self::write_reserved(&r, v);
+            self.publish_written(r);
+        }
+    }
+
+    /// Writes `v` into the reserved slot without publishing it: the consumer does not
+    /// read the slot until [`publish_written`](Self::publish_written) publishes its
+    /// sequence number. Written again, the last value is the one published.
+    ///
+    /// # Safety
+    /// As [`publish_reserved`](Self::publish_reserved).
+    pub unsafe fn write_reserved(r: &Reserved<T>, v: T) {
         // SAFETY: by the caller's contract the slot is the next one, free (room was seen
         // at `reserve`: the consumer's head has passed the entry `cap` positions back, and
-        // a consumer only frees more), and not read before `seq` is published below.
+        // a consumer only frees more), and not read before `seq` is published.
         unsafe { T::write_shared(std::ptr::addr_of_mut!((*r.slot).val), v) };
+    }
+
+    /// Publishes the value [`write_reserved`](Self::write_reserved) wrote at `r`, then
+    /// advances past it. The publication is the first thing it writes: one store of the
+    /// slot's sequence number.
+    ///
+    /// # Safety
+    /// As [`publish_reserved`](Self::publish_reserved), and `r`'s slot was written by
+    /// `write_reserved` since the reservation.
+    pub unsafe fn publish_written(&mut self, r: Reserved<T>) {
         let next = r.pos.wrapping_add(1);
-        // SYNC: pairs with the consumer's Acquire load of `seq` in `try_pop`/`has_data`.
-        // SAFETY: `seq` is an atomic in the mapped slot.
+        // SYNC: pairs with the consumer's Acquire load of `seq` in `try_pop`/`has_data`;
+        // the slot's value, written before, is visible with it.
+        // SAFETY: `seq` is an atomic in the mapped slot (the caller's contract).
         unsafe { &(*r.slot).seq }.store(next, Ordering::Release);
         // Keep the compiler from moving the update of our own state (which may miss in
         // the caches and the TLB) before the publication.
@@ -661,6 +686,33 @@ mod tests {
         for i in 21..25 {
             assert_eq!(c.try_pop().unwrap().unwrap().0, i);
         }
+    }
+
+    #[test]
+    fn a_value_written_at_a_reservation_is_seen_only_once_published() {
+        let (_m, mut p, mut c) = pair(2);
+        let r = p.reserve().unwrap().expect("room");
+        // SAFETY: reserved just above, nothing pushed since (both writes and the
+        // publication use the same reservation).
+        unsafe { Producer::write_reserved(&r, 30) };
+        assert_eq!(c.try_pop(), Ok(None), "written but not yet published");
+        // SAFETY: as above.
+        unsafe { Producer::write_reserved(&r, 31) };
+        assert_eq!(c.try_pop(), Ok(None));
+        // SAFETY: as above; the slot was written since the reservation.
+        unsafe { p.publish_written(r) };
+        assert_eq!(
+            c.try_pop().unwrap().unwrap().0,
+            31,
+            "the last value written"
+        );
+        // Written and never published (a dropped loan): the next push takes the place.
+        let r = p.reserve().unwrap().expect("room");
+        // SAFETY: as above.
+        unsafe { Producer::write_reserved(&r, 40) };
+        p.try_push(41).unwrap();
+        assert_eq!(c.try_pop().unwrap().unwrap().0, 41);
+        assert_eq!(c.try_pop(), Ok(None));
     }
 
     #[test]

@@ -457,14 +457,15 @@ impl Sender {
 
     /// Takes `data` (freshly allocated, not yet written or partly written) as a message
     /// for this sender and reserves its place (see [`reserve`](Self::reserve)); the
-    /// descriptor is made now, so that [`Loan::send`](super::Loan::send) only stores and
-    /// publishes it.
+    /// descriptor is made now and stored in the place, unpublished, so that
+    /// [`Loan::send`](super::Loan::send) only publishes it.
     /// iceoryx2's loan, with the buffer from a [`PathAllocator`] of this domain:
     ///
     /// ```no_run
     /// # fn demo(tx: &ferry::Sender, path: &ferry::PathAllocator) -> ferry::Result<()> {
     /// let mut loan = tx.loan(path.alloc(4096)?)?;
-    /// loan.data().write_at(0, b"frame 1");
+    /// let frame = loan.as_mut_slice().expect("an fbuf from a path is one run");
+    /// frame[..7].copy_from_slice(b"frame 1");
     /// loan.send()?;
     /// # Ok(()) }
     /// ```

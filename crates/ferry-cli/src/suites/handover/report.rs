@@ -116,8 +116,8 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
          every size and every system, the systems' order rotated per round), {} timed messages per \
          system, size and round. Protocol, the same for all: the sender writes one byte in every page, \
          stamps CLOCK_MONOTONIC into the header and hands over (ferry: a cached fbuf loaned to the sender \
-         before the writes (`Sender::loan`: ring place and descriptor made then), then \
-         `Loan::send`; iceoryx2: send of a \
+         before the writes (`Sender::loan`: ring place found and descriptor stored there, unpublished), \
+         written through `Loan::as_mut_slice`, then `Loan::send`; iceoryx2: send of a \
          loaned `[u8]` slice, ipc service, power-of-two dynamic segment); the \
          receiver reads the header, stamps, drops the message and acknowledges through a shared cache \
          line. Floor: one cache line bounced between the two processes, half the round trip. \

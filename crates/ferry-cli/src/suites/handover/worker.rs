@@ -9,7 +9,8 @@
 //!    one- and two-line floors: none) and writes one byte in every page of it.
 //! 2. It reads `CLOCK_MONOTONIC` (`t0`), writes the header (sequence number and `t0`),
 //!    and hands the buffer over (ferry: `Loan::send` of the fbuf loaned to the sender
-//!    before step 1's writes, as iceoryx2 loans its slice; iceoryx2: `send`; the
+//!    before step 1's writes, as iceoryx2 loans its slice, and written through
+//!    `Loan::as_mut_slice`, the run found at the loan; iceoryx2: `send`; the
 //!    floor: a release store of the sequence number into one shared cache line; the
 //!    two-line and page-writes floors: the stamp and sequence number into a "header"
 //!    line, then a release store of the sequence number into the "descriptor" line). It
@@ -285,7 +286,13 @@ impl FerryTx {
                 Err(e) => return Err(err(e).into()),
             }
         };
-        let t0 = fill(loan.data(), seq)?;
+        // Written through the run found at the loan (iceoryx2's loaned slice too is
+        // one run the sample knows).
+        let t0 = fill_run(
+            loan.as_mut_slice()
+                .context("an fbuf from a path is one run")?,
+            seq,
+        );
         loan.send().map_err(err)?;
         Ok((t0, now_ns() - t0))
     }
@@ -302,6 +309,15 @@ fn fill(m: &mut IoDataMut, seq: u64) -> Result<u64> {
     let first = m.fragments_mut().next().context("a non-empty fbuf")?;
     write_header(first, seq, t0);
     Ok(t0)
+}
+
+/// [`fill`] for a message that is one run of bytes.
+fn fill_run(s: &mut [u8], seq: u64) -> u64 {
+    touch_pages(s, seq as u8);
+    settle();
+    let t0 = now_ns();
+    write_header(s, seq, t0);
+    t0
 }
 
 /// The size of ferry's fbuf for a `size`-byte message here: whole pages, a power of two.
