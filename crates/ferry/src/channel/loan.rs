@@ -28,7 +28,7 @@ struct Inner<'a> {
     data: IoDataMut,
     /// `data`'s bytes when they are one run, found at the loan or at the last
     /// [`Loan::as_mut_slice`]; forgotten when [`Loan::data`] lends `data` out.
-    bytes: Option<(NonNull<u8>, usize)>,
+    bytes: Option<Run>,
     /// The descriptor for `data` as it was loaned, its token taken, already in its ring
     /// slot; `None` when the message needs the general path at send (more than one
     /// segment, a segment outside any lot or with a send hook, a lossy channel).
@@ -54,11 +54,27 @@ struct Ready {
 unsafe impl Send for Ready {}
 // SAFETY: as above (a shared `Ready` gives no access to `place`).
 unsafe impl Sync for Ready {}
-// SAFETY: `Inner::bytes` points into the fbufs `Inner::data` owns alone (an `IoDataMut`
-// is `Send` and `Sync`), and is used only through `&mut Loan`.
-unsafe impl Send for Inner<'_> {}
-// SAFETY: as above (a shared `Loan` gives no access to `bytes`).
-unsafe impl Sync for Inner<'_> {}
+/// Where `Inner::data`'s one run of bytes is.
+#[derive(Clone, Copy)]
+struct Run {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl Run {
+    fn of(s: &mut [u8]) -> Run {
+        Run {
+            ptr: NonNull::from(&mut *s).cast(),
+            len: s.len(),
+        }
+    }
+}
+
+// SAFETY: a `Run` points into the fbufs its loan's `data` owns alone (an `IoDataMut` is
+// `Send` and `Sync`), and is dereferenced only through `&mut Loan`.
+unsafe impl Send for Run {}
+// SAFETY: as above (a shared `Run` is only an address and a length).
+unsafe impl Sync for Run {}
 
 impl std::fmt::Debug for Loan<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -74,7 +90,7 @@ impl std::fmt::Debug for Loan<'_> {
 impl<'a> Loan<'a> {
     pub(super) fn new(mut slot: SendSlot<'a>, mut data: IoDataMut) -> Loan<'a> {
         let ready = prepare(&mut slot, &data);
-        let bytes = one_run(&mut data).map(|s| (NonNull::from(&mut *s).cast(), s.len()));
+        let bytes = one_run(&mut data).map(Run::of);
         Loan {
             inner: Some(Inner {
                 slot,
@@ -102,20 +118,21 @@ impl<'a> Loan<'a> {
         let inner = self.inner.as_mut().expect("a loan lives until sent");
         if inner.bytes.is_none() {
             let s = one_run(&mut inner.data)?;
-            inner.bytes = Some((NonNull::from(&mut *s).cast(), s.len()));
+            inner.bytes = Some(Run::of(s));
         }
-        let (p, len) = inner.bytes?;
-        // SAFETY: `p` and `len` are those of `data`'s one run, taken from `&mut data` and
-        // forgotten whenever `data` is lent out (`data()`), so `data` is unchanged since
-        // and owns the bytes alone; the borrow of `self` keeps both alive and unaliased.
-        Some(unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), len) })
+        let r = inner.bytes?;
+        // SAFETY: `r` is `data`'s one run, taken from `&mut data` and forgotten whenever
+        // `data` is lent out (`data()`), so `data` is unchanged since and owns the bytes
+        // alone; the borrow of `self` keeps both alive and unaliased.
+        Some(unsafe { std::slice::from_raw_parts_mut(r.ptr.as_ptr(), r.len) })
     }
 
-    /// Sends the message. Its descriptor was made at the loan, so this stores it in the
-    /// reserved ring place and publishes it before anything else (then freezes the
-    /// message and puts it on record, as [`Sender::try_send`](super::Sender::try_send)
-    /// does). A message whose length changed since the loan, or that needed the general
-    /// path, is described now. The receiver may have died or closed since the loan:
+    /// Sends the message. Its descriptor was made and stored in the reserved ring place
+    /// at the loan, so this publishes it before anything else, with one store (then
+    /// freezes the message and puts it on record, as
+    /// [`Sender::try_send`](super::Sender::try_send) does). A message whose length
+    /// changed since the loan, that was replaced through [`data`](Self::data), or that
+    /// needed the general path, is described (and its slot written) now. The receiver may have died or closed since the loan:
     /// the message then comes back to its path as any message it did not take.
     ///
     /// # Errors
