@@ -12,11 +12,21 @@ use crate::error::Result;
 use crate::iodata::IoDataMut;
 
 /// A message being written for one [`Sender`](super::Sender) (see
-/// [`Sender::loan`](super::Sender::loan)): write it through [`data`](Self::data), then
+/// [`Sender::loan`](super::Sender::loan)): write it through
+/// [`as_mut_slice`](Self::as_mut_slice) or [`data`](Self::data), then
 /// [`send`](Self::send). It holds the sender's place in the ring (as [`SendSlot`] does,
 /// with the same rules: keep it short, and do not block in the sender's domain while
-/// holding it) and the message's descriptor, already encoded. Dropped unsent, it sends
-/// nothing and its fbufs go back to their path.
+/// holding it) and the message's descriptor, already encoded and stored in that place.
+/// Dropped unsent, it sends nothing and its fbufs go back to their path.
+///
+/// A loan holds the sender's lock, so it stays on the thread that took it:
+///
+/// ```compile_fail
+/// fn on_another_thread<T: Send>(_: T) {}
+/// # fn demo(tx: &ferry::Sender, path: &ferry::PathAllocator) -> ferry::Result<()> {
+/// on_another_thread(tx.loan(path.alloc(64)?)?);
+/// # Ok(()) }
+/// ```
 #[must_use = "a loan sends nothing until `send` is called"]
 pub struct Loan<'a> {
     /// Always `Some` until `send` or `drop` takes it.
