@@ -244,7 +244,9 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
          `Loan::send`; iceoryx2: assume_init and send). The floor by stamps is the one-line hand-over \
          timed like the systems (stamp, store / load, stamp): the clock reads are in it. The 2-line \
          floor is what any descriptor hand-over pays when its receiver reads the payload's header: \
-         the sender writes a header line and then a descriptor line naming it, the receiver polls \
+         the sender writes a header line (taken back from the receiver, which read it last time, \
+         before the stamp, as ferry's loan does with `prefetchw`) and then a descriptor line naming \
+         it, the receiver polls \
          the descriptor line and then reads the header line where the descriptor says, two cache \
          lines crossing one after the other (the header's address depends on the descriptor, as \
          ferry's and iceoryx2's do; a header read from a fixed place would overlap the two \
