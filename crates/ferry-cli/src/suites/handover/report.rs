@@ -243,7 +243,9 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
         "- \"send call\" is the sender's time from the stamp to the return of the send (ferry: \
          `Loan::send`; iceoryx2: assume_init and send). The floor by stamps is the one-line hand-over \
          timed like the systems (stamp, store / load, stamp): the clock reads are in it. The 2-line \
-         floor is what any descriptor hand-over pays when its receiver reads the payload's header: \
+         floor is meant as what any descriptor hand-over pays when its receiver reads the payload's \
+         header (though in the far vCPU placement ferry's one-page hand-over has measured below it, \
+         for reasons not found): \
          the sender writes a header line (taken back from the receiver, which read it last time, \
          before the stamp, as ferry's loan does with `prefetchw`) and then a descriptor line naming \
          it, the receiver polls \
