@@ -129,11 +129,10 @@ impl<'a> Loan<'a> {
     /// can. An empty message gives an empty slice.
     pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
         let inner = self.inner.as_mut().expect("a loan lives until sent");
-        if inner.bytes.is_none() {
-            let s = one_run(&mut inner.data)?;
-            inner.bytes = Some(Run::of(s));
-        }
-        let r = inner.bytes?;
+        let r = match inner.bytes {
+            Some(r) => r,
+            None => *inner.bytes.insert(Run::of(one_run(&mut inner.data)?)),
+        };
         // SAFETY: `r` is `data`'s one run, taken from `&mut data` and forgotten whenever
         // `data` is lent out (`data()`), so `data` is unchanged since and owns the bytes
         // alone; the borrow of `self` keeps both alive and unaliased.
@@ -145,8 +144,9 @@ impl<'a> Loan<'a> {
     /// freezes the message and puts it on record, as
     /// [`Sender::try_send`](super::Sender::try_send) does). A message whose length
     /// changed since the loan, that was replaced through [`data`](Self::data), or that
-    /// needed the general path, is described (and its slot written) now. The receiver may have died or closed since the loan:
-    /// the message then comes back to its path as any message it did not take.
+    /// needed the general path, is described (and its slot written) now. The receiver
+    /// may have died or closed since the loan: the message then comes back to its path
+    /// as any message it did not take.
     ///
     /// # Errors
     /// For a message described now, as [`SendSlot::send`].

@@ -247,8 +247,10 @@ impl<T> Reserved<T> {
 
 impl<T: Entry> Producer<T> {
     /// Finds the place of the next push, if the ring has room now. Until it is used by
-    /// [`publish_reserved`](Self::publish_reserved) nothing else may be pushed: the
-    /// caller holds the producer (for a sender, its state lock) in between.
+    /// [`publish_reserved`](Self::publish_reserved) (or
+    /// [`write_reserved`](Self::write_reserved) and
+    /// [`publish_written`](Self::publish_written)) nothing else may be pushed: the caller
+    /// holds the producer (for a sender, its state lock) in between.
     pub fn reserve(&mut self) -> Result<Option<Reserved<T>>, Corrupt> {
         if !self.has_room()? {
             return Ok(None);

@@ -233,8 +233,9 @@ fn fresh_group() -> Result<std::sync::Arc<Group>> {
 /// (`copy_in_local`) the reset just drops it: the receiver of a converted system buffer
 /// takes it in place and reads only its header. The bytes land at their own page offset
 /// in the fbuf, as `Passing` copies them: written at offset 0 from a heap buffer 16 bytes
-/// into its page, every store's address aliased a load's modulo 4 KiB, which made this
-/// copy 1.5 – 2x slower from 16 KiB to 256 KiB than the one genie's source makes.
+/// into its page, this copy ran 1.5 – 2x slower from 16 KiB to 256 KiB than the one
+/// genie's source makes. The cause is tied to the relative page offset but was not
+/// isolated (4 KiB store/load aliasing is a guess).
 fn copy_in(size: usize, reps: usize, reader: Option<usize>) -> Result<Vec<f64>> {
     let group = fresh_group()?;
     let domain = group.join()?;

@@ -468,11 +468,12 @@ fn sink(
                             // bytes land at the page offset they had in the sender's
                             // memory (`preferred_offset`), so that the copy's source and
                             // destination lie alike within their pages. (From data at
-                            // offset 0 into a heap `Vec` 16 bytes into its page, the copy
-                            // takes `copy_bytes`' backward path, which avoids glibc's
-                            // 4 KiB-aliasing case but costs about 9% more at 256 KiB (its
-                            // docs: 6.0 against 5.5 µs): an emulated copy converted to
-                            // copy ran 1.09x copy there, whose `Vec` source lined up.)
+                            // offset 0 into a heap `Vec` 16 bytes into its page, an
+                            // emulated copy converted to copy ran 1.09x copy at 256 KiB,
+                            // whose `Vec` source lined up. Likely, not isolated: the copy
+                            // then takes `copy_bytes`' backward path, which avoids glibc's
+                            // 4 KiB-aliasing case but costs about 9% more there (its docs:
+                            // 6.0 against 5.5 µs).)
                             let data = rx.recv()?;
                             let at = base + passing.preferred_offset(&data);
                             (passing.input_into(&data, s, &mut dst[at..at + size])?, at)
