@@ -11,7 +11,6 @@ const MIB: usize = 1 << 20;
 
 fn ferry() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry"));
-    cmd.env_remove("FERRY_PIPELINE_KILL_STAGE");
     cmd.env("RUST_BACKTRACE", "0");
     cmd
 }
@@ -201,25 +200,63 @@ fn stage_pids(stderr: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Spawns `ferry pipeline - - ARGS -v` and reads its stderr on a thread, handing over each
+/// line, so the stage pids arrive while the pipeline runs. Returns the child, the line
+/// channel and its reader thread, the stderr read so far, and the three stage pids.
+fn spawn_with_pids(
+    args: &[&str],
+) -> (
+    std::process::Child,
+    std::sync::mpsc::Receiver<String>,
+    std::thread::JoinHandle<()>,
+    String,
+    Vec<u32>,
+) {
+    let mut all = args.to_vec();
+    all.push("-v");
+    let mut child = spawn_stdio_pipeline(&all, false);
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut err = String::new();
+    let mut pids = Vec::new();
+    while pids.len() < 3 {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("no stage pids: {err}"));
+        err.push_str(&line);
+        err.push('\n');
+        pids = stage_pids(&err);
+    }
+    (child, rx, reader, err, pids)
+}
+
 #[test]
 fn killed_stage_stops_the_pipeline_cleanly() {
-    let len = 16 * MIB;
-    let input = scratch("kill-in");
-    let output = scratch("kill-out");
-    let _i = write_pattern(&input, 3, len);
-    let _o = Temp(output.clone());
-    let out = ferry()
-        .arg("pipeline")
-        .arg(&input)
-        .arg(&output)
-        .args(["--stages", "3", "--pallet-size", "64K", "-v"])
-        .env("FERRY_PIPELINE_KILL_STAGE", "2")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "should fail: {err}");
-    let pids = stage_pids(&err);
-    assert_eq!(pids.len(), 3, "{err}");
+    let (mut child, rx, reader, mut err, pids) =
+        spawn_with_pids(&["--stages", "3", "--pallet-size", "64K"]);
+    // Data in flight (stdin stays open, so the run cannot end by itself), then stage 2
+    // dies the way a crashing process does.
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&pattern(3, 0, MIB)).unwrap();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pids[1] as i32).unwrap(),
+        rustix::process::Signal::ABORT,
+    )
+    .unwrap();
+    let status = wait_bounded(&mut child, 60);
+    drop(stdin);
+    reader.join().unwrap();
+    err.extend(rx.try_iter().map(|l| l + "\n"));
+    assert!(!status.success(), "should fail: {err}");
     let culprit = format!("stage 2 (pid {}) was killed by signal 6 (SIGABRT)", pids[1]);
     assert!(err.contains(&culprit), "no {culprit:?} in: {err}");
     // No stage is left running or unreaped (a zombie would still have a /proc entry).

@@ -42,10 +42,6 @@ use stream_spec::StreamSpec;
 /// Exit status of a stage process that stopped because a neighbour went away first.
 const EXIT_NEIGHBOUR_GONE: i32 = 3;
 
-/// Test hook: the stage with this number aborts after forwarding its first container
-/// (stage processes only).
-const KILL_STAGE_ENV: &str = "FERRY_PIPELINE_KILL_STAGE";
-
 /// Arguments of `ferry pipeline`.
 #[derive(Debug, clap::Args)]
 pub struct PipelineArgs {
@@ -118,15 +114,10 @@ pub struct StageArgs {
 pub fn run_stage_process(args: StageArgs) -> Result<()> {
     let up = UnixStream::from(crate::sys::inherited_fd(args.up_fd)?);
     let down = UnixStream::from(crate::sys::inherited_fd(args.down_fd)?);
-    let crash = std::env::var(KILL_STAGE_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        == Some(args.index);
     let cfg = StageConfig {
         index: args.index,
         touch: args.touch,
         xor: args.xor,
-        crash_after: crash.then_some(1),
         verbose: args.verbose,
     };
     match stage::run(&cfg, &up, &down) {
@@ -177,7 +168,6 @@ pub fn run(args: PipelineArgs) -> Result<()> {
             index,
             touch: args.touch,
             xor: if index == 1 { args.xor } else { None },
-            crash_after: None,
             verbose: args.verbose,
         };
         let s = if args.in_process {

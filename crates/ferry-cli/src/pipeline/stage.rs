@@ -19,8 +19,6 @@ pub struct StageConfig {
     /// XOR every valid byte of every pallet with this constant (the whole container is
     /// unloaded, whatever `touch` says).
     pub xor: Option<u8>,
-    /// Test hook: abort the process after forwarding this many containers.
-    pub crash_after: Option<u64>,
     /// Print the stage's mapping statistics to stderr when it ends.
     pub verbose: bool,
 }
@@ -124,9 +122,6 @@ pub fn run(
                 );
             }
             return Ok(report);
-        }
-        if cfg.crash_after == Some(report.containers) {
-            std::process::abort();
         }
     }
 }

@@ -1,11 +1,11 @@
-//! The `ferry bench` harness end to end: real worker processes, JSON records,
+//! The `ferry-bench` harness end to end: real worker processes, JSON records,
 //! SVG plots, and clean failures.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-fn ferry() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry"));
+fn ferry_bench() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferry-bench"));
     cmd.env("CI", "true");
     cmd
 }
@@ -16,9 +16,9 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// Runs `ferry ARGS...`, asserts it succeeded, and returns its pid and stdout.
+/// Runs `ferry-bench ARGS...`, asserts it succeeded, and returns its pid and stdout.
 fn run_ok(args: &[&std::ffi::OsStr]) -> (u32, String) {
-    let child = ferry()
+    let child = ferry_bench()
         .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -40,7 +40,6 @@ fn fbufs_quick_writes_records_and_a_plot() {
     let json = dir.join("r.json");
     let svg = dir.join("p.svg");
     let (pid, stdout) = run_ok(&[
-        "bench".as_ref(),
         "fbufs".as_ref(),
         "--quick".as_ref(),
         "--json".as_ref(),
@@ -88,15 +87,59 @@ fn fbufs_quick_writes_records_and_a_plot() {
 
 #[test]
 fn unknown_benchmark_is_an_error() {
-    let out = ferry().args(["bench", "nope"]).output().unwrap();
+    let out = ferry_bench().arg("nope").output().unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("fbufs-path"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
+}
+
+/// The suites `--help` lists: the names at the start of its command lines.
+fn listed_suites() -> Vec<String> {
+    let out = ferry_bench().arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let commands = text
+        .split("Commands:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no command list in: {text}"));
+    commands
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn help_lists_exactly_the_suites_and_all() {
+    let want = [
+        "fbufs",
+        "fbufs-path",
+        "container",
+        "xlate",
+        "vcm",
+        "services",
+        "calibrate",
+        "genie",
+        "python",
+        "handover",
+        "all",
+        "help",
+    ];
+    assert_eq!(listed_suites(), want);
+    // Each listed suite runs as a command of its own (here only as far as its --help).
+    for name in &want[..want.len() - 1] {
+        let out = ferry_bench().args([name, "--help"]).output().unwrap();
+        assert!(out.status.success(), "{name}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("--quick"),
+            "{name}"
+        );
+    }
 }
 
 #[test]
 fn worker_refuses_a_descriptor_it_did_not_inherit() {
     let plan = r#"{"pattern":"stream","wait":"block","touch":"word","sizes":[4096],"msgs":[1],"warmup":[0],"trials":1}"#;
-    let out = ferry()
+    let out = ferry_bench()
         .args(["__worker", "sink", "--plan", plan, "--rx", "987"])
         .output()
         .unwrap();
@@ -104,7 +147,7 @@ fn worker_refuses_a_descriptor_it_did_not_inherit() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not open"));
 }
 
-/// Groups a run of the `ferry` process `pid` left in /dev/shm.
+/// Groups a run of the `ferry-bench` process `pid` left in /dev/shm.
 fn groups_left(pid: u32) -> Vec<String> {
     let prefixes = [
         format!("ferry.bench-{pid}-"),
@@ -120,56 +163,10 @@ fn groups_left(pid: u32) -> Vec<String> {
 }
 
 #[test]
-fn calibrate_writes_a_file_the_library_reads() {
-    let dir = scratch("calibrate");
-    let file = dir.join("sub").join("calibration");
-    let (pid, stdout) = run_ok(&[
-        "calibrate".as_ref(),
-        "--quick".as_ref(),
-        "--out".as_ref(),
-        file.as_os_str(),
-    ]);
-    assert!(stdout.contains("Tables 6 and 7") && stdout.contains("TCOW-fault bar"));
-    let text = std::fs::read_to_string(&file).unwrap();
-    assert!(text.starts_with("# ferry calibration, written by `ferry calibrate` on "));
-    let cal = ferry::semantics::Calibration::parse(&text).unwrap();
-    // The primitives that need no privilege or kernel option are always there.
-    for p in [
-        "copy_in",
-        "copy_in_local",
-        "copy_out",
-        "handover",
-        "protect_mprotect",
-        "hide",
-        "swap",
-    ] {
-        let f = cal.fits.get(p).unwrap_or_else(|| panic!("no fit for {p}"));
-        assert!(
-            f.r2.is_finite() && f.a.is_finite() && f.b.is_finite(),
-            "{p}: {f:?}"
-        );
-    }
-    // The model answers for every semantics whose primitives were measured.
-    for s in ferry::semantics::Semantics::ALL {
-        let terms = cal.recipe(s, 1 << 20);
-        if terms.iter().all(|t| cal.fits.contains_key(t.primitive)) {
-            assert!(cal.predict(s, 1 << 20).is_some(), "{s}");
-        }
-    }
-    assert!(
-        groups_left(pid).is_empty(),
-        "left behind: {:?}",
-        groups_left(pid)
-    );
-    std::fs::remove_dir_all(&dir).unwrap();
-}
-
-#[test]
 fn genie_quick_measures_every_semantics_and_judges_the_bars() {
     let dir = scratch("genie");
     let json = dir.join("r.json");
     let (pid, stdout) = run_ok(&[
-        "bench".as_ref(),
         "genie".as_ref(),
         "--quick".as_ref(),
         "--json".as_ref(),

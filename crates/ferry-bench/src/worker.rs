@@ -1,21 +1,17 @@
-//! The hidden `ferry __worker` subcommand: one process of a benchmark.
+//! The hidden `ferry-bench __worker` subcommand: one process of a benchmark.
 //!
 //! The harness spawns `current_exe() __worker <role> --plan JSON ...`
 //! ([`WorkerArgs`]), hands it descriptors, and reads its [`Sample`]s, one JSON
 //! line each, from its stdout once it exits.
 
-use std::io::{self, Write};
-
 use anyhow::{bail, Context, Result};
+use ferry_measure::worker;
 
 use crate::harness::chain::roles;
-use crate::harness::memcpy;
-use crate::protocol::{Header, Plan, Role, Sample, WorkerArgs, WorkerTransport};
+use crate::protocol::{Plan, Role, Sample, WorkerArgs, WorkerTransport};
 use crate::suites::container::domain;
-use crate::suites::genie::worker as genie_worker;
 use crate::suites::handover;
 use crate::suites::vcm::echo;
-use crate::sys;
 use crate::transport::ack::Ack;
 use crate::transport::ferry::{self as ferry_link, Ferry};
 use crate::transport::stream::FdStream;
@@ -23,43 +19,25 @@ use crate::transport::Transport;
 
 /// Runs one worker to completion and prints its samples.
 pub fn run(args: WorkerArgs) -> Result<()> {
-    let plan: Plan = serde_json::from_str(&args.plan).context("parsing --plan")?;
-    if let Some(s) = plan.sizes.iter().find(|&&s| s < Header::LEN) {
-        bail!(
-            "message size {s} is smaller than the {}-byte header",
-            Header::LEN
-        );
-    }
-    if let Some(cpu) = args.cpu {
-        sys::pin_to(cpu).with_context(|| format!("pinning to CPU {cpu}"))?;
-    }
-    let samples = match args.role {
-        Role::Local => roles::local(&plan),
-        Role::Memcpy => memcpy::worker(&plan),
-        Role::Domain => domain::run(&args, &plan)?,
-        Role::VcmEcho => echo::run(&args)?,
-        Role::GenieSource | Role::GenieSink => {
-            let samples = genie_worker::run(&args, &plan);
-            ferry_link::leave();
-            samples?
+    worker::serve(args, |args, plan| {
+        if let Some(samples) = worker::own_role(args, plan) {
+            return samples;
         }
-        Role::HandoverSend | Role::HandoverRecv => handover::worker::run(&args, &plan)?,
-        _ => match args.transport {
-            WorkerTransport::FdStream => run_with::<FdStream>(&args, &plan)?,
-            WorkerTransport::Ferry => {
-                let samples = run_with::<Ferry>(&args, &plan);
-                ferry_link::leave();
-                samples?
-            }
-        },
-    };
-    let mut out = io::BufWriter::new(io::stdout().lock());
-    for s in &samples {
-        serde_json::to_writer(&mut out, s)?;
-        out.write_all(b"\n")?;
-    }
-    out.flush()?;
-    Ok(())
+        Ok(match args.role {
+            Role::Local => roles::local(plan),
+            Role::Domain => domain::run(args, plan)?,
+            Role::VcmEcho => echo::run(args)?,
+            Role::HandoverSend | Role::HandoverRecv => handover::worker::run(args, plan)?,
+            _ => match args.transport {
+                WorkerTransport::FdStream => run_with::<FdStream>(args, plan)?,
+                WorkerTransport::Ferry => {
+                    let samples = run_with::<Ferry>(args, plan);
+                    ferry_link::leave();
+                    samples?
+                }
+            },
+        })
+    })
 }
 
 fn run_with<T: Transport>(args: &WorkerArgs, plan: &Plan) -> Result<Vec<Sample>> {

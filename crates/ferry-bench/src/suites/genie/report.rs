@@ -729,7 +729,7 @@ fn calibration_warning(series: &[&Series]) -> Option<String> {
 mod tests {
     use super::*;
     use crate::harness::stats::Summary;
-    use crate::suites::genie::Point;
+    use ferry_measure::suites::genie::Point;
 
     #[test]
     fn the_1_05x_bar_names_its_same_work_floor() {

@@ -1,26 +1,41 @@
-//! `ferry bench`: benchmarks between real processes, with their baselines and
+//! `ferry-bench`: ferry's benchmarks between real processes, with their baselines and
 //! the papers' numbers side by side.
 //!
-//! The suites themselves are in [`crate::suites`], the harness they run on in
-//! [`crate::harness`].
+//! - `ferry-bench <suite>` runs one of the [`suites`], one folder per benchmark suite
+//!   (its plan, its worker role, its report text), on the [`harness`] (workers,
+//!   budgets, statistics, tables, plots, the report folder); `ferry-bench all` runs
+//!   every suite and writes the report folder;
+//! - [`worker`] (`ferry-bench __worker`) is one process of a benchmark; what the harness
+//!   tells it and what it reports back is the [`protocol`], and it moves messages
+//!   through a [`transport`].
+//!
+//! The harness, the protocol, the transports and the `calibrate` and `genie` measurements
+//! are in `ferry-measure`, which the `ferry` tool's `calibrate` command uses too; this
+//! crate adds the other suites, their workers and the baselines they compare with.
+#![deny(unsafe_code)]
+
+mod harness;
+mod suites;
+mod worker;
+
+use ferry_measure::{protocol, sys, transport};
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
-use clap::Args;
+use anyhow::{Context, Result};
+use clap::{Arg, ArgAction, Args, Command, FromArgMatches};
 
 use crate::harness::output::PlotSpec;
 use crate::harness::report::{self, draw, write_json, Finished};
 use crate::harness::watchdog::Watchdog;
 use crate::harness::{BenchCtx, BenchDef};
+use crate::protocol::WorkerArgs;
 use crate::suites::BENCHES;
 
+/// The options of a run, one suite or `all`.
 #[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// A benchmark (fbufs, fbufs-path, container, xlate, vcm, services, calibrate, genie)
-    /// or `all`.
-    pub name: String,
+pub struct RunArgs {
     /// Fewer sizes and messages: under 30 s for everything.
     #[arg(long)]
     pub quick: bool,
@@ -40,21 +55,64 @@ pub struct BenchArgs {
     pub stall_limit: Option<u64>,
 }
 
-pub fn run(args: BenchArgs) -> Result<()> {
-    let selected: Vec<&'static BenchDef> = if args.name == "all" {
+/// The command line: one subcommand per suite in [`BENCHES`] (so `--help` lists exactly
+/// the suites there are), `all`, and the hidden commands the harness spawns itself.
+fn cli() -> Command {
+    let mut cmd = Command::new("ferry-bench")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about("ferry's benchmarks between real processes, with their baselines and the papers' numbers")
+        .subcommand_required(true)
+        .arg_required_else_help(true);
+    for def in BENCHES {
+        cmd = cmd.subcommand(RunArgs::augment_args(
+            Command::new(def.name).about(def.about),
+        ));
+    }
+    cmd.subcommand(RunArgs::augment_args(Command::new("all").about(
+        "Every suite above, in that order, and the report folder (default ferry-report/)",
+    )))
+    .subcommand(WorkerArgs::augment_args(
+        Command::new("__worker")
+            .about("One process of a benchmark; spawned by the harness, not for direct use")
+            .hide(true),
+    ))
+    .subcommand(
+        Command::new("__drain")
+            .about("The subscriber process of `ferry-bench services`; not for direct use")
+            .hide(true)
+            .arg(Arg::new("args").num_args(0..).action(ArgAction::Append)),
+    )
+}
+
+fn main() -> Result<()> {
+    let matches = cli().get_matches();
+    let Some((name, sub)) = matches.subcommand() else {
+        unreachable!("a subcommand is required");
+    };
+    match name {
+        "__worker" => worker::run(WorkerArgs::from_arg_matches(sub).unwrap_or_else(|e| e.exit())),
+        "__drain" => {
+            let args: Vec<String> = sub
+                .get_many::<String>("args")
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect();
+            suites::services::drain_main(&args)
+        }
+        _ => run(
+            name,
+            RunArgs::from_arg_matches(sub).unwrap_or_else(|e| e.exit()),
+        ),
+    }
+}
+
+/// Runs the suite `name` (one of [`BENCHES`]) or `all`.
+pub fn run(name: &str, args: RunArgs) -> Result<()> {
+    let selected: Vec<&'static BenchDef> = if name == "all" {
         BENCHES.iter().collect()
     } else {
-        match BENCHES.iter().find(|b| b.name == args.name) {
-            Some(b) => vec![b],
-            None => {
-                let names: Vec<_> = BENCHES.iter().map(|b| b.name).collect();
-                bail!(
-                    "unknown benchmark {:?}; try one of: {}, all",
-                    args.name,
-                    names.join(", ")
-                );
-            }
-        }
+        BENCHES.iter().filter(|b| b.name == name).collect()
     };
     let ctx = BenchCtx::new(args.quick);
     let limit = args
@@ -103,7 +161,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             eprintln!("wrote {}", file.display());
         }
     }
-    let out = match (&args.out, args.name.as_str()) {
+    let out = match (&args.out, name) {
         (Some(dir), _) => Some(dir.clone()),
         (None, "all") => Some(PathBuf::from("ferry-report")),
         _ => None,
