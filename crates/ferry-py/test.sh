@@ -25,9 +25,9 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade \
     "maturin>=1.5,<2" numpy pytest
-# iceoryx2 is a baseline of `ferry bench python`, not a dependency: its absence is not an error.
+# iceoryx2 is a baseline of `ferry-bench python`, not a dependency: its absence is not an error.
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "iceoryx2==0.10.0" ||
-    echo "iceoryx2 could not be installed: ferry bench python will skip it"
+    echo "iceoryx2 could not be installed: ferry-bench python will skip it"
 # install_and_test VENV [pytest args...]: builds the package from the checkout into VENV
 # (the build backend runs `maturin` by name, from VENV) and runs pytest.
 install_and_test() {

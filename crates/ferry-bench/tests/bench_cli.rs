@@ -11,7 +11,7 @@ fn ferry_bench() -> Command {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ferry-cli-test-{}-{name}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("ferry-bench-test-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }

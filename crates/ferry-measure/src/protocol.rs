@@ -19,17 +19,17 @@ pub enum Role {
     Sink,
     Local,
     Memcpy,
-    /// One domain of `ferry bench container` ([`crate::suites::container::domain`]).
+    /// One domain of `ferry-bench container` (`ferry-bench`'s `suites::container::domain`).
     Domain,
-    /// The echo peer of `ferry bench vcm` ([`crate::suites::vcm::echo`]).
+    /// The echo peer of `ferry-bench vcm` (`ferry-bench`'s `suites::vcm::echo`).
     VcmEcho,
-    /// The output side of `ferry bench genie` ([`crate::suites::genie::worker`]).
+    /// The output side of `ferry-bench genie` ([`crate::suites::genie::worker`]).
     GenieSource,
-    /// The input side of `ferry bench genie`.
+    /// The input side of `ferry-bench genie`.
     GenieSink,
-    /// The sender of `ferry bench handover` ([`crate::suites::handover::worker`]).
+    /// The sender of `ferry-bench handover` (`ferry-bench`'s `suites::handover::worker`).
     HandoverSend,
-    /// The receiver of `ferry bench handover`.
+    /// The receiver of `ferry-bench handover`.
     HandoverRecv,
 }
 
@@ -42,7 +42,7 @@ pub enum WorkerTransport {
     Ferry,
 }
 
-/// The command line of `ferry __worker`.
+/// The command line of a worker process (`ferry-bench __worker`, or `ferry __worker` for the calibration's hand-over).
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
     #[arg(value_enum)]
@@ -100,7 +100,7 @@ pub enum Touch {
     Header,
     /// Only the header, but the source wrote one word in every page before the send, as
     /// an application producing the message does: the hand-over in the cache and TLB
-    /// state those writes leave (what `ferry bench genie`'s messages see). The sink
+    /// state those writes leave (what `ferry-bench genie`'s messages see). The sink
     /// stamps as soon as it holds the message, before it reads the header (the stamps
     /// still come from the header): the hand-over alone, as genie's in-place input.
     HeaderAfterWrites,
@@ -233,7 +233,7 @@ pub enum SampleKind {
     CpuTime,
     /// A counter of the worker's library (`trial` says which, `bytes` holds its value).
     Counter,
-    /// Sender-side cost of one send call alone (`ferry bench handover`).
+    /// Sender-side cost of one send call alone (`ferry-bench handover`).
     SendCall,
 }
 

@@ -28,7 +28,7 @@ when its Python package is importable (loaned slice; it has no blocking receive,
 subscriber polls), and torch.multiprocessing when torch is importable (a tensor per
 message through its queue, which shares the storage). Plus a floor, "floor: pipe wake":
 the producer writes the array as ferry's does, then wakes the consumer blocked in a pipe
-read with an 8-byte stamp (no data moves). `ferry bench python` runs this and
+read with an 8-byte stamp (no data moves). `ferry-bench python` runs this and
 turns the JSON into its report. The consumer and the producers are pinned to two different
 CPUs when there are two.
 """

@@ -1,5 +1,5 @@
 //! Micro benchmarks of ferry's building blocks, in one process (the cross-process
-//! experiments are `ferry bench ...`). Run with `cargo bench -p ferry`.
+//! experiments are `ferry-bench ...`). Run with `cargo bench -p ferry`.
 
 use std::hint::black_box;
 use std::time::Duration;

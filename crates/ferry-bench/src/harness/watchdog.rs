@@ -37,7 +37,7 @@ impl Watchdog {
                 if let Some(name) = over {
                     let phase = last_phase.lock().unwrap_or_else(|e| e.into_inner()).clone();
                     eprintln!(
-                        "\nferry bench: benchmark {name} ran past its stall limit of {} s; \
+                        "\nferry-bench: benchmark {name} ran past its stall limit of {} s; \
                          its last phase: {phase}\nkilling its workers and giving up",
                         limit.as_secs()
                     );

@@ -10,8 +10,14 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub struct Progress {
     bar: Option<ProgressBar>,
     start: Instant,
-    /// The last phase announced, for the [watchdog](super::watchdog).
+    /// The last phase announced, for `ferry-bench`'s watchdog.
     last: Arc<Mutex<String>>,
+}
+
+impl Default for Progress {
+    fn default() -> Progress {
+        Progress::new()
+    }
 }
 
 impl Progress {

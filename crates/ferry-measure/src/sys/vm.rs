@@ -114,6 +114,10 @@ impl Map {
         self.len
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     fn check(&self, off: usize, len: usize) {
         assert!(
             off.checked_add(len).is_some_and(|e| e <= self.len),

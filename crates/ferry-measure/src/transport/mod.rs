@@ -5,17 +5,17 @@
 //!   [`LinkEnd`]s are handed to two worker processes (as inherited
 //!   descriptors and a short spec string);
 //! - the worker half, the [`Transport`] trait, opens a link end from its spec
-//!   and moves messages. Worker code ([`crate::harness::chain::roles`]) is generic over
+//!   and moves messages. Worker code (`ferry-bench`'s `harness::chain::roles`) is generic over
 //!   it, so every transport runs the very same loops.
 //!
 //! Adding a transport (for example ferry's channels):
 //! 1. add a variant to [`TransportKind`] and create its links in [`TransportKind::links`];
 //! 2. add a variant to [`WorkerTransport`] (in [`crate::protocol`]) and implement [`Transport`] for a new
 //!    type in its own file beside `stream.rs`;
-//! 3. dispatch the new variant in [`crate::worker::run`].
+//! 3. dispatch the new variant in `ferry-bench`'s `worker::run`.
 //!
 //! 4. add it to the `TRANSPORTS` list of each benchmark that should measure
-//!    it (`suites/fbufs/mod.rs`, `suites/fbufs_path/mod.rs`,
+//!    it (`ferry-bench`'s `suites/fbufs/mod.rs`, `suites/fbufs_path/mod.rs`,
 //!    `suites/fbufs_path/latency/mod.rs`). A transport appears in the output only
 //!    once it is in such a list, and only with what it actually measured.
 

@@ -1,7 +1,7 @@
 //! Counters of the semantics layer: per semantics, how many operations ran, how many
 //! bytes, how many converted to copy below a threshold, how many fell back and why; and
 //! the mechanisms' own counts (TCOW faults and pages copied, regions hidden, reinstated,
-//! cached and reused). `ferry bench genie` prints them beside its timings, so that no
+//! cached and reused). `ferry-bench genie` prints them beside its timings, so that no
 //! conversion or fallback is hidden.
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,4 +1,4 @@
-//! One domain of `ferry bench container` (the container-shipping paper's Figure 6): a
+//! One domain of `ferry-bench container` (the container-shipping paper's Figure 6): a
 //! process in a chain of [`DOMAINS`] that moves one message, first domain to last, by
 //! each of three [`Method`]s in turn.
 //!

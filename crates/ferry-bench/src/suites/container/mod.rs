@@ -1,4 +1,4 @@
-//! `ferry bench container`: the container-shipping paper's Figure 6. Five domains (five
+//! `ferry-bench container`: the container-shipping paper's Figure 6. Five domains (five
 //! processes) pass a message down a chain; the middle one reads and writes a chosen
 //! amount of it; throughput is bytes / (transfer + access time), first domain to last.
 //!

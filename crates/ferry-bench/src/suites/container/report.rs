@@ -1,4 +1,4 @@
-//! The report of `ferry bench container`: how the five domains ran, a table per size
+//! The report of `ferry-bench container`: how the five domains ran, a table per size
 //! beside the paper's Figure 6, the bars, the floor of a hop; and a plot per size.
 
 use std::fmt::Write as _;

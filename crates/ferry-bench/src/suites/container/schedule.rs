@@ -1,4 +1,4 @@
-//! The schedule of `ferry bench container`, which the harness side ([`super`]) and every
+//! The schedule of `ferry-bench container`, which the harness side ([`super`]) and every
 //! domain ([`super::domain`]) derive from the same [`Plan`]: the chain's shape, the
 //! access amounts, the methods, the order of the batches of messages, and how a message
 //! is cut into pallets.

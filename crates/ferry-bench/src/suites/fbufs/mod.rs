@@ -1,4 +1,4 @@
-//! `ferry bench fbufs`: the incremental cost per 4 KiB page of handing a
+//! `ferry-bench fbufs`: the incremental cost per 4 KiB page of handing a
 //! buffer to another process (Druschel thesis, Table 5.1).
 //!
 //! Each call: the originator writes one word in every page of a buffer and

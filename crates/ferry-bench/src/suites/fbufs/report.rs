@@ -1,4 +1,4 @@
-//! The report of `ferry bench fbufs`: the tables and prose beside the paper's Table 5.1,
+//! The report of `ferry-bench fbufs`: the tables and prose beside the paper's Table 5.1,
 //! and the plot.
 
 use std::fmt::Write as _;

@@ -1,4 +1,4 @@
-//! `ferry bench fbufs-path`: throughput against message size across one and
+//! `ferry-bench fbufs-path`: throughput against message size across one and
 //! two domain crossings (Druschel thesis, Figures 5.3 to 5.5), with the same
 //! chain inside one process as the single-domain reference, and the one-way
 //! hand-over latency (see [`latency`]).

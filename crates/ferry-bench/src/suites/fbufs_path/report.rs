@@ -1,4 +1,4 @@
-//! The report of `ferry bench fbufs-path`'s throughput part: how the chains ran, the
+//! The report of `ferry-bench fbufs-path`'s throughput part: how the chains ran, the
 //! tables beside what the thesis says of its Figures 5.3 to 5.5, and the plots. The
 //! latency part has its own (`latency/report.rs`).
 

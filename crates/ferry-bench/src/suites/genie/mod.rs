@@ -1,4 +1,4 @@
-//! `ferry bench genie`: Genie's Figures 3 to 7 between two pinned processes. End-to-end
+//! `ferry-bench genie`: Genie's Figures 3 to 7 between two pinned processes. End-to-end
 //! latency against size, 64 B to 64 MiB (page multiples and odd sizes), for all eight
 //! semantics through [`ferry::semantics::Passing`] over a ferry channel; CPU time per side
 //! (Figure 4's utilization); the paper's numbers beside ours; ratios to copy; the bars of
@@ -11,7 +11,7 @@
 //! between runs) hides the semantics' own costs: per size, each round
 //! runs a block of messages of every semantics in an order rotated each round, and a
 //! semantics' ratio to copy is the median over rounds of its round's median over copy's
-//! (as `ferry bench handover` does), so that the machine's state at the time (CPU
+//! (as `ferry-bench handover` does), so that the machine's state at the time (CPU
 //! wake-ups, other load) weighs on every semantics alike. The workers read their
 //! thresholds from this run's calibration file, named in `FERRY_CALIBRATION`.
 //!

@@ -1,4 +1,4 @@
-//! The report of `ferry bench genie`: latency and CPU tables, the model against the
+//! The report of `ferry-bench genie`: latency and CPU tables, the model against the
 //! measurement, the semantics layer's counters, the paper's numbers, and the bars.
 
 use std::fmt::Write as _;

@@ -1,4 +1,4 @@
-//! The iceoryx2 side of `ferry bench handover`: an ipc publish-subscribe service of
+//! The iceoryx2 side of `ferry-bench handover`: an ipc publish-subscribe service of
 //! `[u8]` slices (dynamic: the publisher's data segment grows by powers of two as the
 //! slices do), one publisher, one subscriber, and the same protocol as ferry's.
 //!

@@ -1,4 +1,4 @@
-//! `ferry bench handover`: ferry's one-way hand-over against iceoryx2 0.10 and against
+//! `ferry-bench handover`: ferry's one-way hand-over against iceoryx2 0.10 and against
 //! the cross-CPU cache-line floors, 64 B to 64 MiB, in one run with interleaved rounds.
 //!
 //! Two pinned processes ([`worker`]) hold all the systems at once and run, for every

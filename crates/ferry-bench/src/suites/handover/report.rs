@@ -1,4 +1,4 @@
-//! The report of `ferry bench handover`: one table with the floors (one line, two lines,
+//! The report of `ferry-bench handover`: one table with the floors (one line, two lines,
 //! page writes then two lines), ferry and iceoryx2 side by side, the per-round ratios and
 //! the bars; the records; and the plot.
 

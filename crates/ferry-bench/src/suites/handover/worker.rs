@@ -1,4 +1,4 @@
-//! The two processes of `ferry bench handover`: a sender and a receiver, each pinned,
+//! The two processes of `ferry-bench handover`: a sender and a receiver, each pinned,
 //! each holding all the systems at once (the three floors, ferry and iceoryx2), so that
 //! the rounds interleave them.
 //!

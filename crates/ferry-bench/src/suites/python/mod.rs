@@ -1,4 +1,4 @@
-//! `ferry bench python`: handing numpy arrays (a 1080p RGB frame, 6 MB, and 64 MiB) from
+//! `ferry-bench python`: handing numpy arrays (a 1080p RGB frame, 6 MB, and 64 MiB) from
 //! one Python process to another, through ferry's Python package against
 //! `multiprocessing.Queue` (pickling), `multiprocessing.shared_memory` with a queue of
 //! segment names and, when its package is installed (`test.sh` installs 0.10.0),

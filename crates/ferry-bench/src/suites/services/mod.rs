@@ -1,9 +1,9 @@
-//! `ferry bench services`: what one publish costs the publisher, against the number of
+//! `ferry-bench services`: what one publish costs the publisher, against the number of
 //! subscribers (1 to 8) and the payload size (64 B to 16 MiB).
 //!
 //! The publisher (this process, pinned to the first CPU) offers a publish-subscribe
 //! service with the blocking policy and a queue of 256 per subscriber. The subscribers
-//! are N domains of one other process (`ferry __drain`, pinned to the second CPU) that
+//! are N domains of one other process (`ferry-bench __drain`, pinned to the second CPU) that
 //! busy-polls their queues in turn and drops each message at once, so releases flow back
 //! as in a real consumer and every ring slot the publisher writes is a cache line the
 //! other CPU last read. One message (written one byte per page before the run) is
@@ -47,10 +47,10 @@ const QUICK_SUBS: &[usize] = &[1, 4];
 const BURST: usize = 200;
 const WARMUP: usize = 5;
 
-/// The subscriber process: `ferry __drain GROUP SERVICE N CPU`.
+/// The subscriber process: `ferry-bench __drain GROUP SERVICE N CPU`.
 pub fn drain_main(args: &[String]) -> Result<()> {
     let [group, service, n, cpu] = args else {
-        anyhow::bail!("usage: ferry __drain GROUP SERVICE N CPU");
+        anyhow::bail!("usage: ferry-bench __drain GROUP SERVICE N CPU");
     };
     let _ = sys::pin_to(cpu.parse()?);
     let group = Group::open(group)?;

@@ -1,4 +1,4 @@
-//! The echo peer of `ferry bench vcm`: answers every datagram on an inherited UDP socket
+//! The echo peer of `ferry-bench vcm`: answers every datagram on an inherited UDP socket
 //! with the same bytes, using blocking `recv_from`/`send_to`, until it receives [`STOP`].
 
 use std::net::UdpSocket;

@@ -1,4 +1,4 @@
-//! `ferry bench vcm`: the VCM paper's Figures 4 and 5. One-way latency (half the round
+//! `ferry-bench vcm`: the VCM paper's Figures 4 and 5. One-way latency (half the round
 //! trip) from 4 B to 64 KiB and sender bandwidth over UDP on loopback, with VCM command
 //! vectors on an SQPOLL ring against one system call per send and per receive.
 //!
@@ -83,7 +83,7 @@ struct Lat {
     messages: u64,
 }
 
-/// The echo peer: a `ferry __worker vcm-echo` process pinned to the peer CPU, answering
+/// The echo peer: a `ferry-bench __worker vcm-echo` process pinned to the peer CPU, answering
 /// on a socket the harness bound and handed over; and a sink socket that nobody reads (the
 /// bandwidth test measures the sender, and once the sink's buffer is full the kernel drops
 /// what arrives, after the sender's copy into an skb).

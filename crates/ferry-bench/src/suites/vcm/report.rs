@@ -1,4 +1,4 @@
-//! The report of `ferry bench vcm`: the latency and bandwidth tables beside the VCM
+//! The report of `ferry-bench vcm`: the latency and bandwidth tables beside the VCM
 //! paper's Figures 4 and 5, the syscall counts, what loopback does to `SEND_ZC`, the
 //! bars; and the two plots.
 

@@ -1,4 +1,4 @@
-//! `ferry bench xlate`: Schoinas & Hill's Figure 7 on io_uring. Latency and throughput of
+//! `ferry-bench xlate`: Schoinas & Hill's Figure 7 on io_uring. Latency and throughput of
 //! one I/O against the number of distinct user buffers it cycles through, from 1 to far
 //! beyond the registration cache, for O_DIRECT file writes (ext4 and tmpfs), for `/dev/null`,
 //! and for TCP loopback and Unix stream socket sends.

@@ -1,4 +1,4 @@
-//! The report of `ferry bench xlate`: the tables beside the paper's Figures 6 and 7, the
+//! The report of `ferry-bench xlate`: the tables beside the paper's Figures 6 and 7, the
 //! notes on `SEND_ZC` over loopback, the bars, and a plot per target and size.
 
 use std::fmt::Write as _;

@@ -1,4 +1,4 @@
-//! `ferry calibrate` and `ferry bench calibrate`: Genie's Tables 6 and 7 on this machine.
+//! `ferry calibrate` and `ferry-bench calibrate`: Genie's Tables 6 and 7 on this machine.
 //!
 //! Each primitive a semantics may pay for (listed in
 //! [`ferry::semantics::calibration::primitive`]) is timed at several sizes; a line
@@ -17,7 +17,7 @@
 //!
 //! The TCOW-fault bar of issue 10 (a fault costs at most twice one page copy plus one
 //! `mmap`) is judged here, from the same run's numbers. The per-semantics predicted
-//! against measured end-to-end latencies are in `ferry bench genie`, which measures the
+//! against measured end-to-end latencies are in `ferry-bench genie`, which measures the
 //! semantics and reuses this run's calibration.
 
 mod primitives;
@@ -335,7 +335,7 @@ fn finish(name: &'static str, points: Vec<PrimPoint>, error: Option<String>) -> 
 }
 
 /// The base hand-over (Genie's base latency plus referencing): weak move's hand-over
-/// through `Passing` between two pinned processes, run by `ferry bench genie`'s own workers
+/// through `Passing` between two pinned processes, run by `ferry-bench genie`'s own workers
 /// ([`genie::base_handover`](crate::suites::genie::base_handover)): the source writes one
 /// word in every page of a system buffer and outputs it (`send_sys`), the sink busy-polls
 /// until the message is queued, inputs it (`recv_sys`) and reads the header. Weak move

@@ -1,4 +1,4 @@
-//! The two processes of `ferry bench genie`: a source that outputs each message under a
+//! The two processes of `ferry-bench genie`: a source that outputs each message under a
 //! semantics through [`ferry::semantics::Passing`], and a sink that inputs it under the
 //! same semantics. One pair of processes runs every semantics: per size, every round runs
 //! one block of messages of each semantics, in an order rotated each round ([`blocks`]),

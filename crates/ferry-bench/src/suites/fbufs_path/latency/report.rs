@@ -1,4 +1,4 @@
-//! The report of the one-way latency part of `ferry bench fbufs-path`: the latency table,
+//! The report of the one-way latency part of `ferry-bench fbufs-path`: the latency table,
 //! copy against hand-over, every byte read against memcpy, the hand-over alone and the
 //! issue's bars; and the plot.
 
