@@ -63,19 +63,20 @@ fn cli() -> Command {
         .about("ferry's benchmarks between real processes, with their baselines and the papers' numbers")
         .subcommand_required(true)
         .arg_required_else_help(true);
+    // `about` after `augment_args`, which sets the argument struct's own doc comment.
     for def in BENCHES {
-        cmd = cmd.subcommand(RunArgs::augment_args(
-            Command::new(def.name).about(def.about),
-        ));
+        cmd = cmd.subcommand(RunArgs::augment_args(Command::new(def.name)).about(def.about));
     }
-    cmd.subcommand(RunArgs::augment_args(Command::new("all").about(
-        "Every suite above, in that order, and the report folder (default ferry-report/)",
-    )))
-    .subcommand(WorkerArgs::augment_args(
-        Command::new("__worker")
+    cmd.subcommand(
+        RunArgs::augment_args(Command::new("all")).about(
+            "Every suite above, in that order, and the report folder (default ferry-report/)",
+        ),
+    )
+    .subcommand(
+        WorkerArgs::augment_args(Command::new("__worker"))
             .about("One process of a benchmark; spawned by the harness, not for direct use")
             .hide(true),
-    ))
+    )
     .subcommand(
         Command::new("__drain")
             .about("The subscriber process of `ferry-bench services`; not for direct use")

@@ -103,6 +103,7 @@ fn listed_suites() -> Vec<String> {
         .unwrap_or_else(|| panic!("no command list in: {text}"));
     commands
         .lines()
+        .skip(1)
         .take_while(|l| !l.trim().is_empty())
         .filter_map(|l| l.split_whitespace().next().map(str::to_string))
         .collect()

@@ -243,8 +243,9 @@ fn spawn_with_pids(
 fn killed_stage_stops_the_pipeline_cleanly() {
     let (mut child, rx, reader, mut err, pids) =
         spawn_with_pids(&["--stages", "3", "--pallet-size", "64K"]);
-    // Data in flight (stdin stays open, so the run cannot end by itself), then stage 2
-    // dies the way a crashing process does.
+    // Data in flight (stdin still open, so the run cannot have ended by itself), then
+    // stage 2 dies the way a crashing process does. Closing stdin after that lets the
+    // source thread end too (one blocked reading an open input is left behind by design).
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(&pattern(3, 0, MIB)).unwrap();
     rustix::process::kill_process(
@@ -252,8 +253,8 @@ fn killed_stage_stops_the_pipeline_cleanly() {
         rustix::process::Signal::ABORT,
     )
     .unwrap();
-    let status = wait_bounded(&mut child, 60);
     drop(stdin);
+    let status = wait_bounded(&mut child, 60);
     reader.join().unwrap();
     err.extend(rx.try_iter().map(|l| l + "\n"));
     assert!(!status.success(), "should fail: {err}");
