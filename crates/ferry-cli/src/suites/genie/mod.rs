@@ -2,12 +2,12 @@
 //! latency against size, 64 B to 64 MiB (page multiples and odd sizes), for all eight
 //! semantics through [`ferry::semantics::Passing`] over a ferry channel; CPU time per side
 //! (Figure 4's utilization); the paper's numbers beside ours; ratios to copy; the bars of
-//! issue 10 with verdicts; and the calibrated model's prediction against each measurement
+//! the suite with verdicts; and the calibrated model's prediction against each measurement
 //! (Table 7), using the calibration measured in the same run (`calibrate`).
 //!
 //! One source and one sink process ([`worker`]), pinned to the two CPUs, run every
 //! semantics; the sink busy-polls the channel until a message is queued and only then
-//! calls its input, so no wake-up of a sleeping process (4 to 25 µs here, and uneven
+//! calls its input, so no wake-up of a sleeping process (tens of µs on a VM, and uneven
 //! between runs) hides the semantics' own costs: per size, each round
 //! runs a block of messages of every semantics in an order rotated each round, and a
 //! semantics' ratio to copy is the median over rounds of its round's median over copy's
