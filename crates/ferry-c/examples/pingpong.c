@@ -1,9 +1,15 @@
 /*
  * ferry from C: a sender and a receiver process, checked with checksums.
  *
+ * From the repository's root (the README quotes these lines, and
+ * tests/run_example.sh runs them as written):
+ *
+ *   cargo build --release -p ferry-c
  *   cc -O2 -Icrates/ferry-c/include crates/ferry-c/examples/pingpong.c \
  *      -Ltarget/release -lferry_c -Wl,-rpath,$PWD/target/release -o pingpong
- *   ./pingpong [messages]
+ *   ./pingpong 50
+ *
+ * (The argument is the number of messages, 50 by default.)
  *
  * (CHECK, the checksum and the fill are in example.h.) The process forks before
  * touching ferry. The child joins the group, passes its

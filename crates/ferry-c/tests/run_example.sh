@@ -23,6 +23,21 @@ if command -v c++ >/dev/null; then
     echo '#include "ferry.h"' | c++ -x c++ -fsyntax-only -I crates/ferry-c/include -
 fi
 passed=0 failed=0
+# The build commands of pingpong.c's comment, which the README quotes, run as written from
+# the repository's root (they name target/release, so only when that is the target dir).
+if [ "$target" -ef "$root/target" ]; then
+    if [ -e pingpong ]; then
+        echo "./pingpong exists at the repository's root: not overwriting it" >&2
+        failed=$((failed + 1))
+    else
+        sed -n 's/^ \*   //p' crates/ferry-c/examples/pingpong.c >"$out/as-written.sh"
+        cat "$out/as-written.sh"
+        if bash -euo pipefail "$out/as-written.sh"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+        rm -f pingpong
+    fi
+else
+    echo "CARGO_TARGET_DIR is not target/: pingpong.c's build comment (which names target/release) not run"
+fi
 for exe in pingpong pingpong-static pubsub pubsub-static; do
     if "$out/$exe" 50; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 done

@@ -1,5 +1,6 @@
-//! The README's example: run it once without arguments (the receiver), then again with
-//! the id the receiver prints (the sender).
+//! Two processes started by hand: run it once without arguments (the receiver), then
+//! again, in another terminal, with the id the receiver prints (the sender).
+//! (`quickstart_channel` starts both itself.)
 
 use std::time::Duration;
 

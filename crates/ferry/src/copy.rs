@@ -1,15 +1,14 @@
-//! Byte copies that avoid a slow case of the C library's `memcpy` on this hardware.
+//! Byte copies that avoid a slow case of the C library's `memcpy` on some x86 CPUs.
 //!
 //! When the destination lies 1 to 31 bytes past the source modulo 4 KiB, glibc's
 //! `memcpy` (its `rep movsb` path, from a few KiB up to the size where it switches to
-//! non-temporal stores) runs more than ten times slower here: each store aliases the
+//! non-temporal stores) ran more than ten times slower where measured: each store aliases the
 //! next loads on their low 12 address bits. That is the common case of copying out of a
 //! page-aligned fbuf into a heap buffer of 128 KiB or more, which the allocator maps on
-//! its own and hands out 16 bytes past a page boundary: measured (one CPU, best of 30),
-//! 64 KiB at offset 16 took 21.9 µs against 1.3 µs at offset 0, 128 KiB 43.8 against 2.9,
-//! 256 KiB 88.5 against 5.5; offsets 0 and 32 to 4095 are fast. Copying the same bytes in
-//! 256-byte blocks from the end backwards never loads what it just stored on the same low
-//! bits, and took 1.4, 2.8 and 6.0 µs there.
+//! its own and hands out 16 bytes past a page boundary; offsets 0 and 32 to 4095 are
+//! fast. Copying the same bytes in 256-byte blocks from the end backwards never loads
+//! what it just stored on the same low bits, and costs about what an unskewed `memcpy`
+//! does (the measurements: docs/semantics.md, "A slow case of glibc's `memcpy`").
 
 /// Below this a copy is too short for the slow path to matter.
 const SLOW_FROM: usize = 2048;

@@ -1,5 +1,5 @@
 //! The library's layers hold: no module imports one above it. Each top-level module of
-//! `src/` has a rank (the layers of `DESIGN.md`, bottom up, as `lib.rs` lists them); a
+//! `src/` has a rank (the layers of `docs/architecture.md`, bottom up, as `lib.rs` lists them); a
 //! file may name `crate::<module>` only for modules of a lower rank than its own (or its
 //! own module). Reads the source, so it fails as soon as a wrong `use` is written.
 

@@ -16,7 +16,7 @@
 //!  receivers' RO map ──────┴────────┴────────┘   (read the offsets the descriptor names)
 //! ```
 //!
-//! Write protection is per mapping (GENIE.md: a write through another mapping of the
+//! Write protection is per mapping (checked: a write through another mapping of the
 //! same memfd goes through), which is why the view is separate from the lot's main
 //! mapping: TCOW protects and replaces pages of the view only, and descriptors name lot
 //! offsets, which the receivers read through their own mappings. Each page remembers which

@@ -10,8 +10,8 @@
 //! uncached region had to be allocated and mapped afresh; the difference that remains
 //! is that the queue is per domain, shared by every path, and feeds input too.)
 //!
-//! Why not `MADV_FREE` the cached pages: it is refused on memfd mappings (`EINVAL`,
-//! GENIE.md), and `MADV_DONTNEED` would cost a refault per page on reuse (590 µs per MiB);
+//! Why not `MADV_FREE` the cached pages: it is refused on memfd mappings (`EINVAL`), and
+//! `MADV_DONTNEED` would cost a refault per page on reuse (590 µs per MiB, docs/semantics.md);
 //! a cached shared region simply stays mapped. The queues are bounded
 //! ([`PassingConfig::cached_regions`](super::PassingConfig::cached_regions) per queue);
 //! beyond that a region goes back to its path.

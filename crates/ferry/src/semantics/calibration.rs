@@ -14,7 +14,7 @@
 //! `$HOME/.cache/ferry/calibration` ([`Calibration::path`]).
 //!
 //! ```text
-//! # ferry calibration, written by `ferry calibrate` on 2026-11-23, <machine>
+//! # ferry calibration, written by `ferry calibrate` on <date>, <machine>
 //! fit.copy_in = 0.012 85 0.999     # a (ns per byte), b (ns), r²
 //! fit.copy_out = 0.05 900 0.998 2097152 0.21 -2000   # ... and from 2 MiB on, a2 b2
 //! threshold.emulated_copy = 1048576

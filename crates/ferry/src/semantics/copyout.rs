@@ -1,8 +1,8 @@
 //! Input into application buffers: alignment, copyout and page swapping.
 //!
-//! Application-allocated input fills a buffer the application names. On this machine
-//! copying out of the sender's read-only lot mapping is the cheapest input at every size
-//! up to a few MiB (GENIE.md: 5.1–5.4 µs for 64 KiB through `pread`, a hot `memcpy`
+//! Application-allocated input fills a buffer the application names. Copying out of the
+//! sender's read-only lot mapping measured the cheapest input at every size up to a few
+//! MiB (docs/semantics.md: 5.1–5.4 µs for 64 KiB through `pread`, a hot `memcpy`
 //! faster still), and swapping whole pages in (`mmap(MAP_FIXED)` of the sender's lot over
 //! the application's buffer: 6.2–7.1 µs at 4 KiB, 126–154 µs at 1 MiB) never beat a hot
 //! copy up to 1 MiB and only tied it at 16 MiB. So input copies unless

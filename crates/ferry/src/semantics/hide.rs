@@ -11,13 +11,14 @@
 //! fresh span.
 //!
 //! Why a move and not `mprotect(PROT_NONE)`: `mprotect` visits every page table entry of
-//! the range both ways (GENIE.md: 5.9–8.3 µs at 4 KiB and 40–57 µs at 1 MiB; here 1.3 ms
-//! to hide 64 MiB and 5.2 ms to make it read-write again), while the move hands over whole
-//! 2 MiB tables (64 MiB: 30 – 85 µs out, 17 µs back). The pages it moves stay readable and
-//! writable at their private address, which no pointer of the application's can reach. A
-//! fixed cost remains (a reservation and two `mremap` calls, tens of µs), so emulated move
-//! keeps a threshold ([`Thresholds::emulated_move`](super::Thresholds)): below it, it
-//! copies into a fresh fbuf and hands that over instead.
+//! the range both ways (docs/semantics.md: 5.9–8.3 µs at 4 KiB and 40–57 µs at 1 MiB,
+//! 1.3 ms to hide 64 MiB and 5.2 ms to make it read-write again), while the move hands
+//! over whole 2 MiB tables (64 MiB: 30 – 85 µs out, 17 – 45 µs back). The pages it moves
+//! stay readable and writable at their private address, which no pointer of the
+//! application's can reach. A fixed cost remains (a reservation and two `mremap` calls,
+//! tens of µs), so emulated move keeps a threshold
+//! ([`Thresholds::emulated_move`](super::Thresholds)): below it, it copies into a fresh
+//! fbuf and hands that over instead.
 
 use crate::segment::Segment;
 use crate::sys::mem::Stash;

@@ -157,7 +157,7 @@ pub struct Passing {
     pub(super) stats: Arc<Counters>,
     pub(super) regions: Arc<Regions>,
     /// This process's id, read once: `getpid` is a system call (glibc stopped caching
-    /// it), about 0.17 µs here, and output used to ask it on every message.
+    /// it), and output used to ask it on every message.
     pid: u32,
 }
 

@@ -5,14 +5,14 @@
 //! (a whole size class, so any cached region of that class can serve a later
 //! allocation); on the receiving side it is the sender's pages, read in place through
 //! the read-only mapping of the sender's lot, with no copy whatever the size (the
-//! size-independent win GENIE.md measured for every form with no per-byte work).
+//! size-independent win of every form with no per-byte work).
 //!
 //! **Move** makes the promise real at the memory level, not only through Rust ownership:
 //! at output the region's pages leave the sender's lot mapping, so no pointer the sender
 //! kept can read or write them (an access faults). From 256 KiB (`MOVE_FROM`) on they
 //! leave by moving, page tables and all, to an address only ferry knows (`mremap`, see
 //! `Mapping::move_out` (in the crate's `sys::mem`)): `munmap(2)` of the span
-//! visits every page (2.4 – 9 ms at 64 MiB here, against 30 – 85 µs for the move); smaller
+//! visits every page (2.4 – 9 ms at 64 MiB, against 30 – 85 µs for the move); smaller
 //! regions are dropped (`Mapping::discard`: an inaccessible placeholder mapped over them),
 //! which is cheaper there. Either way the span stays mapped, inaccessible, so no other
 //! `mmap` of this process can land in it. Its lot offsets stay reserved until the receiver
@@ -196,10 +196,9 @@ pub(crate) fn describe(guard: RegionGuard, len: usize) -> IoData {
 }
 
 /// From this size on, move moves a region's pages out of the mapping; below it, it
-/// unmaps them. Measured here (median of 31, one CPU, a region inside a 256 MiB memfd
-/// mapping, every page written): `munmap` 4.5, 7.8, 16.9, 48.9 and 170 µs at 4 KiB, 64 KiB,
-/// 256 KiB, 1 MiB and 4 MiB, against 11.3, 11.5, 15.6, 17.2 and 26.1 µs for a reservation
-/// and a move (most of the small sizes' cost is the reservation's `mmap`).
+/// unmaps them: a reservation and a move cost more than `munmap` up to about 256 KiB and
+/// far less above (docs/semantics.md, "Page-table moves"; most of the small sizes' cost is
+/// the reservation's `mmap`).
 pub(crate) const MOVE_FROM: usize = 256 << 10;
 
 /// How move took a region out of the sender's mapping.

@@ -10,7 +10,7 @@
 //! wakes the writer. The writer's store then lands on the new page; receivers keep reading
 //! the old lot offset, which nothing writes any more.
 //!
-//! # Why these mechanisms (numbers from `/work/shared/GENIE.md`, this VM class)
+//! # Why these mechanisms (the costs: docs/semantics.md, "Measured costs behind the design")
 //! - **userfaultfd write protection, not `mprotect` + `SIGSEGV`.** Arming and disarming a
 //!   range costs 1.7–2.25 µs at 4 KiB, 37–50 µs at 1 MiB and 570–760 µs at 16 MiB with
 //!   userfaultfd, against 4.9–6.7 µs / 38–58 µs / 570–780 µs with `mprotect`: no worse, and
@@ -23,7 +23,7 @@
 //!   writes into pages under output fail with `EFAULT` (integrity still holds).
 //! - **Long runs: move the page tables out, protect the empty range.**
 //!   `UFFDIO_WRITEPROTECT` changes every present page table entry (about 100 – 180 ns a
-//!   page here: 2.1 – 3.7 ms for 64 MiB, and as much again to unprotect). For a run of at
+//!   page: 2.1 – 3.7 ms for 64 MiB, and as much again to unprotect). For a run of at
 //!   least 2 MiB of pages backed by consecutive lot pages, `Engine::arm` instead moves
 //!   the run's entries out of the view (`mremap(MREMAP_DONTUNMAP)` onto a reserved
 //!   address) and write-protects the now empty range, which installs one marker per page
@@ -390,13 +390,11 @@ impl Engine {
 }
 
 /// Runs at least this long (bytes) are write-protected by moving their page tables out
-/// and protecting the emptied range, instead of page by page. Measured in C on this VM
-/// (`UFFDIO_WRITEPROTECT` of a populated shmem range against `mremap(MREMAP_DONTUNMAP)`
-/// out plus `UFFDIO_WRITEPROTECT` of the empty range, which installs one marker per page):
-/// 1 MiB 19 – 24 µs against 11 – 37 µs (a tie), 16 MiB 360 – 840 µs against 120 – 160 µs,
-/// 64 MiB 2.1 – 3.7 ms against 0.4 – 0.75 ms; and the way back 18 µs / 290 – 500 µs /
-/// 1.5 – 3.3 ms unprotecting against 14 – 23 µs / 110 – 370 µs / 340 – 700 µs moving
-/// back.
+/// and protecting the emptied range, instead of page by page: protecting each entry
+/// (`UFFDIO_WRITEPROTECT` of a populated range) and moving the entries out
+/// (`mremap(MREMAP_DONTUNMAP)`, then `UFFDIO_WRITEPROTECT` of the empty range, one marker
+/// per page) tie at 1 MiB, and from there the move wins, several-fold at 16 and 64 MiB,
+/// both ways (docs/semantics.md, "Page-table moves").
 const MOVE_MIN: usize = 2 << 20;
 
 /// A run of a view whose page table entries [`Engine::arm`] moved out (and whose emptied

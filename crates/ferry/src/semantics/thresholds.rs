@@ -2,11 +2,11 @@
 //! copy form, because the page-table work it saves costs more than copying the bytes.
 //!
 //! Genie converts short data to copy for the same reason; what changed since the paper is
-//! where the crossover lies. On the 2-vCPU VM this crate is developed on
-//! (`/work/shared/GENIE.md`, medians): a hot 4 KiB `memcpy` takes 0.07–0.15 µs while
-//! arming and disarming userfaultfd write protection on the same page takes 1.7–2.25 µs,
-//! and at 1 MiB the copy (29–44 µs) and TCOW arm + disarm (37–50 µs) tie; at 16 MiB TCOW
-//! wins 3–4x. So the default emulated-copy threshold is 1 MiB. Page swapping on input
+//! where the crossover lies. On the 2-vCPU VM this crate is developed on (medians from
+//! docs/semantics.md, "Measured costs behind the design"): a hot 4 KiB `memcpy` takes
+//! 0.07–0.15 µs while arming and disarming userfaultfd write protection on the same page
+//! takes 1.7–2.25 µs, and at 1 MiB the copy (29–44 µs) and TCOW arm + disarm (37–50 µs)
+//! tie; at 16 MiB TCOW wins 3–4x. So the default emulated-copy threshold is 1 MiB. Page swapping on input
 //! never beat a hot copy up to 1 MiB and only tied it at 16 MiB, so the default swap
 //! threshold is "never" (`usize::MAX`).
 //!
@@ -40,8 +40,8 @@ pub struct Thresholds {
     pub swap: usize,
 }
 
-/// Default emulated-copy threshold: TCOW ties a hot copy at about 1 MiB on this machine
-/// class (see the module docs).
+/// Default emulated-copy threshold: TCOW ties a hot copy at about 1 MiB on the VM the
+/// defaults were measured on (see the module docs).
 pub const DEFAULT_EMULATED_COPY: usize = 1 << 20;
 
 /// Default emulated-move threshold: region hiding pays per page about what TCOW does.

@@ -225,8 +225,8 @@ impl Mapping {
     ///
     /// Why not `munmap` or `mprotect(PROT_NONE)` of the pages: both visit every page
     /// table entry of the range (and the way back, a refault or `mprotect` read-write,
-    /// visits them again), while a move hands over whole 2 MiB tables: at 64 MiB here
-    /// about 30 – 85 µs out and 17 – 45 µs back, against 1.3 ms for
+    /// visits them again), while a move hands over whole 2 MiB tables: at 64 MiB about
+    /// 30 – 85 µs out and 17 – 45 µs back (docs/semantics.md), against 1.3 ms for
     /// `mprotect(PROT_NONE)`, 5.2 ms for read-write again and 2.4 – 9 ms for `munmap`.
     /// Leaving the range mapped (`DONTUNMAP`, then `PROT_NONE`) costs about what claiming
     /// a hole again on the way back used to (measured in C, 4 KiB – 64 MiB).

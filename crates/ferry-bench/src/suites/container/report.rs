@@ -242,7 +242,7 @@ pub(super) fn markdown(
         ]);
     }
     md.push_str(&t.render());
-    let _ = writeln!(md, "\nBars (issue 3):\n");
+    let _ = writeln!(md, "\nBars:\n");
     for (what, got, ok) in verdicts(measured) {
         let _ = writeln!(md, "- {} {what}: {got}", if ok { "MET" } else { "NOT MET" });
     }

@@ -27,7 +27,7 @@ const PAPER: [(Semantics, f64, f64, f64, f64); 8] = [
 /// The paper's 60 KB datagram.
 const PAPER_B: f64 = 61_440.0;
 
-/// One bar of issue 10, judged on this run.
+/// One bar, judged on this run.
 pub struct Bar {
     pub name: String,
     /// The worst measured value the bar applies to (a ratio or a relative error).
@@ -477,8 +477,8 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, all: &[Series]) -
          share and emulated share, input in place), against the measurement. A fit may be \
          two lines split at the cache knee. `copy_in` is timed writing fbufs the other CPU \
          last read, as here (`copy_in_local`, for a system buffer converted to copy, fbufs \
-         only this CPU touched: its receiver reads only the header); that cost varied between runs on this VM (at 1 MiB, 82 to 424 µs \
-         a few minutes apart), so the copy-based forms' prediction can be off by as much. \
+         only this CPU touched: its receiver reads only the header); on a VM that cost can vary several-fold between runs \
+         minutes apart, so the copy-based forms' prediction can be off by as much. \
          \"Rounds vs median\" is how far the medians of this point's rounds lie from its \
          median: the measurement's own spread over the run, which bounds how close any \
          prediction made in advance can come. The last column is the CPU time both calls used: when it is far below the latency, \
@@ -603,7 +603,7 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, all: &[Series]) -
             b.detail.clone(),
         ]);
     }
-    let _ = writeln!(md, "\nThe bars of issue 10, judged on this run:\n");
+    let _ = writeln!(md, "\nThe bars, judged on this run:\n");
     md.push_str(&t.render());
     md.push('\n');
     md
@@ -702,7 +702,7 @@ pub fn plots(all: &[Series]) -> Vec<PlotSpec> {
 
 /// A warning when this run's calibration disagrees with this run's own copy by more than
 /// 2x at some size from 64 KiB: the copies were then calibrated in another state of the
-/// machine (on this VM, most often the other placement of the two vCPUs, which makes every
+/// machine (on a VM, most often the other placement of the two vCPUs, which makes every
 /// line taken from the other CPU about 3x dearer), and the thresholds derived from that
 /// calibration, which the library uses, are suspect.
 fn calibration_warning(series: &[&Series]) -> Option<String> {

@@ -12,7 +12,7 @@
 //! those writes, still in the store buffer when the hand-over's stores run, add at 16 and
 //! 64 MiB).
 //!
-//! The bars (issue 11): ferry's median one-way hand-over at most 0.8x iceoryx2's at every
+//! The bars: ferry's median one-way hand-over at most 0.8x iceoryx2's at every
 //! size, as the median of per-round ratios; and within 1.5x of the floor at every size.
 //! Besides the bars: ferry over the page-writes floor by stamps, the same way.
 
@@ -42,7 +42,7 @@ pub const BENCH: BenchDef = BenchDef {
     run,
 };
 
-/// The issue's bars.
+/// The bars.
 pub const BAR_ICE: f64 = 0.8;
 pub const BAR_FLOOR: f64 = 1.5;
 

@@ -199,8 +199,8 @@ pub fn settling() -> bool {
 /// still waits for its cache line when the stamp is taken (the header line of a reused
 /// buffer, which the receiver read last time, is owned by the receiver's core) finishes
 /// inside the timed window: with one page written there is nothing to hide it behind,
-/// and in the far placement that adds about 0.1 µs to a one-page hand-over (see the
-/// README). Off by default: the protocol stays the one the issue set.
+/// and in the far placement that added about 0.1 µs to a one-page hand-over (see
+/// docs/benchmarks.md). Off by default: the bars are judged on the protocol without it.
 pub fn settle() {
     if settling() {
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);

@@ -8,7 +8,7 @@
 //!
 //! The measuring is Python (`crates/ferry-py/bench/handover.py`, run with the venv that
 //! `crates/ferry-py/test.sh` builds, or `$FERRY_PYTHON`); this suite runs it and turns
-//! its JSON into records, a table, one line per bar of the issue (the measured ratio, the
+//! its JSON into records, a table, one line per bar (the measured ratio, the
 //! bar, met or not met) and a plot. The script times in interleaved rounds (every system
 //! once a round, the order rotated) after warming every system up. Without an interpreter
 //! that imports `ferry` and `numpy` the suite is skipped with the reason printed;
@@ -283,7 +283,7 @@ fn say(md: &mut String, line: &str) {
     let _ = writeln!(md, "- {line}");
 }
 
-/// One line per bar of the issue on the 64 MiB hand-over (medians of the same run), for
+/// One line per bar on the 64 MiB hand-over (medians of the same run), for
 /// the hand-over series and, as information, the series where the consumer reads it all.
 fn bars(rows: &[Row]) -> Vec<String> {
     let find = |tr: &str, series: &str| find(rows, tr, BIG, series);

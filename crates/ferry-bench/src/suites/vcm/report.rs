@@ -46,7 +46,7 @@ pub(super) fn markdown(ctx: &BenchCtx, m: &Measured, memcpy: f64) -> String {
          with each message's length, completion seen by spinning on the status word. \
          Syscall path: blocking send + recv on a connected socket. One-way latency = round trip / 2. \
          (With the SQPOLL thread on the measuring thread's CPU instead, the two time-slice and the \
-         median was about 4 ms at every size, measured once on this machine.)\n",
+         median was about 4 ms at every size in the one run that tried it.)\n",
         c = ctx.cpu(0),
         p = ctx.cpu(1)
     );
@@ -183,7 +183,7 @@ pub(super) fn markdown(ctx: &BenchCtx, m: &Measured, memcpy: f64) -> String {
             v < s,
         ));
     }
-    let _ = writeln!(md, "Bars (issue 4):\n");
+    let _ = writeln!(md, "Bars:\n");
     for (what, got, ok) in &bars {
         let _ = writeln!(
             md,

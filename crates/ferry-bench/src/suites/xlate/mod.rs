@@ -161,7 +161,7 @@ enum Sink {
 }
 
 /// Reads `s` until it closes, busy-polling on `cpu` so the sender never waits for this
-/// CPU to wake up (about 25 µs here); returns the bytes read.
+/// CPU to wake up (tens of µs on a VM); returns the bytes read.
 fn drain(mut s: impl Read, cpu: usize) -> u64 {
     let _ = sys::pin_to(cpu);
     let mut buf = vec![0u8; 1 << 20];

@@ -209,7 +209,7 @@ pub(super) fn markdown(
          at a time; the JSON records also hold the mean over the loop). Cycling through more buffers than slots makes every lookup miss. Targets: \
          writes to `/dev/null` (the kernel accepts and drops the data without touching it, so only the \
          host-side cost of each path shows: the analogue of the paper's simulator, whose network was never \
-         the bottleneck); {}writes to a {} file in {} opened {} (cycling over {}; on this VM a virtio disk, \
+         the bottleneck); {}writes to a {} file in {} opened {} (cycling over {}; on a VM often a virtio disk, \
          whose latency per write dwarfs every host-side cost); sends on a TCP loopback \
          connection; and sends on a Unix stream socket pair (a socket without the TCP stack's per-send cost); \
          each socket drained by a thread busy-polling on CPU {}. Series:\n",
@@ -344,7 +344,7 @@ pub(super) fn markdown(
         "\nThe paper's simulation: with one miss served per 64 KB, the fallback stays within 10% of single \
          copy; without the rate limit, performance plummets below single copy.\n"
     );
-    let _ = writeln!(md, "Bars (issue 4):\n");
+    let _ = writeln!(md, "Bars:\n");
     for (what, got, ok) in verdicts(points, sizes, counts) {
         let _ = writeln!(md, "- {} {what}: {got}", if ok { "MET" } else { "NOT MET" });
     }

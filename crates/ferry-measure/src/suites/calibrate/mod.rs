@@ -15,7 +15,7 @@
 //! second CPU where the real path has the peer touch the same pages (`copy_in`: the peer
 //! read the fbuf last; `copy_out`: the peer wrote the pages).
 //!
-//! The TCOW-fault bar of issue 10 (a fault costs at most twice one page copy plus one
+//! The TCOW-fault bar (a fault costs at most twice one page copy plus one
 //! `mmap`) is judged here, from the same run's numbers. The per-semantics predicted
 //! against measured end-to-end latencies are in `ferry-bench genie`, which measures the
 //! semantics and reuses this run's calibration.
@@ -51,25 +51,22 @@ pub const BENCH: BenchDef = BenchDef {
 /// below the conversion's own.
 ///
 /// Why 25% and not 10%: the two costs a threshold weighs are close near it, and a
-/// calibration's measurements move between runs by more than 10% there (two quick runs
-/// on 2026-11-26: emulated copy's output step 4.28 / 3.07 µs, copy's 5.12 / 4.57 µs at
-/// 64 KiB). Converting where the emulated form would have won a little costs little;
-/// not converting where it loses breaks emulated copy's "never above 1.05x copy" bar.
+/// calibration's measurements move between runs by more than 10% there ("Calibration" in
+/// docs/benchmarks.md). Converting where the emulated form would have won a little costs
+/// little; not converting where it loses breaks emulated copy's "never above 1.05x" bar.
 pub const MARGIN: f64 = 0.25;
 
 /// How many times `copy_in` is measured, seconds apart (at the start, halfway through the
 /// primitives and at their end). The thresholds are derived from each size's cheapest
 /// pass; the model (the file's `fit.copy_in`) gets each size's middle pass.
 ///
-/// Why: on this VM the cost of taking lines from the other CPU switches between states
-/// within seconds (a cache-line round trip between the two vCPUs measured 48, 125 or
-/// 510 ns in 200 ms samples), and weak move's hand-over, the same code, measured 0.36 and
-/// 0.72 µs in two calibrations a second apart. A `copy_in` taken in a slow moment lowered
-/// emulated copy's threshold to 8 KiB, and a thorough `bench genie` (2026-11-26) then ran
-/// emulated copy at 1.36x copy at 16 KiB. The cheapest copy the machine showed is the one
-/// emulated copy must beat; but a model fitted to it predicted copy about 30% low (median
-/// over three thorough runs), whose copies met every state. On a machine that holds still
-/// the passes agree.
+/// Why: on a VM the cost of taking lines from the other CPU can switch between states
+/// within seconds, so one pass can land in a slow moment; a `copy_in` taken in one set
+/// emulated copy's threshold far too low, and emulated copy then lost to copy just above
+/// it. The cheapest copy the machine showed is the one emulated copy must beat; but a
+/// model fitted to it predicted copy too low, since the benchmark's copies met every
+/// state ("Calibration" in docs/benchmarks.md). On a machine that holds still the passes
+/// agree.
 pub const COPY_IN_PASSES: usize = 3;
 
 /// One primitive at one size.
@@ -239,10 +236,8 @@ fn measure_all(ctx: &BenchCtx) -> Result<Calibrated> {
     again(&prims, 3, &mut passes);
     // The hand-over last, seconds into the run. Measured first, on a VM just woken from
     // idle, it mostly came out dearer than the same code measured again at the end of the
-    // same calibration (4 KiB – 4 MiB, ten calibrations on 2026-11-26: first 0.32 –
-    // 0.70 µs, again 0.30 – 0.62 µs, lower again at 53 of 60 points), and six thorough
-    // `bench genie` runs measured weak move at 0.31 – 0.34 µs there: the model, fed the
-    // first, over-predicted the µs-scale forms by about 40%.
+    // same calibration and than the benchmark's own weak move, and the model, fed the
+    // first, over-predicted the µs-scale forms (see "Calibration" in docs/benchmarks.md).
     prims.insert(0, handover(ctx, &sizes)?);
     let _ = sys::pin_to(ctx.cpu(0));
     // The model gets each size's middle pass; the thresholds its cheapest.

@@ -419,7 +419,7 @@ fn tcow_fault(pages: usize, reps: usize, replace: bool) -> Result<Vec<f64>> {
 
 /// A hand-off to a helper thread pinned to the other CPU, both sides busy-polling, as
 /// genie's processes do: a blocking hand-off (a channel, a futex) lets this CPU go idle
-/// between repetitions, and on this VM an idle vCPU comes back with cold caches, which made
+/// between repetitions, and on a VM an idle vCPU can come back with cold caches, which made
 /// `copy_in` at 64 KiB twice what a whole copy costs between genie's busy processes.
 struct Baton {
     /// Odd: the helper's turn; even: ours. `u64::MAX`: stop.

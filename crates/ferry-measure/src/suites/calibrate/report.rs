@@ -216,7 +216,7 @@ pub(super) fn markdown(ctx: &BenchCtx, c: &Calibrated) -> String {
         Some(b) => {
             let _ = writeln!(
                 md,
-                "\nTCOW-fault bar (issue 10: a fault costs at most 2 × (one page copy + one mmap), \
+                "\nTCOW-fault bar (a fault costs at most 2 × (one page copy + one mmap), \
                  same run): one fault {} µs; one 4 KiB copy {} µs + one `mmap(MAP_FIXED)` of a \
                  page with its first read {} µs = {} µs; ratio {:.2} (limit 2.00): **{}**. \
                  Measured floor, same run: a write-protect fault whose handler only removes the \
@@ -228,8 +228,10 @@ pub(super) fn markdown(ctx: &BenchCtx, c: &Calibrated) -> String {
                 b.ratio(),
                 if b.met() { "met" } else { "not met" },
                 b.floor_ns.map_or("n/a".into(), us),
-                b.floor_ns
-                    .map_or("n/a".into(), |f| format!("{:.2}x", f / (b.page_copy_ns + b.mmap_ns))),
+                b.floor_ns.map_or("n/a".into(), |f| format!(
+                    "{:.2}x",
+                    f / (b.page_copy_ns + b.mmap_ns)
+                )),
             );
         }
         None => {

@@ -433,7 +433,7 @@ fn sink(
             let want = seq_of(&b, i);
             // Over the channel, busy-poll until the message is queued (the sink owns its
             // CPU), so the input call below never sleeps: a wake-up of a sleeping process
-            // costs 4 to 25 µs on these VMs, unevenly, and the model has no term for it.
+            // costs tens of µs on a VM, unevenly, and the model has no term for it.
             // A call that never waits uses its wall time in CPU, so it is timed with the
             // monotonic clock: the thread CPU clock is a system call of ~0.3 µs, which
             // would sit inside the measured latency. Over TCP the sink blocks in `recv`.

@@ -1,6 +1,6 @@
 //! The report of the one-way latency part of `ferry-bench fbufs-path`: the latency table,
 //! copy against hand-over, every byte read against memcpy, the hand-over alone and the
-//! issue's bars; and the plot.
+//! bars; and the plot.
 
 use std::fmt::Write as _;
 
@@ -111,7 +111,7 @@ fn header_only(all: &[Curve], sizes: &[usize]) -> String {
     md
 }
 
-/// The foundation issue's bars, judged on the hand-over alone: moving a buffer through a
+/// The bars, judged on the hand-over alone: moving a buffer through a
 /// pipe (write plus read) against handing it over, and a busy-poll median of at most
 /// 1 µs at every size.
 fn bars(all: &[Curve], header: &[&Curve]) -> String {
@@ -148,7 +148,7 @@ fn bars(all: &[Curve], header: &[&Curve]) -> String {
         verdict(worst <= 1.0).into(),
     ]);
     format!(
-        "The issue's bars on the hand-over (one run; medians move by tens of percent between \
+        "The bars on the hand-over (one run; medians move by tens of percent between \
          runs on this shared VM):\n\n{}\n",
         t.render()
     )
@@ -179,7 +179,7 @@ fn sys_cell(c: &Curve) -> String {
     }
 }
 
-/// pipe median / ferry median at the sizes the issue names, and how flat ferry's curve is.
+/// pipe median / ferry median at the sizes the bars name, and how flat ferry's curve is.
 fn ratios(curves: &[&Curve], sizes: &[usize]) -> String {
     let mut md = String::new();
     let find = |k: TransportKind, w: Wait| curves.iter().find(|c| c.kind == k && c.wait == w);
