@@ -801,6 +801,12 @@ impl Group {
             // The path names another group's file now (or none): not ours to remove.
             return;
         }
+        // Another user's file (a group shared with us, or joined with
+        // `allow_foreign_owner`) is theirs to remove: left stale, it is reused by the next
+        // opener, or removed by its owner's `ferry clean`.
+        if self.admission.owner != self.admission.me {
+            return;
+        }
         let other_door = doors.iter().any(|d| pid_alive(d.pid, d.start));
         if !other_door && !self.any_slot_held() {
             crate::sys::count();
