@@ -5,8 +5,9 @@
 //!   shared with `ferry-bench calibrate`; its hand-over runs two `ferry __worker`
 //!   processes);
 //! - [`pipeline`] (`ferry pipeline`, `ferry __stage`) ships containers through stages;
-//! - [`services`] (`ferry pub`, `ferry sub`, `ferry stat`) feeds and prints named
-//!   services and lists groups, members and services;
+//! - [`services`] (`ferry pub`, `ferry sub`, `ferry stat`, `ferry clean`) feeds and
+//!   prints named services, lists groups, members and services, and removes stale
+//!   group files;
 //! - [`sys`] holds the few system calls the tool makes itself.
 #![deny(unsafe_code)]
 
@@ -50,6 +51,9 @@ enum Command {
     /// List groups, their members and services, and each member's paths (fbufs out) and
     /// sending channels (messages in flight), from the control blocks in /dev/shm.
     Stat(services::StatArgs),
+    /// Remove this user's group files in /dev/shm that no live member uses (left by
+    /// killed processes), saying what was removed and what was left and why.
+    Clean(services::CleanArgs),
 }
 
 fn main() -> Result<()> {
@@ -61,5 +65,6 @@ fn main() -> Result<()> {
         Command::Pub(args) => services::publish(args),
         Command::Sub(args) => services::subscribe(args),
         Command::Stat(args) => services::stat(args),
+        Command::Clean(args) => services::clean(args),
     }
 }

@@ -1,18 +1,25 @@
-//! `ferry pub`, `ferry sub` and `ferry stat`: named services from a shell.
+//! `ferry pub`, `ferry sub`, `ferry stat` and `ferry clean`: named services from a shell.
 //!
 //! `ferry pub GROUP SERVICE` offers SERVICE and publishes stdin, one message per line
 //! (or per `--chunk` bytes); `ferry sub GROUP SERVICE` subscribes and writes each
-//! message to stdout (a line each, unless `--raw`); `ferry stat` lists the groups in
+//! message to stdout (a line each, unless `--raw`); both take `--group-access UNIX_GROUP`
+//! to share the group with that Unix group's users. `ferry stat` lists the groups in
 //! `/dev/shm`, their members and their services, read from the control blocks without
-//! joining any group as a member.
+//! joining any group and without changing anything (it fails if a group it lists cannot
+//! be read); `ferry clean` removes this user's named files that no live member uses.
 
 use std::io::{BufRead, Read, Write};
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use ferry::service::Kind;
-use ferry::{Group, PathConfig, Publisher, ServiceConfig, SlowSubscriber, Subscriber};
+use ferry::{
+    Group, GroupAccess, GroupConfig, GroupFileState, PathConfig, Publisher, ServiceConfig,
+    SlowSubscriber, Subscriber,
+};
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
 pub enum Policy {
@@ -40,6 +47,10 @@ pub struct PubArgs {
     /// Messages each subscriber's queue holds (a power of two).
     #[arg(long, default_value_t = 64)]
     pub depth: u32,
+    /// Share the group with this Unix group (a name or a gid): its file is mode 0660 and
+    /// that group's. Every process of the group must pass the same.
+    #[arg(long, value_name = "UNIX_GROUP")]
+    pub group_access: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -57,6 +68,10 @@ pub struct SubArgs {
     /// Seconds to wait for the service to be offered.
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
+    /// Join a group shared with this Unix group (a name or a gid), as its publisher
+    /// made it with `--group-access`.
+    #[arg(long, value_name = "UNIX_GROUP")]
+    pub group_access: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -65,8 +80,43 @@ pub struct StatArgs {
     pub group: Option<String>,
 }
 
+#[derive(Debug, Args)]
+pub struct CleanArgs {
+    /// Only this group (default: every group in /dev/shm).
+    pub group: Option<String>,
+}
+
+/// The gid of Unix group `spec`: a number, or a name in /etc/group.
+fn unix_group(spec: &str) -> Result<u32> {
+    if let Ok(gid) = spec.parse() {
+        return Ok(gid);
+    }
+    let groups = std::fs::read_to_string("/etc/group").context("reading /etc/group")?;
+    groups
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            Some((f.next()?, f.nth(1)?))
+        })
+        .find(|(name, _)| *name == spec)
+        .and_then(|(_, gid)| gid.parse().ok())
+        .with_context(|| format!("no Unix group named {spec:?} in /etc/group (give its gid)"))
+}
+
+/// Opens group `name` with the access policy `--group-access` asked for.
+fn open_group(name: &str, access: Option<&str>) -> Result<Arc<Group>> {
+    let config = GroupConfig {
+        access: match access {
+            Some(g) => GroupAccess::UnixGroup(unix_group(g)?),
+            None => GroupAccess::Owner,
+        },
+        ..GroupConfig::default()
+    };
+    Group::open_with(name, config).with_context(|| format!("opening group {name:?}"))
+}
+
 pub fn publish(a: PubArgs) -> Result<()> {
-    let group = Group::open(&a.group)?;
+    let group = open_group(&a.group, a.group_access.as_deref())?;
     let domain = group.join()?;
     let config = ServiceConfig {
         depth: a.depth,
@@ -135,7 +185,7 @@ pub fn publish(a: PubArgs) -> Result<()> {
 }
 
 pub fn subscribe(a: SubArgs) -> Result<()> {
-    let group = Group::open(&a.group)?;
+    let group = open_group(&a.group, a.group_access.as_deref())?;
     let domain = group.join()?;
     let mut sub = Subscriber::open(&domain, &a.service, Duration::from_secs_f64(a.timeout))
         .with_context(|| format!("subscribing to {:?}", a.service))?;
@@ -223,33 +273,57 @@ fn print_activity(all: &[ferry::MemberActivity]) {
 }
 
 pub fn stat(a: StatArgs) -> Result<()> {
-    let names: Vec<String> = match a.group {
-        Some(g) => vec![g],
-        None => {
-            let mut v: Vec<String> = std::fs::read_dir("/dev/shm")?
-                .filter_map(|e| {
-                    let n = e.ok()?.file_name().into_string().ok()?;
-                    n.strip_prefix("ferry.").map(str::to_owned)
-                })
-                .collect();
-            v.sort();
-            v
-        }
+    let files = match &a.group {
+        Some(g) => vec![Group::inspect(g)],
+        None => Group::inspect_all().context("listing /dev/shm")?,
     };
-    if names.is_empty() {
+    if files.is_empty() {
         println!("no ferry groups in /dev/shm");
     }
-    for name in names {
-        // Opening reads the control block through the door table; it claims no slot.
-        let group = match Group::open(&name) {
-            Ok(g) => g,
-            Err(e) => {
-                println!("group {name}: cannot open: {e}");
+    let mut unreadable = Vec::new();
+    for f in &files {
+        let name = &f.name;
+        if !f.readable() {
+            unreadable.push(name.clone());
+        }
+        let owner = match (f.foreign, f.owner) {
+            (true, Some(uid)) => format!(" (owned by uid {uid}, another user)"),
+            _ => String::new(),
+        };
+        let group = match &f.state {
+            GroupFileState::Live(g) => g,
+            GroupFileState::Stale { doors } => {
+                println!(
+                    "group {name}: stale{owner}: none of its {doors} door(s) is live \
+                     (members killed); `ferry clean {name}` removes it"
+                );
+                continue;
+            }
+            GroupFileState::Empty => {
+                println!(
+                    "group {name}: empty file{owner}: a group being created, or its \
+                     creator died"
+                );
+                continue;
+            }
+            GroupFileState::Missing => {
+                println!(
+                    "group {name}: no such group ({} does not exist)",
+                    f.path.display()
+                );
+                continue;
+            }
+            GroupFileState::Garbage(why) => {
+                println!("group {name}: garbage{owner}, left alone: {why}");
+                continue;
+            }
+            GroupFileState::Unreadable(why) => {
+                println!("group {name}: cannot read{owner}: {why}");
                 continue;
             }
         };
         let members = group.members();
-        println!("group {name}: {} members", members.len());
+        println!("group {name}: {} members{owner}", members.len());
         for m in &members {
             println!("  member {} pid {}", m.id, m.pid);
         }
@@ -274,6 +348,30 @@ pub fn stat(a: StatArgs) -> Result<()> {
             println!("  service table: {damage} entries fail validation");
         }
         print_activity(&group.activity());
+    }
+    if !unreadable.is_empty() {
+        bail!(
+            "{} of the groups listed cannot be read: {}",
+            unreadable.len(),
+            unreadable.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// `ferry clean`: removes this user's named files that no live member uses, and says
+/// what it removed and what it left, and why.
+pub fn clean(a: CleanArgs) -> Result<()> {
+    let done = match &a.group {
+        Some(g) => vec![Group::clean(g)],
+        None => Group::clean_all().context("listing /dev/shm")?,
+    };
+    if done.is_empty() {
+        println!("no ferry groups in /dev/shm");
+    }
+    for c in &done {
+        let what = if c.removed { "removed" } else { "left" };
+        println!("{what} {}: {}", c.path.display(), c.why);
     }
     Ok(())
 }

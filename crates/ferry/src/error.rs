@@ -107,6 +107,16 @@ pub enum Error {
     /// The group cannot be opened: its named file stayed locked or kept being replaced,
     /// or its control block is not a ferry group of this version.
     BadGroup(String),
+    /// A group's named file, or a process that would be a member, was refused for
+    /// safety: a symbolic link, a file another user owns or made writable to others,
+    /// a file that is not a door table and is not ours to remove, or a member running as
+    /// a user the group's access policy does not admit. Nothing was changed.
+    Refused {
+        /// The group's named file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        why: String,
+    },
     /// A descriptor from another domain failed validation.
     BadDescriptor(BadDescriptor),
     /// A channel's ring has no free slot: [`Sender::try_send`](crate::Sender::try_send)
@@ -258,6 +268,7 @@ impl fmt::Display for Error {
             }
             Self::GroupFull => write!(f, "group has no free domain slot"),
             Self::BadGroup(why) => write!(f, "not a usable ferry group: {why}"),
+            Self::Refused { path, why } => write!(f, "refusing {}: {why}", path.display()),
             Self::BadDescriptor(d) => write!(f, "bad descriptor from peer: {d}"),
             Self::Full => write!(f, "channel ring is full"),
             Self::Timeout => write!(f, "timed out"),

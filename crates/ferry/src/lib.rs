@@ -122,8 +122,9 @@ pub use container::{Container, Pallet};
 pub use error::{BadDescriptor, Error, Result};
 pub use iodata::{Fragment, IoData, IoDataMut};
 pub use region::{
-    ActivityDamage, ChannelActivity, Domain, DomainId, Group, GroupConfig, MemberActivity,
-    PathActivity, PathAllocator, PathConfig, PathStats,
+    ActivityDamage, ChannelActivity, Cleaned, Domain, DomainId, Group, GroupAccess, GroupConfig,
+    GroupFile, GroupFileState, GroupView, MemberActivity, PathActivity, PathAllocator, PathConfig,
+    PathStats,
 };
 pub use segment::{LotId, LotSpan, Segment};
 pub use service::{

@@ -35,18 +35,25 @@
 //! ```
 //! Slot `i`'s lot lives at `base_addr + i * lot_stride` in every process of the group.
 //!
-//! Opening: open or create the named file (`O_CLOEXEC`, mode 0600), lock it, and check
-//! that the file locked is still the one at the path (a last member may have unlinked
-//! it meanwhile: then start over). Read the door table; for each door whose process is
-//! alive, duplicate its descriptor with `pidfd_getfd` and check it: a shmem memfd named
-//! `ferry.<name>`, sealed against shrinking and growing (and not against writing), of
-//! exactly the control block's size, and with a header of this version and sane
-//! geometry. The first that passes is the group; if none does, create a new control
-//! memfd, size it, seal it and initialise its header. Then write this process's own door
-//! into a free or dead entry (with the table full the process still works, but is no
-//! door) and unlock. A named file of length 0 is a table being created; any other that
-//! does not validate is unlinked and opening starts over, so no one writes into a file
-//! an older ferry may have mapped.
+//! Opening: open the named file without following a symbolic link, or create it
+//! exclusively with the access policy's mode and group (see [`super::access`]: mode
+//! 0600 by default), and check it with `fstat` (a regular file with one link, owned by
+//! this user or shared with an admitted Unix group, no permission beyond the policy);
+//! anything else is refused and left as it is. Lock it, and check that the file locked
+//! is still the one at the path (a last member may have unlinked it meanwhile: then
+//! start over). Read the door table; for each door whose process is alive and runs as
+//! a user the group admits, duplicate its descriptor with `pidfd_getfd` and check it: a
+//! shmem memfd named `ferry.<name>`, sealed against shrinking and growing (and not
+//! against writing), of exactly the control block's size, and with a header of this
+//! version and sane geometry. The first that passes is the group. If there are live
+//! doors and none passes, opening fails, naming the first and why: starting a second
+//! group of the same name would split the group silently (its services invisible to
+//! half the processes). With no live door, create a new control memfd, size it, seal
+//! it and initialise its header. Then write this process's own door into a free or dead
+//! entry (with the table full the process still works, but is no door) and unlock. A
+//! named file of length 0 is a table being created; any other that does not validate is
+//! unlinked and opening starts over if this user owns it (no one writes into a file an
+//! older ferry may have mapped), and refused if another user does.
 //!
 //! Leaving: when a [`Group`] is dropped it locks the file, clears its door and, if no
 //! other door and no slot of the control block belongs to a live process, unlinks the
@@ -55,22 +62,28 @@
 //! once do not each leave the file to the other. A process is alive if `pidfd_open` succeeds, its start time still matches the
 //! one recorded (pid reuse), and the pidfd is not readable yet: a zombie is dead.
 //!
-//! What a hostile member can do (it runs as the same user): write anything into the
+//! What a hostile member can do (it runs as an admitted user): write anything into the
 //! control memfd it maps, as before (peers validate every value they read from it),
-//! and truncate, scribble or hold the lock on the named file. That stops new joins (at
-//! worst, new openers start a new, separate group), but existing members keep working,
-//! since they map the memfd, not the file. It cannot resize the memfd, seal it against
-//! writing, or hand a joiner an unsealed or hugetlb memfd: those are refused.
+//! and truncate, scribble or hold the lock on the named file. That stops new joins (new
+//! openers fail, or start a new group if the table no longer names a live door), but
+//! existing members keep working, since they map the memfd, not the file. It cannot
+//! resize the memfd, seal it against writing, or hand a joiner an unsealed or hugetlb
+//! memfd: those are refused. Another user can only squat the name (its file is
+//! refused, with a clear error) or plant a link (never followed).
+//!
+//! Looking without touching (`ferry stat`, [`Group::inspect`]) opens the file
+//! read-only without following links, takes no lock, and maps the control block
+//! read-only; see [`super::inspect`].
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once, Weak};
 use std::time::{Duration, Instant};
 
+use super::access::{open_named, refused, Admission, GroupAccess, Ids};
 use super::activity::{ActivityRaw, MemberActivity};
 use super::ledger::LedgerRaw;
 use super::rendezvous::OfferRaw;
@@ -153,6 +166,14 @@ pub struct GroupConfig {
     /// Size of each domain's lot, a page multiple. Lots are sparse memfds: untouched
     /// pages cost nothing.
     pub lot_size: usize,
+    /// Who may open the group's named file and be a member: this user only (the
+    /// default), or also a Unix group. Unlike the layout, every opener's own policy
+    /// counts: a file whose mode or group goes beyond it is refused.
+    pub access: GroupAccess,
+    /// Join a group whose named file another user owns (and whose doors lead to that
+    /// user's processes). Off by default, so that a process (root included) never joins
+    /// another user's group, or a squatter's file, without asking to.
+    pub allow_foreign_owner: bool,
 }
 
 impl Default for GroupConfig {
@@ -160,6 +181,8 @@ impl Default for GroupConfig {
         GroupConfig {
             base_addr: None,
             lot_size: 1 << 30,
+            access: GroupAccess::Owner,
+            allow_foreign_owner: false,
         }
     }
 }
@@ -234,6 +257,11 @@ pub struct Group {
     file: File,
     /// Our entry in the door table, if the table had room.
     door: Option<(usize, Door)>,
+    /// Who may be a door or a peer.
+    admission: Admission,
+    /// Opened to be looked at ([`super::inspect`]): the control block is mapped
+    /// read-only, and dropping it writes nothing.
+    read_only: bool,
 }
 
 /// Size of the control memfd: the header, rounded up to whole pages.
@@ -263,6 +291,20 @@ impl Group {
     }
 
     /// Opens the group `name`, creating it with `config` if it does not exist.
+    ///
+    /// The named file `/dev/shm/ferry.<name>` is never followed if it is a symbolic
+    /// link, and is checked after it is opened against `config.access` (and
+    /// `config.allow_foreign_owner`); a new one gets the policy's mode and group.
+    ///
+    /// # Errors
+    /// [`Error::Refused`] for a named file that is a link, not a regular file, has
+    /// several links, is another user's (unless allowed), grants more than the policy,
+    /// or is another user's garbage; also when the live member a door leads to runs as
+    /// a user the policy does not admit. [`Error::BadGroup`] if the table names live
+    /// members but none of their control blocks can be taken (for instance
+    /// `pidfd_getfd` needs ptrace rights over the member: the same user with
+    /// `kernel.yama.ptrace_scope` 0, or `CAP_SYS_PTRACE`): opening never starts a second
+    /// group of the same name beside a live one.
     pub fn open_with(name: &str, config: GroupConfig) -> Result<Arc<Group>> {
         if name.is_empty() || name.contains('/') || name.contains('\0') || name.len() > 200 {
             return Err(Error::InvalidArgument(
@@ -274,25 +316,19 @@ impl Group {
                 "lot size must be a non-zero page multiple",
             ));
         }
-        let path = PathBuf::from(format!("/dev/shm/ferry.{name}"));
+        let path = named_path(name);
         let me = Door {
             pid: std::process::id(),
             fd: 0,
             start: process_start_time(std::process::id())?,
         };
+        let ids = Ids::mine()?;
         for _ in 0..OPEN_TRIES {
-            crate::sys::count();
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .custom_flags(libc::O_CLOEXEC)
-                .open(&path)?;
+            let named = open_named(&path, &ids, config.access, config.allow_foreign_owner)?;
+            let file = File::from(named.fd);
             let Some(lock) = Locked::take(&file, OPEN_PATIENCE)? else {
                 return Err(Error::BadGroup(format!(
-                    "{} stayed locked for {} s",
+                    "{} stayed locked for {} s (another process holds its flock)",
                     path.display(),
                     OPEN_PATIENCE.as_secs()
                 )));
@@ -304,34 +340,42 @@ impl Group {
             let (mut doors, fresh) = match read_table(file.as_fd())? {
                 DoorTable::Valid(doors) => (doors, false),
                 DoorTable::Empty => (vec![Door::default(); DOORS], true),
-                DoorTable::Invalid => {
-                    // Not a door table: maybe garbage, maybe a control block an older
-                    // ferry maps. Leave its inode alone and start a new file.
+                DoorTable::Invalid if named.st.st_uid == ids.uid => {
+                    // Ours, but not a door table: maybe garbage, maybe a control block an
+                    // older ferry maps. Leave its inode alone and start a new file.
                     crate::sys::count();
                     let _ = std::fs::remove_file(&path);
                     continue;
                 }
+                DoorTable::Invalid => {
+                    return Err(refused(
+                        &path,
+                        format!(
+                            "it is not a ferry door table ({} bytes) and belongs to uid {}, \
+                             so it is not ours to remove",
+                            named.st.st_size, named.st.st_uid
+                        ),
+                    ))
+                }
             };
-            let mut found = None;
-            let mut spare = None;
-            for (i, d) in doors.iter().enumerate() {
-                if found.is_some() && spare.is_some() {
-                    break;
+            let admission = Admission {
+                me: ids.uid,
+                owner: named.st.st_uid,
+                gid: match config.access {
+                    GroupAccess::Owner => None,
+                    GroupAccess::UnixGroup(g) => Some(g),
+                },
+            };
+            let (found, spare, failed) = find_control(&doors, name, &admission, Access::ReadWrite);
+            let (ctl, map) = match (found, failed) {
+                (Some(v), _) => v,
+                (None, Some(why)) => {
+                    return Err(Error::BadGroup(format!(
+                        "{}: {why}; not starting a second group of the same name",
+                        path.display()
+                    )))
                 }
-                match live_pidfd(d.pid, d.start) {
-                    Ok(None) => {
-                        spare.get_or_insert(i);
-                    }
-                    Ok(Some(pfd)) if found.is_none() => {
-                        found = adopt(pfd.as_fd(), d.fd, name).ok();
-                    }
-                    // Alive (or not known dead): not ours to overwrite.
-                    _ => {}
-                }
-            }
-            let (ctl, map) = match found {
-                Some(v) => v,
-                None => create(name, &config)?,
+                (None, None) => create(name, &config)?,
             };
             let mine = Door {
                 fd: ctl.as_raw_fd() as u32,
@@ -354,6 +398,8 @@ impl Group {
                 _ctl: ctl,
                 file,
                 door,
+                admission,
+                read_only: false,
             });
             register_open(&g);
             return Ok(g);
@@ -366,6 +412,63 @@ impl Group {
 
     pub(crate) fn header(&self) -> &GroupHeader {
         header_of(&self.map)
+    }
+
+    /// Opens the group behind the named file `file` read-only, for looking at: the
+    /// control block of the first live, admitted door is mapped read-only. No lock is
+    /// taken and nothing is written, now or on drop. `Ok(None)` if no door is live.
+    pub(crate) fn look(
+        name: &str,
+        path: PathBuf,
+        file: File,
+        admission: Admission,
+    ) -> std::result::Result<Option<Group>, String> {
+        // Read without the lock: a writer may be midway; a table that does not parse, or
+        // a door that leads nowhere, is read again a few times.
+        let mut last = String::new();
+        for attempt in 0..3 {
+            if attempt > 0 {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let doors = match read_table(file.as_fd()) {
+                Ok(DoorTable::Valid(doors)) => doors,
+                Ok(_) => {
+                    last = "it is not a door table".to_owned();
+                    continue;
+                }
+                Err(e) => return Err(format!("cannot read it: {e}")),
+            };
+            match find_control(&doors, name, &admission, Access::Read) {
+                (Some((ctl, map)), _, _) => {
+                    return Ok(Some(Group {
+                        name: name.to_owned(),
+                        path,
+                        map,
+                        _ctl: ctl,
+                        file,
+                        door: None,
+                        admission,
+                        read_only: true,
+                    }))
+                }
+                (None, _, Some(why)) => last = why,
+                (None, _, None) => return Ok(None),
+            }
+        }
+        Err(last)
+    }
+
+    /// Ok if process `pid` runs as a user this group admits; [`Error::Refused`] if not.
+    pub(crate) fn admit(&self, pid: u32) -> Result<()> {
+        self.admission
+            .check(pid)
+            .map_err(|why| refused(&self.path, format!("member pid {pid}: {why}")))
+    }
+
+    /// True if this group was opened to be looked at: its control block is mapped
+    /// read-only.
+    pub(crate) fn read_only(&self) -> bool {
+        self.read_only
     }
 
     pub(crate) fn slot(&self, i: u16) -> &SlotRaw {
@@ -611,6 +714,9 @@ impl Group {
         {
             return Err(Error::PeerGone { pid });
         }
+        // Its descriptors are taken through this pidfd, so they are this process's:
+        // it must run as a user the group admits.
+        self.admit(pid)?;
         Ok((pid, fd))
     }
 }
@@ -663,6 +769,9 @@ impl Group {
     /// process, removes the named file. With `exiting`, this process is about to exit:
     /// its own slots are given up first (they would be dead in a moment anyway).
     fn leave(&self, exiting: bool) {
+        if self.read_only {
+            return;
+        }
         let Ok(Some(_lock)) = Locked::take(&self.file, DROP_PATIENCE) else {
             return;
         };
@@ -690,6 +799,12 @@ impl Group {
         }
         if !same_file(self.file.as_fd(), &self.path).unwrap_or(false) {
             // The path names another group's file now (or none): not ours to remove.
+            return;
+        }
+        // Another user's file (a group shared with us, or joined with
+        // `allow_foreign_owner`) is theirs to remove: left stale, it is reused by the next
+        // opener, or removed by its owner's `ferry clean`.
+        if self.admission.owner != self.admission.me {
             return;
         }
         let other_door = doors.iter().any(|d| pid_alive(d.pid, d.start));
@@ -758,7 +873,7 @@ fn header_of(map: &Mapping) -> &GroupHeader {
 /// group `name`, sealed against shrinking and growing and not against writing, of
 /// exactly `control_len()` bytes. Seals are checked before the size, since only they
 /// keep the size from changing afterwards.
-fn map_control(fd: BorrowedFd<'_>, name: &str) -> Result<Mapping> {
+fn map_control(fd: BorrowedFd<'_>, name: &str, access: Access) -> Result<Mapping> {
     let bad = |why: &str| Error::BadGroup(format!("control block of {name}: {why}"));
     let sealed = seals(fd).map_err(|_| bad("not a memfd"))?;
     if !sealed.contains(SealFlags::SHRINK | SealFlags::GROW) {
@@ -777,7 +892,7 @@ fn map_control(fd: BorrowedFd<'_>, name: &str) -> Result<Mapping> {
     if file_len(fd)? != len as u64 {
         return Err(bad("wrong size"));
     }
-    Ok(Mapping::shared(fd, len, Access::ReadWrite)?)
+    Ok(Mapping::shared(fd, len, access)?)
 }
 
 /// Creates, seals and initialises a new control block for group `name`.
@@ -787,7 +902,7 @@ fn create(name: &str, config: &GroupConfig) -> Result<(OwnedFd, Mapping)> {
         fd.as_fd(),
         SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL,
     )?;
-    let map = map_control(fd.as_fd(), name)?;
+    let map = map_control(fd.as_fd(), name, Access::ReadWrite)?;
     let h = map.as_ptr().cast::<GroupHeader>();
     // SAFETY: the memfd is new and not yet in any door, so no other process can see it;
     // the mapping is control_len() >= size_of::<GroupHeader>() bytes, page aligned, and
@@ -808,11 +923,85 @@ fn create(name: &str, config: &GroupConfig) -> Result<(OwnedFd, Mapping)> {
     Ok((fd, map))
 }
 
-/// Takes descriptor `target` of the door process behind `pidfd` and maps it if it is a
-/// valid control block of group `name`.
-fn adopt(pidfd: BorrowedFd<'_>, target: u32, name: &str) -> Result<(OwnedFd, Mapping)> {
+/// Looks through `doors` for the group's control block: the first live door whose
+/// process the group admits and whose descriptor is a valid control block of `name`,
+/// mapped with `access`. Returns it, the first dead (free) door, and, if no door led to
+/// a control block but some door is (or may be) live, why the first such failed.
+#[allow(clippy::type_complexity)]
+fn find_control(
+    doors: &[Door],
+    name: &str,
+    admission: &Admission,
+    access: Access,
+) -> (Option<(OwnedFd, Mapping)>, Option<usize>, Option<String>) {
+    let mut found = None;
+    let mut spare = None;
+    let mut failed = None;
+    for (i, d) in doors.iter().enumerate() {
+        if found.is_some() && spare.is_some() {
+            break;
+        }
+        match live_pidfd(d.pid, d.start) {
+            Ok(None) => {
+                spare.get_or_insert(i);
+            }
+            Ok(Some(pfd)) if found.is_none() => {
+                let got = admission
+                    .check(d.pid)
+                    .and_then(|()| adopt(pfd.as_fd(), d.fd, name, access).map_err(explain));
+                match got {
+                    Ok(v) => found = Some(v),
+                    Err(why) => {
+                        failed.get_or_insert(format!(
+                            "its live member pid {} (door {i}) cannot be joined: {why}",
+                            d.pid
+                        ));
+                    }
+                }
+            }
+            // Alive or not known dead: not ours to overwrite.
+            Err(e) if found.is_none() => {
+                failed.get_or_insert(format!(
+                    "cannot tell whether member pid {} (door {i}) is alive: {e}",
+                    d.pid
+                ));
+            }
+            _ => {}
+        }
+    }
+    if found.is_some() {
+        failed = None;
+    }
+    (found, spare, failed)
+}
+
+/// Why adopting a door's control block failed, with a hint where the cause is the
+/// usual one.
+fn explain(e: Error) -> String {
+    match &e {
+        Error::Io(io) if io.raw_os_error() == Some(libc::EPERM) => format!(
+            "{e} (taking its descriptor with pidfd_getfd needs ptrace rights over it: the \
+             same user with kernel.yama.ptrace_scope 0, or CAP_SYS_PTRACE)"
+        ),
+        _ => e.to_string(),
+    }
+}
+
+/// Path of group `name`'s named file.
+pub(crate) fn named_path(name: &str) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/ferry.{name}"))
+}
+
+/// Takes descriptor `target` of the door process behind `pidfd` and maps it (with
+/// `access`) if it is a valid control block of group `name`.
+fn adopt(
+    pidfd: BorrowedFd<'_>,
+    target: u32,
+    name: &str,
+    access: Access,
+) -> Result<(OwnedFd, Mapping)> {
     let fd = dup_from(pidfd, target as i32)?;
-    let map = map_control(fd.as_fd(), name)?;
+    let map = map_control(fd.as_fd(), name, access)?;
     let h = header_of(&map);
     // SYNC: pairs with the creator's Release store of `magic` in `create`.
     if h.magic.load(Ordering::Acquire) != MAGIC {
@@ -839,7 +1028,7 @@ const TABLE_VERSION: u32 = 1;
 pub(crate) const DOORS: usize = 255;
 const TABLE_HEAD: usize = 16;
 const DOOR_LEN: usize = 16;
-const TABLE_LEN: usize = TABLE_HEAD + DOORS * DOOR_LEN;
+pub(crate) const TABLE_LEN: usize = TABLE_HEAD + DOORS * DOOR_LEN;
 
 /// One door: a process that has the group open, and the descriptor number of its copy
 /// of the control memfd. Stored as pid (u32), fd (u32), start time (u64), native endian.
@@ -902,7 +1091,7 @@ pub(crate) fn parse_table(b: &[u8]) -> DoorTable {
 
 /// Reads the named file open as `fd` (`pread`; one byte more than a table, to notice a
 /// longer file).
-fn read_table(fd: BorrowedFd<'_>) -> io::Result<DoorTable> {
+pub(crate) fn read_table(fd: BorrowedFd<'_>) -> io::Result<DoorTable> {
     let mut buf = vec![0u8; TABLE_LEN + 1];
     let n = read_at(fd, &mut buf, 0)?;
     Ok(parse_table(&buf[..n]))
@@ -930,11 +1119,11 @@ fn write_door(fd: BorrowedFd<'_>, i: usize, door: Door) -> io::Result<()> {
 }
 
 /// The named file's `flock`, held until dropped.
-struct Locked<'a>(&'a File);
+pub(crate) struct Locked<'a>(&'a File);
 
 impl<'a> Locked<'a> {
     /// Takes the lock, retrying for up to `patience`; `None` if someone held it that long.
-    fn take(file: &'a File, patience: Duration) -> io::Result<Option<Self>> {
+    pub(crate) fn take(file: &'a File, patience: Duration) -> io::Result<Option<Self>> {
         let deadline = Instant::now() + patience;
         loop {
             if try_lock(file.as_fd())? {
@@ -1030,14 +1219,22 @@ mod tests {
     }
 
     fn write_named(path: &std::path::Path, doors: &[Door]) {
-        let f = File::create(path).unwrap();
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = File::options()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+            .unwrap();
         write_table(f.as_fd(), doors).unwrap();
     }
 
     /// Doors (of a live process: this one) that lead to control blocks which are not
     /// sealed, of the wrong size, another group's, on another file system, or not
-    /// there at all are refused and never stay mapped: the opener starts a new group.
-    /// A valid door after them is found.
+    /// there at all are refused and never stay mapped; with no valid door, opening
+    /// fails (naming the first door) rather than start a second group beside a live
+    /// member. A valid door after them is found.
     #[test]
     fn doors_to_bad_control_blocks_are_refused() {
         let name = format!("unit-doors-{}", std::process::id());
@@ -1097,17 +1294,21 @@ mod tests {
             ..me()
         });
         write_named(&path, &doors);
-        let g = Group::open(&name).unwrap();
-        assert_eq!(
-            g.lot_addr(0),
-            default_base(&name, 1 << 30) as usize,
-            "adopted a fake control block"
+        let before = std::fs::read(&path).unwrap();
+        let err = Group::open(&name).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("member pid {} (door 0)", std::process::id()))
+                && err.contains("not starting a second group"),
+            "{err}"
         );
         for (what, fd) in &fakes {
             assert!(!mapped(fd.as_fd()), "{what} control block is mapped");
         }
-        assert!(g.door.is_some_and(|(i, _)| i >= fakes.len()));
-        drop(g);
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            before,
+            "the table was written"
+        );
 
         // The same doors with a valid one last (made like the fakes): that one is the
         // group.
@@ -1128,9 +1329,10 @@ mod tests {
     }
 
     /// Doors with a valid table head but garbage entries, some naming this process's
-    /// real descriptors (stdio, test harness files), are survived: a new group.
+    /// real descriptors (stdio, test harness files), are survived without a crash or a
+    /// mapping: opening fails, since a live process's door leads nowhere.
     #[test]
-    fn garbage_doors_are_survived() {
+    fn garbage_doors_are_refused() {
         let name = format!("unit-garbage-doors-{}", std::process::id());
         let path = PathBuf::from(format!("/dev/shm/ferry.{name}"));
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
@@ -1147,10 +1349,10 @@ mod tests {
             start: next(),
         }));
         write_named(&path, &doors);
-        let g = Group::open(&name).unwrap();
-        assert!(g.members().is_empty());
-        assert_eq!(g.lot_addr(0), default_base(&name, 1 << 30) as usize);
-        drop(g);
+        let err = Group::open(&name).unwrap_err().to_string();
+        assert!(err.contains("cannot be joined"), "{err}");
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        assert!(!maps.contains(&format!("memfd:ferry.{name}")), "{maps}");
         let _ = std::fs::remove_file(&path);
     }
 

@@ -212,6 +212,9 @@ impl PeerLot {
         if !super::group::pid_alive(pid, start) {
             return Err(Error::PeerGone { pid });
         }
+        // The lot is opened through its process's descriptor table: it must run as a
+        // user the group admits.
+        group.admit(pid)?;
         let fd = open_peer_fd(pid, s.lot_fd.load(Ordering::Relaxed) as i32, false)
             .map_err(|_| Error::PeerGone { pid })?;
         let len = group.lot_size();

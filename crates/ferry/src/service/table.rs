@@ -385,7 +385,8 @@ impl<'g> Table<'g> {
         }
     }
 
-    /// The live members of entry `i`, and clears the words of dead ones.
+    /// The live members of entry `i`, and clears the words of dead ones (unless the group
+    /// is only being looked at).
     pub fn members(&self, i: usize) -> Vec<Member> {
         let mut out = Vec::new();
         for m in 0..MAX_MEMBERS {
@@ -397,6 +398,8 @@ impl<'g> Table<'g> {
             match self.resolve(cur) {
                 Some(d) if !out.contains(&d) => out.push(d),
                 Some(_) => {}
+                // A group opened to be looked at maps the table read-only.
+                None if self.group.read_only() => {}
                 None => {
                     let _ = w.compare_exchange(cur, 0, Ordering::AcqRel, Ordering::Relaxed);
                 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags};
-use rustix::fs::{flock, fstat, fstatfs, memfd_create, stat, FlockOperation, MemfdFlags};
+use rustix::fs::{flock, fstat, fstatfs, lstat, memfd_create, FlockOperation, MemfdFlags};
 use rustix::process::{pidfd_getfd, pidfd_open, Pid, PidfdFlags, PidfdGetfdFlags};
 
 use super::count;
@@ -84,13 +84,14 @@ pub fn unlock(fd: BorrowedFd<'_>) {
     let _ = flock(fd, FlockOperation::Unlock);
 }
 
-/// True if `path` names the file open as `fd` (`fstat(2)` and `stat(2)`, comparing
-/// device and inode); false if `path` is gone or names another file.
+/// True if `path` names the file open as `fd` (`fstat(2)` and `lstat(2)`, comparing
+/// device and inode); false if `path` is gone, names another file, or is a symbolic
+/// link (never followed).
 pub fn same_file(fd: BorrowedFd<'_>, path: &Path) -> io::Result<bool> {
     count();
     let open = fstat(fd)?;
     count();
-    match stat(path) {
+    match lstat(path) {
         Ok(named) => Ok(named.st_dev == open.st_dev && named.st_ino == open.st_ino),
         Err(rustix::io::Errno::NOENT) => Ok(false),
         Err(e) => Err(e.into()),
