@@ -260,10 +260,12 @@ impl PeerLot {
         let fd = match open_peer_memfd(pid, lot_fd as i32) {
             Ok(PeerOpen::Opened(fd)) => fd,
             Ok(PeerOpen::NotMemfd(why)) => return Err(bad(why)),
-            Err(_) if !super::group::pid_alive(pid, start) => {
-                return Err(Error::PeerGone { pid })
+            Err(_) if !super::group::pid_alive(pid, start) => return Err(Error::PeerGone { pid }),
+            Err(e) => {
+                return Err(bad(format!(
+                    "number {lot_fd}, which cannot be opened ({e})"
+                )))
             }
-            Err(e) => return Err(bad(format!("number {lot_fd}, which cannot be opened ({e})"))),
         };
         // A lot whose size is not sealed could be truncated under our mapping (SIGBUS on
         // the next read): refuse it.
@@ -274,7 +276,7 @@ impl PeerLot {
             }
             Err(_) => {
                 return Err(bad(
-                    "a memfd not sealed against growing and shrinking".into(),
+                    "a memfd not sealed against growing and shrinking".into()
                 ))
             }
         }

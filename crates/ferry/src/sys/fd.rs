@@ -84,8 +84,9 @@ pub fn check_memfd(fd: BorrowedFd<'_>) -> Result<u64, String> {
     }
     let dev = memfd_dev().map_err(|e| format!("cannot be compared with a memfd ({e})"))?;
     if (st.stx_dev_major, st.stx_dev_minor) != dev {
-        return Err("a file on another file system (or a hugetlb memfd), not a memfd on shmem"
-            .into());
+        return Err(
+            "a file on another file system (or a hugetlb memfd), not a memfd on shmem".into(),
+        );
     }
     Ok(st.stx_size)
 }
