@@ -430,6 +430,68 @@ mod tests {
         drop(group.offer(a.id().slot, b.id(), fds(&sealed)).unwrap());
     }
 
+    /// Descriptors that are not what an offer promises are refused, naming the peer and
+    /// what each one is, before anything reads, writes, maps or opens them: a pipe or a
+    /// blocking eventfd as an eventfd, a FIFO or an eventfd as the channel's memory.
+    #[test]
+    fn offered_descriptors_of_the_wrong_kind_are_refused() {
+        use rustix::event::{eventfd, EventfdFlags};
+        let g = Group::open(&format!("unit-badfds-{}", std::process::id())).unwrap();
+        let (a, b) = (g.join().unwrap(), g.join().unwrap());
+        let efd = EventFd::new().unwrap();
+        let chan = memfd("chan", layout::channel_bytes(4, 4) as u64).unwrap();
+        crate::sys::seal::fix_size(chan.as_fd()).unwrap();
+        let (pipe_r, _pipe_w) = rustix::pipe::pipe().unwrap();
+        let blocking = eventfd(0, EventfdFlags::CLOEXEC).unwrap();
+        let cases: [(i32, i32, &str, &str); 4] = [
+            (
+                chan.as_raw_fd(),
+                pipe_r.as_raw_fd(),
+                "eventfd",
+                "a FIFO, not an eventfd",
+            ),
+            (
+                chan.as_raw_fd(),
+                blocking.as_raw_fd(),
+                "eventfd",
+                "blocking mode",
+            ),
+            (
+                pipe_r.as_raw_fd(),
+                efd.as_raw_fd(),
+                "channel memory",
+                "a FIFO, not a memfd",
+            ),
+            (
+                efd.as_raw_fd(),
+                efd.as_raw_fd(),
+                "channel memory",
+                "an anonymous inode",
+            ),
+        ];
+        for (c, e, what, why) in cases {
+            let fds = OfferFds {
+                chan: c,
+                rx: e,
+                tx: efd.as_raw_fd(),
+                rel: efd.as_raw_fd(),
+            };
+            let r = open_offer(&b.inner, a.id(), fds);
+            let want = format!(
+                "peer {} (pid {}): its {what} descriptor is",
+                a.id(),
+                std::process::id()
+            );
+            let msg = r.as_ref().err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                matches!(r, Err(Error::BadDescriptor(BadDescriptor::PeerFile { .. })))
+                    && msg.contains(&want)
+                    && msg.contains(why),
+                "{msg}"
+            );
+        }
+    }
+
     /// The receiver checks the sender's flags like the rest of the header: a flag it
     /// does not know is refused, the lossy flag is taken.
     #[test]
