@@ -45,6 +45,22 @@ pub enum BadDescriptor {
     UnknownToken(u64),
     /// Other malformed field.
     Malformed(&'static str),
+    /// A file descriptor a peer handed over (its lot, a channel's memory or eventfds, a
+    /// container's pallet) is not what ferry can use safely: a FIFO, a directory, a
+    /// socket, a device, a memfd that is not sealed against resizing or of the wrong
+    /// size... It is refused before anything could block on it or map it.
+    PeerFile {
+        /// The peer's slot; for a container's pallet, the pallet's index.
+        slot: u16,
+        /// Generation of the peer's slot (0 for a pallet).
+        generation: u32,
+        /// The peer's process id (0 if unknown).
+        pid: u32,
+        /// Which descriptor: "lot", "channel memory", "eventfd", "pallet".
+        what: &'static str,
+        /// What is wrong with it.
+        why: String,
+    },
 }
 
 impl fmt::Display for BadDescriptor {
@@ -64,6 +80,26 @@ impl fmt::Display for BadDescriptor {
             }
             Self::UnknownToken(t) => write!(f, "release of unknown message {t}"),
             Self::Malformed(what) => write!(f, "malformed descriptor: {what}"),
+            Self::PeerFile {
+                slot,
+                pid,
+                what: "pallet",
+                why,
+                ..
+            } => write!(
+                f,
+                "peer process {pid}: its pallet {slot} descriptor is {why}"
+            ),
+            Self::PeerFile {
+                slot,
+                generation,
+                pid,
+                what,
+                why,
+            } => write!(
+                f,
+                "peer {slot}.{generation} (pid {pid}): its {what} descriptor is {why}"
+            ),
         }
     }
 }
@@ -90,6 +126,28 @@ pub enum Error {
     },
     /// The peer closed its end of the channel.
     Disconnected,
+    /// The peer took the channel this domain offered, could not use it, and said why.
+    Refused {
+        /// Process id of the peer.
+        pid: u32,
+        /// What the peer found.
+        why: String,
+    },
+    /// Another domain's lot cannot be mapped here: its address is still taken by the lot
+    /// of an earlier domain of the same slot, which left, and whose messages something in
+    /// this process still holds. Dropping them frees the address.
+    LotAddressHeld {
+        /// The slot.
+        slot: u16,
+        /// Generation of the domain whose lot was to be mapped.
+        generation: u32,
+        /// Its process id.
+        pid: u32,
+        /// Generation of the earlier domain whose lot is still mapped there.
+        held: u32,
+        /// The address.
+        addr: usize,
+    },
     /// A path allocator reached its quota: a receiver is holding too many of its fbufs.
     QuotaExceeded {
         /// Bytes outstanding on the path.
@@ -259,6 +317,19 @@ impl fmt::Display for Error {
             ),
             Self::PeerGone { pid } => write!(f, "peer process {pid} is gone"),
             Self::Disconnected => write!(f, "peer closed the channel"),
+            Self::Refused { pid, why } => {
+                write!(f, "peer process {pid} refused the channel: {why}")
+            }
+            Self::LotAddressHeld {
+                slot,
+                generation,
+                pid,
+                held,
+                addr,
+            } => write!(
+                f,
+                "cannot map the lot of peer {slot}.{generation} (pid {pid}) at {addr:#x}: this process still holds messages of {slot}.{held}, an earlier domain of slot {slot} that left, whose lot is mapped there"
+            ),
             Self::QuotaExceeded { outstanding, quota } => write!(
                 f,
                 "path quota exceeded: {outstanding} bytes outstanding of {quota}; a receiver is not releasing buffers"

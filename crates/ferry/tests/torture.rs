@@ -17,7 +17,10 @@
 //!   after the source has re-allocated and scribbled over everything it could get. The
 //!   harness SIGKILLs one member (early, mid-stream, or while the sink holds messages),
 //!   or SIGSTOPs one for a while, and sometimes adds a hostile member that pushes garbage
-//!   descriptors (`Sender::__push_raw`) at the stage or the sink.
+//!   descriptors (`Sender::__push_raw`) at the stage or the sink, or that puts a FIFO, a
+//!   socket, a directory, /dev/zero or an unsealed memfd it keeps resizing behind its lot
+//!   descriptor and offers a channel: the target must refuse it, naming the member,
+//!   without waiting on it.
 //! * **containers**: source ships containers to a stage over a Unix socket, the stage to a
 //!   sink; the stage is killed while it holds (maps) containers and while shipped ones wait
 //!   unreceived in its socket.
@@ -565,10 +568,13 @@ fn chain_report(ctx: &Ctx, group: Arc<Group>, domain: Domain, f: Finish) {
         .dead
         .iter()
         .filter(|&&s| s != own && (s as usize) < MAX_SLOTS)
-        .map(|&s| maps_in(group.lot_addr(s), group.lot_addr(s) + group.lot_size()))
+        .map(|&s| {
+            let r = group.slot_range(s);
+            maps_in(r.start, r.end)
+        })
         .sum();
-    let lo = group.lot_addr(0);
-    let hi = lo + MAX_SLOTS * group.lot_size();
+    let all = group.lots_range();
+    let (lo, hi) = (all.start, all.end);
     drop(domain);
     drop(group);
     say(&format!(
@@ -594,6 +600,7 @@ struct Peers {
     source: Member,
     stage: Member,
     sink: Member,
+    hostile: Option<Member>,
 }
 
 fn parse_peers(line: &str) -> Peers {
@@ -609,6 +616,7 @@ fn parse_peers(line: &str) -> Peers {
         source: need(0),
         stage: need(1),
         sink: need(2),
+        hostile: m(3),
     }
 }
 
@@ -979,12 +987,46 @@ impl Drain {
 }
 
 /// Accepts the channel from `from` (and one from the hostile member if it targets us).
+/// A hostile member with a sabotaged lot (`hlot`) must be refused, with an error that
+/// names it and what its lot descriptor is.
 fn accept_chain(
     ctx: &Ctx,
     domain: &Domain,
     from: Member,
     hostile: bool,
+    peers: &Peers,
 ) -> (Receiver, Option<Receiver>) {
+    if hostile && ctx.p("hlot") != "none" {
+        let main = domain
+            .accept_from(from.id, SETUP)
+            .unwrap_or_else(|e| die(format!("{}: accept: {e}", ctx.role)));
+        let h = peers
+            .hostile
+            .unwrap_or_else(|| die(format!("{}: no hostile member listed", ctx.role)));
+        match domain.accept_from(h.id, SETUP) {
+            Ok(_) => die(format!(
+                "{}: accepted a channel from a hostile member whose lot is {}",
+                ctx.role,
+                ctx.p("hlot")
+            )),
+            Err(e @ Error::BadDescriptor(_))
+                if e.to_string()
+                    .contains(&format!("peer {} (pid {})", h.id, h.pid))
+                    && e.to_string().contains("lot descriptor") =>
+            {
+                say(&format!(
+                    "note {}: refused the hostile member: {e}",
+                    ctx.role
+                ))
+            }
+            Err(e) => die(format!(
+                "{}: the hostile member's lot ({}): unexpected error {e}",
+                ctx.role,
+                ctx.p("hlot")
+            )),
+        }
+        return (main, None);
+    }
     let (mut main, mut other) = (None, None);
     for _ in 0..1 + hostile as usize {
         let rx = domain
@@ -1016,7 +1058,13 @@ fn flush(ctx: &mut Ctx, tx: &Sender, batch: &mut Vec<IoData>, fwd: &mut u64) -> 
 }
 
 fn stage(ctx: &mut Ctx, domain: &Domain, peers: &Peers) -> Finish {
-    let (mut rx, hrx) = accept_chain(ctx, domain, peers.source, ctx.p("hostile") == "stage");
+    let (mut rx, hrx) = accept_chain(
+        ctx,
+        domain,
+        peers.source,
+        ctx.p("hostile") == "stage",
+        peers,
+    );
     let tx = domain
         .connect_with(peers.sink.id, channel_config(ctx, "2"), SETUP)
         .unwrap_or_else(|e| die(format!("stage: connect to sink: {e}")));
@@ -1106,7 +1154,7 @@ fn stage(ctx: &mut Ctx, domain: &Domain, peers: &Peers) -> Finish {
 // ------------------------------------------------------------------ chain: the sink
 
 fn sink(ctx: &mut Ctx, domain: &Domain, peers: &Peers) -> Finish {
-    let (mut rx, hrx) = accept_chain(ctx, domain, peers.stage, ctx.p("hostile") == "sink");
+    let (mut rx, hrx) = accept_chain(ctx, domain, peers.stage, ctx.p("hostile") == "sink", peers);
     say("ready");
     let drain = hrx.map(|r| Drain::start(r, "sink"));
     let rmodes = ctx.p("kmodes").to_owned();
@@ -1337,6 +1385,9 @@ fn hostile(ctx: &mut Ctx, domain: &Domain, peers: &Peers) -> Finish {
         "stage" => peers.stage,
         _ => peers.sink,
     };
+    if ctx.p("hlot") != "none" {
+        return hostile_lot(ctx, domain, target);
+    }
     let tx = domain
         .connect_with(
             target.id,
@@ -1462,6 +1513,102 @@ fn hostile(ctx: &mut Ctx, domain: &Domain, peers: &Peers) -> Finish {
     drop((data, blocks, path));
     Finish {
         note: format!("pushed={pushed}"),
+        ..Finish::default()
+    }
+}
+
+/// The hostile member with something else behind its lot descriptor (`hlot`: "fifo",
+/// "socket", "dir", "devzero", or "growing", an unsealed memfd resized all the while):
+/// its channel to `target` must be refused, promptly and saying why.
+fn hostile_lot(ctx: &mut Ctx, domain: &Domain, target: Member) -> Finish {
+    use rustix::fs::{ftruncate, memfd_create, mkfifoat, open, MemfdFlags, Mode, OFlags};
+    let mode = ctx.p("hlot").to_owned();
+    let lot_size = domain.group().lot_size() as u64;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut resizer = None;
+    let mut other_end = None;
+    let bad: std::os::fd::OwnedFd = match mode.as_str() {
+        "fifo" => {
+            let path =
+                std::env::temp_dir().join(format!("ferry-torture-fifo-{}", std::process::id()));
+            let _ = std::fs::remove_file(&path);
+            mkfifoat(rustix::fs::CWD, &path, Mode::RUSR | Mode::WUSR)
+                .unwrap_or_else(|e| die(format!("hostile: mkfifo: {e}")));
+            let fd = open(
+                &path,
+                OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .unwrap_or_else(|e| die(format!("hostile: open fifo: {e}")));
+            let _ = std::fs::remove_file(&path);
+            fd
+        }
+        "socket" => {
+            let (a, b) =
+                UnixStream::pair().unwrap_or_else(|e| die(format!("hostile: socketpair: {e}")));
+            other_end = Some(b);
+            a.into()
+        }
+        "dir" => open(
+            "/",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap_or_else(|e| die(format!("hostile: open /: {e}"))),
+        "devzero" => open("/dev/zero", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+            .unwrap_or_else(|e| die(format!("hostile: open /dev/zero: {e}"))),
+        _ => {
+            let fd = memfd_create("ferry-lot", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+                .unwrap_or_else(|e| die(format!("hostile: memfd: {e}")));
+            let dup = fd
+                .try_clone()
+                .unwrap_or_else(|e| die(format!("hostile: dup: {e}")));
+            let s = stop.clone();
+            resizer = Some(std::thread::spawn(move || {
+                let mut k = 0u64;
+                while !s.load(Ordering::Relaxed) {
+                    let _ = ftruncate(&dup, if k % 2 == 0 { 2 * lot_size } else { 4096 });
+                    k += 1;
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }));
+            fd
+        }
+    };
+    let want = "/memfd:ferry-lot (deleted)";
+    let lot_fd: i32 = std::fs::read_dir("/proc/self/fd")
+        .unwrap_or_else(|e| die(format!("hostile: /proc/self/fd: {e}")))
+        .filter_map(|e| e.ok())
+        .find(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_str() == Some(want)))
+        .and_then(|e| e.file_name().to_str()?.parse().ok())
+        .unwrap_or_else(|| die("hostile: no lot descriptor"));
+    // SAFETY: dup2(2) onto this process's own lot descriptor, which ferry keeps open only
+    // for peers to reopen (the lot's mapping stays); the number stays owned by the lot.
+    if unsafe { libc::dup2(bad.as_raw_fd(), lot_fd) } < 0 {
+        die(format!(
+            "hostile: dup2: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    drop(bad);
+    let t0 = Instant::now();
+    let r = domain.connect(target.id, SETUP);
+    let note = match r {
+        Ok(_) => die(format!("hostile: a channel with a {mode} lot was accepted")),
+        Err(e @ Error::Refused { .. }) => format!("lot={mode} refused in {:?}: {e}", t0.elapsed()),
+        Err(e) => die(format!(
+            "hostile: a channel with a {mode} lot: unexpected error {e}"
+        )),
+    };
+    say("ready");
+    ctx.wait("go");
+    stop.store(true, Ordering::Relaxed);
+    if let Some(t) = resizer {
+        let _ = t.join();
+    }
+    drop(other_end);
+    Finish {
+        note,
         ..Finish::default()
     }
 }
@@ -2338,6 +2485,12 @@ fn chain_plan(rng: &mut Rng, seed: u64) -> ChainPlan {
         None
     };
     let hcount = rng.range(20, 200);
+    // Half the hostile members sabotage their lot descriptor instead of pushing garbage.
+    let hlot = if rng.pct(50) {
+        "none"
+    } else {
+        rng.pick(&["fifo", "socket", "dir", "devzero", "growing"])
+    };
     // A lossy stage-to-sink channel: the stage evicts the sink's oldest queued messages
     // when its ring is full, and reports how many.
     let lossy2 = rng.pct(20) as u64;
@@ -2345,7 +2498,8 @@ fn chain_plan(rng: &mut Rng, seed: u64) -> ChainPlan {
         "seed={seed} group={group} n={n} quota={quota} secure={secure} probe={probe} \
          cap1={cap1} rel1={rel1} cap2={cap2} rel2={rel2} smodes={smodes} rmodes={rmodes} \
          tmodes={tmodes} kmodes={kmodes} batch={batch} short_pct={short_pct} \
-         short_ms={short_ms} long_pct={long_pct} hostile={} hcount={hcount} lossy2={lossy2}",
+         short_ms={short_ms} long_pct={long_pct} hostile={} hcount={hcount} hlot={hlot} \
+         lossy2={lossy2}",
         hostile.unwrap_or("none")
     );
     let act = match action {
@@ -2364,7 +2518,11 @@ fn chain_plan(rng: &mut Rng, seed: u64) -> ChainPlan {
         if secure == 1 { " secure" } else { "" },
         if lossy2 == 1 { " lossy" } else { "" },
         hostile
-            .map(|h| format!(" hostile->{h}"))
+            .map(|h| if hlot == "none" {
+                format!(" hostile->{h}")
+            } else {
+                format!(" hostile({hlot} lot)->{h}")
+            })
             .unwrap_or_default()
     );
     ChainPlan {

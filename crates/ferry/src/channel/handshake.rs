@@ -13,14 +13,14 @@ use super::link::{check_config, ChannelConfig, Counters, Link};
 use super::receiver::{Receiver, RecvCore, RelState};
 use super::ring;
 use super::sender::{SendCore, SendState, Sender};
-use crate::error::{Error, Result};
+use crate::error::{BadDescriptor, Error, Result};
 use crate::region::activity::Entry;
 use crate::region::domain::{DomainInner, PendingReleases, ReleaseSource};
 use crate::region::group::DomainId;
-use crate::region::rendezvous::OfferFds;
+use crate::region::rendezvous::{Offer, OfferFds, Refusal};
 use crate::region::{Domain, PathAllocator, PathConfig};
 use crate::segment::LotId;
-use crate::sys::fd::{dup_from, memfd, EventFd};
+use crate::sys::fd::{check_eventfd, check_memfd, dup_from, memfd, EventFd};
 use crate::sys::futex;
 use crate::sys::mem::{Access, Mapping};
 
@@ -103,9 +103,9 @@ fn connect(
     let link = Link {
         _map: map,
         parts,
-        rx_efd: EventFd::new()?,
-        tx_efd: EventFd::new()?,
-        rel_efd: EventFd::new()?,
+        rx_efd: EventFd::new_shared()?,
+        tx_efd: EventFd::new_shared()?,
+        rel_efd: EventFd::new_shared()?,
         peer_pid,
         pidfd,
         _chan_fd: chan_fd,
@@ -123,17 +123,36 @@ fn connect(
         },
     )?;
     let deadline = Instant::now() + timeout;
-    if !wait_ready(&link, deadline) {
-        if offer.withdraw() {
-            return Err(if link.peer_exited() {
-                Error::PeerGone { pid: peer_pid }
-            } else {
-                Error::Timeout
-            });
-        }
-        // The peer took it at the last moment: give it a little longer.
-        if !wait_ready(&link, Instant::now() + Duration::from_secs(1)) {
-            return Err(Error::PeerGone { pid: peer_pid });
+    let refused = |why: Refusal| Error::Refused {
+        pid: peer_pid,
+        why: why.describe(DomainId {
+            slot: me.slot,
+            generation: me.generation,
+        }),
+    };
+    match wait_ready(&link, &offer, deadline) {
+        Ready::Yes => {}
+        Ready::Refused(why) => return Err(refused(why)),
+        Ready::No => {
+            if offer.withdraw() {
+                return Err(if link.peer_exited() {
+                    Error::PeerGone { pid: peer_pid }
+                } else {
+                    Error::Timeout
+                });
+            }
+            // The peer took it at the last moment: give it a little longer.
+            match wait_ready(&link, &offer, Instant::now() + Duration::from_secs(1)) {
+                Ready::Yes => {}
+                Ready::Refused(why) => return Err(refused(why)),
+                Ready::No => {
+                    return Err(if link.peer_exited() {
+                        Error::PeerGone { pid: peer_pid }
+                    } else {
+                        Error::Timeout
+                    })
+                }
+            }
         }
     }
     drop(offer);
@@ -187,17 +206,30 @@ fn connect(
     Ok(Sender { core })
 }
 
-/// Waits until the receiver says (in the channel header) that it mapped the channel, the
-/// deadline passes or the receiver dies. True if it is ready.
-fn wait_ready(link: &Link, deadline: Instant) -> bool {
+/// How waiting for the receiver ended.
+enum Ready {
+    /// It mapped the channel.
+    Yes,
+    /// The deadline passed or it died.
+    No,
+    /// It took the offer and refused it.
+    Refused(Refusal),
+}
+
+/// Waits until the receiver says (in the channel header) that it mapped the channel, or
+/// (in the offer) that it refused it, the deadline passes or the receiver dies.
+fn wait_ready(link: &Link, offer: &Offer<'_>, deadline: Instant) -> Ready {
     loop {
         // SYNC: pairs with the receiver's Release store of rx_ready.
         if link.header().rx_ready.load(Ordering::Acquire) == 1 {
-            return true;
+            return Ready::Yes;
+        }
+        if let Some(why) = offer.refusal() {
+            return Ready::Refused(why);
         }
         let now = Instant::now();
         if now >= deadline || link.peer_exited() {
-            return false;
+            return Ready::No;
         }
         futex::wait(
             &link.header().rx_ready,
@@ -230,12 +262,27 @@ fn accept(
 
 fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Result<Receiver> {
     let (peer_pid, pidfd) = domain.group.peer_pidfd(peer)?;
+    let bad = |what: &'static str, why: String| {
+        Error::BadDescriptor(BadDescriptor::PeerFile {
+            slot: peer.slot,
+            generation: peer.generation,
+            pid: peer_pid,
+            what,
+            why,
+        })
+    };
+    // pidfd_getfd opens nothing, so taking them cannot block; each is checked before
+    // anything reads, writes or maps it.
     let get = |fd| dup_from(pidfd.as_fd(), fd);
     let chan_fd = get(fds.chan)?;
-    let rx_efd = EventFd::from_owned(get(fds.rx)?);
-    let tx_efd = EventFd::from_owned(get(fds.tx)?);
-    let rel_efd = EventFd::from_owned(get(fds.rel)?);
-    let len = crate::sys::fd::file_len(chan_fd.as_fd())? as usize;
+    let len = check_memfd(chan_fd.as_fd()).map_err(|why| bad("channel memory", why))? as usize;
+    let mut efds = [fds.rx, fds.tx, fds.rel].into_iter().map(|n| {
+        let fd = get(n)?;
+        check_eventfd(fd.as_fd()).map_err(|why| bad("eventfd", why))?;
+        Ok::<_, Error>(EventFd::from_owned(fd))
+    });
+    let mut next = || efds.next().expect("three eventfds");
+    let (rx_efd, tx_efd, rel_efd) = (next()?, next()?, next()?);
     if len < layout::SLOTS || len > layout::channel_bytes(layout::MAX_CAP, layout::MAX_CAP) {
         return Err(Error::BadChannel("its memory has a bad size"));
     }
@@ -381,6 +428,68 @@ mod tests {
         // Withdrawn offers free their entries.
         drop(offers);
         drop(group.offer(a.id().slot, b.id(), fds(&sealed)).unwrap());
+    }
+
+    /// Descriptors that are not what an offer promises are refused, naming the peer and
+    /// what each one is, before anything reads, writes, maps or opens them: a pipe or a
+    /// blocking eventfd as an eventfd, a FIFO or an eventfd as the channel's memory.
+    #[test]
+    fn offered_descriptors_of_the_wrong_kind_are_refused() {
+        use rustix::event::{eventfd, EventfdFlags};
+        let g = Group::open(&format!("unit-badfds-{}", std::process::id())).unwrap();
+        let (a, b) = (g.join().unwrap(), g.join().unwrap());
+        let efd = EventFd::new().unwrap();
+        let chan = memfd("chan", layout::channel_bytes(4, 4) as u64).unwrap();
+        crate::sys::seal::fix_size(chan.as_fd()).unwrap();
+        let (pipe_r, _pipe_w) = rustix::pipe::pipe().unwrap();
+        let blocking = eventfd(0, EventfdFlags::CLOEXEC).unwrap();
+        let cases: [(i32, i32, &str, &str); 4] = [
+            (
+                chan.as_raw_fd(),
+                pipe_r.as_raw_fd(),
+                "eventfd",
+                "a FIFO, not an eventfd",
+            ),
+            (
+                chan.as_raw_fd(),
+                blocking.as_raw_fd(),
+                "eventfd",
+                "blocking mode",
+            ),
+            (
+                pipe_r.as_raw_fd(),
+                efd.as_raw_fd(),
+                "channel memory",
+                "a FIFO, not a memfd",
+            ),
+            (
+                efd.as_raw_fd(),
+                efd.as_raw_fd(),
+                "channel memory",
+                "an anonymous inode",
+            ),
+        ];
+        for (c, e, what, why) in cases {
+            let fds = OfferFds {
+                chan: c,
+                rx: e,
+                tx: efd.as_raw_fd(),
+                rel: efd.as_raw_fd(),
+            };
+            let r = open_offer(&b.inner, a.id(), fds);
+            let want = format!(
+                "peer {} (pid {}): its {what} descriptor is",
+                a.id(),
+                std::process::id()
+            );
+            let msg = r.as_ref().err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                matches!(r, Err(Error::BadDescriptor(BadDescriptor::PeerFile { .. })))
+                    && msg.contains(&want)
+                    && msg.contains(why),
+                "{msg}"
+            );
+        }
     }
 
     /// The receiver checks the sender's flags like the rest of the header: a flag it

@@ -67,13 +67,16 @@ impl Pallet {
         })
     }
 
-    /// Adopts a descriptor that arrived from another domain, after checking it: a regular
-    /// file that supports seals (a memfd), exactly `size` bytes, `size` a nonzero page
+    /// Adopts a descriptor that arrived from another domain (process `pid`, 0 if
+    /// unknown), after checking it: a memfd on shmem (see
+    /// [`check_memfd`](sys::fd::check_memfd): nothing about it can block or fault),
+    /// exactly `size` bytes, `size` a nonzero page
     /// multiple, `valid` inside it, and sealed if the sender said so. Its size is then
     /// pinned with `F_SEAL_SHRINK | F_SEAL_GROW` (refused if the sender sealed the seals
     /// without them).
     pub(crate) fn adopt(
         index: usize,
+        pid: u32,
         fd: OwnedFd,
         size: u64,
         valid: Range<u64>,
@@ -94,6 +97,17 @@ impl Pallet {
             }
             .into());
         }
+        // Checked first: a file of another kind, or on another file system, is not even
+        // examined further.
+        sys::fd::check_memfd(fd.as_fd()).map_err(|why| {
+            Error::BadDescriptor(BadDescriptor::PeerFile {
+                slot,
+                generation: 0,
+                pid,
+                what: "pallet",
+                why,
+            })
+        })?;
         let info = sys::splice::identify(fd.as_fd())?;
         if info.kind != FdKind::File {
             return Err(bad("pallet descriptor is not a regular file"));

@@ -205,6 +205,11 @@ impl Container {
             }
             .into());
         }
+        // Named in errors about its descriptors; 0 if the socket cannot tell.
+        let pid = rustix::net::sockopt::socket_peercred(sock)
+            .ok()
+            .and_then(|c| u32::try_from(c.pid.as_raw_nonzero().get()).ok())
+            .unwrap_or(0);
         let mut pallets = Vec::with_capacity(count);
         for (i, fd) in fds.into_iter().enumerate() {
             let e = &entries[i * ENTRY..(i + 1) * ENTRY];
@@ -215,6 +220,7 @@ impl Container {
             }
             pallets.push(Pallet::adopt(
                 i,
+                pid,
                 fd,
                 size,
                 start..end,

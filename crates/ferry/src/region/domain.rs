@@ -91,7 +91,7 @@ pub(crate) struct DomainInner {
     /// Peers' lots mapped here. Weak: a lot is unmapped as soon as nothing here uses it
     /// (channels keep their sender's lot, receivers the lots their messages name), so the
     /// lot of a peer that died after we stopped reading it never lingers.
-    peers: Mutex<HashMap<u16, Weak<PeerLot>>>,
+    peers: Mutex<HashMap<LotId, Weak<PeerLot>>>,
     sources: Mutex<Vec<Weak<dyn ReleaseSource>>>,
     /// Closed senders whose receivers still hold fbufs; kept until those come back.
     parked: Mutex<Vec<Arc<dyn ReleaseSource>>>,
@@ -130,38 +130,37 @@ impl DomainInner {
         let mut peers = lock(&self.peers);
         // Another domain of this process may have it mapped: share that mapping.
         if let Some(p) = super::lot::mapped_peer_lot(&self.group, id) {
-            peers.insert(id.slot, Arc::downgrade(&p));
+            peers.insert(id, Arc::downgrade(&p));
             return Ok(LotRef::Peer(p));
         }
-        let mut unmapping = false;
-        if let Some(w) = peers.get(&id.slot) {
-            match w.upgrade() {
-                Some(p) if p.id == id => return Ok(LotRef::Peer(p)),
-                // A new domain owns that slot now. We can map its lot only once nothing
-                // here still reads the old one (they share an address).
-                Some(p) => {
-                    return Err(Error::AddressInUse {
-                        addr: self.group.lot_addr(id.slot),
-                        len: p.len(),
-                    })
-                }
-                None => unmapping = true,
-            }
-            peers.remove(&id.slot);
-        }
-        // If the last user of the old mapping just let go, its munmap may still be under
-        // way on another thread: wait for the address a little.
+        peers.retain(|_, w| w.strong_count() > 0);
+        // An earlier lot of the slot whose last user here just let go may still be being
+        // unmapped on another thread: wait for its address a little. One still in use
+        // here keeps its window: say so.
         let mut tries = 0;
         let p = loop {
             match PeerLot::map(&self.group, id) {
-                Err(Error::AddressInUse { .. }) if unmapping && tries < 1000 => {
+                Err(Error::AddressInUse { addr, len }) => {
+                    if let Some(held) = super::lot::peer_lot_at(&self.group, id.slot, addr) {
+                        let s = self.group.slot(id.slot);
+                        return Err(Error::LotAddressHeld {
+                            slot: id.slot,
+                            generation: id.generation,
+                            pid: s.pid.load(Ordering::Relaxed),
+                            held: held.generation,
+                            addr,
+                        });
+                    }
+                    if tries >= 1000 {
+                        return Err(Error::AddressInUse { addr, len });
+                    }
                     tries += 1;
                     std::thread::yield_now();
                 }
                 other => break Arc::new(other?),
             }
         };
-        peers.insert(id.slot, Arc::downgrade(&p));
+        peers.insert(id, Arc::downgrade(&p));
         super::lot::note_peer_lot(&self.group, &p);
         Ok(LotRef::Peer(p))
     }

@@ -33,7 +33,12 @@
 //! |              `activity.rs`                                   |
 //! +--------------------------------------------------------------+
 //! ```
-//! Slot `i`'s lot lives at `base_addr + i * lot_stride` in every process of the group.
+//! Each slot has [`LOT_WINDOWS`] address windows, `lot_stride` apart: window `w` of slot
+//! `i` starts at `base_addr + (i * LOT_WINDOWS + w) * lot_stride`. A domain's lot lives in
+//! one of its slot's windows, the same in every process of the group, recorded in the
+//! slot. Each new domain of a slot takes the window after its predecessor's, so that a
+//! process still holding messages of a domain that left (its lot stays mapped there until
+//! they are dropped) can map the lot of the slot's next domain.
 //!
 //! Opening: open the named file without following a symbolic link, or create it
 //! exclusively with the access policy's mode and group (see [`super::access`]: mode
@@ -102,7 +107,9 @@ pub const MAX_SLOTS: usize = 64;
 pub const MAX_OFFERS: usize = 8;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"FERRYGRP");
-const VERSION: u32 = 5;
+const VERSION: u32 = 6;
+/// Address windows per slot (see the module docs).
+pub const LOT_WINDOWS: usize = 4;
 
 /// Slot states.
 pub(crate) const SLOT_FREE: u32 = 0;
@@ -118,6 +125,8 @@ pub(crate) struct SlotRaw {
     pub pid: AtomicU32,
     pub lot_fd: AtomicU32,
     pub start_time: AtomicU64,
+    /// Which of the slot's address windows the lot uses (see the module docs).
+    pub window: AtomicU32,
     pub offers: [OfferRaw; MAX_OFFERS],
 }
 
@@ -159,9 +168,10 @@ pub(crate) struct ServiceArea(pub [AtomicU32; SERVICE_WORDS]);
 /// adopt what the control block says.
 #[derive(Clone, Debug)]
 pub struct GroupConfig {
-    /// Address of slot 0's lot in every process; it must be free in all of them. `None`
-    /// picks one from a hash of the group's name, so that one process can belong to
-    /// several groups.
+    /// Start of the lots' address range in every process: [`MAX_SLOTS`] ×
+    /// [`LOT_WINDOWS`] windows of `lot_size` bytes from here must be free in all of them.
+    /// `None` picks one from a hash of the group's name, so that one process can belong
+    /// to several groups.
     pub base_addr: Option<usize>,
     /// Size of each domain's lot, a page multiple. Lots are sparse memfds: untouched
     /// pages cost nothing.
@@ -194,7 +204,7 @@ const REGION_LEN: u64 = 0x4000_0000_0000;
 
 /// The default base address of group `name` whose lots are `lot_size` bytes.
 fn default_base(name: &str, lot_size: u64) -> u64 {
-    let span = lot_size * MAX_SLOTS as u64;
+    let span = lot_size * (MAX_SLOTS * LOT_WINDOWS) as u64;
     let buckets = (REGION_LEN / span).max(1);
     // FNV-1a: stable across processes and builds, unlike std's randomised hasher.
     let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
@@ -577,10 +587,27 @@ impl Group {
         self.header().lot_size as usize
     }
 
-    /// Address of slot `i`'s lot in every process of the group.
+    /// Address of slot `i`'s lot in every process of the group: the slot's window that
+    /// its current (or last) domain uses.
     pub fn lot_addr(&self, i: u16) -> usize {
+        let w = self.slot(i).window.load(Ordering::Acquire) as usize % LOT_WINDOWS;
+        self.window_addr(i, w)
+    }
+
+    /// Address of window `w` of slot `i`.
+    pub(crate) fn window_addr(&self, i: u16, w: usize) -> usize {
         let h = self.header();
-        (h.base_addr + h.lot_stride * i as u64) as usize
+        (h.base_addr + h.lot_stride * (i as usize * LOT_WINDOWS + w) as u64) as usize
+    }
+
+    /// The addresses all windows of slot `i` span.
+    pub fn slot_range(&self, i: u16) -> std::ops::Range<usize> {
+        self.window_addr(i, 0)..self.window_addr(i + 1, 0)
+    }
+
+    /// The addresses all lots of the group may occupy.
+    pub fn lots_range(&self) -> std::ops::Range<usize> {
+        self.window_addr(0, 0)..self.window_addr(MAX_SLOTS as u16, 0)
     }
 
     /// The live members, as recorded in the control block (dead ones are skipped).
@@ -605,8 +632,9 @@ impl Group {
     }
 
     /// Claims a slot for this process: a free one, or one whose domain died. Returns the
-    /// slot index and its new generation; the slot is left in `SLOT_CLAIMING`.
-    pub(crate) fn claim_slot(&self) -> Result<(u16, u32)> {
+    /// slot index, its new generation and the window to try first for its lot (the one
+    /// after the previous domain's); the slot is left in `SLOT_CLAIMING`.
+    pub(crate) fn claim_slot(&self) -> Result<(u16, u32, usize)> {
         let me = std::process::id();
         let start = process_start_time(me)?;
         for i in 0..MAX_SLOTS as u16 {
@@ -654,16 +682,18 @@ impl Group {
                 // A dead previous owner's holds and channels mean nothing now.
                 self.ledger(i).clear();
                 self.activity_area(i).clear();
-                return Ok((i, generation));
+                let next = (s.window.load(Ordering::Acquire) as usize + 1) % LOT_WINDOWS;
+                return Ok((i, generation, next));
             }
         }
         Err(Error::GroupFull)
     }
 
-    /// Publishes a claimed slot as live with its lot descriptor.
-    pub(crate) fn publish_slot(&self, i: u16, lot_fd: i32) {
+    /// Publishes a claimed slot as live with its lot descriptor and window.
+    pub(crate) fn publish_slot(&self, i: u16, lot_fd: i32, window: usize) {
         let s = self.slot(i);
         s.lot_fd.store(lot_fd as u32, Ordering::Relaxed);
+        s.window.store(window as u32, Ordering::Relaxed);
         // SYNC: pairs with the Acquire loads of `state` by peers mapping this lot.
         s.state.store(SLOT_LIVE, Ordering::Release);
     }
@@ -1013,7 +1043,7 @@ fn adopt(
             h.version
         )));
     }
-    let end = (h.base_addr as u128) + (h.lot_stride as u128) * MAX_SLOTS as u128;
+    let end = (h.base_addr as u128) + (h.lot_stride as u128) * (MAX_SLOTS * LOT_WINDOWS) as u128;
     if h.lot_size == 0 || h.lot_stride < h.lot_size || end > (1u128 << 47) {
         return Err(Error::BadGroup("lot geometry out of range".into()));
     }
@@ -1149,7 +1179,10 @@ mod tests {
 
     #[test]
     fn layout_is_stable() {
-        assert_eq!(std::mem::size_of::<SlotRaw>(), 24 + 28 * MAX_OFFERS);
+        assert_eq!(
+            std::mem::size_of::<SlotRaw>(),
+            (28 + std::mem::size_of::<OfferRaw>() * MAX_OFFERS).next_multiple_of(8)
+        );
         assert_eq!(std::mem::offset_of!(GroupHeader, offer_seq), 40);
         assert_eq!(std::mem::offset_of!(GroupHeader, slots), 48);
         // The service area is cache-line aligned, and so the header (its mapping is

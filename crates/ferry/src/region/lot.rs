@@ -5,11 +5,11 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use super::group::{DomainId, Group};
+use super::group::{DomainId, Group, LOT_WINDOWS};
 use crate::error::{BadDescriptor, Error, Result};
 use crate::segment::LotId;
 use crate::sync::lock;
-use crate::sys::fd::{memfd, open_peer_fd};
+use crate::sys::fd::{memfd, open_peer_memfd, PeerOpen};
 use crate::sys::mem::{Access, Mapping};
 use crate::sys::page_size;
 
@@ -57,6 +57,17 @@ pub(crate) fn mapped_peer_lot(group: &Group, id: LotId) -> Option<Arc<PeerLot>> 
         .and_then(Weak::upgrade)
 }
 
+/// The lot of slot `slot` of `group` this process has mapped at `addr`, if any: an
+/// earlier domain's of that slot, whose window a new one cannot share.
+pub(crate) fn peer_lot_at(group: &Group, slot: u16, addr: usize) -> Option<LotId> {
+    lock(peer_lots())
+        .iter()
+        .filter(|((path, id), _)| path == group.path() && id.slot == slot)
+        .filter_map(|(_, w)| w.upgrade())
+        .find(|p| p.base() as usize == addr)
+        .map(|p| p.id)
+}
+
 /// Records a peer lot this process mapped, for its other domains.
 pub(crate) fn note_peer_lot(group: &Group, lot: &Arc<PeerLot>) {
     let mut m = lock(peer_lots());
@@ -84,25 +95,36 @@ pub(crate) struct Lot {
 }
 
 impl Lot {
-    /// Claims a slot in `group` and creates its lot at the slot's address.
+    /// Claims a slot in `group` and creates its lot in one of the slot's address windows:
+    /// the one after the previous domain's, or the next free here after it.
     pub fn create(group: Arc<Group>) -> Result<Arc<Lot>> {
-        let (slot, generation) = group.claim_slot()?;
+        let (slot, generation, first) = group.claim_slot()?;
         let made = (|| {
             let len = group.lot_size();
             let fd = memfd("ferry-lot", len as u64)?;
             // Peers map it: fix its size, so that not even we can shrink it under them.
             crate::sys::seal::fix_size(fd.as_fd())?;
-            let map = Mapping::fixed(group.lot_addr(slot), fd.as_fd(), 0, len, Access::ReadWrite)?;
-            Ok::<_, Error>((fd, map))
+            let mut last = None;
+            for k in 0..LOT_WINDOWS {
+                let w = (first + k) % LOT_WINDOWS;
+                let addr = group.window_addr(slot, w);
+                match Mapping::fixed(addr, fd.as_fd(), 0, len, Access::ReadWrite) {
+                    Ok(map) => return Ok::<_, Error>((fd, map, w)),
+                    // This process still maps an earlier lot of the slot there.
+                    Err(e @ Error::AddressInUse { .. }) => last = Some(e),
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(last.expect("at least one window"))
         })();
-        let (fd, map) = match made {
+        let (fd, map, window) = match made {
             Ok(v) => v,
             Err(e) => {
                 group.release_slot(slot, generation);
                 return Err(e);
             }
         };
-        group.publish_slot(slot, fd.as_raw_fd());
+        group.publish_slot(slot, fd.as_raw_fd(), window);
         let id = LotId { slot, generation };
         let key = (group.path().to_owned(), id);
         let lot = Arc::new(Lot {
@@ -184,9 +206,17 @@ pub(crate) struct PeerLot {
 }
 
 impl PeerLot {
-    /// Maps the lot of domain `id` read-only. The descriptor is reopened through
-    /// `/proc/PID/fd/N` with `O_RDONLY`, so this process could not map it writable even
-    /// if it tried.
+    /// Maps the lot of domain `id` read-only, in the window its slot records. The
+    /// descriptor is reopened through `/proc/PID/fd/N` with `O_RDONLY`, so this process
+    /// could not map it writable even if it tried; before that, it is checked to be a
+    /// memfd on shmem (see [`open_peer_memfd`]), so that nothing the peer put behind the
+    /// number can make this wait, and then that it is sealed against resizing and of the
+    /// lot's size.
+    ///
+    /// # Errors
+    /// [`BadDescriptor::PeerFile`] naming the peer and what its lot descriptor is
+    /// instead; [`Error::AddressInUse`] if the window is mapped here already;
+    /// [`Error::PeerGone`] if the peer is gone.
     pub fn map(group: &Group, id: LotId) -> Result<PeerLot> {
         use std::sync::atomic::Ordering;
         let unknown = || {
@@ -209,21 +239,57 @@ impl PeerLot {
         }
         let pid = s.pid.load(Ordering::Relaxed);
         let start = s.start_time.load(Ordering::Relaxed);
+        let window = s.window.load(Ordering::Relaxed) as usize;
+        let lot_fd = s.lot_fd.load(Ordering::Relaxed);
+        if window >= LOT_WINDOWS {
+            return Err(unknown());
+        }
         if !super::group::pid_alive(pid, start) {
             return Err(Error::PeerGone { pid });
         }
         // The lot is opened through its process's descriptor table: it must run as a
         // user the group admits.
         group.admit(pid)?;
-        let fd = open_peer_fd(pid, s.lot_fd.load(Ordering::Relaxed) as i32, false)
-            .map_err(|_| Error::PeerGone { pid })?;
+        let bad = |why: String| {
+            Error::BadDescriptor(BadDescriptor::PeerFile {
+                slot: id.slot,
+                generation: id.generation,
+                pid,
+                what: "lot",
+                why,
+            })
+        };
         let len = group.lot_size();
+        let fd = match open_peer_memfd(pid, lot_fd as i32) {
+            Ok(PeerOpen::Opened(fd)) => fd,
+            Ok(PeerOpen::NotMemfd(why)) => return Err(bad(why)),
+            Err(_) if !super::group::pid_alive(pid, start) => return Err(Error::PeerGone { pid }),
+            Err(e) => {
+                return Err(bad(format!(
+                    "number {lot_fd}, which cannot be opened ({e})"
+                )))
+            }
+        };
         // A lot whose size is not sealed could be truncated under our mapping (SIGBUS on
         // the next read): refuse it.
-        if crate::sys::seal::check_fixed_size(fd.as_fd(), len as u64).is_err() {
-            return Err(unknown());
+        match crate::sys::seal::check_fixed_size(fd.as_fd(), len as u64) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                return Err(bad(format!("a memfd of the wrong size (not {len} bytes)")))
+            }
+            Err(_) => {
+                return Err(bad(
+                    "a memfd not sealed against growing and shrinking".into()
+                ))
+            }
         }
-        let map = Mapping::fixed(group.lot_addr(id.slot), fd.as_fd(), 0, len, Access::Read)?;
+        let map = Mapping::fixed(
+            group.window_addr(id.slot, window),
+            fd.as_fd(),
+            0,
+            len,
+            Access::Read,
+        )?;
         // The slot must still belong to the same domain, or we may have opened a new
         // owner's descriptor of the same number.
         if !live(s)

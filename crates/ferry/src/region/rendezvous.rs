@@ -8,7 +8,11 @@
 //!   FREE --(owner claims it)--> WRITING --(fields written, Release)--> OPEN
 //!   OPEN --(the peer it names, CAS)--> TAKEN --(owner, when done)--> FREE
 //!   OPEN --(owner withdraws it, CAS)--> FREE
+//!   TAKEN --(the peer, that could not use it, CAS)--> REFUSED --(owner)--> FREE
 //! ```
+//!
+//! A peer that refuses an offer writes why (a [`Refusal`]) before it says so, so that the
+//! offering domain can tell its caller what was wrong instead of waiting out its timeout.
 //!
 //! Publishing an offer bumps the header's `offer_seq` and wakes its futex, on which
 //! acceptors sleep. An acceptor that took an offer duplicates the listed descriptors from
@@ -31,6 +35,71 @@ const OFFER_FREE: u32 = 0;
 const OFFER_WRITING: u32 = 1;
 const OFFER_OPEN: u32 = 2;
 const OFFER_TAKEN: u32 = 3;
+const OFFER_REFUSED: u32 = 4;
+
+/// Why a peer refused an offer, as written in the entry (a code and an argument).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The offering domain's lot descriptor is not a sealed memfd of the lot's size.
+    LotFile,
+    /// The channel's memory or eventfds are not what they should be.
+    ChannelFiles,
+    /// The peer still maps the lot of an earlier domain of the offering domain's slot
+    /// (this generation) where the offering domain's lot goes.
+    AddressHeld(u32),
+    /// Anything else.
+    Other,
+}
+
+impl Refusal {
+    /// The refusal that fits the error opening an offer failed with.
+    pub fn of(e: &Error) -> Refusal {
+        use crate::error::BadDescriptor;
+        match e {
+            Error::BadDescriptor(BadDescriptor::PeerFile { what: "lot", .. }) => Refusal::LotFile,
+            Error::BadDescriptor(BadDescriptor::PeerFile { .. }) | Error::BadChannel(_) => {
+                Refusal::ChannelFiles
+            }
+            Error::LotAddressHeld { held, .. } => Refusal::AddressHeld(*held),
+            _ => Refusal::Other,
+        }
+    }
+
+    fn encode(self) -> (u32, u32) {
+        match self {
+            Refusal::LotFile => (1, 0),
+            Refusal::ChannelFiles => (2, 0),
+            Refusal::AddressHeld(g) => (3, g),
+            Refusal::Other => (4, 0),
+        }
+    }
+
+    fn decode(code: u32, arg: u32) -> Refusal {
+        match code {
+            1 => Refusal::LotFile,
+            2 => Refusal::ChannelFiles,
+            3 => Refusal::AddressHeld(arg),
+            _ => Refusal::Other,
+        }
+    }
+
+    /// What the offering domain `me` tells its caller.
+    pub fn describe(self, me: DomainId) -> String {
+        match self {
+            Refusal::LotFile => format!(
+                "this domain's ({me}) lot descriptor is not a memfd sealed against resizing of the lot's size"
+            ),
+            Refusal::ChannelFiles => {
+                "the channel's memory or eventfds are not what they should be".into()
+            }
+            Refusal::AddressHeld(g) => format!(
+                "it still holds messages of {}.{g}, an earlier domain of slot {}, whose lot is mapped where this domain's ({me}) goes",
+                me.slot, me.slot
+            ),
+            Refusal::Other => "it could not open it".into(),
+        }
+    }
+}
 
 /// One offer entry in the control block: whom it is for and the descriptor numbers the
 /// acceptor duplicates.
@@ -44,6 +113,9 @@ pub(crate) struct OfferRaw {
     rx_efd: AtomicU32,
     tx_efd: AtomicU32,
     rel_efd: AtomicU32,
+    /// Why the peer refused it ([`Refusal`], encoded), once `state` is REFUSED.
+    why: AtomicU32,
+    why_arg: AtomicU32,
 }
 
 impl OfferRaw {
@@ -74,6 +146,17 @@ pub(crate) struct Offer<'g> {
 }
 
 impl Offer<'_> {
+    /// Why the peer refused the offer, if it did.
+    pub fn refusal(&self) -> Option<Refusal> {
+        // SYNC: pairs with the Release CAS of the refusing peer, after it wrote why.
+        (self.raw.state.load(Ordering::Acquire) == OFFER_REFUSED).then(|| {
+            Refusal::decode(
+                self.raw.why.load(Ordering::Relaxed),
+                self.raw.why_arg.load(Ordering::Relaxed),
+            )
+        })
+    }
+
     /// Takes the offer back unless the peer took it meanwhile. True if withdrawn (the
     /// peer never saw it); false if the peer holds it and may still finish its side.
     pub fn withdraw(&self) -> bool {
@@ -132,10 +215,12 @@ impl Group {
     /// Waits up to `timeout` for an offer to domain `me` (from slot `from` only, if
     /// given: a domain waiting for one peer's channel leaves the others' offers alone),
     /// takes it and calls `open` with the offering domain and its descriptor numbers. An
-    /// offer `open` fails on is skipped (a broken or vanished peer) and the wait goes on.
+    /// offer `open` fails on is refused, telling the offering domain why (see
+    /// [`Refusal`]); waiting for any peer, the wait goes on.
     ///
     /// # Errors
-    /// [`Error::Timeout`] if no offer could be opened in time.
+    /// [`Error::Timeout`] if no offer could be opened in time; waiting for one peer
+    /// (`from`), the error `open` failed with on that peer's offer.
     pub(crate) fn take_offer_from<T>(
         &self,
         me: DomainId,
@@ -182,8 +267,23 @@ impl Group {
                         tx: get(&offer.tx_efd),
                         rel: get(&offer.rel_efd),
                     };
-                    if let Ok(v) = open(peer, fds) {
-                        return Ok(v);
+                    match open(peer, fds) {
+                        Ok(v) => return Ok(v),
+                        Err(e) => {
+                            let (code, arg) = Refusal::of(&e).encode();
+                            offer.why.store(code, Ordering::Relaxed);
+                            offer.why_arg.store(arg, Ordering::Relaxed);
+                            // SYNC: pairs with the owner's Acquire load in `refusal`.
+                            let _ = offer.state.compare_exchange(
+                                OFFER_TAKEN,
+                                OFFER_REFUSED,
+                                Ordering::Release,
+                                Ordering::Relaxed,
+                            );
+                            if from.is_some() {
+                                return Err(e);
+                            }
+                        }
                     }
                 }
             }
@@ -206,6 +306,6 @@ mod tests {
 
     #[test]
     fn layout_is_stable() {
-        assert_eq!(std::mem::size_of::<OfferRaw>(), 28);
+        assert_eq!(std::mem::size_of::<OfferRaw>(), 36);
     }
 }

@@ -17,7 +17,11 @@ use crate::sys::futex;
 /// How long one handshake step may take before the member is given up (and retried
 /// after [`RETRY`], if it is still listed).
 pub(crate) const HANDSHAKE_PATIENCE: Duration = Duration::from_secs(2);
+/// How long the door leaves a member alone after a failed handshake; doubled after each
+/// further failure of the same member, up to [`RETRY_MAX`], so that a member whose
+/// handshakes keep failing (broken or hostile) costs the door little of its time.
 const RETRY: Duration = Duration::from_secs(2);
+const RETRY_MAX: Duration = Duration::from_secs(60);
 /// How often the door looks at the table even without a wake-up (a member that died
 /// while listed, a lost wake-up).
 const PERIOD: Duration = Duration::from_millis(100);
@@ -62,22 +66,30 @@ impl Door {
 fn run(group: &Group, index: usize, me: DomainId, stop: &AtomicBool, admit: Weak<dyn Admit>) {
     let table = Table::new(group);
     let join = table.join_word(index);
-    let mut backoff: HashMap<DomainId, Instant> = HashMap::new();
+    // Members whose handshake failed: when to try again, and how often it failed.
+    let mut backoff: HashMap<DomainId, (Instant, u32)> = HashMap::new();
     while !stop.load(Ordering::Acquire) {
         let seq = join.load(Ordering::Acquire);
         let Some(a) = admit.upgrade() else { return };
         let have = a.connected();
-        let now = Instant::now();
-        backoff.retain(|_, until| *until > now);
-        for m in table.members(index) {
+        let members = table.members(index);
+        backoff.retain(|id, _| members.iter().any(|m| m.id == *id));
+        for m in members {
             if stop.load(Ordering::Acquire) {
                 return;
             }
-            if m.id == me || have.contains(&m.id) || backoff.contains_key(&m.id) {
+            let waiting = backoff
+                .get(&m.id)
+                .is_some_and(|(until, _)| *until > Instant::now());
+            if m.id == me || have.contains(&m.id) || waiting {
                 continue;
             }
             if a.admit(m).is_err() {
-                backoff.insert(m.id, Instant::now() + RETRY);
+                let failed = backoff.get(&m.id).map_or(0, |b| b.1) + 1;
+                let wait = (RETRY * 2u32.pow(failed.min(6) - 1)).min(RETRY_MAX);
+                backoff.insert(m.id, (Instant::now() + wait, failed));
+            } else {
+                backoff.remove(&m.id);
             }
         }
         drop(a);

@@ -1,7 +1,6 @@
 //! File descriptors ferry passes between domains: memfds, eventfds and pidfds, plus the
 //! few file calls a group's named file needs (`flock`, `pread`, `pwrite`, `stat`).
 
-use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::Path;
@@ -29,19 +28,135 @@ pub fn file_len(fd: BorrowedFd<'_>) -> io::Result<u64> {
     Ok(rustix::fs::fstat(fd)?.st_size as u64)
 }
 
-/// Opens another process's descriptor anew through `/proc/PID/fd/N` (`open(2)`).
+/// What kind of file a `st_mode` names, for messages about descriptors that are not
+/// what they should be ("a FIFO", "a directory", ...).
+pub fn kind_of(mode: u32) -> &'static str {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG => "a regular file",
+        libc::S_IFDIR => "a directory",
+        libc::S_IFIFO => "a FIFO",
+        libc::S_IFSOCK => "a socket",
+        libc::S_IFCHR => "a character device",
+        libc::S_IFBLK => "a block device",
+        libc::S_IFLNK => "a symbolic link",
+        _ => "an anonymous inode",
+    }
+}
+
+/// Device number (major, minor) of the kernel's internal shmem mount, on which every
+/// memfd made without `MFD_HUGETLB` lives: learnt once from a memfd of our own.
+fn memfd_dev() -> io::Result<(u32, u32)> {
+    static DEV: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    if let Some(d) = DEV.get() {
+        return Ok(*d);
+    }
+    let probe = memfd("ferry-probe", 0)?;
+    let st = statx_cached(probe.as_fd())?;
+    Ok(*DEV.get_or_init(|| (st.stx_dev_major, st.stx_dev_minor)))
+}
+
+/// `statx(2)` of `fd` itself, from the attributes the kernel has cached
+/// (`AT_STATX_DONT_SYNC`): a network or FUSE file system is not asked, so a file whose
+/// server another process runs cannot make this wait.
+fn statx_cached(fd: BorrowedFd<'_>) -> io::Result<rustix::fs::Statx> {
+    use rustix::fs::{statx, AtFlags, StatxFlags};
+    count();
+    Ok(statx(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC,
+        StatxFlags::TYPE | StatxFlags::SIZE | StatxFlags::INO,
+    )?)
+}
+
+/// Checks that a descriptor another process handed over (or an `O_PATH` descriptor of
+/// one) is a memfd on shmem: a regular file on the kernel's internal shmem mount, so
+/// that opening, mapping or reading it can neither block (as a FIFO's open does, or any
+/// call on a file whose server another process runs) nor fault with `SIGBUS` for want
+/// of huge pages. Returns its size, or what it is instead ("a FIFO, not a memfd").
+///
+/// Only the file's cached attributes are read (see [`statx_cached`]); nothing is opened.
+pub fn check_memfd(fd: BorrowedFd<'_>) -> Result<u64, String> {
+    let st = statx_cached(fd).map_err(|e| format!("cannot be examined ({e})"))?;
+    let mode = st.stx_mode as u32;
+    if mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(format!("{}, not a memfd", kind_of(mode)));
+    }
+    let dev = memfd_dev().map_err(|e| format!("cannot be compared with a memfd ({e})"))?;
+    if (st.stx_dev_major, st.stx_dev_minor) != dev {
+        return Err(
+            "a file on another file system (or a hugetlb memfd), not a memfd on shmem".into(),
+        );
+    }
+    Ok(st.stx_size)
+}
+
+/// How opening another process's descriptor through `/proc` went.
+#[derive(Debug)]
+pub enum PeerOpen {
+    /// A memfd on shmem, opened anew read-only.
+    Opened(OwnedFd),
+    /// The descriptor is open in that process but is not a memfd on shmem: what it is.
+    NotMemfd(String),
+}
+
+/// Opens another process's memfd anew, read-only, through `/proc/PID/fd/N`.
 ///
 /// Unlike `pidfd_getfd`, this creates a new open file description, so the access mode is
 /// ours to choose: ferry opens peers' lots read-only and the kernel then refuses any
 /// writable mapping of them. Needs the same rights as reading `/proc/PID/fd` (same user).
-/// Fails with `ENXIO` for anonymous-inode files such as eventfds.
-pub fn open_peer_fd(pid: u32, fd: RawFd, writable: bool) -> io::Result<OwnedFd> {
+///
+/// Nothing the other process put behind that number can make this block: the number is
+/// first resolved with `O_PATH` (which opens nothing: a FIFO's open would wait for a
+/// writer, a device's or a FUSE file's could wait on anything), checked with
+/// [`check_memfd`], and only then is that very file (not whatever the number names by
+/// now) opened, through `/proc/self/fd` of the `O_PATH` descriptor, with
+/// `O_NONBLOCK | O_NOCTTY`.
+///
+/// # Errors
+/// The `/proc` lookup's error: `ENOENT` if the process is gone or has no such
+/// descriptor.
+pub fn open_peer_memfd(pid: u32, fd: RawFd) -> io::Result<PeerOpen> {
+    use rustix::fs::{open, Mode, OFlags};
     count();
-    let f = File::options()
-        .read(true)
-        .write(writable)
-        .open(format!("/proc/{pid}/fd/{fd}"))?;
-    Ok(f.into())
+    let path = open(
+        format!("/proc/{pid}/fd/{fd}"),
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    if let Err(why) = check_memfd(path.as_fd()) {
+        return Ok(PeerOpen::NotMemfd(why));
+    }
+    count();
+    let file = open(
+        format!("/proc/self/fd/{}", path.as_raw_fd()),
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    Ok(PeerOpen::Opened(file))
+}
+
+/// Checks that a descriptor another process handed over is an eventfd in non-blocking
+/// mode (its `/proc/self/fd` link reads `anon_inode:[eventfd]`); `Err` says what it is
+/// instead. [`EventFd`] never waits in a read whatever the mode, but a write to a
+/// blocking eventfd whose counter is full would.
+pub fn check_eventfd(fd: BorrowedFd<'_>) -> Result<(), String> {
+    count();
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(|e| format!("cannot be examined ({e})"))?;
+    if link.as_os_str() != "anon_inode:[eventfd]" {
+        let what = match statx_cached(fd) {
+            Ok(st) => kind_of(st.stx_mode as u32).to_owned(),
+            Err(_) => link.to_string_lossy().into_owned(),
+        };
+        return Err(format!("{what}, not an eventfd"));
+    }
+    count();
+    let flags = rustix::fs::fcntl_getfl(fd).map_err(|e| format!("cannot be examined ({e})"))?;
+    if !flags.contains(rustix::fs::OFlags::NONBLOCK) {
+        return Err("an eventfd in blocking mode".into());
+    }
+    Ok(())
 }
 
 /// A pidfd for `pid` (`pidfd_open(2)`): readable once the process has exited.
@@ -198,47 +313,82 @@ pub fn wait_set(fds: &[BorrowedFd<'_>]) -> io::Result<OwnedFd> {
 }
 
 /// A non-blocking eventfd (`eventfd(2)`), used to wake a sleeping sender or receiver.
+///
+/// One shared with another process (a channel's) shares its file description, flags
+/// included, with that process, which could switch it to blocking mode and fill its
+/// counter, so that our next write would wait until someone reads. Such an eventfd is
+/// *guarded*: each [`notify`](Self::notify) first checks that it is still non-blocking,
+/// and does not write to one that is not (only the process that changed it then misses
+/// its wake-ups). That narrows the window to the two calls of one notify; reads never
+/// wait (see [`drain`](Self::drain)).
 #[derive(Debug)]
-pub struct EventFd(OwnedFd);
+pub struct EventFd {
+    fd: OwnedFd,
+    guarded: bool,
+}
 
 impl EventFd {
-    /// Creates one, counter zero, non-blocking and close-on-exec.
+    /// Creates one, counter zero, non-blocking and close-on-exec, for this process only.
     pub fn new() -> io::Result<Self> {
-        count();
-        Ok(EventFd(eventfd(
-            0,
-            EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK,
-        )?))
+        Self::make(false)
     }
 
-    /// Wraps a descriptor known to be an eventfd.
+    /// Like [`new`](Self::new), for one another process will share: guarded.
+    pub fn new_shared() -> io::Result<Self> {
+        Self::make(true)
+    }
+
+    fn make(guarded: bool) -> io::Result<Self> {
+        count();
+        let fd = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        Ok(EventFd { fd, guarded })
+    }
+
+    /// Wraps a descriptor known to be an eventfd that another process shares (checked
+    /// with [`check_eventfd`]): guarded.
     pub fn from_owned(fd: OwnedFd) -> Self {
-        EventFd(fd)
+        EventFd { fd, guarded: true }
     }
 
-    /// Adds one to the counter (`write(2)`), waking whoever polls it.
+    /// Adds one to the counter (`write(2)`), waking whoever polls it; for a guarded
+    /// eventfd, only if it is still non-blocking (`fcntl(F_GETFL)` first).
     pub fn notify(&self) {
+        if self.guarded {
+            count();
+            match rustix::fs::fcntl_getfl(&self.fd) {
+                Ok(f) if f.contains(rustix::fs::OFlags::NONBLOCK) => {}
+                _ => return,
+            }
+        }
         count();
-        let _ = rustix::io::write(&self.0, &1u64.to_ne_bytes());
+        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
     }
 
-    /// Resets the counter to zero (`read(2)`); a no-op if it already is.
+    /// Resets the counter to zero (`preadv2(2)` with `RWF_NOWAIT`); a no-op if it already
+    /// is. `RWF_NOWAIT` keeps this from waiting even if the eventfd came from another
+    /// process that has since switched its (shared) file description to blocking mode.
     pub fn drain(&self) {
         let mut buf = [0u8; 8];
+        let iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
         count();
-        let _ = rustix::io::read(&self.0, &mut buf);
+        // SAFETY: `iov` describes `buf`, which outlives the call; offset -1 reads at the
+        // file position, as read(2) does (an eventfd has none).
+        let _ = unsafe { libc::preadv2(self.fd.as_raw_fd(), &iov, 1, -1, libc::RWF_NOWAIT) };
     }
 }
 
 impl AsFd for EventFd {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.0.as_fd()
+        self.fd.as_fd()
     }
 }
 
 impl AsRawFd for EventFd {
     fn as_raw_fd(&self) -> RawFd {
-        self.0.as_raw_fd()
+        self.fd.as_raw_fd()
     }
 }
 
