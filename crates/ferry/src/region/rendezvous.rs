@@ -135,7 +135,9 @@ impl Group {
     /// offer `open` fails on is skipped (a broken or vanished peer) and the wait goes on.
     ///
     /// # Errors
-    /// [`Error::Timeout`] if no offer could be opened in time.
+    /// [`Error::Timeout`] if no offer could be opened in time; the error of `open` at
+    /// once if it ran this process out of descriptors or memory (`EMFILE`, `ENFILE`,
+    /// `ENOMEM`), which no other offer or later try would get past.
     pub(crate) fn take_offer_from<T>(
         &self,
         me: DomainId,
@@ -182,8 +184,13 @@ impl Group {
                         tx: get(&offer.tx_efd),
                         rel: get(&offer.rel_efd),
                     };
-                    if let Ok(v) = open(peer, fds) {
-                        return Ok(v);
+                    match open(peer, fds) {
+                        Ok(v) => return Ok(v),
+                        // This process is out of descriptors or memory: no other offer
+                        // would open either, and waiting would turn it into a timeout.
+                        Err(e) if local_shortage(&e) => return Err(e),
+                        // A broken or vanished peer: skip its offer.
+                        Err(_) => {}
                     }
                 }
             }
@@ -198,6 +205,15 @@ impl Group {
             );
         }
     }
+}
+
+/// Whether `e` is this process running out of a resource (descriptors, memory) rather
+/// than something the offering peer did.
+fn local_shortage(e: &Error) -> bool {
+    matches!(e, Error::Io(io) if matches!(
+        io.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)
+    ))
 }
 
 #[cfg(test)]
