@@ -444,7 +444,9 @@ fn supervise(
         Some(_) => failure,
         None => cause.unwrap_or(failure),
     };
-    Err(anyhow!("pipeline stopped: {cause:#}"))
+    // As context, so that the cause's own errors stay in the chain (a closed stdout is
+    // told from a failure by its EPIPE).
+    Err(cause.context("pipeline stopped"))
 }
 
 /// The error for a pipeline that moved nothing for `limit`: names the stages that are

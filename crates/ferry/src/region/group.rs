@@ -331,7 +331,20 @@ impl Group {
             }
             let (ctl, map) = match found {
                 Some(v) => v,
-                None => create(name, &config)?,
+                None => match create(name, &config) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        // Out of descriptors or memory, say. A file that we found empty
+                        // (or made) holds no one's door, and under its lock no one is
+                        // writing one: leave no litter. An opener waiting for the lock
+                        // finds the path unlinked and starts over.
+                        if fresh {
+                            crate::sys::count();
+                            let _ = std::fs::remove_file(&path);
+                        }
+                        return Err(e);
+                    }
+                },
             };
             let mine = Door {
                 fd: ctl.as_raw_fd() as u32,
