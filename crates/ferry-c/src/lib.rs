@@ -101,6 +101,8 @@ fn code(e: Error) -> c_int {
         Error::PeerGone { .. } => FERRY_EPEER_GONE,
         Error::Disconnected => FERRY_EDISCONNECTED,
         Error::QuotaExceeded { .. } => FERRY_EQUOTA,
+        // No release can make room for it: the caller's argument is at fault.
+        Error::MessageTooLarge { .. } => FERRY_EINVAL,
         Error::Timeout => FERRY_ETIMEOUT,
         Error::Full => FERRY_EFULL,
         Error::BadDescriptor(_) => FERRY_EBAD_DESCRIPTOR,

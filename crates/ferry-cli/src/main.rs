@@ -8,13 +8,24 @@
 //! - [`services`] (`ferry pub`, `ferry sub`, `ferry stat`, `ferry clean`) feeds and
 //!   prints named services, lists groups, members and services, and removes stale
 //!   group files;
-//! - [`sys`] holds the few system calls the tool makes itself.
+//! - [`sys`] holds the few system calls the tool makes itself;
+//! - [`cli_util`] holds what the subcommands share at their edges: checked arguments,
+//!   errors in plain words, a closed stdout taken quietly.
+//!
+//! No argument or environment makes the tool panic: errors end it with a message on
+//! stderr and status 1 (2 for a bad command line), a closed stdout with status 0, and a
+//! SIGINT or SIGTERM that `pub`, `sub` or `pipeline` caught with 128 + the signal's
+//! number once they have cleaned up.
 #![deny(unsafe_code)]
 
 mod calibrate;
+mod cli_util;
 mod pipeline;
 mod services;
 mod sys;
+
+use std::panic::AssertUnwindSafe;
+use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -56,8 +67,31 @@ enum Command {
     Clean(services::CleanArgs),
 }
 
-fn main() -> Result<()> {
-    match Cli::parse().command {
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    cli_util::quiet_closed_stdout();
+    // A panic unwinds to here, so the destructors on its way have run (a group left, a
+    // temporary file removed) before the process ends.
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| run(cli.command)));
+    let status = match result {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        // The reader of stdout has gone (`ferry stat | head -1`): it has what it wanted.
+        Ok(Err(e)) if cli_util::is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            eprintln!("ferry: {}", cli_util::describe(&e));
+            ExitCode::FAILURE
+        }
+        Err(_) if cli_util::stdout_was_closed() => ExitCode::SUCCESS,
+        Err(panic) => std::panic::resume_unwind(panic),
+    };
+    match sys::stop_signal() {
+        Some(sig) => ExitCode::from((128 + sig) as u8),
+        None => status,
+    }
+}
+
+fn run(command: Command) -> Result<()> {
+    match command {
         Command::Calibrate(args) => calibrate::command(args),
         Command::Worker(args) => calibrate::worker(args),
         Command::Pipeline(args) => pipeline::run(args),

@@ -9,23 +9,34 @@
 //! be read); `ferry clean` removes this user's named files that no live member uses.
 
 use std::io::{BufRead, Read, Write};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use ferry::service::Kind;
+use ferry::service::{Kind, MAX_MEMBERS};
 use ferry::{
-    Group, GroupAccess, GroupConfig, GroupFileState, PathConfig, Publisher, ServiceConfig,
-    SlowSubscriber, Subscriber,
+    Domain, Group, GroupAccess, GroupConfig, GroupFileState, PathConfig, Publisher,
+    ServiceConfig, SlowSubscriber, Subscriber,
 };
+
+use crate::cli_util::parse_secs;
+use crate::sys::{catch_stop_signals, stop_signal};
+
+/// How long a blocking step waits before it looks for a stop signal again.
+const SLICE: Duration = Duration::from_millis(100);
+
+/// How long `ferry sub` gives the publisher to connect once its service is listed.
+const HANDSHAKE: Duration = Duration::from_secs(5);
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
 pub enum Policy {
-    /// A full subscriber misses the message; the publisher never waits.
+    /// A full subscriber's queue loses its oldest message; the publisher never waits, so
+    /// a stopped subscriber holds up no one.
     Drop,
-    /// The publisher waits for room in every subscriber's queue.
+    /// The publisher waits for room in every subscriber's queue, so one stopped
+    /// subscriber stops the publisher and every other subscriber.
     Block,
 }
 
@@ -35,14 +46,16 @@ pub struct PubArgs {
     pub group: String,
     /// The service's name, e.g. `camera/front`.
     pub service: String,
-    /// Publish stdin in chunks of this many bytes instead of one message per line.
+    /// Publish stdin in chunks of this many bytes instead of one message per line (at
+    /// most the path's quota, 512 MiB).
     #[arg(long)]
     pub chunk: Option<usize>,
     /// Wait for this many subscribers before publishing anything.
     #[arg(long, default_value_t = 0)]
     pub wait_subscribers: usize,
-    /// What a full subscriber queue does to the publisher.
-    #[arg(long, value_enum, default_value_t = Policy::Block)]
+    /// What a full subscriber queue does to the publisher (the library's default, drop:
+    /// a stuck subscriber must not stall the others).
+    #[arg(long, value_enum, default_value_t = Policy::Drop)]
     pub policy: Policy,
     /// Messages each subscriber's queue holds (a power of two).
     #[arg(long, default_value_t = 64)]
@@ -65,9 +78,9 @@ pub struct SubArgs {
     /// Exit after this many messages.
     #[arg(long)]
     pub count: Option<u64>,
-    /// Seconds to wait for the service to be offered.
-    #[arg(long, default_value_t = 10.0)]
-    pub timeout: f64,
+    /// Seconds to wait for the service to be offered (0 to 86400).
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_secs)]
+    pub timeout: Duration,
     /// Join a group shared with this Unix group (a name or a gid), as its publisher
     /// made it with `--group-access`.
     #[arg(long, value_name = "UNIX_GROUP")]
@@ -112,12 +125,99 @@ fn open_group(name: &str, access: Option<&str>) -> Result<Arc<Group>> {
         },
         ..GroupConfig::default()
     };
-    Group::open_with(name, config).with_context(|| format!("opening group {name:?}"))
+    Group::open_with(name, config)
+        .with_context(|| format!("opening group {name:?} (/dev/shm/ferry.{name})"))
+}
+
+/// One step of reading stdin.
+enum Input {
+    /// A message's bytes are in the buffer.
+    Message,
+    /// The input ended.
+    End,
+    /// SIGINT or SIGTERM arrived.
+    Stopped,
+}
+
+/// Reads the next line of `input` into `line` (cleared first, newline dropped), refusing
+/// a line longer than `max` bytes before it is all in memory.
+fn read_line(input: &mut impl BufRead, line: &mut Vec<u8>, max: usize) -> Result<Input> {
+    line.clear();
+    loop {
+        let buf = match input.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                if stop_signal().is_some() {
+                    return Ok(Input::Stopped);
+                }
+                continue;
+            }
+            Err(e) => return Err(e).context("reading stdin"),
+        };
+        if buf.is_empty() {
+            return Ok(if line.is_empty() {
+                Input::End
+            } else {
+                Input::Message
+            });
+        }
+        let (take, newline) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (i, true),
+            None => (buf.len(), false),
+        };
+        if line.len() + take > max {
+            bail!(
+                "a line of more than {max} bytes: larger than the path's quota of {max} bytes, \
+                 the most one message can hold (split it with --chunk)"
+            );
+        }
+        line.try_reserve(take)
+            .context("no memory for the line read so far")?;
+        line.extend_from_slice(&buf[..take]);
+        input.consume(take + newline as usize);
+        if newline {
+            return Ok(Input::Message);
+        }
+    }
+}
+
+/// Fills `buf` from `input` (fewer bytes only at the end of the input).
+fn read_chunk(input: &mut impl Read, buf: &mut [u8]) -> Result<(usize, Input)> {
+    let mut got = 0;
+    while got < buf.len() {
+        match input.read(&mut buf[got..]) {
+            Ok(0) => return Ok((got, Input::End)),
+            Ok(k) => got += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                if stop_signal().is_some() {
+                    return Ok((got, Input::Stopped));
+                }
+            }
+            Err(e) => return Err(e).context("reading stdin"),
+        }
+    }
+    Ok((got, Input::Message))
 }
 
 pub fn publish(a: PubArgs) -> Result<()> {
+    let quota = PathConfig::default().quota;
+    match a.chunk {
+        Some(0) => bail!("--chunk must be at least 1"),
+        Some(n) if n > quota => bail!(
+            "--chunk {n} is larger than the path's quota of {quota} bytes, the most one \
+             message can hold"
+        ),
+        _ => {}
+    }
+    if a.wait_subscribers > MAX_MEMBERS {
+        bail!(
+            "--wait-subscribers {}: a service has at most {MAX_MEMBERS} subscribers",
+            a.wait_subscribers
+        );
+    }
+    catch_stop_signals().context("catching SIGINT and SIGTERM")?;
     let group = open_group(&a.group, a.group_access.as_deref())?;
-    let domain = group.join()?;
+    let domain = group.join().context("joining the group")?;
     let config = ServiceConfig {
         depth: a.depth,
         slow: match a.policy {
@@ -128,8 +228,11 @@ pub fn publish(a: PubArgs) -> Result<()> {
     };
     let mut p = Publisher::offer(&domain, &a.service, config)
         .with_context(|| format!("offering {:?}", a.service))?;
-    if a.wait_subscribers > 0 {
-        p.wait_for_subscribers(a.wait_subscribers, Duration::from_secs(3600))?;
+    while p.subscriber_count() < a.wait_subscribers {
+        if stop_signal().is_some() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(2));
     }
     let path = domain.path(PathConfig::default())?;
     let mut send = |bytes: &[u8]| -> Result<()> {
@@ -138,38 +241,31 @@ pub fn publish(a: PubArgs) -> Result<()> {
         }
         let mut m = path.alloc(bytes.len())?;
         m.write_at(0, bytes);
+        // Under --policy block this waits for room as long as it takes; a second signal
+        // (the handler is reset by the first) ends the process then.
         p.publish(&m.freeze())?;
         Ok(())
     };
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
     match a.chunk {
-        Some(0) => bail!("--chunk must be at least 1"),
         Some(n) => {
-            let mut buf = vec![0u8; n];
+            let mut buf = Vec::new();
+            buf.try_reserve_exact(n)
+                .with_context(|| format!("no memory for a chunk of {n} bytes"))?;
+            buf.resize(n, 0);
             loop {
-                let mut got = 0;
-                while got < n {
-                    let k = input.read(&mut buf[got..])?;
-                    if k == 0 {
-                        break;
-                    }
-                    got += k;
-                }
+                let (got, step) = read_chunk(&mut input, &mut buf)?;
                 send(&buf[..got])?;
-                if got < n {
+                if !matches!(step, Input::Message) {
                     break;
                 }
             }
         }
         None => {
             let mut line = Vec::new();
-            while input.read_until(b'\n', &mut line)? > 0 {
-                if line.last() == Some(&b'\n') {
-                    line.pop();
-                }
+            while let Input::Message = read_line(&mut input, &mut line, quota)? {
                 send(&line)?;
-                line.clear();
             }
         }
     }
@@ -184,29 +280,78 @@ pub fn publish(a: PubArgs) -> Result<()> {
     Ok(())
 }
 
+/// Waits up to `timeout` for publish-subscribe service `name` to be listed, looking for a
+/// stop signal as it waits, then subscribes. `None` if a signal came first.
+fn open_subscriber(
+    group: &Group,
+    domain: &Domain,
+    name: &str,
+    timeout: Duration,
+) -> Result<Option<Subscriber>> {
+    let deadline = Instant::now() + timeout;
+    let listed = loop {
+        if stop_signal().is_some() {
+            return Ok(None);
+        }
+        if group
+            .services()
+            .iter()
+            .any(|s| s.name == name && s.kind == Kind::PubSub)
+        {
+            break true;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break false;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(20)));
+    };
+    // Listed: the publisher still has to connect, which takes it a moment. Not listed:
+    // `open` says that no such service is offered.
+    let wait = if listed {
+        deadline
+            .saturating_duration_since(Instant::now())
+            .max(HANDSHAKE)
+    } else {
+        Duration::ZERO
+    };
+    let sub =
+        Subscriber::open(domain, name, wait).with_context(|| format!("subscribing to {name:?}"))?;
+    Ok(Some(sub))
+}
+
 pub fn subscribe(a: SubArgs) -> Result<()> {
+    catch_stop_signals().context("catching SIGINT and SIGTERM")?;
     let group = open_group(&a.group, a.group_access.as_deref())?;
-    let domain = group.join()?;
-    let mut sub = Subscriber::open(&domain, &a.service, Duration::from_secs_f64(a.timeout))
-        .with_context(|| format!("subscribing to {:?}", a.service))?;
+    let domain = group.join().context("joining the group")?;
+    let Some(mut sub) = open_subscriber(&group, &domain, &a.service, a.timeout)? else {
+        return Ok(());
+    };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut n = 0;
-    while a.count.map_or(true, |c| n < c) {
-        let msg = match sub.recv() {
+    while a.count.map_or(true, |c| n < c) && stop_signal().is_none() {
+        let msg = match sub.recv_timeout(SLICE) {
             Ok(m) => m,
+            Err(ferry::Error::Timeout) => continue,
             // The publisher withdrew or exited: the stream ended.
             Err(ferry::Error::Disconnected | ferry::Error::PeerGone { .. }) => break,
+            // A signal cut the wait short.
+            Err(_) if stop_signal().is_some() => break,
             Err(e) => return Err(e.into()),
         };
-        for f in msg.fragments() {
-            out.write_all(f.as_slice())?;
+        let written = msg
+            .fragments()
+            .iter()
+            .try_for_each(|f| out.write_all(f.as_slice()))
+            .and_then(|()| if a.raw { Ok(()) } else { out.write_all(b"\n") })
+            .and_then(|()| out.flush());
+        match written {
+            Ok(()) => n += 1,
+            // The reader of stdout has gone: nothing more to do, and nothing wrong.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => break,
+            Err(e) => return Err(e).context("writing to stdout"),
         }
-        if !a.raw {
-            out.write_all(b"\n")?;
-        }
-        out.flush()?;
-        n += 1;
     }
     Ok(())
 }

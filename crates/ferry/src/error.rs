@@ -155,6 +155,16 @@ pub enum Error {
         /// The path's quota in bytes.
         quota: usize,
     },
+    /// One message is larger than its path's quota allows, so no amount of releasing
+    /// would make room for it: refused at once rather than reported as a full quota.
+    MessageTooLarge {
+        /// Bytes asked for.
+        len: usize,
+        /// Bytes of the span it needs (a power-of-two number of pages).
+        span: usize,
+        /// The path's quota in bytes.
+        quota: usize,
+    },
     /// The lot has no free span large enough.
     LotExhausted {
         /// Bytes that were asked for.
@@ -334,6 +344,16 @@ impl fmt::Display for Error {
                 f,
                 "path quota exceeded: {outstanding} bytes outstanding of {quota}; a receiver is not releasing buffers"
             ),
+            Self::MessageTooLarge { len, span, quota } => {
+                if len > quota {
+                    write!(f, "message of {len} bytes exceeds the path's quota of {quota} bytes")
+                } else {
+                    write!(
+                        f,
+                        "message of {len} bytes needs a span of {span} bytes (a power of two of pages), more than the path's quota of {quota} bytes"
+                    )
+                }
+            }
             Self::LotExhausted { requested } => {
                 write!(f, "lot exhausted: no free span of {requested} bytes")
             }

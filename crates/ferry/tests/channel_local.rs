@@ -179,6 +179,55 @@ fn many_fragments_and_heap_fallback() {
     assert_eq!(tx.stats().copied_bytes, 9);
 }
 
+/// A message that the path's quota could never hold is refused at once, naming its
+/// size and the quota, rather than as a full quota (which would send a caller waiting
+/// for releases that cannot make room); also when only its span, a power of two of
+/// pages, is over the quota, and for a size no span can have.
+#[test]
+fn a_message_larger_than_the_quota_is_refused_at_once() {
+    let g = group("toolarge");
+    let d = g.join().unwrap();
+    let quota = 1 << 20;
+    let path = d
+        .path(PathConfig {
+            quota,
+            secure: false,
+        })
+        .unwrap();
+    let err = path.alloc(quota + 1).unwrap_err();
+    assert!(
+        matches!(err, Error::MessageTooLarge { len, quota: q, .. } if len == quota + 1 && q == quota),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "message of 1048577 bytes exceeds the path's quota of 1048576 bytes"
+    );
+    // 600 KiB fits a 768 KiB quota, but its span is 1 MiB.
+    let odd = d
+        .path(PathConfig {
+            quota: 768 << 10,
+            secure: false,
+        })
+        .unwrap();
+    let err = odd.alloc(600 << 10).unwrap_err();
+    assert!(
+        matches!(err, Error::MessageTooLarge { span, .. } if span == 1 << 20),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("more than the path's quota"),
+        "{err}"
+    );
+    assert!(matches!(
+        path.alloc(usize::MAX),
+        Err(Error::MessageTooLarge { .. })
+    ));
+    // Not a quota refusal: nothing was outstanding, and a full-size message still fits.
+    assert_eq!(path.stats().quota_refusals, 0);
+    assert!(path.alloc(quota).is_ok());
+}
+
 #[test]
 fn quota_refuses_instead_of_blocking() {
     let g = group("quota");

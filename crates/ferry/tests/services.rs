@@ -76,6 +76,19 @@ fn child_main(role: &str) {
             println!("ok {} {}", counts[0], counts[1]);
             read_line(&mut stdin);
         }
+        // Subscribe to ARG with no descriptor left to open; print "emfile" if that is
+        // the error, else what happened.
+        "sub-no-fds" => {
+            exhaust_descriptors();
+            let said = match Subscriber::open(&domain, &arg, T) {
+                Err(Error::Io(e)) if e.raw_os_error() == Some(libc::EMFILE) => "emfile".into(),
+                Err(e) => format!("error {e:?}"),
+                Ok(_) => "subscribed".into(),
+            };
+            // stdout is open already: printing opens nothing.
+            println!("{said}");
+            read_line(&mut stdin);
+        }
         // Offer a publisher named ARG and wait.
         "pub" => {
             let _p = Publisher::offer(&domain, &arg, ServiceConfig::default()).unwrap();
@@ -150,6 +163,32 @@ fn child_main(role: &str) {
 }
 
 // ---------------------------------------------------------------- helpers
+
+/// Lowers this process's descriptor limit to its lowest free descriptor number, so that
+/// opening any new descriptor fails with EMFILE.
+fn exhaust_descriptors() {
+    // SAFETY: dup(2) of stdin, which this process holds open, and close(2) of the
+    // descriptor it made; no memory is involved.
+    let lowest = unsafe { libc::dup(0) };
+    assert!(lowest >= 0);
+    // SAFETY: as above.
+    unsafe { libc::close(lowest) };
+    let limit = libc::rlimit {
+        rlim_cur: lowest as libc::rlim_t,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    let mut old = limit;
+    // SAFETY: getrlimit(2) and setrlimit(2) with valid pointers to rlimit values of this
+    // frame.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut old), 0);
+        let limit = libc::rlimit {
+            rlim_max: old.rlim_max,
+            ..limit
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+    }
+}
 
 fn end_marker(path: &ferry::PathAllocator) -> IoData {
     fill(path, END, 64)
@@ -286,18 +325,20 @@ fn subscriber_killed_at_random_points() {
     }
 }
 
-/// Drop policy: a stopped subscriber loses its oldest messages but never holds up the
+/// Drop policy, the default: a stopped subscriber loses its oldest messages but never holds up the
 /// publisher or the other subscriber; the publisher takes the evicted messages' fbufs
 /// back at once; once the stopped one runs again it gets the newest `depth` messages,
 /// in order and intact, then new ones.
 fn stopped_subscriber_drop_policy() {
     let (_g, d, name) = join("stopdrop");
+    // The default policy: a stopped subscriber must stall no one unless asked for.
+    assert_eq!(ServiceConfig::default().slow, SlowSubscriber::Drop);
     let (mut p, mut subs) = start(
         &d,
         &name,
         "stop/drop",
         8,
-        SlowSubscriber::Drop,
+        ServiceConfig::default().slow,
         &["strict", "strict"],
     );
     let (mut fast, mut slow) = (subs.remove(0), subs.remove(0));
@@ -352,6 +393,17 @@ fn stopped_subscriber_drop_policy() {
         path.outstanding() == 0
     });
     assert_eq!(p.subscriber_count(), 0);
+}
+
+/// A subscriber process that has no descriptor left to open gets the error that says
+/// so (EMFILE) from `Subscriber::open`, not a timeout that would blame the publisher.
+fn subscriber_out_of_descriptors_says_so() {
+    let (_g, d, name) = join("nofds");
+    let p = Publisher::offer(&d, "nofds", ServiceConfig::default()).unwrap();
+    let mut sub = Peer::spawn("sub-no-fds", &name, "nofds");
+    assert_eq!(sub.line(), "emfile");
+    finish(vec![sub]);
+    drop(p);
 }
 
 /// Block policy: a stopped subscriber holds the publisher back (it publishes no more
@@ -632,6 +684,10 @@ fn main() {
         (
             "stopped_subscriber_block_policy",
             stopped_subscriber_block_policy,
+        ),
+        (
+            "subscriber_out_of_descriptors_says_so",
+            subscriber_out_of_descriptors_says_so,
         ),
         ("late_join", late_join),
         (

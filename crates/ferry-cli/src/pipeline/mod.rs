@@ -49,8 +49,10 @@ pub struct PipelineArgs {
     /// accept one connection. Must be a file, pipe or socket (not a terminal).
     #[arg(value_parser = StreamSpec::parse)]
     input: StreamSpec,
-    /// Output: a file (created or truncated), `-` for stdout, `tcp:HOST:PORT`,
-    /// `tcp-listen:PORT`.
+    /// Output: a file, `-` for stdout, `tcp:HOST:PORT`, `tcp-listen:PORT`. A file is
+    /// written under a temporary name in its directory and renamed into place only
+    /// after a successful run (so an existing file is replaced whole or not at all, and
+    /// other hard links to it keep the old contents); it must not be the input.
     #[arg(value_parser = StreamSpec::parse)]
     output: StreamSpec,
     /// Number of stages between the source and the sink.
@@ -82,8 +84,8 @@ pub struct PipelineArgs {
     /// Give up when no byte has reached the output for this many seconds, naming any stage
     /// that is stopped (SIGSTOP, a debugger); 0 waits for ever (an idle TCP input may be
     /// legitimate).
-    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
-    stall_timeout: f64,
+    #[arg(long, value_name = "SECS", default_value = "0", value_parser = crate::cli_util::parse_secs)]
+    stall_timeout: Duration,
 }
 
 /// Arguments of `ferry __stage`, one stage process spawned by `ferry pipeline`.
@@ -145,8 +147,11 @@ enum Stage {
 /// `ferry pipeline`.
 pub fn run(args: PipelineArgs) -> Result<()> {
     let fds_before = FdCount::now();
+    // A signal must not end the run before the temporary output is removed.
+    crate::sys::catch_stop_signals().context("catching SIGINT and SIGTERM")?;
     let (input, input_len) = args.input.open_input()?;
-    let (output, direct) = args.output.open_output()?;
+    // Dropped on any early return: removes the temporary output.
+    let (output, direct, replacement) = args.output.open_output(&input)?;
 
     // Socket k joins hop k: 0 is source -> stage 1, N is stage N -> sink.
     let n = args.stages as usize;
@@ -212,7 +217,7 @@ pub fn run(args: PipelineArgs) -> Result<()> {
 
     let bar = progress_bar(input_len);
     let start = Instant::now();
-    let stall = (args.stall_timeout > 0.0).then(|| Duration::from_secs_f64(args.stall_timeout));
+    let stall = (!args.stall_timeout.is_zero()).then_some(args.stall_timeout);
     let result = supervise(source, sink, &mut stages, &bar, &moved, stall);
     let secs = start.elapsed().as_secs_f64();
     bar.finish_and_clear();
@@ -223,7 +228,16 @@ pub fn run(args: PipelineArgs) -> Result<()> {
             fds_before.all, fds_before.memfds, fds_after.all, fds_after.memfds
         );
     }
-    let bytes = result?;
+    let bytes = match (result, &replacement) {
+        (Ok(b), _) => b,
+        (Err(e), Some(r)) if r.target().exists() => {
+            return Err(e.context(format!("{} left as it was", r.target().display())))
+        }
+        (Err(e), _) => return Err(e),
+    };
+    if let Some(r) = replacement {
+        r.commit()?;
+    }
     eprintln!(
         "ferry pipeline: {bytes} bytes in {secs:.3} s, {:.2} GB/s ({n} stages, {})",
         bytes as f64 / secs.max(1e-9) / 1e9,
@@ -397,6 +411,9 @@ fn supervise(
                 Err(e) => break e,
             }
         }
+        if let Some(sig) = crate::sys::stop_signal() {
+            break anyhow!("interrupted by {}", signal_name(sig).unwrap_or("a signal"));
+        }
         std::thread::sleep(Duration::from_millis(20));
     };
     // Something failed. Prefer the stage that failed by itself over the I/O error it
@@ -412,7 +429,14 @@ fn supervise(
             let _ = h.join();
         }
     }
-    Err(anyhow!("pipeline stopped: {:#}", cause.unwrap_or(failure)))
+    // Interrupted, the stages that died of the same Ctrl-C are not the cause.
+    let cause = match crate::sys::stop_signal() {
+        Some(_) => failure,
+        None => cause.unwrap_or(failure),
+    };
+    // As context, so that the cause's own errors stay in the chain (a closed stdout is
+    // told from a failure by its EPIPE).
+    Err(cause.context("pipeline stopped"))
 }
 
 /// The error for a pipeline that moved nothing for `limit`: names the stages that are

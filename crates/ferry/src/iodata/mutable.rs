@@ -388,8 +388,9 @@ impl crate::region::PathAllocator {
     /// [`freeze`](IoDataMut::freeze).
     ///
     /// # Errors
-    /// [`Error::QuotaExceeded`] if the path already holds its quota (receivers are not
-    /// releasing), [`Error::LotExhausted`] if the lot has no span left.
+    /// [`Error::MessageTooLarge`] if `len` (rounded up to its span) is more than the
+    /// path's quota, [`Error::QuotaExceeded`] if the path already holds its quota
+    /// (receivers are not releasing), [`Error::LotExhausted`] if the lot has no span left.
     pub fn alloc(&self, len: usize) -> Result<IoDataMut> {
         if len == 0 {
             return IoDataMut::from_segments(Vec::new(), 0);

@@ -385,7 +385,20 @@ impl Group {
                         path.display()
                     )))
                 }
-                (None, None) => create(name, &config)?,
+                (None, None) => match create(name, &config) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        // Out of descriptors or memory, say. A file that we found empty
+                        // (or made) holds no one's door, and under its lock no one is
+                        // writing one: leave no litter. An opener waiting for the lock
+                        // finds the path unlinked and starts over.
+                        if fresh {
+                            crate::sys::count();
+                            let _ = std::fs::remove_file(&path);
+                        }
+                        return Err(e);
+                    }
+                },
             };
             let mine = Door {
                 fd: ctl.as_raw_fd() as u32,

@@ -24,6 +24,8 @@ use crate::sys::mem::Access;
 pub struct PathConfig {
     /// Most bytes (in whole size-class spans) the path may have allocated and not yet
     /// returned. Allocation beyond it fails with [`Error::QuotaExceeded`]; it never blocks.
+    /// A single allocation whose span is larger than the quota fails with
+    /// [`Error::MessageTooLarge`], whatever is outstanding.
     pub quota: usize,
     /// Write-protect every fbuf of this path in the originator when it is sent, until all
     /// receivers have released it (secured fbufs). Off by default (volatile fbufs).
@@ -141,11 +143,31 @@ impl PathAllocator {
     ///
     /// [`alloc`]: PathAllocator::alloc
     pub(crate) fn alloc_segment(&self, len: usize) -> Result<Segment> {
-        if len > self.inner.lot.len() {
+        let p = &self.inner;
+        // A message the quota can never hold is the caller's error, not a receiver's: say
+        // so before looking at what is outstanding, so that no caller waits for releases
+        // that could not make room.
+        let too_large = |span| Error::MessageTooLarge {
+            len,
+            span,
+            quota: p.quota,
+        };
+        if len > p.quota {
+            // Its class may not even be computable (`class_of` assumes a span fits).
+            let span = len
+                .div_ceil(crate::sys::page_size())
+                .checked_next_power_of_two()
+                .and_then(|pages| pages.checked_mul(crate::sys::page_size()))
+                .unwrap_or(usize::MAX);
+            return Err(too_large(span));
+        }
+        if len > p.lot.len() {
             return Err(Error::LotExhausted { requested: len });
         }
         let (k, size) = class_of(len);
-        let p = &self.inner;
+        if size > p.quota {
+            return Err(too_large(size));
+        }
         if p.outstanding.load(Ordering::Relaxed) + size > p.quota {
             self.collect();
             let outstanding = p.outstanding.load(Ordering::Relaxed);

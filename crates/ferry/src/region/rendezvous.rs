@@ -220,7 +220,9 @@ impl Group {
     ///
     /// # Errors
     /// [`Error::Timeout`] if no offer could be opened in time; waiting for one peer
-    /// (`from`), the error `open` failed with on that peer's offer.
+    /// (`from`), the error `open` failed with on that peer's offer; the error of `open`
+    /// at once if it ran this process out of descriptors or memory (`EMFILE`, `ENFILE`,
+    /// `ENOMEM`), which no other offer or later try would get past.
     pub(crate) fn take_offer_from<T>(
         &self,
         me: DomainId,
@@ -280,7 +282,9 @@ impl Group {
                                 Ordering::Release,
                                 Ordering::Relaxed,
                             );
-                            if from.is_some() {
+                            // Out of descriptors or memory here: no other offer would
+                            // open either, and waiting would turn it into a timeout.
+                            if from.is_some() || local_shortage(&e) {
                                 return Err(e);
                             }
                         }
@@ -298,6 +302,15 @@ impl Group {
             );
         }
     }
+}
+
+/// Whether `e` is this process running out of a resource (descriptors, memory) rather
+/// than something the offering peer did.
+fn local_shortage(e: &Error) -> bool {
+    matches!(e, Error::Io(io) if matches!(
+        io.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)
+    ))
 }
 
 #[cfg(test)]

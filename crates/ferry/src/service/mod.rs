@@ -124,11 +124,28 @@ use crate::region::group::Member;
 use crate::region::{Domain, DomainId, Group};
 
 /// What a publisher does when a subscriber's queue is full.
+///
+/// The default, in [`ServiceConfig::default`] and in `ferry pub`, is [`Drop`](Self::Drop),
+/// as in iceoryx2 (its "safe overflow"): one subscriber that stops reading (stopped by
+/// SIGSTOP or a debugger, swapped out, wedged) must not stop the publisher and, through
+/// it, every other subscriber. A slow subscriber pays for its own slowness by missing
+/// its oldest messages, which [`PublisherStats::dropped`] and
+/// [`SubscriberInfo::dropped`] count. The alternative default considered, blocking for a
+/// bounded time and then disconnecting the stuck subscriber, still stalls every other
+/// subscriber for that time on each stuck one, and turns a pause into a lost
+/// subscription; dropping the oldest stalls no one and loses only what the slow one
+/// could not keep up with.
+///
+/// [`Block`](Self::Block) stays available for streams where every subscriber must see
+/// every message and the publisher should slow down to the slowest reader instead; use
+/// [`Publisher::publish_timeout`] with it to bound the wait.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum SlowSubscriber {
     /// That subscriber loses the oldest message in its queue; the publisher never waits.
+    /// The default.
     Drop,
-    /// The publisher waits for room (see [`Publisher::publish_timeout`]).
+    /// The publisher waits for room (see [`Publisher::publish_timeout`]), so one
+    /// subscriber that stops reading stops the publisher and every other subscriber.
     Block,
 }
 
@@ -137,13 +154,16 @@ pub enum SlowSubscriber {
 pub struct ServiceConfig {
     /// Messages each member's queue holds (a power of two, 2..=65536).
     pub depth: u32,
-    /// What a full subscriber queue does to the publisher (publish-subscribe only).
+    /// What a full subscriber queue does to the publisher (publish-subscribe only);
+    /// [`SlowSubscriber::Drop`] by default.
     pub slow: SlowSubscriber,
     /// How long a server waits for room in a client's response queue.
     pub reply_timeout: Duration,
 }
 
 impl Default for ServiceConfig {
+    /// Depth 64, [`SlowSubscriber::Drop`] (a stuck subscriber holds up no one; see
+    /// [`SlowSubscriber`] for why), a reply timeout of 5 s.
     fn default() -> Self {
         ServiceConfig {
             depth: 64,
