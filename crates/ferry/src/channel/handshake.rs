@@ -23,13 +23,19 @@ use crate::segment::LotId;
 use crate::sys::fd::{dup_from, memfd, EventFd};
 use crate::sys::futex;
 use crate::sys::mem::{Access, Mapping};
+use crate::until::Until;
 
 /// The two ends of a channel are made through a domain: the sender connects, the receiver
 /// accepts.
 impl Domain {
     /// Opens a channel to `peer` and waits (up to `timeout`) for it to accept.
     pub fn connect(&self, peer: DomainId, timeout: Duration) -> Result<Sender> {
-        connect(&self.inner, peer, ChannelConfig::default(), timeout)
+        connect(
+            &self.inner,
+            peer,
+            ChannelConfig::default(),
+            Until::timeout(timeout),
+        )
     }
 
     /// Like [`connect`](Self::connect), with ring sizes and options.
@@ -39,12 +45,30 @@ impl Domain {
         config: ChannelConfig,
         timeout: Duration,
     ) -> Result<Sender> {
-        connect(&self.inner, peer, config, timeout)
+        connect(&self.inner, peer, config, Until::timeout(timeout))
+    }
+
+    /// Like [`connect_with`](Self::connect_with), waiting as `until` says: up to its
+    /// deadline (none: for as long as it takes), and only while its stop check lets it
+    /// ([`Error::Interrupted`]; the offer is withdrawn as on a timeout).
+    pub fn connect_until(
+        &self,
+        peer: DomainId,
+        config: ChannelConfig,
+        until: Until<'_>,
+    ) -> Result<Sender> {
+        connect(&self.inner, peer, config, until)
     }
 
     /// Waits (up to `timeout`) for a peer to connect to this domain.
     pub fn accept(&self, timeout: Duration) -> Result<Receiver> {
-        accept(&self.inner, None, timeout)
+        accept(&self.inner, None, Until::timeout(timeout))
+    }
+
+    /// Like [`accept`](Self::accept), waiting as `until` says (see
+    /// [`connect_until`](Self::connect_until)).
+    pub fn accept_until(&self, until: Until<'_>) -> Result<Receiver> {
+        accept(&self.inner, None, until)
     }
 
     /// Waits (up to `timeout`) for `peer` to connect to this domain, leaving channels
@@ -54,13 +78,19 @@ impl Domain {
     /// [`Error::Timeout`] if `peer` offered nothing in time, [`Error::PeerGone`] if it is
     /// not a live member.
     pub fn accept_from(&self, peer: DomainId, timeout: Duration) -> Result<Receiver> {
+        self.accept_from_until(peer, Until::timeout(timeout))
+    }
+
+    /// Like [`accept_from`](Self::accept_from), waiting as `until` says (see
+    /// [`connect_until`](Self::connect_until)).
+    pub fn accept_from_until(&self, peer: DomainId, until: Until<'_>) -> Result<Receiver> {
         if !self.inner.group.domain_live(LotId {
             slot: peer.slot,
             generation: peer.generation,
         }) {
             return Err(Error::PeerGone { pid: 0 });
         }
-        accept(&self.inner, Some(peer), timeout)
+        accept(&self.inner, Some(peer), until)
     }
 }
 
@@ -69,7 +99,7 @@ fn connect(
     domain: &Arc<DomainInner>,
     peer: DomainId,
     config: ChannelConfig,
-    timeout: Duration,
+    mut until: Until<'_>,
 ) -> Result<Sender> {
     check_config(&config)?;
     let group = &domain.group;
@@ -122,17 +152,18 @@ fn connect(
             rel: link.rel_efd.as_raw_fd(),
         },
     )?;
-    let deadline = Instant::now() + timeout;
-    if !wait_ready(&link, deadline) {
+    if let Err(gave_up) = wait_ready(&link, &mut until) {
         if offer.withdraw() {
             return Err(if link.peer_exited() {
                 Error::PeerGone { pid: peer_pid }
             } else {
-                Error::Timeout
+                gave_up
             });
         }
-        // The peer took it at the last moment: give it a little longer.
-        if !wait_ready(&link, Instant::now() + Duration::from_secs(1)) {
+        // The peer took it at the last moment: give it a little longer (not to be
+        // interrupted: the peer is mapping the channel).
+        let mut grace = Until::timeout(Duration::from_secs(1));
+        if wait_ready(&link, &mut grace).is_err() {
             return Err(Error::PeerGone { pid: peer_pid });
         }
     }
@@ -187,32 +218,29 @@ fn connect(
     Ok(Sender { core })
 }
 
-/// Waits until the receiver says (in the channel header) that it mapped the channel, the
-/// deadline passes or the receiver dies. True if it is ready.
-fn wait_ready(link: &Link, deadline: Instant) -> bool {
+/// Waits until the receiver says (in the channel header) that it mapped the channel
+/// (`Ok`), `until` gives up (its error) or the receiver dies (`Err(Timeout)`; the caller
+/// looks at the peer).
+fn wait_ready(link: &Link, until: &mut Until<'_>) -> Result<()> {
     loop {
         // SYNC: pairs with the receiver's Release store of rx_ready.
         if link.header().rx_ready.load(Ordering::Acquire) == 1 {
-            return true;
+            return Ok(());
         }
-        let now = Instant::now();
-        if now >= deadline || link.peer_exited() {
-            return false;
+        if link.peer_exited() {
+            return Err(Error::Timeout);
         }
+        until.check()?;
         futex::wait(
             &link.header().rx_ready,
             0,
-            (deadline - now).min(Duration::from_millis(20)),
+            until.slice().min(Duration::from_millis(20)),
         );
     }
 }
 
 /// Waits for a channel offered to `domain`; see [`Domain::accept`](crate::Domain::accept).
-fn accept(
-    domain: &Arc<DomainInner>,
-    from: Option<DomainId>,
-    timeout: Duration,
-) -> Result<Receiver> {
+fn accept(domain: &Arc<DomainInner>, from: Option<DomainId>, until: Until<'_>) -> Result<Receiver> {
     let me = domain.lot.id;
     let me = DomainId {
         slot: me.slot,
@@ -220,7 +248,7 @@ fn accept(
     };
     domain
         .group
-        .take_offer_from(me, from.map(|f| f.slot), timeout, |peer, fds| {
+        .take_offer_from(me, from.map(|f| f.slot), until, |peer, fds| {
             if from.is_some_and(|f| f != peer) {
                 return Err(Error::PeerGone { pid: 0 });
             }
