@@ -1,20 +1,19 @@
 //! Channel endpoints.
 
 use std::os::fd::AsRawFd;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use ferry::{ChannelStats, IoData};
+use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyMemoryView};
 
 use crate::errors::raise;
 use crate::handle::{closable, Handle};
-use crate::message::PyMessage;
-use crate::region::timeout;
-
-/// How long a blocking call sleeps between checks for signals (Ctrl-C).
-const SIGNAL_SLICE: Duration = Duration::from_millis(100);
+use crate::message::{PyBuffer, PyMessage};
+use crate::region::PyPath;
+use crate::wait::{blocking, timeout};
 
 pub(crate) fn stats_dict(py: Python<'_>, s: ChannelStats) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
@@ -80,42 +79,32 @@ pub(crate) fn spin_then_block<T: Send>(
     blocking(py, left, wait)
 }
 
-/// Runs `step(slice)` with the GIL released until it returns anything but
-/// `Err(Timeout)`, in slices of at most [`SIGNAL_SLICE`], checking for signals (Ctrl-C)
-/// between slices; raises `Timeout` once `seconds` (`None`: no limit) have passed.
-pub(crate) fn blocking<T: Send>(
-    py: Python<'_>,
-    seconds: Option<f64>,
-    mut step: impl FnMut(Duration) -> ferry::Result<T> + Send,
-) -> PyResult<T> {
-    let deadline = timeout(seconds)?.map(|l| Instant::now() + l);
-    loop {
-        let slice = deadline.map_or(SIGNAL_SLICE, |d| {
-            d.saturating_duration_since(Instant::now())
-                .min(SIGNAL_SLICE)
-        });
-        match py.detach(|| step(slice)) {
-            Err(ferry::Error::Timeout) => {}
-            done => return done.map_err(raise),
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(raise(ferry::Error::Timeout));
-        }
-        py.check_signals()?;
-    }
-}
-
 /// The sending end of a channel.
 #[pyclass(module = "ferry._ferry", name = "Sender", frozen)]
 pub struct PySender {
     inner: Handle<Arc<ferry::Sender>>,
+    /// The domain it sends from: `loan` allocates from a path of it, made at the first
+    /// loan.
+    domain: ferry::Domain,
+    path: OnceLock<ferry::PathAllocator>,
 }
 
 impl PySender {
-    pub(crate) fn new(tx: ferry::Sender) -> Self {
+    pub(crate) fn new(tx: ferry::Sender, domain: ferry::Domain) -> Self {
         PySender {
             inner: Handle::new("Sender", Arc::new(tx)),
+            domain,
+            path: OnceLock::new(),
         }
+    }
+
+    fn default_path(&self) -> ferry::Result<&ferry::PathAllocator> {
+        if let Some(p) = self.path.get() {
+            return Ok(p);
+        }
+        let p = self.domain.path(ferry::PathConfig::default())?;
+        // Another thread's path may have won the race: this one is dropped.
+        Ok(self.path.get_or_init(|| p))
     }
 }
 
@@ -134,6 +123,42 @@ closable! {
             let data = to_iodata(message)?;
             let tx = self.inner.get()?;
             blocking(py, timeout, |slice| tx.send_timeout(&data, slice))
+        }
+
+        /// A message of `size` bytes to write in place and send, for a `with` block:
+        ///
+        ///     with tx.loan(len(frame)) as buf:   # buf: a writable memoryview
+        ///         buf[:] = frame                 # or numpy.frombuffer(buf, ...)
+        ///
+        /// The fbuf comes from `path` (default: a path of this sender's domain, made at
+        /// the first loan), at once: `QuotaExceeded` if the path's receivers hold its
+        /// quota (allocation never waits). Leaving the block normally sends the message,
+        /// waiting for room as `send` does (`timeout` seconds, `None`: no limit); leaving
+        /// it with an exception sends nothing and gives the fbuf back. Either way the
+        /// memoryview is released: using it afterwards raises `ValueError`. Views made
+        /// from it (numpy arrays) must be gone by the end of the block, or the message is
+        /// not sent and `BufferError` is raised.
+        #[pyo3(signature = (size, *, path = None, timeout = None))]
+        fn loan(
+            &self,
+            py: Python<'_>,
+            size: usize,
+            path: Option<&Bound<'_, PyPath>>,
+            timeout: Option<f64>,
+        ) -> PyResult<PyLoan> {
+            crate::wait::timeout(timeout)?;
+            let tx = self.inner.get()?;
+            let data = match path {
+                Some(p) => p.get().inner.alloc(size),
+                None => self.default_path().and_then(|p| p.alloc(size)),
+            }
+            .map_err(raise)?;
+            Ok(PyLoan {
+                tx,
+                buffer: Py::new(py, PyBuffer::new(data))?,
+                view: Mutex::new(LoanView::Unused),
+                timeout,
+            })
         }
 
         /// Sends `message` if the ring has room, never blocking; raises `Full` otherwise.
@@ -278,5 +303,95 @@ closable! {
         fn __repr__(&self) -> String {
             format!("<ferry.Receiver from pid {}>", self.pid)
         }
+    }
+}
+
+/// Where a loan's memoryview stands.
+enum LoanView {
+    /// Not entered yet.
+    Unused,
+    /// Entered: the memoryview handed out.
+    Lent(Py<PyMemoryView>),
+    /// Left (sent or discarded).
+    Done,
+}
+
+/// A message being written in place for a `Sender` (`Sender.loan`): a context manager
+/// whose `__enter__` gives a writable memoryview over its fbuf and whose `__exit__`
+/// sends it, or gives it back if the block raised.
+///
+/// Unlike Rust's `Sender::loan`, it does not reserve the ring place at the loan: that
+/// holds the sender's lock until the send, and Python code in the block that used the
+/// same sender (or blocked in its domain) would wait for itself. The place is taken at
+/// the send instead.
+#[pyclass(module = "ferry._ferry", name = "Loan", frozen)]
+pub struct PyLoan {
+    tx: Arc<ferry::Sender>,
+    buffer: Py<PyBuffer>,
+    view: Mutex<LoanView>,
+    timeout: Option<f64>,
+}
+
+#[pymethods]
+impl PyLoan {
+    /// The message's size in bytes.
+    fn __len__(&self) -> usize {
+        self.buffer.get().__len__()
+    }
+
+    fn __enter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyMemoryView>> {
+        let mut v = self.view.lock().unwrap_or_else(|p| p.into_inner());
+        if !matches!(*v, LoanView::Unused) {
+            return Err(PyValueError::new_err("a loan can be entered once"));
+        }
+        let mv = PyMemoryView::from(self.buffer.bind(py).as_any())?;
+        *v = LoanView::Lent(mv.clone().unbind());
+        Ok(mv)
+    }
+
+    /// Sends the message if the block ended normally, else gives the fbuf back; never
+    /// swallows the block's exception.
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<Bound<'_, PyAny>>,
+        _exc: Option<Bound<'_, PyAny>>,
+        _tb: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let view = {
+            let mut v = self.view.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::replace(&mut *v, LoanView::Done)
+        };
+        let LoanView::Lent(view) = view else {
+            return Err(PyValueError::new_err("the loan was not entered"));
+        };
+        // Released even when the block raised, so that the view is unusable after it.
+        let released = view.bind(py).call_method0("release");
+        let buffer = self.buffer.get();
+        if exc_type.is_some() {
+            // The fbuf goes back now, or with the last view of it that the block left.
+            let _ = buffer.close();
+            return Ok(false);
+        }
+        if let Err(e) = released {
+            let _ = buffer.close();
+            return Err(PyBufferError::new_err(format!(
+                "the loan was not sent: views of its buffer remain ({e}); delete them \
+                 (del arr) before the end of the with block"
+            )));
+        }
+        let data = buffer.freeze()?.data()?;
+        let tx = &self.tx;
+        blocking(py, self.timeout, |slice| tx.send_timeout(&data, slice))?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        let state = match &*self.view.lock().unwrap_or_else(|p| p.into_inner()) {
+            LoanView::Unused => "not entered",
+            LoanView::Lent(_) => "being written",
+            LoanView::Done => "done",
+        };
+        format!("<ferry.Loan {} bytes, {state}>", self.__len__())
     }
 }

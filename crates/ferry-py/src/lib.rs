@@ -23,6 +23,7 @@ mod handle;
 mod message;
 mod region;
 mod service;
+mod wait;
 
 use pyo3::prelude::*;
 
@@ -37,6 +38,7 @@ fn _ferry(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<message::PyFragment>()?;
     m.add_class::<channel::PySender>()?;
     m.add_class::<channel::PyReceiver>()?;
+    m.add_class::<channel::PyLoan>()?;
     m.add_class::<service::PyPublisher>()?;
     m.add_class::<service::PySubscriber>()?;
     m.add_class::<service::PyServer>()?;

@@ -61,7 +61,7 @@ impl PyBuffer {
 
 #[pymethods]
 impl PyBuffer {
-    fn __len__(&self) -> usize {
+    pub(crate) fn __len__(&self) -> usize {
         self.len
     }
 
@@ -132,7 +132,7 @@ impl PyBuffer {
     /// buffer exists: release them first (`del arr`, `mv.release()`), so that nothing
     /// can write to the message after it is frozen. After freezing, the buffer exports
     /// nothing (`BufferError`) and `write` raises `ValueError`.
-    fn freeze(&self) -> PyResult<PyMessage> {
+    pub(crate) fn freeze(&self) -> PyResult<PyMessage> {
         let mut slot = self.inner.lock();
         let n = self.exports.count();
         if n > 0 {
@@ -145,7 +145,7 @@ impl PyBuffer {
     }
 
     /// Gives the fbuf back unsent (refused while views exist).
-    fn close(&self) -> PyResult<()> {
+    pub(crate) fn close(&self) -> PyResult<()> {
         let mut slot = self.inner.lock();
         if self.exports.count() > 0 {
             return Err(PyBufferError::new_err(

@@ -1,10 +1,8 @@
 //! Groups, domains and paths.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use ferry::{ChannelConfig, DomainId, GroupConfig, PathConfig};
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -12,22 +10,7 @@ use crate::channel::{PyReceiver, PySender};
 use crate::errors::raise;
 use crate::handle::{closable, Handle};
 use crate::message::PyBuffer;
-
-/// Converts a timeout in seconds (`None`: no limit) to a duration.
-pub(crate) fn timeout(seconds: Option<f64>) -> PyResult<Option<Duration>> {
-    match seconds {
-        None => Ok(None),
-        Some(s) if s.is_finite() && s >= 0.0 => Ok(Some(Duration::from_secs_f64(s))),
-        Some(s) => Err(PyValueError::new_err(format!(
-            "timeout must be a finite number of seconds >= 0, not {s}"
-        ))),
-    }
-}
-
-/// The handshakes take a finite timeout; "no limit" is a day.
-fn finite(t: Option<Duration>) -> Duration {
-    t.unwrap_or(Duration::from_secs(86_400))
-}
+use crate::wait::interruptible;
 
 /// The domain behind a Python `Domain` argument.
 pub(crate) fn domain_of(obj: &Bound<'_, PyAny>) -> PyResult<ferry::Domain> {
@@ -167,7 +150,8 @@ closable! {
         }
 
         /// Opens a channel to the domain `peer` (its id string), which must be in
-        /// `accept`. Raises `Timeout` if it does not answer within `timeout` seconds.
+        /// `accept`. Raises `Timeout` if it does not answer within `timeout` seconds
+        /// (`None`: no limit).
         #[pyo3(signature = (peer, timeout = 5.0, *, capacity = None, release_capacity = None))]
         fn connect(
             &self,
@@ -178,7 +162,6 @@ closable! {
             release_capacity: Option<u32>,
         ) -> PyResult<PySender> {
             let peer: DomainId = peer.parse().map_err(raise)?;
-            let t = finite(self::timeout(timeout)?);
             let mut config = ChannelConfig::default();
             if let Some(c) = capacity {
                 config.capacity = c;
@@ -187,18 +170,16 @@ closable! {
                 config.release_capacity = c;
             }
             let d = self.inner.get()?;
-            let tx = py
-                .detach(|| d.connect_with(peer, config, t))
-                .map_err(raise)?;
-            Ok(PySender::new(tx))
+            let tx = interruptible(py, timeout, |until| d.connect_until(peer, config, until))?;
+            Ok(PySender::new(tx, d))
         }
 
-        /// Waits up to `timeout` seconds for a peer to connect; raises `Timeout` if none does.
+        /// Waits up to `timeout` seconds (`None`: no limit) for a peer to connect; raises
+        /// `Timeout` if none does.
         #[pyo3(signature = (timeout = 5.0))]
         fn accept(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyReceiver> {
-            let t = finite(self::timeout(timeout)?);
             let d = self.inner.get()?;
-            let rx = py.detach(|| d.accept(t)).map_err(raise)?;
+            let rx = interruptible(py, timeout, |until| d.accept_until(until))?;
             Ok(PyReceiver::new(rx))
         }
 
@@ -227,7 +208,7 @@ closable! {
 /// A per-path fbuf allocator.
 #[pyclass(module = "ferry._ferry", name = "Path", frozen)]
 pub struct PyPath {
-    inner: ferry::PathAllocator,
+    pub(crate) inner: ferry::PathAllocator,
 }
 
 #[pymethods]

@@ -2,20 +2,20 @@
 
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
 use ferry::region::Member;
 use ferry::service::Request;
-use ferry::{Client, Publisher, Server, ServiceConfig, SlowSubscriber, Subscriber};
+use ferry::{Client, Publisher, Server, ServiceConfig, SlowSubscriber, Subscriber, Until};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::channel::{blocking, spin_then_block, stats_dict, to_iodata};
+use crate::channel::{spin_then_block, stats_dict, to_iodata};
 use crate::errors::raise;
 use crate::handle::{closable, Handle};
 use crate::message::PyMessage;
-use crate::region::{domain_of, timeout};
+use crate::region::domain_of;
+use crate::wait::{blocking, interruptible, timeout};
 
 type Shared<T> = Arc<Mutex<T>>;
 
@@ -47,22 +47,18 @@ fn config(depth: Option<u32>, slow: &str, reply_timeout: Option<f64>) -> PyResul
     Ok(c)
 }
 
-fn open_timeout(t: Option<f64>) -> PyResult<Duration> {
-    Ok(timeout(t)?.unwrap_or(Duration::from_secs(86_400)))
-}
-
-/// Opens the using end of service `name` with `open` (`Subscriber::open`,
-/// `Client::open`) on `domain`, waiting up to `timeout` seconds without the GIL.
+/// Opens the using end of service `name` with `open` (`Subscriber::open_until`,
+/// `Client::open_until`) on `domain`, waiting up to `timeout` seconds (`None`: no limit)
+/// without the GIL, and honouring Ctrl-C.
 fn open_on<T: Send>(
     py: Python<'_>,
     domain: &Bound<'_, PyAny>,
     name: &str,
     timeout: Option<f64>,
-    open: fn(&ferry::Domain, &str, Duration) -> ferry::Result<T>,
+    open: fn(&ferry::Domain, &str, Until<'_>) -> ferry::Result<T>,
 ) -> PyResult<T> {
     let d = domain_of(domain)?;
-    let t = open_timeout(timeout)?;
-    py.detach(|| open(&d, name, t)).map_err(raise)
+    interruptible(py, timeout, |until| open(&d, name, until))
 }
 
 /// The publishing end of a named publish-subscribe service.
@@ -106,19 +102,28 @@ closable! {
         ) -> PyResult<usize> {
             let data = to_iodata(message)?;
             let p = self.inner.get()?;
-            let t = self::timeout(timeout)?;
-            let deadline = t.map(|d| Instant::now() + d);
-            py.detach(|| lock(&p).publish_until(&data, deadline))
-                .map_err(raise)
+            let deadline = crate::wait::deadline(timeout)?;
+            let mut publishing = py.detach(|| lock(&p).begin_publish(&data)).map_err(raise)?;
+            if publishing.waiting() > 0 {
+                // In slices (the lock is taken with the GIL held by `stats` and the
+                // like); the queues still full at the deadline do not get the message.
+                crate::wait::interruptible_until(py, deadline, |until| {
+                    match until.sliced(|slice| lock(&p).wait_publish(&mut publishing, slice)) {
+                        // `end_publish` says so.
+                        Err(ferry::Error::Timeout) => Ok(()),
+                        other => other,
+                    }
+                })?;
+            }
+            py.detach(|| lock(&p).end_publish(publishing)).map_err(raise)
         }
 
-        /// Waits up to `timeout` seconds until `n` subscribers are connected (`Timeout`).
+        /// Waits up to `timeout` seconds (`None`: no limit) until `n` subscribers are
+        /// connected (`Timeout`).
         #[pyo3(signature = (n, timeout = 5.0))]
         fn wait_for_subscribers(&self, py: Python<'_>, n: usize, timeout: Option<f64>) -> PyResult<()> {
             let p = self.inner.get()?;
-            let t = open_timeout(timeout)?;
-            py.detach(|| lock(&p).wait_for_subscribers(n, t))
-                .map_err(raise)
+            blocking(py, timeout, |slice| lock(&p).wait_for_subscribers(n, slice))
         }
 
         /// Connected subscribers.
@@ -189,7 +194,7 @@ closable! {
             name: &str,
             timeout: Option<f64>,
         ) -> PyResult<Self> {
-            let s = open_on(py, domain, name, timeout, Subscriber::open)?;
+            let s = open_on(py, domain, name, timeout, Subscriber::open_until)?;
             Ok(PySubscriber {
                 fd: s.as_fd().as_raw_fd(),
                 publisher: s.publisher(),
@@ -344,6 +349,7 @@ closable! {
             let data = to_iodata(response)?;
             let s = self.inner.get()?;
             let r = &request.get().request;
+            // Never waits: a client's response queue is lossy (`slow="drop"`).
             py.detach(|| lock(&s).reply(r, &data)).map_err(raise)
         }
 
@@ -407,7 +413,7 @@ closable! {
             name: &str,
             timeout: Option<f64>,
         ) -> PyResult<Self> {
-            let c = open_on(py, domain, name, timeout, Client::open)?;
+            let c = open_on(py, domain, name, timeout, Client::open_until)?;
             Ok(PyClient {
                 server: c.server(),
                 inner: Handle::new("Client", Arc::new(Mutex::new(c))),
@@ -415,7 +421,7 @@ closable! {
         }
 
         /// Sends `request` (a `Message` or bytes-like data) and returns the response,
-        /// waiting at most `timeout` seconds in all (`Timeout`). Raises `RequestFailed`
+        /// waiting at most `timeout` seconds in all (`None`: no limit; then `Timeout`). Raises `RequestFailed`
         /// with the server's status if its handler failed, `PeerGone` if it died.
         #[pyo3(signature = (request, timeout = 5.0))]
         fn call(
@@ -426,8 +432,9 @@ closable! {
         ) -> PyResult<PyMessage> {
             let data = to_iodata(request)?;
             let c = self.inner.get()?;
-            let t = open_timeout(timeout)?;
-            let got = py.detach(|| lock(&c).call(&data, t)).map_err(raise)?;
+            // The stop check runs under the client's lock: only `call` takes it, and
+            // always without the GIL (see `crate::wait`).
+            let got = interruptible(py, timeout, |until| lock(&c).call_until(&data, until))?;
             Ok(PyMessage::new(got))
         }
 

@@ -14,6 +14,10 @@
     peer.py consume GROUP COUNT                    print our id, accept, receive COUNT
                                                    messages and keep them, print
                                                    "held", wait to be killed
+    peer.py loan GROUP PEER SIZE COUNT             as produce, writing each message in
+                                                   place (with tx.loan(SIZE) as buf),
+                                                   and a last one that raises in its
+                                                   block (not sent); print "sent"
 """
 
 from __future__ import annotations
@@ -55,6 +59,37 @@ def produce(group: str, peer: str, size: int, count: int, hold: bool) -> None:
         time.sleep(3600)
     # Wait for the consumer to let go before leaving (the fbufs stay readable to it
     # anyway; this keeps the test's accounting simple).
+    deadline = time.monotonic() + 30
+    while tx.in_flight and time.monotonic() < deadline:
+        tx.collect_releases()
+        time.sleep(0.005)
+
+
+def loan(group: str, peer: str, size: int, count: int) -> None:
+    g = ferry.Group(group)
+    d = g.join()
+    tx = d.connect(peer, timeout=10)
+    base = pattern(size, 0)
+    for k in range(count):
+        while True:
+            try:
+                loan = tx.loan(size)
+                break
+            except ferry.QuotaExceeded:
+                tx.collect_releases()
+                time.sleep(0.001)
+        with loan as buf:
+            a = np.frombuffer(buf, dtype=np.uint8)
+            a[:] = base
+            a[0] = k % 256
+            del a
+    try:
+        with tx.loan(size) as buf:
+            buf[:4] = b"oops"
+            raise RuntimeError("not sent")
+    except RuntimeError:
+        pass
+    print("sent", flush=True)
     deadline = time.monotonic() + 30
     while tx.in_flight and time.monotonic() < deadline:
         tx.collect_releases()
@@ -103,6 +138,8 @@ def main() -> None:
         publish(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif role == "scribble":
         scribble(sys.argv[2])
+    elif role == "loan":
+        loan(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     elif role == "consume":
         consume(sys.argv[2], int(sys.argv[3]))
     else:

@@ -192,6 +192,9 @@ pub enum Error {
     Full,
     /// A blocking call's timeout passed before what it waited for happened.
     Timeout,
+    /// A blocking call gave up because its caller's stop check said to (see
+    /// [`Until::with_stop`](crate::Until::with_stop)).
+    Interrupted,
     /// An argument was out of range, or does not name the kind of thing the call needs.
     ///
     /// Only for arguments: a state the call cannot proceed in has its own variant.
@@ -363,6 +366,7 @@ impl fmt::Display for Error {
             Self::BadDescriptor(d) => write!(f, "bad descriptor from peer: {d}"),
             Self::Full => write!(f, "channel ring is full"),
             Self::Timeout => write!(f, "timed out"),
+            Self::Interrupted => write!(f, "interrupted"),
             Self::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             Self::TableFull { table } => write!(f, "the {table} is full"),
             Self::Busy { what } => write!(f, "{what} is in use by an operation in flight"),

@@ -112,6 +112,7 @@ pub mod service;
 pub(crate) mod sync;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
+mod until;
 #[allow(unsafe_code)]
 pub mod uring;
 #[allow(unsafe_code)]
@@ -131,3 +132,4 @@ pub use service::{
     Caller, Client, Handler, Placement, Publisher, Server, ServiceConfig, ServiceInfo,
     SlowSubscriber, Subscriber,
 };
+pub use until::Until;

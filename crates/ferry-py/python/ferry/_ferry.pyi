@@ -152,6 +152,12 @@ class Sender:
     """The sending end of a channel."""
 
     def send(self, message: BytesLike, timeout: Optional[float] = None) -> None: ...
+    def loan(
+        self, size: int, *, path: Optional[Path] = None, timeout: Optional[float] = None
+    ) -> Loan:
+        """A message of ``size`` bytes to write in place: ``with tx.loan(n) as buf:``
+        gives a writable memoryview; leaving the block sends the message (waiting up to
+        ``timeout`` for room), leaving it with an exception discards it."""
     def try_send(self, message: BytesLike) -> None:
         """Raises ``Full`` if the ring has no room."""
     @property
@@ -173,6 +179,18 @@ class Sender:
         v: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None: ...
+
+class Loan:
+    """A message being written in place for a :class:`Sender` (``Sender.loan``)."""
+
+    def __len__(self) -> int: ...
+    def __enter__(self) -> memoryview: ...
+    def __exit__(
+        self,
+        t: Optional[type[BaseException]],
+        v: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
 
 class Receiver:
     """The receiving end of a channel."""

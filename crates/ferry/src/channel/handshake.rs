@@ -23,13 +23,19 @@ use crate::segment::LotId;
 use crate::sys::fd::{check_eventfd, check_memfd, dup_from, memfd, EventFd};
 use crate::sys::futex;
 use crate::sys::mem::{Access, Mapping};
+use crate::until::Until;
 
 /// The two ends of a channel are made through a domain: the sender connects, the receiver
 /// accepts.
 impl Domain {
     /// Opens a channel to `peer` and waits (up to `timeout`) for it to accept.
     pub fn connect(&self, peer: DomainId, timeout: Duration) -> Result<Sender> {
-        connect(&self.inner, peer, ChannelConfig::default(), timeout)
+        connect(
+            &self.inner,
+            peer,
+            ChannelConfig::default(),
+            Until::timeout(timeout),
+        )
     }
 
     /// Like [`connect`](Self::connect), with ring sizes and options.
@@ -39,12 +45,30 @@ impl Domain {
         config: ChannelConfig,
         timeout: Duration,
     ) -> Result<Sender> {
-        connect(&self.inner, peer, config, timeout)
+        connect(&self.inner, peer, config, Until::timeout(timeout))
+    }
+
+    /// Like [`connect_with`](Self::connect_with), waiting as `until` says: up to its
+    /// deadline (none: for as long as it takes), and only while its stop check lets it
+    /// ([`Error::Interrupted`]; the offer is withdrawn as on a timeout).
+    pub fn connect_until(
+        &self,
+        peer: DomainId,
+        config: ChannelConfig,
+        until: Until<'_>,
+    ) -> Result<Sender> {
+        connect(&self.inner, peer, config, until)
     }
 
     /// Waits (up to `timeout`) for a peer to connect to this domain.
     pub fn accept(&self, timeout: Duration) -> Result<Receiver> {
-        accept(&self.inner, None, timeout)
+        accept(&self.inner, None, Until::timeout(timeout))
+    }
+
+    /// Like [`accept`](Self::accept), waiting as `until` says (see
+    /// [`connect_until`](Self::connect_until)).
+    pub fn accept_until(&self, until: Until<'_>) -> Result<Receiver> {
+        accept(&self.inner, None, until)
     }
 
     /// Waits (up to `timeout`) for `peer` to connect to this domain, leaving channels
@@ -54,13 +78,19 @@ impl Domain {
     /// [`Error::Timeout`] if `peer` offered nothing in time, [`Error::PeerGone`] if it is
     /// not a live member.
     pub fn accept_from(&self, peer: DomainId, timeout: Duration) -> Result<Receiver> {
+        self.accept_from_until(peer, Until::timeout(timeout))
+    }
+
+    /// Like [`accept_from`](Self::accept_from), waiting as `until` says (see
+    /// [`connect_until`](Self::connect_until)).
+    pub fn accept_from_until(&self, peer: DomainId, until: Until<'_>) -> Result<Receiver> {
         if !self.inner.group.domain_live(LotId {
             slot: peer.slot,
             generation: peer.generation,
         }) {
             return Err(Error::PeerGone { pid: 0 });
         }
-        accept(&self.inner, Some(peer), timeout)
+        accept(&self.inner, Some(peer), until)
     }
 }
 
@@ -69,7 +99,7 @@ fn connect(
     domain: &Arc<DomainInner>,
     peer: DomainId,
     config: ChannelConfig,
-    timeout: Duration,
+    mut until: Until<'_>,
 ) -> Result<Sender> {
     check_config(&config)?;
     let group = &domain.group;
@@ -122,7 +152,6 @@ fn connect(
             rel: link.rel_efd.as_raw_fd(),
         },
     )?;
-    let deadline = Instant::now() + timeout;
     let refused = |why: Refusal| Error::Refused {
         pid: peer_pid,
         why: why.describe(DomainId {
@@ -130,22 +159,24 @@ fn connect(
             generation: me.generation,
         }),
     };
-    match wait_ready(&link, &offer, deadline) {
+    match wait_ready(&link, &offer, &mut until) {
         Ready::Yes => {}
         Ready::Refused(why) => return Err(refused(why)),
-        Ready::No => {
+        Ready::No(gave_up) => {
             if offer.withdraw() {
                 return Err(if link.peer_exited() {
                     Error::PeerGone { pid: peer_pid }
                 } else {
-                    Error::Timeout
+                    gave_up
                 });
             }
-            // The peer took it at the last moment: give it a little longer.
-            match wait_ready(&link, &offer, Instant::now() + Duration::from_secs(1)) {
+            // The peer took it at the last moment: give it a little longer (not to be
+            // interrupted: the peer is mapping the channel).
+            let mut grace = Until::timeout(Duration::from_secs(1));
+            match wait_ready(&link, &offer, &mut grace) {
                 Ready::Yes => {}
                 Ready::Refused(why) => return Err(refused(why)),
-                Ready::No => {
+                Ready::No(_) => {
                     return Err(if link.peer_exited() {
                         Error::PeerGone { pid: peer_pid }
                     } else {
@@ -210,15 +241,16 @@ fn connect(
 enum Ready {
     /// It mapped the channel.
     Yes,
-    /// The deadline passed or it died.
-    No,
+    /// `until` gave up (its error), or the receiver died (`Timeout`; the caller looks
+    /// at the peer).
+    No(Error),
     /// It took the offer and refused it.
     Refused(Refusal),
 }
 
 /// Waits until the receiver says (in the channel header) that it mapped the channel, or
-/// (in the offer) that it refused it, the deadline passes or the receiver dies.
-fn wait_ready(link: &Link, offer: &Offer<'_>, deadline: Instant) -> Ready {
+/// (in the offer) that it refused it, `until` gives up or the receiver dies.
+fn wait_ready(link: &Link, offer: &Offer<'_>, until: &mut Until<'_>) -> Ready {
     loop {
         // SYNC: pairs with the receiver's Release store of rx_ready.
         if link.header().rx_ready.load(Ordering::Acquire) == 1 {
@@ -227,24 +259,23 @@ fn wait_ready(link: &Link, offer: &Offer<'_>, deadline: Instant) -> Ready {
         if let Some(why) = offer.refusal() {
             return Ready::Refused(why);
         }
-        let now = Instant::now();
-        if now >= deadline || link.peer_exited() {
-            return Ready::No;
+        if link.peer_exited() {
+            return Ready::No(Error::Timeout);
         }
+        if let Err(e) = until.check() {
+            return Ready::No(e);
+        }
+        until.check()?;
         futex::wait(
             &link.header().rx_ready,
             0,
-            (deadline - now).min(Duration::from_millis(20)),
+            until.slice().min(Duration::from_millis(20)),
         );
     }
 }
 
 /// Waits for a channel offered to `domain`; see [`Domain::accept`](crate::Domain::accept).
-fn accept(
-    domain: &Arc<DomainInner>,
-    from: Option<DomainId>,
-    timeout: Duration,
-) -> Result<Receiver> {
+fn accept(domain: &Arc<DomainInner>, from: Option<DomainId>, until: Until<'_>) -> Result<Receiver> {
     let me = domain.lot.id;
     let me = DomainId {
         slot: me.slot,
@@ -252,7 +283,7 @@ fn accept(
     };
     domain
         .group
-        .take_offer_from(me, from.map(|f| f.slot), timeout, |peer, fds| {
+        .take_offer_from(me, from.map(|f| f.slot), until, |peer, fds| {
             if from.is_some_and(|f| f != peer) {
                 return Err(Error::PeerGone { pid: 0 });
             }

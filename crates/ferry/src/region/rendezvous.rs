@@ -25,11 +25,12 @@
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::group::{DomainId, Group, MAX_OFFERS, MAX_SLOTS, SLOT_LIVE};
 use crate::error::{Error, Result};
 use crate::sys::futex;
+use crate::until::Until;
 
 const OFFER_FREE: u32 = 0;
 const OFFER_WRITING: u32 = 1;
@@ -227,10 +228,9 @@ impl Group {
         &self,
         me: DomainId,
         from: Option<u16>,
-        timeout: Duration,
+        mut until: Until<'_>,
         mut open: impl FnMut(DomainId, OfferFds) -> Result<T>,
     ) -> Result<T> {
-        let deadline = Instant::now() + timeout;
         loop {
             let seq = self.header().offer_seq.load(Ordering::Acquire);
             for s in 0..MAX_SLOTS as u16 {
@@ -291,14 +291,11 @@ impl Group {
                     }
                 }
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(Error::Timeout);
-            }
+            until.check()?;
             futex::wait(
                 &self.header().offer_seq,
                 seq,
-                (deadline - now).min(Duration::from_millis(50)),
+                until.slice().min(Duration::from_millis(50)),
             );
         }
     }

@@ -107,10 +107,10 @@ mod reqresp;
 mod table;
 
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use local::{run_server, Caller, Handler, Placement};
-pub use pubsub::{Publisher, PublisherStats, Subscriber, SubscriberInfo};
+pub use pubsub::{Publisher, PublisherStats, Publishing, Subscriber, SubscriberInfo};
 pub use reqresp::{Client, Request, Response, Server, ServerStats, STATUS_HANDLER_FAILED};
 #[doc(hidden)]
 pub use table::__table_span;
@@ -122,6 +122,7 @@ use table::{EntryView, Table};
 use crate::error::{Error, Result};
 use crate::region::group::Member;
 use crate::region::{Domain, DomainId, Group};
+use crate::until::Until;
 
 /// What a publisher does when a subscriber's queue is full.
 ///
@@ -299,9 +300,9 @@ struct Membership {
 }
 
 impl Membership {
-    /// Waits until `deadline` for service `name` of `kind` and records `domain` as a
-    /// member.
-    fn join(domain: &Domain, name: &str, kind: Kind, deadline: Instant) -> Result<Membership> {
+    /// Waits as `until` says for service `name` of `kind` and records `domain` as a
+    /// member ([`Error::NoSuchService`] once its deadline passed).
+    fn join(domain: &Domain, name: &str, kind: Kind, mut until: Until<'_>) -> Result<Membership> {
         check_name(name)?;
         let t = Table::new(domain.group());
         loop {
@@ -324,13 +325,15 @@ impl Membership {
                     index,
                 });
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(Error::NoSuchService {
-                    name: name.to_owned(),
-                });
+            match until.check() {
+                Err(Error::Timeout) => {
+                    return Err(Error::NoSuchService {
+                        name: name.to_owned(),
+                    })
+                }
+                other => other?,
             }
-            t.wait_seq(seq, (deadline - now).min(Duration::from_millis(50)));
+            t.wait_seq(seq, until.slice().min(Duration::from_millis(50)));
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::iodata::IoData;
 use crate::region::group::Member;
 use crate::region::{Domain, DomainId, PathAllocator, PathConfig};
 use crate::sync::lock;
+use crate::until::Until;
 
 /// One subscriber as the publisher sees it.
 struct Sub {
@@ -55,8 +56,26 @@ impl Admit for PubShared {
     }
 }
 
+/// A publish under way ([`Publisher::begin_publish`]): its first pass is done, and the
+/// queues that were full under [`SlowSubscriber::Block`] are still to be waited on
+/// ([`Publisher::wait_publish`]) before [`Publisher::end_publish`].
+#[derive(Debug)]
+pub struct Publishing {
+    pending: Pending,
+    /// The full queues before this one were settled.
+    next: usize,
+}
+
+impl Publishing {
+    /// Full queues still waited on.
+    pub fn waiting(&self) -> usize {
+        self.pending.full.len() - self.next
+    }
+}
+
 /// A publish under way: its first pass is done, and the queues that were full under
 /// [`SlowSubscriber::Block`] are still to be waited on.
+#[derive(Debug)]
 pub(crate) struct Pending {
     /// The message, every fragment in a lot.
     pub(crate) data: IoData,
@@ -182,6 +201,53 @@ impl Publisher {
             self.settle(&mut p, i, r)?;
         }
         self.publish_end(p)
+    }
+
+    /// [`publish_until`](Self::publish_until) in three steps, for a caller that must
+    /// do something between its waits (look for interrupts, as the Python binding
+    /// does): this first pass hands the message to every queue with room (evicting
+    /// under [`SlowSubscriber::Drop`]) and returns the publish with the full queues of
+    /// [`SlowSubscriber::Block`] still to be waited on.
+    ///
+    /// # Errors
+    /// As [`publish`](Self::publish).
+    pub fn begin_publish(&mut self, data: &IoData) -> Result<Publishing> {
+        Ok(Publishing {
+            pending: self.publish_start(data)?,
+            next: 0,
+        })
+    }
+
+    /// Waits up to `timeout` in all for room in `p`'s full queues, handing the message
+    /// to each as it gets room: `Ok` once none is left. A queue whose subscriber died or
+    /// left meanwhile is dropped.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if a queue is still full (call again, or
+    /// [`end_publish`](Self::end_publish) to give up on it); others end the publish.
+    pub fn wait_publish(&mut self, p: &mut Publishing, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        while p.next < p.pending.full.len() {
+            let i = p.next;
+            match p.pending.full[i].send_until(&p.pending.data, Some(deadline)) {
+                Err(Error::Timeout) => return Err(Error::Timeout),
+                r => self.settle(&mut p.pending, i, r)?,
+            }
+            p.next += 1;
+        }
+        Ok(())
+    }
+
+    /// Ends `p`: how many subscribers got the message, or [`Error::Timeout`] if a full
+    /// queue was given up on (it did not get it; the others did).
+    ///
+    /// # Errors
+    /// As above.
+    pub fn end_publish(&mut self, mut p: Publishing) -> Result<usize> {
+        if p.next < p.pending.full.len() {
+            p.pending.timed_out = true;
+        }
+        self.publish_end(p.pending)
     }
 
     /// A publish's first pass, under the subscriber list's lock: every queue with room
@@ -387,10 +453,18 @@ impl Subscriber {
     /// [`Error::Timeout`] if the publisher did not connect in time, [`Error::PeerGone`]
     /// if it died meanwhile.
     pub fn open(domain: &Domain, name: &str, timeout: Duration) -> Result<Subscriber> {
-        let deadline = Instant::now() + timeout;
-        let member = Membership::join(domain, name, Kind::PubSub, deadline)?;
-        let left = deadline.saturating_duration_since(Instant::now());
-        let rx = domain.accept_from(member.entry.owner.id, left)?;
+        Self::open_until(domain, name, Until::timeout(timeout))
+    }
+
+    /// Like [`open`](Self::open), waiting as `until` says: up to its deadline (none: for
+    /// as long as it takes), and only while its stop check lets it
+    /// ([`Error::Interrupted`]; the membership is given back as on a timeout).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_until(domain: &Domain, name: &str, mut until: Until<'_>) -> Result<Subscriber> {
+        let member = Membership::join(domain, name, Kind::PubSub, until.part())?;
+        let rx = domain.accept_from_until(member.entry.owner.id, until)?;
         Ok(Subscriber { rx, member })
     }
 

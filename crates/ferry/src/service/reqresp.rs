@@ -24,6 +24,7 @@ use crate::region::group::Member;
 use crate::region::{Domain, DomainId, PathAllocator, PathConfig};
 use crate::sync::lock;
 use crate::sys::fd::EventFd;
+use crate::until::Until;
 
 const REQ_MAGIC: u32 = u32::from_le_bytes(*b"FREQ");
 const RSP_MAGIC: u32 = u32::from_le_bytes(*b"FRSP");
@@ -394,18 +395,29 @@ impl Client {
     /// # Errors
     /// As [`Subscriber::open`](super::Subscriber::open).
     pub fn open(domain: &Domain, name: &str, timeout: Duration) -> Result<Client> {
-        let deadline = Instant::now() + timeout;
-        let member = Membership::join(domain, name, Kind::ReqResp, deadline)?;
+        Self::open_until(domain, name, Until::timeout(timeout))
+    }
+
+    /// Like [`open`](Self::open), waiting as `until` says (see
+    /// [`Subscriber::open_until`](super::Subscriber::open_until)).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_until(domain: &Domain, name: &str, mut until: Until<'_>) -> Result<Client> {
+        let member = Membership::join(domain, name, Kind::ReqResp, until.part())?;
         let server = member.entry.owner.id;
-        let rx = domain.accept_from(server, deadline.saturating_duration_since(Instant::now()))?;
+        let rx = domain.accept_from_until(server, until.part())?;
         let config = ServiceConfig {
             depth: member.entry.depth,
             ..ServiceConfig::default()
         };
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .max(HANDSHAKE_PATIENCE);
-        let tx = domain.connect_with(server, config.channel_config(), left)?;
+        // The server connects back as soon as it took our channel: give it that long
+        // even if our own deadline is nearer.
+        let tx = domain.connect_until(
+            server,
+            config.channel_config(),
+            until.part_at_least(HANDSHAKE_PATIENCE),
+        )?;
         Ok(Client {
             tx,
             rx,
@@ -453,25 +465,33 @@ impl Client {
     /// comes), [`Error::RequestFailed`] if the server's handler failed, and
     /// [`Error::PeerGone`]/[`Error::Disconnected`] if the server died or withdrew.
     pub fn call(&mut self, request: &IoData, timeout: Duration) -> Result<IoData> {
-        let deadline = Instant::now() + timeout;
+        self.call_until(request, Until::timeout(timeout))
+    }
+
+    /// Like [`call`](Self::call), waiting as `until` says: up to its deadline (none: for
+    /// as long as it takes), and only while its stop check lets it
+    /// ([`Error::Interrupted`]; the request is then abandoned as on a timeout, and its
+    /// late response dropped by a later call).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub fn call_until(&mut self, request: &IoData, mut until: Until<'_>) -> Result<IoData> {
         let id = self.next_id;
         let msg = framed(&self.path, REQ_MAGIC, 0, id, request)?;
-        self.tx.send_timeout(&msg, timeout)?;
+        until
+            .part()
+            .sliced(|slice| self.tx.send_timeout(&msg, slice))?;
         self.next_id += 1;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let d = self.rx.recv_timeout(left)?;
-            if let Some((status, rid, body)) = unframe(&d, RSP_MAGIC) {
-                if rid != id {
-                    continue; // the late answer to a request given up on
-                }
-                return if status == 0 {
-                    Ok(body)
-                } else {
-                    Err(Error::RequestFailed { status })
-                };
+        until.sliced(|slice| {
+            let d = self.rx.recv_timeout(slice)?;
+            match unframe(&d, RSP_MAGIC) {
+                Some((0, rid, body)) if rid == id => Ok(body),
+                Some((status, rid, _)) if rid == id => Err(Error::RequestFailed { status }),
+                // The late answer to a request given up on (or not a response): dropped,
+                // and the wait goes on as after a slice that brought nothing.
+                _ => Err(Error::Timeout),
             }
-        }
+        })
     }
 
     /// Like [`call`](Self::call), busy-polling for the response (no system call in
