@@ -184,7 +184,7 @@ fn connect(
     });
     let weak: std::sync::Weak<dyn ReleaseSource> = Arc::downgrade(&core) as _;
     domain.add_source(weak);
-    Ok(Sender { core })
+    Ok(Sender::new(core))
 }
 
 /// Waits until the receiver says (in the channel header) that it mapped the channel, the
@@ -329,6 +329,7 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Resul
         recheck: false,
         idle_polls: 0,
         out: Vec::new(),
+        spin: Duration::ZERO,
     })
 }
 
