@@ -161,6 +161,51 @@ impl<'a> Loan<'a> {
         self.inner().draft.data()
     }
 
+    /// The message's length in bytes.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-loan-len-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let mut rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// let loan = tx.loan_slice(300)?;
+    /// assert_eq!(loan.len(), 300);
+    /// # drop(loan);
+    /// # drop(rx);
+    /// # Ok(()) }
+    /// ```
+    pub fn len(&self) -> usize {
+        self.inner
+            .as_ref()
+            .expect("a loan lives until sent")
+            .draft
+            .get()
+            .len()
+    }
+
+    /// True for a message of zero bytes.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-loan-is-empty-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let mut rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// assert!(tx.loan_slice(0)?.is_empty());
+    /// # drop(rx);
+    /// # Ok(()) }
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The message's bytes, to write, when they are one run (as those of an fbuf from a
     /// path's `alloc` are); `None` for a message of several fragments. The run is found
     /// at the loan, so writing through it reads none of the message's bookkeeping: after

@@ -660,21 +660,22 @@ impl Sender {
         self.loan(self.path().alloc(len)?)
     }
 
-    /// Like [`loan_slice`](Self::loan_slice), waiting for room in a full ring until
-    /// `deadline` (`None`: for as long as it takes). For callers that hold an optional
-    /// limit, such as the C and Python bindings.
+    /// Like [`loan`](Self::loan), waiting for room in a full ring until `deadline`
+    /// (`None`: for as long as it takes). For callers that hold an optional limit, such
+    /// as the C and Python bindings.
     ///
     /// ```
     /// # use std::time::Duration;
     /// # fn main() -> ferry::Result<()> {
-    /// # let group = ferry::Group::open(&format!("doc-loan-slice-until-{}", std::process::id()))?;
+    /// # let group = ferry::Group::open(&format!("doc-loan-until-{}", std::process::id()))?;
     /// # let (a, b) = (group.join()?, group.join()?);
     /// # let (a2, to) = (a.clone(), b.id());
     /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
     /// # let mut rx = b.accept(Duration::from_secs(5))?;
     /// # let tx = connecting.join().unwrap()?;
+    /// let path = a.path(ferry::PathConfig::default())?;
     /// let deadline = std::time::Instant::now() + Duration::from_secs(1);
-    /// let mut loan = tx.loan_slice_until(64, Some(deadline))?;
+    /// let mut loan = tx.loan_until(path.alloc(64)?, Some(deadline))?;
     /// loan.data().fill_from(&[7; 64]);
     /// loan.send()?;
     /// assert!(rx.recv()?.eq_bytes(&[7; 64]));
@@ -682,14 +683,13 @@ impl Sender {
     /// ```
     ///
     /// # Errors
-    /// As [`loan_slice`](Self::loan_slice), but [`Error::Timeout`] instead of
-    /// [`Error::Full`] once `deadline` has passed.
-    pub fn loan_slice_until(
+    /// As [`loan`](Self::loan), but [`Error::Timeout`] instead of [`Error::Full`] once
+    /// `deadline` has passed.
+    pub fn loan_until(
         &self,
-        len: usize,
+        data: IoDataMut,
         deadline: Option<Instant>,
     ) -> Result<super::Loan<'_>> {
-        let data = self.path().alloc(len)?;
         loop {
             match self.reserve() {
                 Ok(slot) => return Ok(super::Loan::new(slot, data)),

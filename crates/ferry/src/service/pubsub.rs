@@ -11,7 +11,7 @@ use super::table::Kind;
 use super::{Membership, Offering, ServiceConfig, SlowSubscriber};
 use crate::channel::{ChannelConfig, ChannelStats, Draft, Receiver, Sender};
 use crate::error::{Error, Result};
-use crate::iodata::IoData;
+use crate::iodata::{IoData, IoDataMut};
 use crate::region::group::Member;
 use crate::region::{Domain, DomainId, PathAllocator, PathConfig};
 use crate::sync::lock;
@@ -179,10 +179,46 @@ impl Publisher {
     /// quota).
     pub fn loan(&mut self, len: usize) -> Result<PublisherLoan<'_>> {
         let data = self.copy_path.alloc(len)?;
-        Ok(PublisherLoan {
+        Ok(self.lend(data))
+    }
+
+    /// Like [`loan`](Self::loan), with the fbuf from `path` (a path of the caller's, whose
+    /// counters then show the loans' fbufs).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-pub-loan-from-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// let mut publisher = Publisher::offer(&camera, "camera/front", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "camera/front", Duration::from_secs(5))?;
+    /// publisher.wait_for_subscribers(1, Duration::from_secs(5))?;
+    /// let path = camera.path(ferry::PathConfig::default())?;
+    /// let mut msg = publisher.loan_from(&path, 5)?;
+    /// msg.as_mut_slice().copy_from_slice(b"hello");
+    /// assert_eq!(msg.send()?, 1);
+    /// let got = sub.recv_timeout(Duration::from_secs(5))?;
+    /// assert!(got.eq_bytes(b"hello"));
+    /// drop(got);
+    /// publisher.collect_releases();
+    /// assert_eq!(path.outstanding(), 0);                      // back once released
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// `path`'s allocation errors.
+    pub fn loan_from(&mut self, path: &PathAllocator, len: usize) -> Result<PublisherLoan<'_>> {
+        let data = path.alloc(len)?;
+        Ok(self.lend(data))
+    }
+
+    /// A loan of `data`, one fbuf fresh from a path.
+    fn lend(&mut self, data: IoDataMut) -> PublisherLoan<'_> {
+        PublisherLoan {
             draft: Draft::new(data),
             publisher: self,
-        })
+        }
     }
 
     /// The path [`loan`](Self::loan) allocates from (a message published with fragments
