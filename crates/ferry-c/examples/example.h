@@ -69,4 +69,21 @@ static inline FerryMsg *make_message(FerryPath *path, size_t n, uint64_t seed, u
     return ferry_buf_freeze(buf);
 }
 
+/* Writes message `seed` of `n` bytes straight into a loan (the fbuf a sender or a
+ * publisher lent, with its descriptor made at the loan), stores its checksum in `*sum`,
+ * then sends it to the loan's receiver or subscribers: the loan is consumed. Returns
+ * how many it reached. */
+static inline size_t send_loaned(FerryLoan *loan, size_t n, uint64_t seed, uint64_t *sum) {
+    if (ferry_loan_len(loan) != n) {
+        fprintf(stderr, "a loan of %zu bytes, not %zu\n", ferry_loan_len(loan), n);
+        exit(2);
+    }
+    uint8_t *p = ferry_loan_data(loan);
+    fill(p, n, seed);
+    *sum = fnv1a(FNV_START, p, n);
+    size_t delivered = 0;
+    CHECK(ferry_loan_send(loan, 10000, &delivered));
+    return delivered;
+}
+
 #endif

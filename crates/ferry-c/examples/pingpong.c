@@ -74,6 +74,18 @@ static int sender(const char *group_name, int id_fd, int sums_fd, int count) {
 
     uint64_t *sums = calloc((size_t)count, sizeof *sums);
     for (int i = 0; i < count; i++) {
+        if (i % 2) {
+            /* a loan: the fbuf and its place in the ring taken first, the message
+             * written in place, then sent with one store */
+            FerryLoan *loan;
+            CHECK(ferry_sender_loan(tx, path, message_size(i), 10000, &loan));
+            send_loaned(loan, message_size(i), (uint64_t)i, &sums[i]);
+            /* a loan given back unsent: nothing is sent, the fbuf is back at once */
+            CHECK(ferry_sender_loan(tx, path, 4096, 10000, &loan));
+            fill(ferry_loan_data(loan), 4096, ~(uint64_t)i);
+            ferry_loan_discard(loan);
+            continue;
+        }
         /* written in place, then frozen */
         FerryMsg *msg = make_message(path, message_size(i), (uint64_t)i, &sums[i]);
         CHECK(ferry_send(tx, msg, 10000));

@@ -11,9 +11,10 @@
  * for both subscribers; each child opens the group, joins, subscribes (which waits for
  * the service to be offered), reads every fragment of every message in place and
  * writes each message's length and checksum to its own pipe. The parent writes each
- * message straight into an fbuf, freezes it, publishes the one message to both
- * subscribers and releases its own handle, then compares both subscribers' checksums
- * with its own. Exit status 0 means every checksum matched, every message reached both
+ * even message straight into an fbuf, freezes it, publishes the one message to both
+ * subscribers and releases its own handle; each odd one it writes into a loan and
+ * sends that to both (and takes one more loan that it discards unsent). Then it
+ * compares both subscribers' checksums with its own. Exit status 0 means every checksum matched, every message reached both
  * subscribers, each saw the end of the service, and every fbuf came back to the path.
  */
 #include <stdint.h>
@@ -79,11 +80,22 @@ static int publisher(const char *group_name, const int *sums_fds, int count) {
     uint64_t *sums = calloc((size_t)count, sizeof *sums);
     int bad = 0;
     for (int i = 0; i < count; i++) {
-        /* written in place, then frozen */
-        FerryMsg *msg = make_message(path, message_size(i), (uint64_t)i, &sums[i]);
         size_t delivered = 0;
-        CHECK(ferry_publish(pub, msg, 10000, &delivered));
-        ferry_msg_release(msg); /* ours; each subscriber holds its own */
+        if (i % 2) {
+            /* a loan: written once in place, published to both subscribers */
+            FerryLoan *loan;
+            CHECK(ferry_publisher_loan(pub, path, message_size(i), &loan));
+            delivered = send_loaned(loan, message_size(i), (uint64_t)i, &sums[i]);
+            /* a loan given back unsent: nothing is published, the fbuf is back */
+            CHECK(ferry_publisher_loan(pub, path, 4096, &loan));
+            fill(ferry_loan_data(loan), 4096, ~(uint64_t)i);
+            ferry_loan_discard(loan);
+        } else {
+            /* written in place, then frozen */
+            FerryMsg *msg = make_message(path, message_size(i), (uint64_t)i, &sums[i]);
+            CHECK(ferry_publish(pub, msg, 10000, &delivered));
+            ferry_msg_release(msg); /* ours; each subscriber holds its own */
+        }
         if (delivered != SUBSCRIBERS) {
             fprintf(stderr, "message %d reached %zu subscribers\n", i, delivered);
             bad++;

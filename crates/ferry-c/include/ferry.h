@@ -10,9 +10,10 @@
  *
  * Ownership rules:
  *  - Every handle (FerryGroup, FerryDomain, FerryPath, FerryBuf, FerryMsg, FerrySender,
- *    FerryReceiver, FerryPublisher, FerrySubscriber) is made by one call and destroyed
- *    by exactly one matching call: ferry_*_close, ferry_msg_release, ferry_buf_freeze
- *    (which consumes the buffer and returns a message) or ferry_buf_discard. Destroying
+ *    FerryReceiver, FerryPublisher, FerrySubscriber, FerryLoan) is made by one call and
+ *    destroyed by exactly one matching call: ferry_*_close, ferry_msg_release,
+ *    ferry_buf_freeze (which consumes the buffer and returns a message),
+ *    ferry_buf_discard, ferry_loan_send or ferry_loan_discard. Destroying
  *    calls accept NULL. Using a handle after destroying it is undefined behaviour.
  *  - Handles may be destroyed in any order: a message keeps what it needs alive (the
  *    mapping of the sender's pages, the group), even after its channel, domain and
@@ -23,6 +24,11 @@
  *    those pages are mapped read-only and a write faults.
  *  - ferry_send() and ferry_publish() do not take the message: release it yourself.
  *    Its fbuf returns to the sender's path when every holder has released it.
+ *  - A loan (ferry_sender_loan, ferry_publisher_loan) is ended by ferry_loan_send or
+ *    ferry_loan_discard. It borrows its sender or publisher: end it before closing
+ *    that handle, on the thread that took it, and make no other call on that sender or
+ *    publisher meanwhile (a sender's loan holds the sender's lock: such a call would
+ *    wait for ever). ferry_loan_data() is writable until the loan ends.
  *  - Out-pointers are written only on success.
  *  - A handle may be used from any thread, but not from two threads at once.
  */
@@ -82,6 +88,10 @@ typedef struct FerryDomain FerryDomain;
 
 // An open group (`/dev/shm/ferry.<name>`).
 typedef struct FerryGroup FerryGroup;
+
+// A message being written in place for a sender or a publisher, sent by
+// `ferry_loan_send` or given back by `ferry_loan_discard`.
+typedef struct FerryLoan FerryLoan;
 
 // An immutable message of one or more read-only fragments.
 typedef struct FerryMsg FerryMsg;
@@ -247,6 +257,22 @@ int ferry_domain_accept(struct FerryDomain *domain, int64_t timeout_ms, struct F
 // `tx` is a live sender handle; `msg` a live message handle.
 int ferry_send(struct FerrySender *tx, struct FerryMsg *msg, int64_t timeout_ms);
 
+// Lends a fresh fbuf of `len` bytes from `path` (NULL: the sender's own path), its
+// place in the ring held: write it through `ferry_loan_data`, then `ferry_loan_send`
+// (which publishes the descriptor made here with one store) or `ferry_loan_discard`.
+// Waits at most `timeout_ms` for room in the ring (< 0: no limit; 0: do not wait,
+// `FERRY_EFULL` if full); allocation never waits (`FERRY_EQUOTA`). Until the loan
+// ends, make no other call on `tx` (see the ownership rules).
+//
+// # Safety
+// `tx` is a live sender handle that outlives the loan; `path` is NULL or a live path
+// handle; `out` is writable.
+int ferry_sender_loan(struct FerrySender *tx,
+                      struct FerryPath *path,
+                      uintptr_t len,
+                      int64_t timeout_ms,
+                      struct FerryLoan **out);
+
 // Messages sent on `tx` and not yet released by the receiver (after draining
 // releases).
 //
@@ -318,6 +344,53 @@ int ferry_publish(struct FerryPublisher *publisher,
                   struct FerryMsg *msg,
                   int64_t timeout_ms,
                   uintptr_t *delivered);
+
+// Lends a fresh fbuf of `len` bytes from `path` (NULL: the publisher's own path), to
+// write once through `ferry_loan_data` and publish to every subscriber with
+// `ferry_loan_send` (one fbuf, one descriptor per subscriber, as `ferry_publish`), or
+// give back with `ferry_loan_discard`. Never waits (`FERRY_EQUOTA` if the path's
+// quota is used up). Until the loan ends, make no other call on `publisher` (see the
+// ownership rules).
+//
+// # Safety
+// `publisher` is a live publisher handle that outlives the loan; `path` is NULL or a
+// live path handle; `out` is writable.
+int ferry_publisher_loan(struct FerryPublisher *publisher,
+                         struct FerryPath *path,
+                         uintptr_t len,
+                         struct FerryLoan **out);
+
+// The writable bytes of a loan (`ferry_loan_len` of them), valid until the loan is
+// sent or discarded. NULL for an empty loan.
+//
+// # Safety
+// `loan` is a live loan handle.
+uint8_t *ferry_loan_data(struct FerryLoan *loan);
+
+// Length of a loan in bytes (0 for NULL).
+//
+// # Safety
+// `loan` is NULL or a live loan handle.
+uintptr_t ferry_loan_len(struct FerryLoan *loan);
+
+// Sends a loan's message and ends the loan (always, even when the send fails: the
+// fbuf then goes back). A sender's loan needs no wait (its place was held at the loan)
+// and reaches its one receiver; a publisher's loan reaches every subscriber, waiting
+// under the blocking policy at most `timeout_ms` (< 0: no limit) for room.
+// `*delivered` (if not NULL) receives how many it reached.
+//
+// # Safety
+// `loan` is a live loan handle, not used afterwards (nor pointers into it), ended on
+// the thread that took it; `delivered` is NULL or writable.
+int ferry_loan_send(struct FerryLoan *loan, int64_t timeout_ms, uintptr_t *delivered);
+
+// Ends a loan unsent (NULL is ignored): nothing is sent, the fbuf goes back to its
+// path at once.
+//
+// # Safety
+// `loan` is NULL or a live loan handle, not used afterwards (nor pointers into it),
+// ended on the thread that took it.
+void ferry_loan_discard(struct FerryLoan *loan);
 
 // Withdraws the service (NULL is ignored).
 //

@@ -21,6 +21,11 @@
 //!   read-only, so writing through them faults.
 //! - `ferry_send` and `ferry_publish` do not take the message: the caller still
 //!   releases it (the fbuf returns to its path once every holder released it).
+//! - A loan ([`ferry_sender_loan`], [`ferry_publisher_loan`]) is destroyed by
+//!   [`ferry_loan_send`] or [`ferry_loan_discard`]. It borrows its sender or publisher:
+//!   end it before closing that handle, on the thread that took it, and make no other
+//!   call on that sender or publisher meanwhile (a sender's loan holds the sender's
+//!   lock: such a call would wait for ever). [`ferry_loan_data`] is writable until then.
 //! - A handle may be used from any thread, but not from two threads at once.
 #![allow(unsafe_code)]
 
@@ -33,6 +38,11 @@ use ferry::{
     DomainId, Error, IoData, IoDataMut, PathAllocator, PathConfig, Publisher, Receiver, Sender,
     ServiceConfig, SlowSubscriber, Subscriber,
 };
+
+/// The deadline `timeout_ms` from now (< 0: none).
+fn deadline(timeout_ms: i64) -> Option<Instant> {
+    timeout(timeout_ms).and_then(|d| Instant::now().checked_add(d))
+}
 
 /// Success.
 pub const FERRY_OK: c_int = 0;
@@ -79,6 +89,16 @@ pub struct FerryReceiver(Receiver);
 pub struct FerryPublisher(Publisher);
 /// The subscribing end of a named publish-subscribe service.
 pub struct FerrySubscriber(Subscriber);
+/// A message being written in place for a sender or a publisher, sent by
+/// `ferry_loan_send` or given back by `ferry_loan_discard`.
+pub struct FerryLoan(LoanOf);
+
+/// What a loan was taken on. The lifetimes are the C caller's promise: a loan ends
+/// before its sender or publisher is closed (see the ownership rules).
+enum LoanOf {
+    Sender(ferry::Loan<'static>),
+    Publisher(ferry::PublisherLoan<'static>),
+}
 
 thread_local! {
     static LAST_ERROR: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
@@ -613,6 +633,59 @@ pub unsafe extern "C" fn ferry_send(
     })
 }
 
+/// The path a loan's fbuf comes from: `path`, or (NULL) the sender's or publisher's
+/// own.
+///
+/// # Safety
+/// `path` is NULL or a live path handle.
+unsafe fn loan_path<'a>(path: *mut FerryPath, own: &'a PathAllocator) -> &'a PathAllocator {
+    // SAFETY: as the caller vouches.
+    match unsafe { path.as_ref() } {
+        Some(p) => &p.0,
+        None => own,
+    }
+}
+
+/// Lends a fresh fbuf of `len` bytes from `path` (NULL: the sender's own path), its
+/// place in the ring held: write it through `ferry_loan_data`, then `ferry_loan_send`
+/// (which publishes the descriptor made here with one store) or `ferry_loan_discard`.
+/// Waits at most `timeout_ms` for room in the ring (< 0: no limit; 0: do not wait,
+/// `FERRY_EFULL` if full); allocation never waits (`FERRY_EQUOTA`). Until the loan
+/// ends, make no other call on `tx` (see the ownership rules).
+///
+/// # Safety
+/// `tx` is a live sender handle that outlives the loan; `path` is NULL or a live path
+/// handle; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_sender_loan(
+    tx: *mut FerrySender,
+    path: *mut FerryPath,
+    len: usize,
+    timeout_ms: i64,
+    out: *mut *mut FerryLoan,
+) -> c_int {
+    // SAFETY: the caller vouches that `tx` is live and outlives the loan (the ownership
+    // rules), which is what the borrow's 'static stands for.
+    let t: &'static FerrySender = match unsafe { handle(tx) } {
+        Ok(t) => t,
+        Err(c) => return c,
+    };
+    // SAFETY: as the caller vouches.
+    let data = match unsafe { loan_path(path, t.0.path()) }.alloc(len) {
+        Ok(d) => d,
+        Err(e) => return code(e),
+    };
+    let got = match timeout(timeout_ms) {
+        Some(Duration::ZERO) => t.0.loan(data),
+        _ => t.0.loan_until(data, deadline(timeout_ms)),
+    };
+    match got {
+        // SAFETY: `out` is writable, as the caller vouches.
+        Ok(l) => unsafe { put(out, FerryLoan(LoanOf::Sender(l))) },
+        Err(e) => code(e),
+    }
+}
+
 /// Messages sent on `tx` and not yet released by the receiver (after draining
 /// releases).
 ///
@@ -771,6 +844,119 @@ pub unsafe extern "C" fn ferry_publish(
             unsafe { delivered.write(n) };
         }
     }))
+}
+
+/// Lends a fresh fbuf of `len` bytes from `path` (NULL: the publisher's own path), to
+/// write once through `ferry_loan_data` and publish to every subscriber with
+/// `ferry_loan_send` (one fbuf, one descriptor per subscriber, as `ferry_publish`), or
+/// give back with `ferry_loan_discard`. Never waits (`FERRY_EQUOTA` if the path's
+/// quota is used up). Until the loan ends, make no other call on `publisher` (see the
+/// ownership rules).
+///
+/// # Safety
+/// `publisher` is a live publisher handle that outlives the loan; `path` is NULL or a
+/// live path handle; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_publisher_loan(
+    publisher: *mut FerryPublisher,
+    path: *mut FerryPath,
+    len: usize,
+    out: *mut *mut FerryLoan,
+) -> c_int {
+    // SAFETY: the caller vouches that `publisher` is live, outlives the loan and is not
+    // used meanwhile (the ownership rules), which is what the borrow's 'static stands for.
+    let p: &'static mut FerryPublisher = match unsafe { handle(publisher) } {
+        Ok(p) => p,
+        Err(c) => return c,
+    };
+    let own = p.0.path().clone();
+    // SAFETY: as the caller vouches.
+    let path = unsafe { loan_path(path, &own) };
+    match p.0.loan_from(path, len) {
+        // SAFETY: `out` is writable, as the caller vouches.
+        Ok(l) => unsafe { put(out, FerryLoan(LoanOf::Publisher(l))) },
+        Err(e) => code(e),
+    }
+}
+
+/// The writable bytes of a loan (`ferry_loan_len` of them), valid until the loan is
+/// sent or discarded. NULL for an empty loan.
+///
+/// # Safety
+/// `loan` is a live loan handle.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_loan_data(loan: *mut FerryLoan) -> *mut u8 {
+    // SAFETY: as the caller vouches.
+    let bytes = match unsafe { handle(loan) } {
+        Ok(FerryLoan(LoanOf::Sender(l))) => l.as_mut_slice(),
+        Ok(FerryLoan(LoanOf::Publisher(l))) => Some(l.as_mut_slice()),
+        Err(_) => None,
+    };
+    bytes
+        .filter(|b| !b.is_empty())
+        .map_or(ptr::null_mut(), |b| b.as_mut_ptr())
+}
+
+/// Length of a loan in bytes (0 for NULL).
+///
+/// # Safety
+/// `loan` is NULL or a live loan handle.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_loan_len(loan: *mut FerryLoan) -> usize {
+    // SAFETY: as the caller vouches.
+    match unsafe { handle(loan) } {
+        Ok(FerryLoan(LoanOf::Sender(l))) => l.len(),
+        Ok(FerryLoan(LoanOf::Publisher(l))) => l.len(),
+        Err(_) => 0,
+    }
+}
+
+/// Sends a loan's message and ends the loan (always, even when the send fails: the
+/// fbuf then goes back). A sender's loan needs no wait (its place was held at the loan)
+/// and reaches its one receiver; a publisher's loan reaches every subscriber, waiting
+/// under the blocking policy at most `timeout_ms` (< 0: no limit) for room.
+/// `*delivered` (if not NULL) receives how many it reached.
+///
+/// # Safety
+/// `loan` is a live loan handle, not used afterwards (nor pointers into it), ended on
+/// the thread that took it; `delivered` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_loan_send(
+    loan: *mut FerryLoan,
+    timeout_ms: i64,
+    delivered: *mut usize,
+) -> c_int {
+    if loan.is_null() {
+        return einval("NULL handle");
+    }
+    // SAFETY: made by `put`; the caller gives it up.
+    let l = unsafe { Box::from_raw(loan) };
+    let sent = match l.0 {
+        LoanOf::Sender(l) => l.send().map(|()| 1),
+        LoanOf::Publisher(l) => l.send_until(deadline(timeout_ms)),
+    };
+    match sent {
+        Ok(n) => {
+            if !delivered.is_null() {
+                // SAFETY: non-null and writable, as the caller vouches.
+                unsafe { delivered.write(n) };
+            }
+            FERRY_OK
+        }
+        Err(e) => code(e),
+    }
+}
+
+/// Ends a loan unsent (NULL is ignored): nothing is sent, the fbuf goes back to its
+/// path at once.
+///
+/// # Safety
+/// `loan` is NULL or a live loan handle, not used afterwards (nor pointers into it),
+/// ended on the thread that took it.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_loan_discard(loan: *mut FerryLoan) {
+    // SAFETY: as the caller vouches.
+    unsafe { destroy(loan) }
 }
 
 /// Withdraws the service (NULL is ignored).

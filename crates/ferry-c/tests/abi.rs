@@ -183,3 +183,163 @@ fn publish_subscribe() {
         ferry_group_close(g);
     }
 }
+
+#[test]
+fn sender_loans() {
+    let n = name("loan");
+    // SAFETY: every handle below is used as the header's ownership rules say; each
+    // loan ends on this thread before its sender is used again or closed.
+    unsafe {
+        let (g, a, b) = group_of_two(&n);
+        let mut id = [0 as c_char; 32];
+        assert_eq!(ferry_domain_id(b, id.as_mut_ptr(), id.len()), FERRY_OK);
+        let a_addr = a as usize;
+        let peer = CStr::from_ptr(id.as_ptr()).to_owned();
+        let t = std::thread::spawn(move || {
+            let mut tx = ptr::null_mut();
+            let rc = ferry_domain_connect(a_addr as *mut FerryDomain, peer.as_ptr(), 5000, &mut tx);
+            (rc, tx as usize)
+        });
+        let mut rx = ptr::null_mut();
+        assert_eq!(ferry_domain_accept(b, 5000, &mut rx), FERRY_OK);
+        let (rc, tx) = t.join().unwrap();
+        assert_eq!(rc, FERRY_OK);
+        let tx = tx as *mut FerrySender;
+        let mut path = ptr::null_mut();
+        assert_eq!(ferry_domain_path(a, 0, &mut path), FERRY_OK);
+
+        let mut loan: *mut FerryLoan = ptr::null_mut();
+        assert_eq!(
+            ferry_sender_loan(ptr::null_mut(), path, 10, 0, &mut loan),
+            FERRY_EINVAL
+        );
+        assert_eq!(
+            ferry_loan_send(ptr::null_mut(), 0, ptr::null_mut()),
+            FERRY_EINVAL
+        );
+        ferry_loan_discard(ptr::null_mut());
+        assert_eq!(ferry_loan_len(ptr::null_mut()), 0);
+        assert!(ferry_loan_data(ptr::null_mut()).is_null());
+
+        // Written in place and sent.
+        assert_eq!(ferry_sender_loan(tx, path, 3000, 0, &mut loan), FERRY_OK);
+        assert_eq!(ferry_loan_len(loan), 3000);
+        let p = ferry_loan_data(loan);
+        std::slice::from_raw_parts_mut(p, 3000).fill(0x5a);
+        let mut delivered = 0;
+        assert_eq!(ferry_loan_send(loan, 0, &mut delivered), FERRY_OK);
+        assert_eq!(delivered, 1);
+        let mut got = ptr::null_mut();
+        assert_eq!(ferry_recv(rx, 5000, &mut got), FERRY_OK);
+        let mut copy = vec![0u8; 3000];
+        assert_eq!(ferry_msg_copy(got, copy.as_mut_ptr(), 3000), 3000);
+        assert!(copy.iter().all(|&b| b == 0x5a));
+        let (mut data, mut len) = (ptr::null(), 0);
+        assert_eq!(ferry_msg_fragment(got, 0, &mut data, &mut len), FERRY_OK);
+        assert_eq!(
+            data,
+            p.cast_const(),
+            "the receiver reads the loaned fbuf itself"
+        );
+        ferry_msg_release(got);
+
+        // Discarded: nothing arrives, the fbuf is back at once.
+        assert_eq!(ferry_sender_loan(tx, path, 5000, -1, &mut loan), FERRY_OK);
+        assert!(ferry_path_outstanding(path) > 0);
+        ferry_loan_discard(loan);
+        assert_eq!(ferry_recv(rx, 0, &mut got), FERRY_EMPTY);
+        assert_eq!(ferry_sender_in_flight(tx), 0);
+        assert_eq!(ferry_path_outstanding(path), 0);
+
+        // The sender's own path (NULL), and a full ring refused without waiting.
+        let mut out = 0;
+        loop {
+            match ferry_sender_loan(tx, ptr::null_mut(), 64, 0, &mut loan) {
+                FERRY_OK => {
+                    assert_eq!(ferry_loan_send(loan, 0, ptr::null_mut()), FERRY_OK);
+                    out += 1;
+                }
+                rc => {
+                    assert_eq!(rc, FERRY_EFULL, "{}", last_error());
+                    break;
+                }
+            }
+        }
+        assert_eq!(out, 256, "the default ring holds 256");
+        assert_eq!(
+            ferry_sender_loan(tx, ptr::null_mut(), 64, 20, &mut loan),
+            FERRY_ETIMEOUT
+        );
+
+        ferry_sender_close(tx);
+        ferry_receiver_close(rx);
+        ferry_path_close(path);
+        ferry_domain_close(a);
+        ferry_domain_close(b);
+        ferry_group_close(g);
+    }
+}
+
+#[test]
+fn publisher_loans() {
+    let n = name("publoan");
+    let svc = CString::new("frames").unwrap();
+    // SAFETY: every handle below is used as the header's ownership rules say; each
+    // loan ends on this thread before its publisher is used again or closed.
+    unsafe {
+        let (g, a, b) = group_of_two(&n);
+        let mut publ = ptr::null_mut();
+        assert_eq!(
+            ferry_publisher_offer(a, svc.as_ptr(), 0, 0, &mut publ),
+            FERRY_OK
+        );
+        let mut sub = ptr::null_mut();
+        assert_eq!(
+            ferry_subscriber_open(b, svc.as_ptr(), 5000, &mut sub),
+            FERRY_OK
+        );
+        assert_eq!(ferry_publisher_wait(publ, 1, 5000), FERRY_OK);
+        let mut path = ptr::null_mut();
+        assert_eq!(ferry_domain_path(a, 0, &mut path), FERRY_OK);
+        let mut loan: *mut FerryLoan = ptr::null_mut();
+        assert_eq!(
+            ferry_publisher_loan(ptr::null_mut(), path, 3, &mut loan),
+            FERRY_EINVAL
+        );
+        // From the caller's path: written once, published, read in place.
+        assert_eq!(ferry_publisher_loan(publ, path, 3, &mut loan), FERRY_OK);
+        assert_eq!(ferry_loan_len(loan), 3);
+        ferry_loan_data(loan).copy_from_nonoverlapping(b"abc".as_ptr(), 3);
+        let mut delivered = 0usize;
+        assert_eq!(ferry_loan_send(loan, 1000, &mut delivered), FERRY_OK);
+        assert_eq!(delivered, 1);
+        let mut got = ptr::null_mut();
+        assert_eq!(ferry_subscriber_recv(sub, 5000, &mut got), FERRY_OK);
+        let mut out = [0u8; 3];
+        assert_eq!(ferry_msg_copy(got, out.as_mut_ptr(), 3), 3);
+        assert_eq!(&out, b"abc");
+        ferry_msg_release(got);
+        // Discarded: nothing published, the fbuf back at once.
+        assert_eq!(ferry_publisher_loan(publ, path, 5000, &mut loan), FERRY_OK);
+        assert!(ferry_path_outstanding(path) > 0);
+        ferry_loan_discard(loan);
+        assert_eq!(ferry_subscriber_recv(sub, 0, &mut got), FERRY_EMPTY);
+        // The publisher's own path (NULL).
+        assert_eq!(
+            ferry_publisher_loan(publ, ptr::null_mut(), 0, &mut loan),
+            FERRY_OK
+        );
+        assert_eq!(ferry_loan_len(loan), 0);
+        assert!(ferry_loan_data(loan).is_null());
+        assert_eq!(ferry_loan_send(loan, 1000, &mut delivered), FERRY_OK);
+        assert_eq!(ferry_subscriber_recv(sub, 5000, &mut got), FERRY_OK);
+        assert_eq!(ferry_msg_len(got), 0);
+        ferry_msg_release(got);
+        ferry_subscriber_close(sub);
+        ferry_publisher_close(publ);
+        ferry_path_close(path);
+        ferry_domain_close(a);
+        ferry_domain_close(b);
+        ferry_group_close(g);
+    }
+}

@@ -129,7 +129,7 @@ pub use region::{
 };
 pub use segment::{LotId, LotSpan, Segment};
 pub use service::{
-    Caller, Client, Handler, Placement, Publisher, Server, ServiceConfig, ServiceInfo,
-    SlowSubscriber, Subscriber,
+    Caller, Client, Handler, Placement, Publisher, PublisherLoan, Server, ServiceConfig,
+    ServiceInfo, SlowSubscriber, Subscriber,
 };
 pub use until::Until;

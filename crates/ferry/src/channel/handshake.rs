@@ -234,7 +234,7 @@ fn connect(
     });
     let weak: std::sync::Weak<dyn ReleaseSource> = Arc::downgrade(&core) as _;
     domain.add_source(weak);
-    Ok(Sender { core })
+    Ok(Sender::new(core))
 }
 
 /// How waiting for the receiver ended.
@@ -407,6 +407,7 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Resul
         recheck: false,
         idle_polls: 0,
         out: Vec::new(),
+        spin: Duration::ZERO,
     })
 }
 

@@ -5,9 +5,7 @@
 
 use std::ptr::NonNull;
 
-use super::desc::{self, RawDesc, RawFrag, RawRef};
-use super::ring::{Producer, Reserved};
-use super::sender::{SendSlot, Sent};
+use super::sender::{Prepared, SendSlot};
 use crate::error::Result;
 use crate::iodata::IoDataMut;
 
@@ -35,36 +33,25 @@ pub struct Loan<'a> {
 
 struct Inner<'a> {
     slot: SendSlot<'a>,
+    draft: Draft,
+    /// The descriptor for the message as it was loaned, its token taken, already in its
+    /// ring slot; `None` when the message needs the general path at send (see
+    /// [`SendSlot::prepare`]).
+    ready: Option<Prepared>,
+}
+
+/// A message being written in place, for a loan of any kind (a [`Loan`] on one sender,
+/// a publisher's loan): the message, and where its one run of bytes is, found when the
+/// draft is made (the first line then asked for with the intent to write it), so that
+/// writing the payload reads none of the message's bookkeeping.
+pub(crate) struct Draft {
     data: IoDataMut,
-    /// `data`'s bytes when they are one run, found at the loan or at the last
-    /// [`Loan::as_mut_slice`]; forgotten when [`Loan::data`] lends `data` out.
+    /// `data`'s bytes when they are one run, found at the draft or at the last
+    /// [`Draft::as_mut_slice`]; forgotten when [`Draft::data`] lends `data` out.
     bytes: Option<Run>,
-    /// The descriptor for `data` as it was loaned, its token taken, already in its ring
-    /// slot; `None` when the message needs the general path at send (more than one
-    /// segment, a segment outside any lot or with a send hook, a lossy channel).
-    ready: Option<Ready>,
 }
 
-struct Ready {
-    /// The ring place, found at the loan; the descriptor is written there, unpublished.
-    place: Reserved<RawDesc>,
-    idx: u32,
-    generation: u32,
-    /// The length `desc` describes, and the segment it names: if the message was written
-    /// shorter since, or replaced by another (`data()` gives `&mut`), it is described
-    /// again at send.
-    len: usize,
-    seg: *const crate::segment::Segment,
-}
-
-// SAFETY: `seg` is an address compared, never dereferenced; `place` points into the
-// ring's shared mapping, which outlives the loan (it borrows the sender), and is written
-// only at the loan and by `Loan::send`, under the sender's state lock, held by the loan
-// throughout.
-unsafe impl Send for Ready {}
-// SAFETY: as above (a shared `Ready` gives no access to `place`).
-unsafe impl Sync for Ready {}
-/// Where `Inner::data`'s one run of bytes is.
+/// Where `Draft::data`'s one run of bytes is.
 #[derive(Clone, Copy)]
 struct Run {
     ptr: NonNull<u8>,
@@ -80,17 +67,60 @@ impl Run {
     }
 }
 
-// SAFETY: a `Run` points into the fbufs its loan's `data` owns alone (an `IoDataMut` is
-// `Send` and `Sync`), and is dereferenced only through `&mut Loan`.
+// SAFETY: a `Run` points into the fbufs its draft's `data` owns alone (an `IoDataMut` is
+// `Send` and `Sync`), and is dereferenced only through `&mut Draft`.
 unsafe impl Send for Run {}
 // SAFETY: as above (a shared `Run` is only an address and a length).
 unsafe impl Sync for Run {}
+
+impl Draft {
+    /// Starts writing `data`: finds its run of bytes and prefetches its first line for
+    /// writing.
+    #[inline]
+    pub(crate) fn new(mut data: IoDataMut) -> Draft {
+        let bytes = one_run(&mut data).map(Run::of);
+        if let Some(r) = bytes.filter(|r| r.len > 0) {
+            prefetch_for_write(r.ptr.as_ptr());
+        }
+        Draft { data, bytes }
+    }
+
+    /// The message, to write (it may be replaced, grown or cut through this borrow).
+    pub(crate) fn data(&mut self) -> &mut IoDataMut {
+        self.bytes = None;
+        &mut self.data
+    }
+
+    /// The message as it stands.
+    pub(crate) fn get(&self) -> &IoDataMut {
+        &self.data
+    }
+
+    /// The message's bytes when they are one run (see [`Loan::as_mut_slice`]).
+    #[inline]
+    pub(crate) fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        let r = match self.bytes {
+            Some(r) => r,
+            None => *self.bytes.insert(Run::of(one_run(&mut self.data)?)),
+        };
+        // SAFETY: `r` is `data`'s one run, taken from `&mut data` and forgotten whenever
+        // `data` is lent out (`data()`), so `data` is unchanged since and owns the bytes
+        // alone; the borrow of `self` keeps both alive and unaliased.
+        Some(unsafe { std::slice::from_raw_parts_mut(r.ptr.as_ptr(), r.len) })
+    }
+
+    /// The message, written.
+    #[inline]
+    pub(crate) fn into_data(self) -> IoDataMut {
+        self.data
+    }
+}
 
 impl std::fmt::Debug for Loan<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct("Loan");
         if let Some(i) = &self.inner {
-            d.field("len", &i.data.len())
+            d.field("len", &i.draft.get().len())
                 .field("prepared", &i.ready.is_some());
         }
         d.finish()
@@ -98,28 +128,82 @@ impl std::fmt::Debug for Loan<'_> {
 }
 
 impl<'a> Loan<'a> {
-    pub(super) fn new(mut slot: SendSlot<'a>, mut data: IoDataMut) -> Loan<'a> {
-        let bytes = one_run(&mut data).map(Run::of);
-        if let Some(r) = bytes.filter(|r| r.len > 0) {
-            prefetch_for_write(r.ptr.as_ptr());
-        }
-        let ready = prepare(&mut slot, &data);
+    pub(super) fn new(mut slot: SendSlot<'a>, data: IoDataMut) -> Loan<'a> {
+        let draft = Draft::new(data);
+        let ready = slot.prepare(draft.get());
         Loan {
-            inner: Some(Inner {
-                slot,
-                data,
-                bytes,
-                ready,
-            }),
+            inner: Some(Inner { slot, draft, ready }),
         }
     }
 
+    fn inner(&mut self) -> &mut Inner<'a> {
+        self.inner.as_mut().expect("a loan lives until sent")
+    }
+
     /// The message, to write.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-loan-data-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let mut rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// let mut loan = tx.loan_slice(4)?;
+    /// loan.data().fill_from(b"ping");
+    /// loan.send()?;
+    /// assert!(rx.recv()?.eq_bytes(b"ping"));
+    /// # Ok(()) }
+    /// ```
     pub fn data(&mut self) -> &mut IoDataMut {
-        let inner = self.inner.as_mut().expect("a loan lives until sent");
-        // It may be replaced, grown or cut through this borrow.
-        inner.bytes = None;
-        &mut inner.data
+        self.inner().draft.data()
+    }
+
+    /// The message's length in bytes.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-loan-len-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let mut rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// let loan = tx.loan_slice(300)?;
+    /// assert_eq!(loan.len(), 300);
+    /// # drop(loan);
+    /// # drop(rx);
+    /// # Ok(()) }
+    /// ```
+    pub fn len(&self) -> usize {
+        self.inner
+            .as_ref()
+            .expect("a loan lives until sent")
+            .draft
+            .get()
+            .len()
+    }
+
+    /// True for a message of zero bytes.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-loan-is-empty-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let mut rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// assert!(tx.loan_slice(0)?.is_empty());
+    /// # drop(rx);
+    /// # Ok(()) }
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The message's bytes, to write, when they are one run (as those of an fbuf from a
@@ -128,15 +212,7 @@ impl<'a> Loan<'a> {
     /// a large payload was written, the send then touches as few cold cache lines as it
     /// can. An empty message gives an empty slice.
     pub fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
-        let inner = self.inner.as_mut().expect("a loan lives until sent");
-        let r = match inner.bytes {
-            Some(r) => r,
-            None => *inner.bytes.insert(Run::of(one_run(&mut inner.data)?)),
-        };
-        // SAFETY: `r` is `data`'s one run, taken from `&mut data` and forgotten whenever
-        // `data` is lent out (`data()`), so `data` is unchanged since and owns the bytes
-        // alone; the borrow of `self` keeps both alive and unaliased.
-        Some(unsafe { std::slice::from_raw_parts_mut(r.ptr.as_ptr(), r.len) })
+        self.inner().draft.as_mut_slice()
     }
 
     /// Sends the message. Its descriptor was made and stored in the reserved ring place
@@ -153,78 +229,26 @@ impl<'a> Loan<'a> {
     pub fn send(mut self) -> Result<()> {
         let Inner {
             mut slot,
-            data,
+            draft,
             ready,
-            ..
         } = self.inner.take().expect("a loan lives until sent");
-        let ready = match ready {
-            Some(r) if r.len == data.len() && data.sole_segment() == Some(r.seg) => r,
+        let data = draft.into_data();
+        match ready {
+            Some(p) if p.describes(&data) => {
+                // SAFETY: `p` was made by this slot's `prepare` at the loan; the loan has
+                // held the slot since and pushed nothing on it.
+                unsafe { slot.publish_prepared(p, data) };
+                Ok(())
+            }
             other => {
                 // Described again (or for the first time) on the general path.
-                if let Some(r) = other {
-                    slot.st.free_tokens.push(r.idx);
+                if let Some(p) = other {
+                    slot.unprepare(p);
                 }
-                return slot.send(&data.freeze());
+                slot.send(&data.freeze())
             }
-        };
-        let pos = ready.place.position();
-        // Published before anything of the sender's state is touched: the application's
-        // writes since the loan may have pushed it out of the caches and the TLB.
-        // SAFETY: the place was reserved, and the descriptor written there, at the loan
-        // under this same state lock, held since, so nothing was pushed in between.
-        unsafe { slot.st.fwd.publish_written(ready.place) };
-        let sent = Sent {
-            idx: ready.idx,
-            generation: ready.generation,
-            pos,
-            data: data.freeze(),
-            meta: None,
-            evicted: None,
-        };
-        slot.tx.finish_send(slot.st, sent, true);
-        Ok(())
-    }
-}
-
-/// The descriptor for `data` as it stands, if the fast path can take it.
-fn prepare(slot: &mut SendSlot<'_>, data: &IoDataMut) -> Option<Ready> {
-    if slot.tx.core.lossy {
-        return None;
-    }
-    // One segment (what a path allocates): the only form checked cheaply at send. It
-    // makes one fragment, or none if the message is empty.
-    let seg = data.sole_segment()?;
-    let frag = match data.frozen_spans().next() {
-        Some((span, len)) => {
-            let s = span?;
-            Some(RawFrag::new(
-                s.lot.slot,
-                s.lot.generation,
-                s.offset,
-                len as u64,
-            ))
         }
-        None => None,
-    };
-    // The ring place: room was made for the loan, so there is one (a faulty receiver
-    // that moved its position back leaves the message to the general path at send).
-    let place = slot.st.fwd.reserve().ok().flatten()?;
-    let (idx, generation) = slot.st.take_token();
-    let token = (generation as u64) << 32 | idx as u64;
-    let d: RawDesc = desc::encode(token, frag.as_slice(), &mut [], RawRef::NONE);
-    // Stored now, published at send: the receiver does not read the slot before then,
-    // and a send that finds the message changed (or a later push, if the loan is
-    // dropped) writes the slot again.
-    // SAFETY: reserved just above, under the state lock the loan holds until it is
-    // sent or dropped.
-    unsafe { Producer::write_reserved(&place, d) };
-    Some(Ready {
-        place,
-        idx,
-        generation,
-        len: data.len(),
-        seg,
-    })
+    }
 }
 
 /// Asks for the cache line at `p` with the intent to write it. The caller is about to
@@ -284,11 +308,11 @@ impl Drop for Loan<'_> {
         // Unsent: the token goes back; the fbufs go back with the data.
         if let Some(Inner {
             mut slot,
-            ready: Some(r),
+            ready: Some(p),
             ..
         }) = self.inner.take()
         {
-            slot.st.free_tokens.push(r.idx);
+            slot.unprepare(p);
         }
     }
 }

@@ -19,6 +19,7 @@ mod receiver;
 mod sender;
 
 pub use link::{ChannelConfig, ChannelStats};
+pub(crate) use loan::Draft;
 pub use loan::Loan;
 pub use receiver::Receiver;
 pub use sender::{SendSlot, Sender};

@@ -280,6 +280,9 @@ pub struct Receiver {
     pub(super) idle_polls: u32,
     /// The fragments of the message being built (reused, always left empty).
     pub(super) out: Vec<Fragment>,
+    /// How long a blocking receive busy-polls before it sleeps (see
+    /// [`Receiver::set_spin`]); zero: not at all.
+    pub(super) spin: Duration,
 }
 
 /// The epoll set a receiver's [`AsFd`] stands for: the channel's eventfd (a message, a
@@ -548,8 +551,65 @@ impl Receiver {
         self.recv_until(Some(Instant::now() + timeout))
     }
 
-    /// Blocks until a message arrives or `deadline` (`None`: never) passes.
+    /// Makes [`recv`](Self::recv) and [`recv_timeout`](Self::recv_timeout) busy-poll
+    /// for up to `spin` (never past their timeout) before they sleep: spin, then block.
+    /// A consumer with a CPU of its own then takes a message that comes within `spin`
+    /// without the sender's wake-up system call and its own return from sleep (each some
+    /// microseconds, tens on a virtual machine), at the price of that CPU's time while it
+    /// spins. Zero (the default) sleeps at once. Each call spins once, at its start.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-set-spin-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let mut rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// rx.set_spin(Duration::from_micros(50));
+    /// assert_eq!(rx.spin(), Duration::from_micros(50));
+    /// let path = a.path(ferry::PathConfig::default())?;
+    /// tx.send(&path.alloc(8)?.freeze())?;
+    /// assert_eq!(rx.recv_timeout(Duration::from_secs(5))?.len(), 8);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.spin = spin;
+    }
+
+    /// How long a blocking receive busy-polls before it sleeps (see
+    /// [`set_spin`](Self::set_spin)).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-spin-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let mut rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// assert_eq!(rx.spin(), Duration::ZERO);   // sleeps at once by default
+    /// # drop(tx);
+    /// # Ok(()) }
+    /// ```
+    pub fn spin(&self) -> Duration {
+        self.spin
+    }
+
+    /// Blocks until a message arrives or `deadline` (`None`: never) passes, after
+    /// busy-polling for [`spin`](Self::spin).
     fn recv_until(&mut self, deadline: Option<Instant>) -> Result<IoData> {
+        if !self.spin.is_zero() {
+            let until = Instant::now()
+                .checked_add(self.spin)
+                .map_or(deadline, |s| Some(deadline.map_or(s, |d| d.min(s))));
+            match self.spin_until(until) {
+                Err(Error::Timeout) => {}
+                done => return done,
+            }
+        }
         loop {
             if let Some(d) = self.try_recv()? {
                 return Ok(d);
@@ -629,12 +689,17 @@ impl Receiver {
     /// [`Error::Timeout`] when `timeout` passes with no message; otherwise as
     /// [`try_recv`](Self::try_recv).
     pub fn recv_spin(&mut self, timeout: Duration) -> Result<IoData> {
-        let deadline = Instant::now() + timeout;
+        self.spin_until(Instant::now().checked_add(timeout))
+    }
+
+    /// Busy-polls until a message arrives or `deadline` (`None`: never) passes; polls
+    /// at least once.
+    fn spin_until(&mut self, deadline: Option<Instant>) -> Result<IoData> {
         loop {
             if let Some(d) = self.try_recv()? {
                 return Ok(d);
             }
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(Error::Timeout);
             }
             std::hint::spin_loop();

@@ -3,13 +3,13 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::desc::{self, RawDesc, RawFrag, RawRef, BLOCK_BYTES};
 use super::layout;
 use super::link::{corrupt, ChannelStats, Counters, Link, LIVENESS_PERIOD};
-use super::ring::{Consumer, Corrupt, Producer, Push};
+use super::ring::{Consumer, Corrupt, Producer, Push, Reserved};
 use crate::error::{Error, Result};
 use crate::iodata::{IoData, IoDataMut};
 use crate::region::activity::Entry;
@@ -28,6 +28,34 @@ pub(super) struct InFlight {
     /// Its position in the forward ring, to tell whether the receiver took it.
     pub(super) pos: u64,
     pub(super) data: Option<(IoData, Option<Segment>)>,
+}
+
+/// A message's name between the two ends: its entry in the sender's table of messages in
+/// flight and that entry's generation (bumped at each reuse, so that a stale release is
+/// told apart). It travels as one word, the descriptor's token and the release the
+/// receiver sends back: [`word`](Self::word) is the only encoder of that word and
+/// [`from_word`](Self::from_word) its decoder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Token {
+    pub(super) idx: u32,
+    pub(super) generation: u32,
+}
+
+impl Token {
+    /// The word on the wire: the generation in the high half, the index in the low.
+    #[inline]
+    pub(super) fn word(self) -> u64 {
+        (self.generation as u64) << 32 | self.idx as u64
+    }
+
+    /// The token a release word names (not yet checked against the table).
+    #[inline]
+    pub(super) fn from_word(w: u64) -> Token {
+        Token {
+            idx: (w & 0xffff_ffff) as u32,
+            generation: (w >> 32) as u32,
+        }
+    }
 }
 
 pub(super) struct SendState {
@@ -57,8 +85,7 @@ pub(super) struct SendState {
 
 /// A message just pushed, for [`Sender::finish_send`] to put on record.
 pub(super) struct Sent {
-    pub(super) idx: u32,
-    pub(super) generation: u32,
+    pub(super) token: Token,
     /// Its ring position.
     pub(super) pos: u64,
     pub(super) data: IoData,
@@ -70,19 +97,30 @@ pub(super) struct Sent {
 
 impl SendState {
     /// A free token, or a new one (the vector grows only while the number of messages
-    /// out grows past any before): its index and generation.
-    pub(super) fn take_token(&mut self) -> (u32, u32) {
+    /// out grows past any before).
+    pub(super) fn take_token(&mut self) -> Token {
         match self.free_tokens.pop() {
-            Some(i) => (i, self.inflight[i as usize].generation.wrapping_add(1)),
+            Some(idx) => Token {
+                idx,
+                generation: self.inflight[idx as usize].generation.wrapping_add(1),
+            },
             None => {
                 self.inflight.push(InFlight {
                     generation: 0,
                     pos: 0,
                     data: None,
                 });
-                (self.inflight.len() as u32 - 1, 0)
+                Token {
+                    idx: self.inflight.len() as u32 - 1,
+                    generation: 0,
+                }
             }
         }
+    }
+
+    /// Gives back a token taken for a message that was not sent.
+    pub(super) fn untake_token(&mut self, t: Token) {
+        self.free_tokens.push(t.idx);
     }
 }
 
@@ -152,13 +190,12 @@ impl SendCore {
                     None => break,
                 },
             };
-            let idx = (token & 0xffff_ffff) as usize;
-            let generation = (token >> 32) as u32;
-            match st.inflight.get_mut(idx) {
-                Some(f) if f.generation == generation && f.data.is_some() => {
+            let t = Token::from_word(token);
+            match st.inflight.get_mut(t.idx as usize) {
+                Some(f) if f.generation == t.generation && f.data.is_some() => {
                     // Returns its fbufs to their paths now.
                     drop(f.data.take());
-                    st.free_tokens.push(idx as u32);
+                    st.free_tokens.push(t.idx);
                     n += 1;
                 }
                 _ => Counters::add(&self.stats.bad, 1),
@@ -342,6 +379,17 @@ impl ReleaseSource for SendCore {
 /// The sending end of a channel.
 pub struct Sender {
     pub(super) core: Arc<SendCore>,
+    /// The path [`Sender::loan_slice`] allocates from, made at its first use.
+    path: OnceLock<PathAllocator>,
+}
+
+impl Sender {
+    pub(super) fn new(core: Arc<SendCore>) -> Sender {
+        Sender {
+            core,
+            path: OnceLock::new(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Sender {
@@ -378,7 +426,115 @@ impl SendSlot<'_> {
         self.tx.open(&self.st)?;
         self.tx.send_locked(self.st, data, true).map(drop)
     }
+
+    /// Makes `data`'s descriptor now, before its payload is written, and stores it in the
+    /// reserved ring place, unpublished, if the fast path can take the message: one
+    /// segment (what a path allocates) in a lot and without a send hook, on a channel
+    /// that is not lossy. The message's token is taken. `None` leaves the message to
+    /// [`send`](Self::send).
+    ///
+    /// The [`Prepared`] is then either published by
+    /// [`publish_prepared`](Self::publish_prepared) or given back by
+    /// [`unprepare`](Self::unprepare) (a later push writes the slot again).
+    pub(super) fn prepare(&mut self, data: &IoDataMut) -> Option<Prepared> {
+        if self.tx.core.lossy {
+            return None;
+        }
+        // One segment: the only form checked cheaply at publication. It makes one
+        // fragment, or none if the message is empty.
+        let seg = data.sole_segment()?;
+        let frag = match data.frozen_spans().next() {
+            Some((span, len)) => {
+                let s = span?;
+                Some(RawFrag::new(
+                    s.lot.slot,
+                    s.lot.generation,
+                    s.offset,
+                    len as u64,
+                ))
+            }
+            None => None,
+        };
+        // The ring place: the slot was reserved with room, so there is one (a faulty
+        // receiver that moved its position back leaves the message to `send`).
+        let place = self.st.fwd.reserve().ok().flatten()?;
+        let token = self.st.take_token();
+        let d: RawDesc = desc::encode(token.word(), frag.as_slice(), &mut [], RawRef::NONE);
+        // Stored now, published later: the receiver does not read the slot before then,
+        // and a later push (after `unprepare`, or `send` instead) writes the slot again.
+        // SAFETY: reserved just above, under the state lock this slot holds.
+        unsafe { Producer::write_reserved(&place, d) };
+        Some(Prepared {
+            place,
+            token,
+            len: data.len(),
+            seg,
+            core: Arc::as_ptr(&self.tx.core),
+        })
+    }
+
+    /// Gives back a prepared message's token: it will not be published.
+    pub(super) fn unprepare(&mut self, p: Prepared) {
+        self.st.untake_token(p.token);
+    }
+
+    /// Publishes the descriptor `p` stored (one store: its ring slot's sequence number),
+    /// before anything of the sender's state is touched, since the application's writes
+    /// since `prepare` may have pushed that state out of the caches and the TLB; then
+    /// freezes `data` and puts it on record, as [`send`](Self::send) does.
+    ///
+    /// # Safety
+    /// `p` was made by [`prepare`](Self::prepare) on this slot, and nothing was pushed on
+    /// it since (no other `Prepared` published, no `send`).
+    #[inline]
+    pub(super) unsafe fn publish_prepared(mut self, p: Prepared, data: IoDataMut) {
+        debug_assert!(std::ptr::eq(p.core, Arc::as_ptr(&self.tx.core)));
+        debug_assert!(p.describes(&data));
+        let pos = p.place.position();
+        // SAFETY: the place was reserved, and the descriptor written there, by `prepare`
+        // under this slot's state lock, held since, and nothing was pushed in between
+        // (the caller's contract).
+        unsafe { self.st.fwd.publish_written(p.place) };
+        let sent = Sent {
+            token: p.token,
+            pos,
+            data: data.freeze(),
+            meta: None,
+            evicted: None,
+        };
+        self.tx.finish_send(self.st, sent, true);
+    }
 }
+
+/// A message's descriptor made and stored in its ring place ahead of the payload (see
+/// [`SendSlot::prepare`]), not yet published.
+pub(super) struct Prepared {
+    /// The ring place; the descriptor is written there, unpublished.
+    place: Reserved<RawDesc>,
+    token: Token,
+    /// The length the descriptor gives, and the segment it names: a message written
+    /// shorter since, or replaced by another, is not the one described.
+    len: usize,
+    seg: *const Segment,
+    /// The sender it was made for (compared in debug builds).
+    core: *const SendCore,
+}
+
+impl Prepared {
+    /// Whether the descriptor still describes `data`: same length, same one segment.
+    #[inline]
+    pub(super) fn describes(&self, data: &IoDataMut) -> bool {
+        self.len == data.len() && data.sole_segment() == Some(self.seg)
+    }
+}
+
+// SAFETY: `seg` and `core` are addresses compared, never dereferenced; `place` points
+// into the ring's shared mapping, which outlives the slot that made it (the slot borrows
+// the sender), and is written only by `prepare` and `publish_prepared`, under the
+// sender's state lock that slot holds throughout.
+unsafe impl Send for Prepared {}
+// SAFETY: as above (a shared `Prepared` gives no access to `place`).
+unsafe impl Sync for Prepared {}
 
 impl Sender {
     /// Sends `data` if the ring has room, never blocking. The receiver gets an `IoData`
@@ -476,6 +632,101 @@ impl Sender {
         Ok(super::Loan::new(self.reserve()?, data))
     }
 
+    /// A loan of a fresh fbuf of `len` bytes from this sender's own path
+    /// ([`path`](Self::path)): [`loan`](Self::loan) without a path of the caller's.
+    /// Never waits: a full ring refuses it.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-loan-slice-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let mut rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// let mut loan = tx.loan_slice(4096)?;
+    /// let frame = loan.as_mut_slice().expect("an fbuf is one run");
+    /// frame[..7].copy_from_slice(b"frame 1");
+    /// loan.send()?;
+    /// assert!(rx.recv()?.slice(0..7).eq_bytes(b"frame 1"));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`reserve`](Self::reserve), and the path's allocation errors
+    /// ([`Error::QuotaExceeded`] when receivers hold its quota).
+    pub fn loan_slice(&self, len: usize) -> Result<super::Loan<'_>> {
+        self.loan(self.path().alloc(len)?)
+    }
+
+    /// Like [`loan`](Self::loan), waiting for room in a full ring until `deadline`
+    /// (`None`: for as long as it takes). For callers that hold an optional limit, such
+    /// as the C and Python bindings.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-loan-until-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let mut rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// let path = a.path(ferry::PathConfig::default())?;
+    /// let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    /// let mut loan = tx.loan_until(path.alloc(64)?, Some(deadline))?;
+    /// loan.data().fill_from(&[7; 64]);
+    /// loan.send()?;
+    /// assert!(rx.recv()?.eq_bytes(&[7; 64]));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`loan`](Self::loan), but [`Error::Timeout`] instead of [`Error::Full`] once
+    /// `deadline` has passed.
+    pub fn loan_until(
+        &self,
+        data: IoDataMut,
+        deadline: Option<Instant>,
+    ) -> Result<super::Loan<'_>> {
+        loop {
+            match self.reserve() {
+                Ok(slot) => return Ok(super::Loan::new(slot, data)),
+                Err(Error::Full) => self.wait_for_room(deadline)?,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The path [`loan_slice`](Self::loan_slice) allocates from: this sender's own, on
+    /// its domain's lot, made at the first call (with the default
+    /// [`PathConfig`](crate::PathConfig)). Its counters show the loans' fbufs.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-sender-path-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let mut rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// drop(tx.loan_slice(100)?);                // dropped unsent
+    /// assert_eq!(tx.path().outstanding(), 0);  // its fbuf is back
+    /// # drop(rx);
+    /// # Ok(()) }
+    /// ```
+    pub fn path(&self) -> &PathAllocator {
+        self.path.get_or_init(|| {
+            PathAllocator::new(
+                self.core.meta.lot().clone(),
+                self.core.domain.clone(),
+                crate::PathConfig::default(),
+            )
+        })
+    }
+
     /// Whether a send may go ahead: the receiver neither died nor closed, and its
     /// reverse ring is sound.
     fn open(&self, st: &SendState) -> Result<()> {
@@ -554,13 +805,12 @@ impl Sender {
         }
         let nblocks = desc::blocks_needed(frags.len());
         let mut meta = None;
-        let (idx, generation) = st.take_token();
-        let token = (generation as u64) << 32 | idx as u64;
+        let token = st.take_token();
         let entry = if nblocks > 0 {
             let mut m = match self.core.meta.alloc_segment(nblocks * BLOCK_BYTES) {
                 Ok(m) => m,
                 Err(e) => {
-                    st.free_tokens.push(idx);
+                    st.untake_token(token);
                     return Err(e);
                 }
             };
@@ -572,12 +822,12 @@ impl Sender {
                 offset: span.offset,
             };
             let bytes = m.as_mut_slice().expect("fresh fbufs are writable");
-            let e = desc::encode(token, frags, bytes, at);
+            let e = desc::encode(token.word(), frags, bytes, at);
             m.freeze();
             meta = Some(m);
             e
         } else {
-            desc::encode(token, frags, &mut [], RawRef::NONE)
+            desc::encode(token.word(), frags, &mut [], RawRef::NONE)
         };
         let pos = st.fwd.position();
         let mut evicted = None;
@@ -598,15 +848,14 @@ impl Sender {
         };
         match pushed {
             Push::Full(_) => {
-                st.free_tokens.push(idx);
+                st.untake_token(token);
                 c.drain(&mut st)?;
                 c.check_peer(&mut st, true)?;
                 Err(Error::Full)
             }
             Push::Done { .. } => {
                 let sent = Sent {
-                    idx,
-                    generation,
+                    token,
                     pos,
                     data: data.clone(),
                     meta,
@@ -631,14 +880,14 @@ impl Sender {
     ) -> bool {
         let c = &*self.core;
         let len = sent.data.len() as u64;
-        st.inflight[sent.idx as usize] = InFlight {
-            generation: sent.generation,
+        st.inflight[sent.token.idx as usize] = InFlight {
+            generation: sent.token.generation,
             pos: sent.pos,
             data: Some((sent.data, sent.meta)),
         };
         st.out += 1;
         let slots = st.by_pos.len() as u64;
-        st.by_pos[(sent.pos % slots) as usize] = sent.idx;
+        st.by_pos[(sent.pos % slots) as usize] = sent.token.idx;
         // Dekker, as in `Producer::try_push`: publication, fence, then the consumer's
         // `sleeping` flag (unfenced sends leave both to `wake_after_unfenced`).
         let wake = fenced && {
@@ -691,24 +940,31 @@ impl Sender {
     pub(crate) fn send_until(&self, data: &IoData, deadline: Option<Instant>) -> Result<()> {
         loop {
             match self.try_send(data) {
-                Err(Error::Full) => {}
+                Err(Error::Full) => self.wait_for_room(deadline)?,
                 other => return other,
             }
-            let left = match deadline {
-                Some(d) => Some(
-                    d.checked_duration_since(Instant::now())
-                        .ok_or(Error::Timeout)?,
-                ),
-                None => None,
-            };
-            if self.begin_room_wait()? {
-                let woke = wait_readable(&self.room_fds(), left);
-                self.end_room_wait();
-                if woke? == Some(1) {
-                    return Err(self.peer_died());
-                }
+        }
+    }
+
+    /// After a send found the ring full: sleeps until the receiver makes room (or may
+    /// have: the caller tries again), the receiver dies ([`Error::PeerGone`]) or
+    /// `deadline` passes ([`Error::Timeout`]).
+    fn wait_for_room(&self, deadline: Option<Instant>) -> Result<()> {
+        let left = match deadline {
+            Some(d) => Some(
+                d.checked_duration_since(Instant::now())
+                    .ok_or(Error::Timeout)?,
+            ),
+            None => None,
+        };
+        if self.begin_room_wait()? {
+            let woke = wait_readable(&self.room_fds(), left);
+            self.end_room_wait();
+            if woke? == Some(1) {
+                return Err(self.peer_died());
             }
         }
+        Ok(())
     }
 
     /// Prepares to wait for room in a full ring: true once registered as a sleeper (the

@@ -110,7 +110,9 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 pub use local::{run_server, Caller, Handler, Placement};
-pub use pubsub::{Publisher, PublisherStats, Publishing, Subscriber, SubscriberInfo};
+pub use pubsub::{
+    Publisher, PublisherLoan, PublisherStats, Publishing, Subscriber, SubscriberInfo,
+};
 pub use reqresp::{Client, Request, Response, Server, ServerStats, STATUS_HANDLER_FAILED};
 #[doc(hidden)]
 pub use table::__table_span;

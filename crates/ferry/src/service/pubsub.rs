@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use super::door::{Admit, HANDSHAKE_PATIENCE};
 use super::table::Kind;
 use super::{Membership, Offering, ServiceConfig, SlowSubscriber};
-use crate::channel::{ChannelConfig, ChannelStats, Receiver, Sender};
+use crate::channel::{ChannelConfig, ChannelStats, Draft, Receiver, Sender};
 use crate::error::{Error, Result};
-use crate::iodata::IoData;
+use crate::iodata::{IoData, IoDataMut};
 use crate::region::group::Member;
 use crate::region::{Domain, DomainId, PathAllocator, PathConfig};
 use crate::sync::lock;
@@ -166,6 +166,99 @@ impl Publisher {
             stats: PublisherStats::default(),
             offering,
         })
+    }
+
+    /// A message of `len` bytes to write in place and then publish to every subscriber
+    /// ([`PublisherLoan::send`]), as iceoryx2's loan, write, send: one fbuf from the
+    /// publisher's [`path`](Self::path), written once, then handed to each subscriber
+    /// exactly as [`publish`](Self::publish) hands a message (one descriptor per
+    /// subscriber's queue, the fbuf shared, back to the path once the last subscriber
+    /// released it). A loan dropped unsent publishes nothing and its fbuf goes back at
+    /// once.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-pub-loan-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// let mut publisher = Publisher::offer(&camera, "camera/front", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "camera/front", Duration::from_secs(5))?;
+    /// publisher.wait_for_subscribers(1, Duration::from_secs(5))?;
+    /// let mut msg = publisher.loan(64)?;
+    /// msg.as_mut_slice()[..7].copy_from_slice(b"frame 1");
+    /// assert_eq!(msg.send()?, 1);                             // subscribers reached
+    /// let got = sub.recv_timeout(Duration::from_secs(5))?;
+    /// assert!(got.slice(0..7).eq_bytes(b"frame 1"));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// The path's allocation errors ([`Error::QuotaExceeded`] while subscribers hold its
+    /// quota).
+    pub fn loan(&mut self, len: usize) -> Result<PublisherLoan<'_>> {
+        let data = self.copy_path.alloc(len)?;
+        Ok(self.lend(data))
+    }
+
+    /// Like [`loan`](Self::loan), with the fbuf from `path` (a path of the caller's, whose
+    /// counters then show the loans' fbufs).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-pub-loan-from-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// let mut publisher = Publisher::offer(&camera, "camera/front", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "camera/front", Duration::from_secs(5))?;
+    /// publisher.wait_for_subscribers(1, Duration::from_secs(5))?;
+    /// let path = camera.path(ferry::PathConfig::default())?;
+    /// let mut msg = publisher.loan_from(&path, 5)?;
+    /// msg.as_mut_slice().copy_from_slice(b"hello");
+    /// assert_eq!(msg.send()?, 1);
+    /// let got = sub.recv_timeout(Duration::from_secs(5))?;
+    /// assert!(got.eq_bytes(b"hello"));
+    /// drop(got);
+    /// publisher.collect_releases();
+    /// assert_eq!(path.outstanding(), 0);                      // back once released
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// `path`'s allocation errors.
+    pub fn loan_from(&mut self, path: &PathAllocator, len: usize) -> Result<PublisherLoan<'_>> {
+        let data = path.alloc(len)?;
+        Ok(self.lend(data))
+    }
+
+    /// A loan of `data`, one fbuf fresh from a path.
+    fn lend(&mut self, data: IoDataMut) -> PublisherLoan<'_> {
+        PublisherLoan {
+            draft: Draft::new(data),
+            publisher: self,
+        }
+    }
+
+    /// The path [`loan`](Self::loan) allocates from (a message published with fragments
+    /// outside any lot is copied into it too). Its counters show the loans' fbufs.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-pub-path-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// let mut publisher = Publisher::offer(&camera, "camera/front", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "camera/front", Duration::from_secs(5))?;
+    /// publisher.wait_for_subscribers(1, Duration::from_secs(5))?;
+    /// drop(publisher.loan(100)?);                  // dropped unsent
+    /// assert_eq!(publisher.path().outstanding(), 0);   // its fbuf is back
+    /// # drop(sub);
+    /// # Ok(()) }
+    /// ```
+    pub fn path(&self) -> &PathAllocator {
+        &self.copy_path
     }
 
     /// Publishes `data` to every subscriber. Under [`SlowSubscriber::Block`] waits (as
@@ -424,6 +517,196 @@ impl Publisher {
     }
 }
 
+/// A message being written in place for every subscriber of a [`Publisher`] (see
+/// [`Publisher::loan`]): write it through [`as_mut_slice`](Self::as_mut_slice), then
+/// [`send`](Self::send). It borrows the publisher, so nothing else is published while it
+/// is written. Dropped unsent, it publishes nothing and its fbuf goes back to the
+/// publisher's path.
+#[must_use = "a loan publishes nothing until `send` is called"]
+pub struct PublisherLoan<'a> {
+    publisher: &'a mut Publisher,
+    /// One fbuf of the publisher's path: one run of bytes, always.
+    draft: Draft,
+}
+
+impl std::fmt::Debug for PublisherLoan<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PublisherLoan")
+            .field("service", &self.publisher.name())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl PublisherLoan<'_> {
+    /// The message's bytes, to write (all of them: [`len`](Self::len) bytes, one run in
+    /// the fbuf that every subscriber will read, zero copy). An fbuf is not zeroed when
+    /// recycled: bytes not written hold what an earlier message left there.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-pub-loan-slice-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// let mut publisher = Publisher::offer(&camera, "camera/front", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "camera/front", Duration::from_secs(5))?;
+    /// publisher.wait_for_subscribers(1, Duration::from_secs(5))?;
+    /// let mut msg = publisher.loan(4)?;
+    /// msg.as_mut_slice().copy_from_slice(b"ping");
+    /// msg.send()?;
+    /// assert!(sub.recv_timeout(Duration::from_secs(5))?.eq_bytes(b"ping"));
+    /// # Ok(()) }
+    /// ```
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.draft
+            .as_mut_slice()
+            .expect("a publisher's loan is one fbuf")
+    }
+
+    /// The message's length in bytes.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-pub-loan-len-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// let mut publisher = Publisher::offer(&camera, "camera/front", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "camera/front", Duration::from_secs(5))?;
+    /// publisher.wait_for_subscribers(1, Duration::from_secs(5))?;
+    /// let msg = publisher.loan(1000)?;
+    /// assert_eq!(msg.len(), 1000);
+    /// assert!(!msg.is_empty());
+    /// # drop(sub);
+    /// # Ok(()) }
+    /// ```
+    pub fn len(&self) -> usize {
+        self.draft.get().len()
+    }
+
+    /// True for a loan of zero bytes.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-pub-loan-empty-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// let mut publisher = Publisher::offer(&camera, "camera/front", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "camera/front", Duration::from_secs(5))?;
+    /// publisher.wait_for_subscribers(1, Duration::from_secs(5))?;
+    /// assert!(publisher.loan(0)?.is_empty());
+    /// # drop(sub);
+    /// # Ok(()) }
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Shortens the message to its first `len` bytes (no effect if it is not longer):
+    /// for a message whose size is known only once written. The fbuf keeps its size
+    /// until it goes back.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-pub-loan-truncate-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// let mut publisher = Publisher::offer(&camera, "camera/front", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "camera/front", Duration::from_secs(5))?;
+    /// publisher.wait_for_subscribers(1, Duration::from_secs(5))?;
+    /// let mut msg = publisher.loan(4096)?;
+    /// msg.as_mut_slice()[..5].copy_from_slice(b"short");
+    /// msg.truncate(5);
+    /// msg.send()?;
+    /// assert!(sub.recv_timeout(Duration::from_secs(5))?.eq_bytes(b"short"));
+    /// # Ok(()) }
+    /// ```
+    pub fn truncate(&mut self, len: usize) {
+        self.draft.data().truncate(len);
+    }
+
+    /// Publishes the message to every subscriber, as [`Publisher::publish`] does (under
+    /// [`SlowSubscriber::Block`] waits, as long as it takes, for room in full queues);
+    /// returns how many subscribers were handed it.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-pub-loan-send-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// let mut publisher = Publisher::offer(&camera, "camera/front", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "camera/front", Duration::from_secs(5))?;
+    /// publisher.wait_for_subscribers(1, Duration::from_secs(5))?;
+    /// let mut msg = publisher.loan(3)?;
+    /// msg.as_mut_slice().copy_from_slice(b"abc");
+    /// assert_eq!(msg.send()?, 1);
+    /// assert!(sub.recv_timeout(Duration::from_secs(5))?.eq_bytes(b"abc"));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Publisher::publish`].
+    pub fn send(self) -> Result<usize> {
+        self.send_until(None)
+    }
+
+    /// Like [`send`](Self::send), waiting for room at most `timeout` under
+    /// [`SlowSubscriber::Block`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-pub-loan-send-timeout-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// let mut publisher = Publisher::offer(&camera, "camera/front", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "camera/front", Duration::from_secs(5))?;
+    /// publisher.wait_for_subscribers(1, Duration::from_secs(5))?;
+    /// let mut msg = publisher.loan(3)?;
+    /// msg.as_mut_slice().copy_from_slice(b"abc");
+    /// assert_eq!(msg.send_timeout(Duration::from_secs(1))?, 1);
+    /// # drop(sub);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Publisher::publish_timeout`].
+    pub fn send_timeout(self, timeout: Duration) -> Result<usize> {
+        self.send_until(Some(Instant::now() + timeout))
+    }
+
+    /// Like [`send`](Self::send), waiting for room under [`SlowSubscriber::Block`] until
+    /// `deadline` (`None`: for as long as it takes). For callers that hold an optional
+    /// limit, such as the C and Python bindings.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-pub-loan-send-until-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// let mut publisher = Publisher::offer(&camera, "camera/front", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "camera/front", Duration::from_secs(5))?;
+    /// publisher.wait_for_subscribers(1, Duration::from_secs(5))?;
+    /// let mut msg = publisher.loan(3)?;
+    /// msg.as_mut_slice().copy_from_slice(b"abc");
+    /// assert_eq!(msg.send_until(None)?, 1);
+    /// # drop(sub);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Publisher::publish_until`].
+    pub fn send_until(self, deadline: Option<Instant>) -> Result<usize> {
+        let data = self.draft.into_data().freeze();
+        self.publisher.publish_until(&data, deadline)
+    }
+}
+
 /// The subscribing end of a named service: a bounded queue of the publisher's messages.
 ///
 /// Its [`AsFd`] is the receiver's wait descriptor (readable on a message or when the publisher
@@ -497,6 +780,49 @@ impl Subscriber {
     /// [`Error::Timeout`] if none arrived in time.
     pub fn recv_spin(&mut self, timeout: Duration) -> Result<IoData> {
         self.rx.recv_spin(timeout)
+    }
+
+    /// Makes [`recv`](Self::recv) and [`recv_timeout`](Self::recv_timeout) busy-poll
+    /// for up to `spin` before they sleep, as [`Receiver::set_spin`] does. Zero (the
+    /// default) sleeps at once.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-sub-set-spin-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// let mut publisher = Publisher::offer(&camera, "camera/front", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "camera/front", Duration::from_secs(5))?;
+    /// publisher.wait_for_subscribers(1, Duration::from_secs(5))?;
+    /// sub.set_spin(Duration::from_micros(50));
+    /// let mut msg = publisher.loan(2)?;
+    /// msg.as_mut_slice().copy_from_slice(b"hi");
+    /// msg.send()?;
+    /// assert!(sub.recv_timeout(Duration::from_secs(5))?.eq_bytes(b"hi"));
+    /// # Ok(()) }
+    /// ```
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.rx.set_spin(spin);
+    }
+
+    /// How long a blocking receive busy-polls before it sleeps (see
+    /// [`set_spin`](Self::set_spin)).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-sub-spin-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// let mut publisher = Publisher::offer(&camera, "camera/front", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "camera/front", Duration::from_secs(5))?;
+    /// publisher.wait_for_subscribers(1, Duration::from_secs(5))?;
+    /// assert_eq!(sub.spin(), Duration::ZERO);
+    /// # Ok(()) }
+    /// ```
+    pub fn spin(&self) -> Duration {
+        self.rx.spin()
     }
 
     /// Prepares to wait on [`as_fd`](AsFd::as_fd); false if a message is already queued
