@@ -42,16 +42,28 @@
 //! Layers, bottom up: `sys` (thin syscall wrappers, private to the crate; [`diagnostics`]
 //! re-exports its syscall counters and page size), [`region`] (groups, domains, lots,
 //! fbufs), [`segment`] and [`iodata`] (handles), [`channel`] (rings, senders and receivers),
-//! and on top [`service`] (named publish-subscribe and request-response over channels)
-//! and [`semantics`] (Genie's eight data-passing semantics over channels and TCP), and
-//! with the `tokio` feature `aio` (async endpoints over the same wait descriptors).
+//! and on top [`service`] (named publish-subscribe and request-response over channels).
 //! Errors are one enum, [`Error`]; a descriptor that fails validation is
 //! [`Error::BadDescriptor`], a dead peer [`Error::PeerGone`].
+//!
+//! # Features
+//!
+//! The core above builds with no feature. Each subsystem is a Cargo feature, off by
+//! default, so that a program that only passes data over channels and services compiles
+//! no io_uring or userfaultfd code and does not depend on the `io-uring` crate:
+//!
+//! | feature | module | what it adds |
+//! |---|---|---|
+//! | `containers` | `container` | containers and pallets: whole pages moved through memfds, pipes, `splice` and `SCM_RIGHTS` |
+//! | `uring` | `uring`, `vcm` | the io_uring driver, xlate (page-remapping copies) and VCM endpoints; the only user of the `io-uring` crate |
+//! | `semantics` | `semantics` | Genie's eight data-passing semantics over channels, with TCOW over userfaultfd; with `uring` as well, over TCP too (`semantics::tcp`) |
+//! | `tokio` | `aio` | async endpoints over the endpoints' wait descriptors |
 //!
 //! # Conventions
 //!
 //! - **Timeouts.** A call that blocks and takes a timeout (`recv_timeout`, `recv_spin`,
-//!   `Uring::wait_timeout`, `vcm::Endpoint::wait`, `connect`/`accept`) returns
+//!   `Uring::wait_timeout` and `vcm::Endpoint::wait` (feature `uring`),
+//!   `connect`/`accept`) returns
 //!   `Err(`[`Error::Timeout`]`)` when it expires. A `try_*` call never blocks: a receive
 //!   with nothing ready gives `Ok(None)`, a send into a full ring `Err(`[`Error::Full`]`)`.
 //!   An expired wait is an error because the caller asked for something that did not
@@ -79,24 +91,28 @@
 //! | [`segment`] | a [`Segment`] is a pointer and length into a mapping, kept alive by its keeper: the one `unsafe` constructor and the slices over it |
 //! | [`iodata`] | [`IoDataMut`] implements `bytes::BufMut`, an `unsafe` trait; it reaches its own segments, which only it references until frozen, without `Arc::get_mut`'s locked compare-and-swap |
 //! | [`channel`] | the SPSC ring and its slots in shared memory (volatile reads of what the peer writes), the channel mapping's layout, segments built from validated descriptors, a loan's segment address kept for comparison (`Send` for a raw pointer never dereferenced) |
-//! | [`container`] | `container::unload` hands out slices over an unloaded pallet's mapping |
-//! | [`uring`] | io_uring: pushing entries whose buffers the kernel uses until completion, registered buffers, the `IoBuf` traits, aligned allocations, xlate's bounce buffers |
-//! | [`vcm`] | its io_uring ring (pushes, registered region), `msghdr` space, slices over the registered region |
-//! | [`semantics`] (its `app`, `hide`, `regions`, `tcow` and `tcp` submodules) | slices over application buffers' views, segments over output regions, hiding, unmapping and moving out the pages of regions given up at output (and calibrate's probe of that), replacing a page under a writer (TCOW), buffers lent to io_uring sends and receives |
+//! | `container` (feature `containers`) | `container::unload` hands out slices over an unloaded pallet's mapping |
+//! | `uring` (feature `uring`) | io_uring: pushing entries whose buffers the kernel uses until completion, registered buffers, the `IoBuf` traits, aligned allocations, xlate's bounce buffers |
+//! | `vcm` (feature `uring`) | its io_uring ring (pushes, registered region), `msghdr` space, slices over the registered region |
+//! | `semantics` (feature `semantics`; its `app`, `hide`, `regions`, `tcow` and `tcp` submodules) | slices over application buffers' views, segments over output regions, hiding, unmapping and moving out the pages of regions given up at output (and calibrate's probe of that), replacing a page under a writer (TCOW), buffers lent to io_uring sends and receives |
 //! | `aio` (feature `tokio`) | registering an endpoint's descriptor with tokio's reactor (`AsyncFd::register_with_interest`), whose contract is that the descriptor stays open and the same while registered |
 //!
 //! [`error`], [`diagnostics`], [`service`], `copy` and the `sync` shim contain none.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // `unsafe` is denied at the root; each module below that needs it says so here (container
 // on its `unload` submodule), as listed under "Where `unsafe` lives" in the crate docs.
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 #[allow(unsafe_code)]
 pub mod aio;
 #[allow(unsafe_code)]
 pub mod channel;
+#[cfg(feature = "containers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "containers")))]
 pub mod container;
 mod copy;
 pub mod diagnostics;
@@ -107,18 +123,26 @@ pub mod iodata;
 pub mod region;
 #[allow(unsafe_code)]
 pub mod segment;
+#[cfg(feature = "semantics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "semantics")))]
 pub mod semantics;
 pub mod service;
 pub(crate) mod sync;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
 mod until;
+#[cfg(feature = "uring")]
+#[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
 #[allow(unsafe_code)]
 pub mod uring;
+#[cfg(feature = "uring")]
+#[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
 #[allow(unsafe_code)]
 pub mod vcm;
 
 pub use channel::{ChannelConfig, ChannelStats, Loan, Receiver, SendSlot, Sender};
+#[cfg(feature = "containers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "containers")))]
 pub use container::{Container, Pallet};
 pub use error::{BadDescriptor, Error, Result};
 pub use iodata::{Fragment, IoData, IoDataMut};

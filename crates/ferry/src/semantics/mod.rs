@@ -58,7 +58,7 @@
 //! | input alignment, copyout, page swapping | every application-allocated input | [`copyout`] |
 //! | short-data thresholds | every emulated form | [`thresholds`] |
 //! | the cost model and calibration file | `ferry calibrate` | [`calibration`] |
-//! | TCP through the io_uring driver | all eight | [`tcp`] |
+//! | TCP through the io_uring driver (with the `uring` feature) | all eight | `tcp` |
 
 use std::fmt;
 use std::str::FromStr;
@@ -78,6 +78,8 @@ pub mod regions;
 pub mod stats;
 #[allow(unsafe_code)]
 pub mod tcow;
+#[cfg(feature = "uring")]
+#[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
 #[allow(unsafe_code)]
 pub mod tcp;
 pub mod thresholds;

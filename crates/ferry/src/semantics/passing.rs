@@ -69,6 +69,7 @@ pub(crate) struct Regions {
 }
 
 impl Regions {
+    #[cfg(feature = "uring")]
     pub(crate) fn count_hidden(&self) {
         add(&self.stats.regions_hidden, 1);
     }
@@ -296,11 +297,10 @@ impl Passing {
         })
     }
 
-    /// A guard that keeps `seg` (its first `pages` pages output) reserved until released.
-    pub(super) fn region_guard(&self, seg: Segment, pages: usize, then: Afterwards) -> RegionGuard {
+    /// A guard that keeps `seg` reserved until released.
+    pub(super) fn region_guard(&self, seg: Segment, then: Afterwards) -> RegionGuard {
         RegionGuard {
             seg: Some(seg),
-            pages,
             then,
             regions: self.regions.clone(),
         }
@@ -456,7 +456,7 @@ impl Passing {
             drop(seg);
             Ok(used)
         };
-        let guard = |seg, then| self.region_guard(seg, npages, then);
+        let guard = |seg, then| self.region_guard(seg, then);
         let used = match s {
             _ if self.thresholds.converts(s, len) => {
                 self.stats.converted(s);

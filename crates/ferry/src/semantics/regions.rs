@@ -140,8 +140,12 @@ pub(crate) enum Afterwards {
     /// Emulated weak move: queue it, still mapped, for reuse.
     Cache,
     /// Emulated move over a socket (the kernel needed the pages mapped until now): hide
-    /// it, then queue it as `Hide` does.
-    HideThenQueue,
+    /// it (its first `pages` pages, the ones output), then queue it as `Hide` does.
+    #[cfg(feature = "uring")]
+    HideThenQueue {
+        /// Pages output.
+        pages: usize,
+    },
 }
 
 /// Keeps an output region's span reserved until every receiver released it, then does
@@ -149,7 +153,6 @@ pub(crate) enum Afterwards {
 /// output, not two: each clone is a locked instruction before the hand-over).
 pub(crate) struct RegionGuard {
     pub seg: Option<Segment>,
-    pub pages: usize,
     pub then: Afterwards,
     pub regions: Arc<Regions>,
 }
@@ -170,8 +173,9 @@ impl Drop for RegionGuard {
             Afterwards::Hide(stash) => self.regions.hidden(Hidden { seg, stash }),
             Afterwards::Free => drop(seg),
             Afterwards::Cache => self.regions.cache(seg),
-            Afterwards::HideThenQueue => {
-                if let Ok(stash) = super::hide::hide(lot, &seg, self.pages) {
+            #[cfg(feature = "uring")]
+            Afterwards::HideThenQueue { pages } => {
+                if let Ok(stash) = super::hide::hide(lot, &seg, pages) {
                     self.regions.count_hidden();
                     self.regions.hidden(Hidden { seg, stash });
                 }

@@ -199,19 +199,19 @@ impl Passing {
         let t = target(sock);
         if self.thresholds.converts(s, len) {
             self.stats.converted(s);
-            let d = describe(self.region_guard(seg, npages, Afterwards::Free), len);
+            let d = describe(self.region_guard(seg, Afterwards::Free), len);
             self.tcp_send_data(ring, t, &d, false)?;
             self.stats.copied(s, len);
             self.stats.output(s, len);
             return Ok(Used::ConvertedToCopy);
         }
         let then = match s {
-            Semantics::EmulatedMove => Afterwards::HideThenQueue,
+            Semantics::EmulatedMove => Afterwards::HideThenQueue { pages: npages },
             Semantics::EmulatedWeakMove => Afterwards::Cache,
             _ => Afterwards::Free,
         };
         // Dropped once sent: the guard then frees, hides or queues the region.
-        let d = describe(self.region_guard(seg, npages, then), len);
+        let d = describe(self.region_guard(seg, then), len);
         self.tcp_send_data(ring, t, &d, true)?;
         self.stats.output(s, len);
         Ok(Used::Mechanism)

@@ -35,10 +35,12 @@ pub struct Mapping {
     /// Unique in this process: the tokens of parts taken out ([`Stash`], [`Discarded`])
     /// name it, so that they go back only into the mapping they came from (not into a
     /// later one at the same address).
+    #[cfg(feature = "semantics")]
     id: u64,
 }
 
 /// The next [`Mapping`]'s `id`.
+#[cfg(feature = "semantics")]
 fn next_id() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -79,6 +81,7 @@ impl Mapping {
         Ok(Mapping {
             ptr: NonNull::new(p.cast()).expect("mmap never returns null"),
             len,
+            #[cfg(feature = "semantics")]
             id: next_id(),
         })
     }
@@ -110,6 +113,7 @@ impl Mapping {
             Ok(p) if p as usize == addr => Ok(Mapping {
                 ptr: NonNull::new(p.cast()).expect("non-null"),
                 len,
+                #[cfg(feature = "semantics")]
                 id: next_id(),
             }),
             Ok(p) => {
@@ -155,6 +159,12 @@ impl Mapping {
         unsafe { mprotect(at, len, flags)? };
         Ok(())
     }
+}
+
+/// Taking pages out of a mapping, putting them back and replacing them: what Genie's
+/// semantics do to the regions they hide and move and to the pages TCOW copies.
+#[cfg(feature = "semantics")]
+impl Mapping {
     /// Drops the pages at `offset..offset+len` from this mapping and leaves the range
     /// inaccessible: an anonymous `PROT_NONE` placeholder is mapped over it
     /// (`mmap(MAP_FIXED)`, one step), so any access faults and, unlike a `munmap` hole,
@@ -471,11 +481,13 @@ impl Mapping {
 
 /// `MREMAP_DONTUNMAP` (Linux 5.7; `linux/mman.h`): rustix names it only in its raw-syscall
 /// backend, not in the libc one (used under Miri, for instance).
+#[cfg(feature = "semantics")]
 const DONTUNMAP: rustix::mm::MremapFlags = rustix::mm::MremapFlags::from_bits_retain(4);
 
 /// Pages moved out of a [`Mapping`] by [`Mapping::move_out`], at an address reserved for
 /// them that only this value knows. Dropped, it unmaps its reservation (and the pages, if
 /// they were not moved back).
+#[cfg(feature = "semantics")]
 #[derive(Debug)]
 pub struct Stash {
     /// The reservation: `total` bytes from `base`.
@@ -492,6 +504,7 @@ pub struct Stash {
 
 /// Proof that [`Mapping::discard`] left an inaccessible placeholder over `from..from+len`
 /// of a mapping; [`Mapping::restore`] consumes it.
+#[cfg(feature = "semantics")]
 #[derive(Debug)]
 #[must_use = "a discarded range stays inaccessible until it is restored"]
 pub struct Discarded {
@@ -500,6 +513,7 @@ pub struct Discarded {
     len: usize,
 }
 
+#[cfg(feature = "semantics")]
 impl Stash {
     /// After the pages went back: unmaps what is left of the reservation around their
     /// old place (not that place itself, which is no longer ours), and forgets it.
@@ -516,6 +530,7 @@ impl Stash {
     }
 }
 
+#[cfg(feature = "semantics")]
 impl Drop for Stash {
     fn drop(&mut self) {
         count();
@@ -538,7 +553,7 @@ impl Drop for Mapping {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "semantics"))]
 mod tests {
     use super::*;
     use std::os::fd::AsFd;

@@ -9,10 +9,14 @@
 pub mod fd;
 pub mod futex;
 pub mod mem;
+#[cfg(feature = "containers")]
 pub mod scm;
 pub mod seal;
+#[cfg(feature = "uring")]
 pub mod sockaddr;
+#[cfg(feature = "containers")]
 pub mod splice;
+#[cfg(any(feature = "uring", feature = "semantics"))]
 pub mod uffd;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -5,6 +5,7 @@
 use std::io;
 use std::os::fd::BorrowedFd;
 
+#[cfg(feature = "containers")]
 use rustix::fs::FallocateFlags;
 pub use rustix::fs::SealFlags;
 
@@ -51,6 +52,7 @@ pub fn check_fixed_size(fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {
 
 /// Frees the pages of `offset..offset+len` so they read as zeros again, keeping the file
 /// size (`fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)`).
+#[cfg(feature = "containers")]
 pub fn punch_hole(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
     if len == 0 {
         return Ok(());

@@ -10,6 +10,9 @@
 //! (`userfaultfd_event_wait_completion` in `fs/userfaultfd.c`). The `xlate` cache uses
 //! that to invalidate a cached translation before the unmapping call returns.
 //!
+//! The watcher serves xlate (the `uring` feature), the write-protect [`Protector`] serves
+//! TCOW (the `semantics` feature); each half is compiled only with its feature.
+//!
 //! The `userfaultfd` crate (0.9) lacks the write-protect flags, so these are raw ioctls.
 //! See <https://man7.org/linux/man-pages/man2/userfaultfd.2.html>.
 
@@ -24,13 +27,19 @@ const UFFDIO_API: libc::c_ulong = 0xC018_AA3F;
 const UFFDIO_REGISTER: libc::c_ulong = 0xC020_AA00;
 const UFFDIO_REGISTER_MODE_WP: u64 = 1 << 1;
 
+#[cfg(feature = "uring")]
 const FEATURE_EVENT_REMAP: u64 = 1 << 2;
+#[cfg(feature = "uring")]
 const FEATURE_EVENT_REMOVE: u64 = 1 << 3;
+#[cfg(feature = "uring")]
 const FEATURE_EVENT_UNMAP: u64 = 1 << 6;
 const FEATURE_WP_HUGETLBFS_SHMEM: u64 = 1 << 12;
 
+#[cfg(feature = "uring")]
 const EVENT_REMAP: u8 = 0x14;
+#[cfg(feature = "uring")]
 const EVENT_REMOVE: u8 = 0x15;
+#[cfg(feature = "uring")]
 const EVENT_UNMAP: u8 = 0x16;
 
 #[repr(C)]
@@ -67,6 +76,7 @@ struct UffdMsg {
     arg: [u64; 3],
 }
 
+#[cfg(feature = "uring")]
 /// A change to a watched address range, as the kernel reported it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
@@ -97,6 +107,7 @@ pub enum Event {
     Other(u8),
 }
 
+#[cfg(feature = "uring")]
 impl Event {
     /// The old address range this event took away from its mapping, if any.
     pub fn gone(&self) -> Option<(usize, usize)> {
@@ -108,12 +119,14 @@ impl Event {
     }
 }
 
+#[cfg(feature = "uring")]
 /// A userfaultfd that reports unmap, remove and remap events for registered ranges.
 #[derive(Debug)]
 pub struct Watcher {
     fd: OwnedFd,
 }
 
+#[cfg(feature = "uring")]
 fn open_uffd() -> io::Result<OwnedFd> {
     open_flags(UFFD_USER_MODE_ONLY)
 }
@@ -181,6 +194,7 @@ fn read_msgs(fd: BorrowedFd<'_>, msgs: &mut [UffdMsg]) -> io::Result<usize> {
     Ok(n as usize / std::mem::size_of::<UffdMsg>())
 }
 
+#[cfg(feature = "uring")]
 impl Watcher {
     /// Opens a userfaultfd (non-blocking, user-mode faults only) with the unmap, remove and
     /// remap events enabled. Fails if the kernel lacks userfaultfd or any of those events,
@@ -252,6 +266,7 @@ impl Watcher {
     }
 }
 
+#[cfg(feature = "uring")]
 impl AsFd for Watcher {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
@@ -260,19 +275,27 @@ impl AsFd for Watcher {
 
 // ---------------------------------------------------------------- write protection
 
+#[cfg(feature = "semantics")]
 const UFFDIO_WRITEPROTECT: libc::c_ulong = 0xC018_AA06;
+#[cfg(feature = "semantics")]
 const UFFDIO_WAKE: libc::c_ulong = 0x8010_AA02;
+#[cfg(feature = "semantics")]
 const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1;
+#[cfg(feature = "semantics")]
 const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
+#[cfg(feature = "semantics")]
 const EVENT_PAGEFAULT: u8 = 0x12;
+#[cfg(feature = "semantics")]
 const PAGEFAULT_FLAG_WP: u64 = 1 << 1;
 
+#[cfg(feature = "semantics")]
 #[repr(C)]
 struct UffdioWriteprotect {
     range: UffdioRange,
     mode: u64,
 }
 
+#[cfg(feature = "semantics")]
 /// A write to a write-protected page, waiting for the handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WpFault {
@@ -280,6 +303,7 @@ pub struct WpFault {
     pub addr: usize,
 }
 
+#[cfg(feature = "semantics")]
 /// A userfaultfd used for write protection (`UFFDIO_REGISTER_MODE_WP` and
 /// `UFFDIO_WRITEPROTECT`): a write to a protected page of a registered range stops the
 /// writing thread and queues a [`WpFault`] until [`Protector::unprotect`] or
@@ -290,6 +314,7 @@ pub struct Protector {
     user_mode_only: bool,
 }
 
+#[cfg(feature = "semantics")]
 impl Protector {
     /// Opens a non-blocking userfaultfd with write-protect faults on shmem (memfd)
     /// mappings enabled. Kernel-mode faults (a `read(2)` into a protected page) are
@@ -399,6 +424,7 @@ impl Protector {
     }
 }
 
+#[cfg(feature = "semantics")]
 impl AsFd for Protector {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
@@ -433,6 +459,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "uring")]
     fn munmap_of_a_watched_range_is_reported() {
         let w = match Watcher::new() {
             Ok(w) => w,
