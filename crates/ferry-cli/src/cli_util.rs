@@ -4,10 +4,9 @@
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 /// The longest wait a duration argument may ask for: a day. Longer is almost surely a
 /// typo, and far longer does not fit a `Duration` deadline.

@@ -179,7 +179,7 @@ pub enum Error {
     /// safety: a symbolic link, a file another user owns or made writable to others,
     /// a file that is not a door table and is not ours to remove, or a member running as
     /// a user the group's access policy does not admit. Nothing was changed.
-    Refused {
+    Untrusted {
         /// The group's named file.
         path: std::path::PathBuf,
         /// What is wrong.
@@ -362,7 +362,7 @@ impl fmt::Display for Error {
             }
             Self::GroupFull => write!(f, "group has no free domain slot"),
             Self::BadGroup(why) => write!(f, "not a usable ferry group: {why}"),
-            Self::Refused { path, why } => write!(f, "refusing {}: {why}", path.display()),
+            Self::Untrusted { path, why } => write!(f, "refusing {}: {why}", path.display()),
             Self::BadDescriptor(d) => write!(f, "bad descriptor from peer: {d}"),
             Self::Full => write!(f, "channel ring is full"),
             Self::Timeout => write!(f, "timed out"),

@@ -130,7 +130,7 @@ fn group_policy_admits_its_members_and_refuses_others() {
     };
     let err = Group::open_with(&name, config).expect_err("root outside G joined");
     assert!(
-        matches!(err, Error::Refused { .. })
+        matches!(err, Error::Untrusted { .. })
             && err
                 .to_string()
                 .contains(&format!("not in Unix group {SHARED_GID}")),
@@ -156,7 +156,7 @@ fn root_joins_another_users_group_only_when_asked() {
     let mut owner = Kid::spawn("hold", &name, Some(OTHER_UID), &[], &[]);
     assert_eq!(owner.line(), "ready");
     let err = Group::open(&name).expect_err("root joined without asking");
-    assert!(matches!(err, Error::Refused { .. }), "{err}");
+    assert!(matches!(err, Error::Untrusted { .. }), "{err}");
     let g = Group::open_with(
         &name,
         GroupConfig {

@@ -265,7 +265,6 @@ fn wait_ready(link: &Link, offer: &Offer<'_>, until: &mut Until<'_>) -> Ready {
         if let Err(e) = until.check() {
             return Ready::No(e);
         }
-        until.check()?;
         futex::wait(
             &link.header().rx_ready,
             0,

@@ -141,7 +141,7 @@ impl Admission {
 
 /// A refusal of the named file at `path`.
 pub(crate) fn refused(path: &Path, why: impl Into<String>) -> Error {
-    Error::Refused {
+    Error::Untrusted {
         path: path.to_owned(),
         why: why.into(),
     }

@@ -307,7 +307,7 @@ impl Group {
     /// `config.allow_foreign_owner`); a new one gets the policy's mode and group.
     ///
     /// # Errors
-    /// [`Error::Refused`] for a named file that is a link, not a regular file, has
+    /// [`Error::Untrusted`] for a named file that is a link, not a regular file, has
     /// several links, is another user's (unless allowed), grants more than the policy,
     /// or is another user's garbage; also when the live member a door leads to runs as
     /// a user the policy does not admit. [`Error::BadGroup`] if the table names live
@@ -481,7 +481,7 @@ impl Group {
         Err(last)
     }
 
-    /// Ok if process `pid` runs as a user this group admits; [`Error::Refused`] if not.
+    /// Ok if process `pid` runs as a user this group admits; [`Error::Untrusted`] if not.
     pub(crate) fn admit(&self, pid: u32) -> Result<()> {
         self.admission
             .check(pid)
