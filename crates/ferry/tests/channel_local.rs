@@ -323,27 +323,32 @@ fn blocking_receiver_is_woken() {
 fn address_in_use_is_an_error() {
     let name = format!("test-addr-{}", std::process::id());
     let g = Group::open(&name).unwrap();
-    // Occupy slot 0's address first, so the join must fail rather than map elsewhere.
-    let addr = g.lot_addr(0);
+    // Occupy every address window of slot 0 first, so the join must fail rather than map
+    // elsewhere.
+    let range = g.slot_range(0);
+    let len = range.end - range.start;
     // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; we own the result.
     let p = unsafe {
         libc::mmap(
-            addr as *mut _,
-            4096,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            range.start as *mut _,
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE
+                | libc::MAP_ANONYMOUS
+                | libc::MAP_NORESERVE
+                | libc::MAP_FIXED_NOREPLACE,
             -1,
             0,
         )
     };
-    assert_eq!(p as usize, addr);
+    assert_eq!(p as usize, range.start);
     let e = g.join().unwrap_err();
     assert!(
-        matches!(e, Error::AddressInUse { addr: a, .. } if a == addr),
+        matches!(e, Error::AddressInUse { addr: a, .. } if range.contains(&a)),
         "{e}"
     );
-    // SAFETY: `p` is the anonymous page mapped above, referenced by nothing else.
-    unsafe { libc::munmap(p, 4096) };
+    // SAFETY: `p` is the anonymous range mapped above, referenced by nothing else.
+    unsafe { libc::munmap(p, len) };
     assert!(g.join().is_ok());
 }
 

@@ -28,7 +28,6 @@ use super::access::{kind_of, Admission};
 use super::activity::MemberActivity;
 use super::group::{named_path, pid_alive, read_table, DoorTable, Locked, TABLE_LEN};
 use super::{Group, Member};
-use crate::service::ServiceInfo;
 use crate::sys::fd::same_file;
 
 /// A `/dev/shm/ferry.<name>` entry as [`Group::inspect`] found it.
@@ -92,6 +91,11 @@ pub struct GroupView {
 }
 
 impl GroupView {
+    /// The group it shows, mapped read-only (the service layer reads its table here).
+    pub(crate) fn group(&self) -> &Group {
+        &self.group
+    }
+
     /// The group's name.
     pub fn name(&self) -> &str {
         self.group.name()
@@ -105,16 +109,6 @@ impl GroupView {
     /// The live members (see [`Group::members`]).
     pub fn members(&self) -> Vec<Member> {
         self.group.members()
-    }
-
-    /// The live services (see [`Group::services`]).
-    pub fn services(&self) -> Vec<ServiceInfo> {
-        self.group.services()
-    }
-
-    /// Service table entries that fail validation (see [`Group::service_table_damage`]).
-    pub fn service_table_damage(&self) -> usize {
-        self.group.service_table_damage()
     }
 
     /// What each member publishes about its paths and channels (see [`Group::activity`]).

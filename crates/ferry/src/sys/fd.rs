@@ -19,8 +19,18 @@ pub fn memfd(name: &str, len: u64) -> io::Result<OwnedFd> {
     let fd = memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
     count();
     rustix::fs::ftruncate(&fd, len)?;
+    // Learn the shmem mount's device from the first memfd (a joiner's lot, say), so that
+    // checking a peer's descriptor later needs no descriptor of its own: short of
+    // descriptors, that check would fail and blame the peer.
+    if MEMFD_DEV.get().is_none() {
+        let st = statx_cached(fd.as_fd())?;
+        let _ = MEMFD_DEV.set((st.stx_dev_major, st.stx_dev_minor));
+    }
     Ok(fd)
 }
+
+/// See [`memfd_dev`].
+static MEMFD_DEV: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
 
 /// Size of the file behind `fd` (`fstat(2)`).
 pub fn file_len(fd: BorrowedFd<'_>) -> io::Result<u64> {
@@ -46,13 +56,12 @@ pub fn kind_of(mode: u32) -> &'static str {
 /// Device number (major, minor) of the kernel's internal shmem mount, on which every
 /// memfd made without `MFD_HUGETLB` lives: learnt once from a memfd of our own.
 fn memfd_dev() -> io::Result<(u32, u32)> {
-    static DEV: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
-    if let Some(d) = DEV.get() {
+    if let Some(d) = MEMFD_DEV.get() {
         return Ok(*d);
     }
-    let probe = memfd("ferry-probe", 0)?;
-    let st = statx_cached(probe.as_fd())?;
-    Ok(*DEV.get_or_init(|| (st.stx_dev_major, st.stx_dev_minor)))
+    // `memfd` records it.
+    memfd("ferry-probe", 0)?;
+    Ok(*MEMFD_DEV.get().expect("memfd records the device"))
 }
 
 /// `statx(2)` of `fd` itself, from the attributes the kernel has cached
