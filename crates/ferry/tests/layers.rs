@@ -14,6 +14,7 @@ const RANKS: &[(&str, u32)] = &[
     ("segment", 0),
     ("copy", 0),
     ("sys", 1),
+    ("until", 1),
     ("diagnostics", 2),
     ("region", 2),
     ("container", 2),
