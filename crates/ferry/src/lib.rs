@@ -70,7 +70,12 @@
 //!   happen, while "nothing yet" is the ordinary answer of a poll; one rule for each
 //!   lets callers use `?` on waits and a `match` on polls. Where a timed-out call must
 //!   not lose what it was waiting for (an io_uring ticket owns its buffer), it borrows
-//!   the handle instead of taking it.
+//!   the handle instead of taking it. The handshakes and waits that cannot be cut into
+//!   shorter calls (`connect_until`, `accept_until`, `Subscriber::open_until`,
+//!   `Client::open_until`, `Client::call_until`) take an [`Until`]: a deadline and a
+//!   stop check run between sleeps, for callers that must honour interrupts (the Python
+//!   binding's Ctrl-C); a stopped wait is undone as an expired one and returns
+//!   [`Error::Interrupted`].
 //! - **Settings** structs are named `*Config` ([`PathConfig`], `uring::RingConfig`,
 //!   `vcm::EndpointConfig`, ...).
 //! - **Errors.** A state the operation cannot proceed in has its own [`Error`] variant;
