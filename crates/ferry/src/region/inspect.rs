@@ -28,7 +28,6 @@ use super::access::{kind_of, Admission};
 use super::activity::MemberActivity;
 use super::group::{named_path, pid_alive, read_table, DoorTable, Locked, TABLE_LEN};
 use super::{Group, Member};
-use crate::service::ServiceInfo;
 use crate::sys::fd::same_file;
 
 /// A `/dev/shm/ferry.<name>` entry as [`Group::inspect`] found it.
@@ -107,19 +106,15 @@ impl GroupView {
         self.group.members()
     }
 
-    /// The live services (see [`Group::services`]).
-    pub fn services(&self) -> Vec<ServiceInfo> {
-        self.group.services()
-    }
-
-    /// Service table entries that fail validation (see [`Group::service_table_damage`]).
-    pub fn service_table_damage(&self) -> usize {
-        self.group.service_table_damage()
-    }
-
     /// What each member publishes about its paths and channels (see [`Group::activity`]).
     pub fn activity(&self) -> Vec<MemberActivity> {
         self.group.activity()
+    }
+
+    /// The group, read-only (for the layers above that read its control block; the
+    /// service table's view is in `crate::service`).
+    pub(crate) fn group(&self) -> &Group {
+        &self.group
     }
 }
 
