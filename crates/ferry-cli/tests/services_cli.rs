@@ -29,12 +29,14 @@ fn pub_feeds_two_subs_and_stat_lists_the_service() {
         .spawn()
         .unwrap();
     // While the publisher waits for its stdin, `stat` shows it offering the service.
+    // (Until the first process has made the group, `stat` says there is no such group
+    // and fails.)
     let deadline = Instant::now() + Duration::from_secs(20);
     let listing = loop {
         let out = ferry().args(["stat", &group]).output().unwrap();
-        assert!(out.status.success());
         let text = String::from_utf8(out.stdout).unwrap();
         if text.contains(&format!("pid {}, 2 members", publisher.id())) {
+            assert!(out.status.success(), "{text}");
             break text;
         }
         assert!(Instant::now() < deadline, "stat never showed it: {text}");

@@ -115,6 +115,12 @@ impl GroupView {
     pub fn activity(&self) -> Vec<MemberActivity> {
         self.group.activity()
     }
+
+    /// The group, read-only (for the layers above that read its control block; the
+    /// service table's view is in `crate::service`).
+    pub(crate) fn group(&self) -> &Group {
+        &self.group
+    }
 }
 
 /// What [`Group::clean`] did with one named file.

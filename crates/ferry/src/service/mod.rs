@@ -239,6 +239,20 @@ impl Group {
     }
 }
 
+impl crate::region::GroupView {
+    /// The services offered in the group by live domains, with their members (see
+    /// [`Group::services`]).
+    pub fn services(&self) -> Vec<ServiceInfo> {
+        self.group().services()
+    }
+
+    /// Entries of the service table that fail validation (see
+    /// [`Group::service_table_damage`]).
+    pub fn service_table_damage(&self) -> usize {
+        self.group().service_table_damage()
+    }
+}
+
 fn check_name(name: &str) -> Result<()> {
     if name.is_empty() || name.len() > MAX_NAME || name.contains('\0') {
         return Err(Error::InvalidArgument(
