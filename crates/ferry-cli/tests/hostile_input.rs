@@ -332,7 +332,7 @@ fn bad_input_never_panics_aborts_or_hangs() {
         // pub
         case(
             &["pub", &g, "s", "--chunk", "99999999999999"],
-            Fails("quota"),
+            Fails("the path's quota of 536870912 bytes"),
         ),
         case(&["pub", &g, "s", "--chunk", "0"], Fails("at least 1")),
         case(&["pub", &g, "s", "--chunk=-1"], Fails("--chunk")),
@@ -356,7 +356,11 @@ fn bad_input_never_panics_aborts_or_hangs() {
         case(&["pub", "", "s"], Fails("group name")),
         case(&["pub", &g, "s"], Fails("file descriptors")).nofile(5),
         // One line larger than the path's quota (512 MiB).
-        case(&["pub", &g, "s"], Fails("quota")).long_line(600 << 20),
+        case(
+            &["pub", &g, "s"],
+            Fails("the path's quota of 536870912 bytes"),
+        )
+        .long_line(600 << 20),
         // stat
         case(&["stat"], Quiet).closed_stdout(),
         case(&["stat", &g], Quiet).closed_stdout(),
