@@ -175,7 +175,7 @@ impl Case {
         self.publisher = Some(group.to_owned());
         self
     }
-    fn as_nobody(mut self) -> Case {
+    fn by_nobody(mut self) -> Case {
         self.as_nobody = true;
         self
     }
@@ -503,16 +503,16 @@ fn bad_input_never_panics_aborts_or_hangs() {
             FailsNaming(shm_private.clone()),
         )
         .garbage(&private, b"")
-        .as_nobody(),
+        .by_nobody(),
         case(&["pub", &private, "s"], FailsNaming(shm_private))
             .garbage(&private, b"")
-            .as_nobody(),
+            .by_nobody(),
         case(&["stat", &private], NoCrash)
             .garbage(&private, b"")
-            .as_nobody(),
-        case(&["pipeline", &secret, "-"], FailsNaming(secret.clone())).as_nobody(),
+            .by_nobody(),
+        case(&["pipeline", &secret, "-"], FailsNaming(secret.clone())).by_nobody(),
         // The scratch directory is root's, 0755: no temporary file can be made there.
-        case(&["pipeline", input, &out_in_dir], FailsNaming(dir_text)).as_nobody(),
+        case(&["pipeline", input, &out_in_dir], FailsNaming(dir_text)).by_nobody(),
     ]);
     for bytes in junk {
         let gb = garbage.as_str();
