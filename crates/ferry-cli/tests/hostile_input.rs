@@ -66,6 +66,23 @@ fn limit_descriptors(cmd: &mut Command, n: u64) {
     }
 }
 
+/// Makes the child about to be executed run as user and group `nobody` (65534).
+fn run_as_nobody(cmd: &mut Command) {
+    // SAFETY: the closure runs in the child between fork and exec, where it only calls
+    // setgroups(2), setgid(2) and setuid(2), which are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(65534) != 0
+                || libc::setuid(65534) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Waits up to `limit` for `child`; kills it and returns `None` if it is still running.
 fn wait_for(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     let deadline = Instant::now() + limit;
@@ -100,10 +117,12 @@ fn signal(pid: u32, sig: i32) {
 // ---------------------------------------------------------------- the table
 
 /// What a case must end with.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 enum Expect {
     /// A failure: a status other than 0, and stderr containing this text.
     Fails(&'static str),
+    /// As `Fails`, with a text made at run time (a path).
+    FailsNaming(String),
     /// Success (status 0), e.g. a closed stdout.
     Quiet,
     /// Any status, as long as it is not a crash (a command that reports on stdout).
@@ -122,6 +141,8 @@ struct Case {
     publisher: Option<String>,
     /// Written to this file (a group's) just before the case runs.
     garbage: Option<(PathBuf, Vec<u8>)>,
+    /// Run as user and group `nobody` (65534); skipped unless the test runs as root.
+    as_nobody: bool,
 }
 
 fn case(args: &[&str], expect: Expect) -> Case {
@@ -133,6 +154,7 @@ fn case(args: &[&str], expect: Expect) -> Case {
         nofile: None,
         publisher: None,
         garbage: None,
+        as_nobody: false,
     }
 }
 
@@ -151,6 +173,10 @@ impl Case {
     }
     fn publisher(mut self, group: &str) -> Case {
         self.publisher = Some(group.to_owned());
+        self
+    }
+    fn by_nobody(mut self) -> Case {
+        self.as_nobody = true;
         self
     }
     fn garbage(mut self, group: &str, bytes: &[u8]) -> Case {
@@ -180,6 +206,11 @@ fn start_publisher(group: &str) -> Child {
 
 /// Runs one case; returns what was wrong with its outcome, if anything.
 fn run(c: &Case, dir: &Path) -> Option<String> {
+    // SAFETY: geteuid(2) has no preconditions.
+    if c.as_nobody && unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped (needs root to become nobody): ferry {:?}", c.args);
+        return None;
+    }
     if let Some((path, bytes)) = &c.garbage {
         std::fs::write(path, bytes).unwrap();
         // Owner-only, as a file of ours is: a file others may write is refused before its
@@ -204,6 +235,9 @@ fn run(c: &Case, dir: &Path) -> Option<String> {
         .stderr(Stdio::piped());
     if let Some(n) = c.nofile {
         limit_descriptors(&mut cmd, n);
+    }
+    if c.as_nobody {
+        run_as_nobody(&mut cmd);
     }
     let mut child = cmd.spawn().unwrap();
     let feeder = c.long_line.map(|n| {
@@ -242,23 +276,23 @@ fn run(c: &Case, dir: &Path) -> Option<String> {
             wrong.push(format!("stderr says {bad:?}"));
         }
     }
-    match c.expect {
-        Expect::Fails(what) => {
-            if status.success() {
-                wrong.push("succeeded".into());
-            }
-            if err.trim().is_empty() {
-                wrong.push("said nothing on stderr".into());
-            } else if !err.contains(what) {
-                wrong.push(format!("stderr lacks {what:?}"));
-            }
+    let must_say = match &c.expect {
+        Expect::Fails(w) => Some(*w),
+        Expect::FailsNaming(w) => Some(w.as_str()),
+        Expect::Quiet | Expect::NoCrash => None,
+    };
+    if let Some(what) = must_say {
+        if status.success() {
+            wrong.push("succeeded".into());
         }
-        Expect::Quiet => {
-            if !status.success() {
-                wrong.push(format!("status {status}"));
-            }
+        if err.trim().is_empty() {
+            wrong.push("said nothing on stderr".into());
+        } else if !err.contains(what) {
+            wrong.push(format!("stderr lacks {what:?}"));
         }
-        Expect::NoCrash => {}
+    }
+    if matches!(c.expect, Expect::Quiet) && !status.success() {
+        wrong.push(format!("status {status}"));
     }
     (!wrong.is_empty()).then(|| format!("{}; stderr: {err}", wrong.join(", ")))
 }
@@ -336,7 +370,7 @@ fn bad_input_never_panics_aborts_or_hangs() {
         // pub
         case(
             &["pub", &g, "s", "--chunk", "99999999999999"],
-            Fails("quota"),
+            Fails("the path's quota of 536870912 bytes"),
         ),
         case(&["pub", &g, "s", "--chunk", "0"], Fails("at least 1")),
         case(&["pub", &g, "s", "--chunk=-1"], Fails("--chunk")),
@@ -360,7 +394,11 @@ fn bad_input_never_panics_aborts_or_hangs() {
         case(&["pub", "", "s"], Fails("group name")),
         case(&["pub", &g, "s"], Fails("file descriptors")).nofile(5),
         // One line larger than the path's quota (512 MiB).
-        case(&["pub", &g, "s"], Fails("quota")).long_line(600 << 20),
+        case(
+            &["pub", &g, "s"],
+            Fails("the path's quota of 536870912 bytes"),
+        )
+        .long_line(600 << 20),
         // stat
         case(&["stat"], Quiet).closed_stdout(),
         case(&["stat", &g], Quiet).closed_stdout(),
@@ -445,6 +483,34 @@ fn bad_input_never_panics_aborts_or_hangs() {
         case(&["calibrate", "--out"], Fails("--out")),
         case(&["no-such-command"], Fails("no-such-command")),
     ];
+    // Files this user may not open: each error names the file.
+    let private = group("private");
+    let secret = dir.join("secret");
+    std::fs::write(&secret, b"not for nobody").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let shm_private = shm(&private).display().to_string();
+    let (secret, out_in_dir) = (
+        secret.display().to_string(),
+        dir.join("out").display().to_string(),
+    );
+    let dir_text = dir.display().to_string();
+    cases.extend([
+        case(
+            &["sub", &private, "s", "--timeout", "0"],
+            FailsNaming(shm_private.clone()),
+        )
+        .garbage(&private, b"")
+        .by_nobody(),
+        case(&["pub", &private, "s"], FailsNaming(shm_private))
+            .garbage(&private, b"")
+            .by_nobody(),
+        case(&["stat", &private], NoCrash)
+            .garbage(&private, b"")
+            .by_nobody(),
+        case(&["pipeline", &secret, "-"], FailsNaming(secret.clone())).by_nobody(),
+        // The scratch directory is root's, 0755: no temporary file can be made there.
+        case(&["pipeline", input, &out_in_dir], FailsNaming(dir_text)).by_nobody(),
+    ]);
     for bytes in junk {
         let gb = garbage.as_str();
         cases.push(
@@ -472,6 +538,7 @@ fn bad_input_never_panics_aborts_or_hangs() {
         }
     }
     let _ = std::fs::remove_file(shm(&garbage));
+    let _ = std::fs::remove_file(shm(&private));
     let _ = std::fs::remove_dir_all(&dir);
     assert!(
         failures.is_empty(),
