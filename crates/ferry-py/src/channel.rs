@@ -40,15 +40,16 @@ pub(crate) fn to_iodata(obj: &Bound<'_, PyAny>) -> PyResult<IoData> {
 /// look for signals (Ctrl-C) meanwhile.
 const MAX_SPIN: f64 = 1.0;
 
-/// A receive that may spin before it sleeps: polls `poll` with the GIL released for up
-/// to `spin` seconds (and never past `timeout`), and only then, if nothing came, sleeps in
-/// `wait` for what is left of `timeout`. A consumer on a CPU of its own saves the wake-up
-/// of a sleeping process (tens of µs on these VMs) this way.
+/// A receive that may spin before it sleeps: `spin_for(d)` (the library's `recv_spin`,
+/// which busy-polls for `d`) runs with the GIL released for up to `spin` seconds (and
+/// never past `timeout`), and only then, if nothing came, `wait` sleeps for what is left
+/// of `timeout`. A consumer on a CPU of its own saves the wake-up of a sleeping process
+/// (tens of µs on these VMs) this way.
 pub(crate) fn spin_then_block<T: Send>(
     py: Python<'_>,
     timeout_s: Option<f64>,
     spin: f64,
-    mut poll: impl FnMut() -> ferry::Result<Option<T>> + Send,
+    spin_for: impl FnOnce(Duration) -> ferry::Result<T> + Send,
     wait: impl FnMut(Duration) -> ferry::Result<T> + Send,
 ) -> PyResult<T> {
     if !(spin.is_finite() && (0.0..=MAX_SPIN).contains(&spin)) {
@@ -60,19 +61,9 @@ pub(crate) fn spin_then_block<T: Send>(
     let start = Instant::now();
     if spin > 0.0 {
         let spin = Duration::from_secs_f64(spin).min(limit.unwrap_or(Duration::MAX));
-        let got = py.detach(|| -> ferry::Result<Option<T>> {
-            loop {
-                if let Some(v) = poll()? {
-                    return Ok(Some(v));
-                }
-                if start.elapsed() >= spin {
-                    return Ok(None);
-                }
-                std::hint::spin_loop();
-            }
-        });
-        if let Some(v) = got.map_err(raise)? {
-            return Ok(v);
+        match py.detach(|| spin_for(spin)) {
+            Err(ferry::Error::Timeout) => {}
+            got => return got.map_err(raise),
         }
     }
     let left = limit.map(|l| l.saturating_sub(start.elapsed()).as_secs_f64());
@@ -251,7 +242,7 @@ closable! {
                 py,
                 timeout,
                 spin,
-                || lock(&rx).try_recv(),
+                |d| lock(&rx).recv_spin(d),
                 |slice| lock(&rx).recv_timeout(slice),
             )?;
             Ok(PyMessage::new(got))

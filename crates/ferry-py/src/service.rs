@@ -214,7 +214,7 @@ closable! {
                 py,
                 timeout,
                 spin,
-                || lock(&s).try_recv(),
+                |d| lock(&s).recv_spin(d),
                 |slice| lock(&s).recv_timeout(slice),
             )?;
             Ok(PyMessage::new(got))

@@ -10,7 +10,8 @@ use crate::error::Result;
 use crate::iodata::IoDataMut;
 
 /// A message being written for one [`Sender`](super::Sender) (see
-/// [`Sender::loan`](super::Sender::loan)): write it through
+/// [`Sender::loan`](super::Sender::loan) and
+/// [`Sender::loan_slice`](super::Sender::loan_slice)): write it through
 /// [`as_mut_slice`](Self::as_mut_slice) or [`data`](Self::data), then
 /// [`send`](Self::send). It holds the sender's place in the ring (as [`SendSlot`] does,
 /// with the same rules: keep it short, and do not block in the sender's domain while
