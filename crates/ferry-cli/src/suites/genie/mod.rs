@@ -12,8 +12,8 @@
 //! runs a block of messages of every semantics in an order rotated each round, and a
 //! semantics' ratio to copy is the median over rounds of its round's median over copy's
 //! (as `ferry bench handover` does), so that the machine's state at the time (CPU
-//! wake-ups, other load) weighs on every semantics alike. The workers read their
-//! thresholds from this run's calibration file, named in `FERRY_CALIBRATION`.
+//! wake-ups, other load) weighs on every semantics alike. The workers load their
+//! thresholds from this run's calibration file, named by their `--calibration`.
 //!
 //! A second series runs the same over a TCP loopback connection through the io_uring
 //! driver (`Passing::tcp_*`), where the kernel copies even zero-copy sends (counted as
@@ -22,6 +22,7 @@
 mod report;
 pub mod worker;
 
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -158,28 +159,26 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         trials: ctx.pick(3, 7),
         hops: 0,
     };
-    // The workers read this run's thresholds from the file the library looks for.
+    // The workers load this run's thresholds from this file (`__worker --calibration`).
     let file = std::env::temp_dir().join(format!("ferry-calibration-{}", std::process::id()));
     std::fs::write(&file, cal.calibration.to_text()).context("writing the run's calibration")?;
-    std::env::set_var("FERRY_CALIBRATION", &file);
     let tcp = ferry::uring::Features::probe().ring;
     let measured = (|| -> Result<Vec<Series>> {
         ctx.progress.phase(&format!(
             "genie: the eight semantics between 2 pinned processes, {} interleaved rounds",
             plan.trials
         ));
-        let mut all = measure(ctx, &plan, &cal.calibration, false)?;
+        let mut all = measure(ctx, &plan, &cal.calibration, &file, false)?;
         if tcp {
             ctx.progress.phase(&format!(
                 "genie: the eight semantics over TCP loopback, {} interleaved rounds",
                 plan.trials
             ));
-            all.extend(measure(ctx, &plan, &cal.calibration, true)?);
+            all.extend(measure(ctx, &plan, &cal.calibration, &file, true)?);
         }
         Ok(all)
     })();
     let _ = std::fs::remove_file(&file);
-    std::env::remove_var("FERRY_CALIBRATION");
     let series = measured?;
     Ok(output(ctx, cal, &plan, &series))
 }
@@ -232,6 +231,7 @@ pub fn base_handover(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<(usize, Summary)
         ctx,
         plan,
         &Calibration::default(),
+        None,
         false,
         &[Semantics::WeakMove],
     )?;
@@ -242,8 +242,15 @@ pub fn base_handover(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<(usize, Summary)
         .collect())
 }
 
-fn measure(ctx: &BenchCtx, plan: &Plan, cal: &Calibration, tcp: bool) -> Result<Vec<Series>> {
-    measure_these(ctx, plan, cal, tcp, &Semantics::ALL)
+/// Every semantics, with the thresholds of `cal`, which the workers load from `file`.
+fn measure(
+    ctx: &BenchCtx,
+    plan: &Plan,
+    cal: &Calibration,
+    file: &Path,
+    tcp: bool,
+) -> Result<Vec<Series>> {
+    measure_these(ctx, plan, cal, Some(file), tcp, &Semantics::ALL)
 }
 
 /// Runs `sems` (ratios to copy only if copy is among them).
@@ -251,6 +258,7 @@ fn measure_these(
     ctx: &BenchCtx,
     plan: &Plan,
     cal: &Calibration,
+    cal_file: Option<&Path>,
     tcp: bool,
     sems: &[Semantics],
 ) -> Result<Vec<Series>> {
@@ -260,10 +268,12 @@ fn measure_these(
     let mut src = WorkerSpec::new(Role::GenieSource, ctx.cpu(0));
     src.tx = Some(tx);
     src.ack = Some(ack.rx);
+    src.calibration = cal_file.map(Path::to_path_buf);
     crew.spawn(src, plan)?;
     let mut snk = WorkerSpec::new(Role::GenieSink, ctx.cpu(1));
     snk.rx = Some(rx);
     snk.ack = Some(ack.tx);
+    snk.calibration = cal_file.map(Path::to_path_buf);
     crew.spawn(snk, plan)?;
     let mut reports = crew
         .finish(Duration::from_secs(if tcp { 900 } else { 600 }))
