@@ -64,6 +64,10 @@ pub struct WorkerArgs {
     /// Spec of this worker's end of the acknowledgement pipe (ping-pong).
     #[arg(long)]
     pub ack: Option<String>,
+    /// The calibration file whose thresholds a genie worker gives its `Passing`
+    /// (without it, the library's defaults).
+    #[arg(long, value_name = "FILE")]
+    pub calibration: Option<std::path::PathBuf>,
 }
 
 /// How messages flow.

@@ -19,6 +19,7 @@ fn passing(d: &Domain) -> Passing {
         d,
         PassingConfig {
             thresholds: Some(Thresholds::NEVER_CONVERT),
+            tcow: !tcow_off(),
             ..PassingConfig::default()
         },
     )
@@ -65,8 +66,11 @@ fn sizes(rng: &mut Rng, n: usize) -> Vec<usize> {
     v
 }
 
-fn no_userfaultfd_env() -> bool {
-    std::env::var("FERRY_NO_USERFAULTFD").is_ok_and(|v| v == "1")
+/// This test binary's own knob: with `FERRY_TEST_NO_TCOW=1`, [`passing`] turns
+/// [`PassingConfig::tcow`] off, so the promises run without TCOW (as where userfaultfd is
+/// refused). The library itself reads no environment variable.
+fn tcow_off() -> bool {
+    std::env::var("FERRY_TEST_NO_TCOW").is_ok_and(|v| v == "1")
 }
 
 /// Outputs `a` with `output` while another thread writes `new` over it from byte `at`
@@ -227,11 +231,27 @@ fn child_main(role: &str) {
             println!("released {released}");
             read_line(&mut stdin);
         }
-        // Report which thresholds a Passing with none configured picks up.
-        "thresholds" => {
+        // Report which thresholds and whether TCOW a Passing with the default config
+        // gets, and which thresholds one given the calibration file at the argument (if
+        // any) gets.
+        "config" => {
             let p = Passing::new(&domain, PassingConfig::default()).unwrap();
             let st = p.stats();
-            println!("{:?} {}", st.threshold_source, st.thresholds.emulated_copy);
+            println!(
+                "{:?} {} tcow {}",
+                st.threshold_source,
+                st.thresholds.emulated_copy,
+                p.tcow_available()
+            );
+            if !arg.is_empty() {
+                let cal = ferry::semantics::Calibration::load(std::path::Path::new(&arg));
+                let config = PassingConfig {
+                    thresholds: cal.unwrap().map(|c| c.thresholds),
+                    ..PassingConfig::default()
+                };
+                let st = Passing::new(&domain, config).unwrap().stats();
+                println!("{:?} {}", st.threshold_source, st.thresholds.emulated_copy);
+            }
         }
         // Report why TCOW is unavailable here (run under a seccomp filter).
         "refused" => {
@@ -644,12 +664,14 @@ fn emulated_copy_falls_back_to_copy_without_userfaultfd() {
     assert_eq!(st.tcow_faults, 0);
 }
 
-/// The environment switch works in a child (how CI or a user turns TCOW off), and the
-/// promise still holds there.
-fn no_userfaultfd_env_in_a_child() {
-    let (_g, d, name) = join("nouffd-env");
+/// Emulated copy's promise holds in a process whose Passing has TCOW turned off by its
+/// config (this binary's `FERRY_TEST_NO_TCOW` knob sets `PassingConfig::tcow`). Its name
+/// must not contain the child's filter, `emulated_copy_promise`, or the child would run it
+/// again.
+fn tcow_off_by_config_in_a_child() {
+    let (_g, d, name) = join("nouffd-cfg");
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .env("FERRY_NO_USERFAULTFD", "1")
+        .env("FERRY_TEST_NO_TCOW", "1")
         .arg("emulated_copy_promise")
         .stdout(std::process::Stdio::piped())
         .output()
@@ -784,37 +806,53 @@ fn kernel_write_into_a_page_under_output() {
     assert!(exit_status(&mut peer).success());
 }
 
-/// A Passing with no thresholds configured reads the calibration file named by
-/// `FERRY_CALIBRATION`, and the defaults when there is none; stats say which.
-fn thresholds_come_from_the_calibration_file() {
-    let name = group_name("calfile");
-    let file = std::env::temp_dir().join(format!("ferry-cal-{}", std::process::id()));
+/// The library takes its configuration from `PassingConfig` alone: a Passing with the
+/// default config uses the built-in thresholds and TCOW (where userfaultfd works) in a
+/// process whose environment names a calibration file (`FERRY_CALIBRATION`, and one at the
+/// XDG default path) and asks for TCOW off (`FERRY_NO_USERFAULTFD=1`), the variables
+/// earlier versions read. A calibration file is used when loaded and given: stats say so.
+fn configuration_comes_from_the_config_not_the_environment() {
+    let name = group_name("config");
+    let dir = std::env::temp_dir().join(format!("ferry-cal-{}", std::process::id()));
+    let file = ferry::semantics::Calibration::default_path(&dir);
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     std::fs::write(&file, "# test\nthreshold.emulated_copy = 12288\n").unwrap();
-    let run = |cal: &std::path::Path| {
+    let tcow_here = Passing::new(&join("config-here").1, PassingConfig::default())
+        .unwrap()
+        .tcow_available();
+    let run = |arg: &std::path::Path| {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .env("FERRY_TEST_ROLE", "thresholds")
+            .env("FERRY_TEST_ROLE", "config")
             .env("FERRY_TEST_GROUP", &name)
-            .env("FERRY_TEST_ARG", "")
-            .env("FERRY_CALIBRATION", cal)
+            .env("FERRY_TEST_ARG", arg)
+            .env("FERRY_CALIBRATION", &file)
+            .env("XDG_CACHE_HOME", &dir)
+            .env("FERRY_NO_USERFAULTFD", "1")
             .output()
             .unwrap();
         assert!(out.status.success());
         String::from_utf8_lossy(&out.stdout)
             .lines()
-            .nth(1)
-            .unwrap()
-            .to_owned()
+            .skip(1)
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
     };
-    assert_eq!(run(&file), "CalibrationFile 12288");
-    std::fs::write(&file, "threshold.emulated_copy = lots\n").unwrap();
+    let default = Thresholds::default().emulated_copy;
     assert_eq!(
         run(&file),
-        format!("UnusableFile {}", Thresholds::default().emulated_copy)
+        [
+            format!("Defaults {default} tcow {tcow_here}"),
+            "Config 12288".to_owned()
+        ]
     );
-    std::fs::remove_file(&file).unwrap();
+    // A file that does not exist loads as none: the defaults.
+    std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(
         run(&file),
-        format!("Defaults {}", Thresholds::default().emulated_copy)
+        [
+            format!("Defaults {default} tcow {tcow_here}"),
+            format!("Defaults {default}")
+        ]
     );
 }
 
@@ -1724,8 +1762,8 @@ fn main() {
         child_main(&role);
         return;
     }
-    if no_userfaultfd_env() {
-        eprintln!("    (FERRY_NO_USERFAULTFD=1: TCOW off)");
+    if tcow_off() {
+        eprintln!("    (FERRY_TEST_NO_TCOW=1: TCOW off in the tests' Passings)");
     }
     run(&[
         ("copy_promise", copy_promise),
@@ -1757,8 +1795,8 @@ fn main() {
             emulated_copy_falls_back_to_copy_without_userfaultfd,
         ),
         (
-            "no_userfaultfd_env_in_a_child",
-            no_userfaultfd_env_in_a_child,
+            "tcow_off_by_config_in_a_child",
+            tcow_off_by_config_in_a_child,
         ),
         ("thresholds_at_their_edges", thresholds_at_their_edges),
         (
@@ -1799,8 +1837,8 @@ fn main() {
             output_after_tcow_replaced_pages_names_the_new_pages,
         ),
         (
-            "thresholds_come_from_the_calibration_file",
-            thresholds_come_from_the_calibration_file,
+            "configuration_comes_from_the_config_not_the_environment",
+            configuration_comes_from_the_config_not_the_environment,
         ),
         (
             "userfaultfd_refused_by_the_kernel",

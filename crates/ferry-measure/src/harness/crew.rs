@@ -28,6 +28,8 @@ pub struct WorkerSpec {
     pub tx: Option<LinkEnd>,
     pub rx: Option<LinkEnd>,
     pub ack: Option<LinkEnd>,
+    /// The calibration file a genie worker loads its thresholds from.
+    pub calibration: Option<std::path::PathBuf>,
 }
 
 impl WorkerSpec {
@@ -39,6 +41,7 @@ impl WorkerSpec {
             tx: None,
             rx: None,
             ack: None,
+            calibration: None,
         }
     }
 }
@@ -114,6 +117,9 @@ impl Crew {
                     sys::inheritable(fd)?;
                 }
             }
+        }
+        if let Some(file) = &spec.calibration {
+            cmd.arg("--calibration").arg(file);
         }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())

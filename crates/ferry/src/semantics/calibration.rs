@@ -3,15 +3,18 @@
 //!
 //! `ferry calibrate` times each primitive that a semantics may pay for at several sizes,
 //! fits a line `ns = a * bytes + b` through the medians, and writes the fits and the
-//! thresholds derived from them to a plain text file. The passing layer reads that file
-//! to decide, per operation, whether an emulated form is worth its fixed costs or should
-//! convert to copy; without a file it uses [`Thresholds::default`].
+//! thresholds derived from them to a plain text file. An application loads that file
+//! ([`Calibration::load`]) and gives its thresholds to the passing layer
+//! ([`PassingConfig::thresholds`](super::PassingConfig::thresholds)), which uses them to
+//! decide, per operation, whether an emulated form is worth its fixed costs or should
+//! convert to copy; given none, it uses [`Thresholds::default`]. The library reads the file
+//! only when asked to, and no environment variable.
 //!
 //! # The file
 //!
 //! One `key = value` per line; `#` starts a comment (whole line or trailing). Where it
-//! lives: `$FERRY_CALIBRATION` if set, else `$XDG_CACHE_HOME/ferry/calibration`, else
-//! `$HOME/.cache/ferry/calibration` ([`Calibration::path`]).
+//! lives: where `ferry calibrate --out` wrote it; by default `ferry/calibration` under the
+//! user's cache directory ([`Calibration::default_path`]).
 //!
 //! ```text
 //! # ferry calibration, written by `ferry calibrate` on <date>, <machine>
@@ -366,39 +369,43 @@ impl Calibration {
         s
     }
 
-    /// Where the calibration file is: `$FERRY_CALIBRATION`, else
-    /// `$XDG_CACHE_HOME/ferry/calibration`, else `$HOME/.cache/ferry/calibration`
-    /// (`None` when none of these variables is set).
-    pub fn path() -> Option<PathBuf> {
-        let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-        if let Some(p) = var("FERRY_CALIBRATION") {
-            return Some(PathBuf::from(p));
-        }
-        if let Some(d) = var("XDG_CACHE_HOME") {
-            return Some(Path::new(&d).join("ferry").join("calibration"));
-        }
-        var("HOME").map(|h| {
-            Path::new(&h)
-                .join(".cache")
-                .join("ferry")
-                .join("calibration")
-        })
+    /// Where `ferry calibrate` writes the calibration file unless told otherwise:
+    /// `<cache_home>/ferry/calibration`, where `cache_home` is the user's cache directory
+    /// (by the XDG convention, `$XDG_CACHE_HOME` when set and not empty, else
+    /// `$HOME/.cache`). The library reads no environment variable: the caller resolves
+    /// `cache_home` (the `ferry` tool does so as described).
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use ferry::semantics::Calibration;
+    /// let p = Calibration::default_path(Path::new("/home/ann/.cache"));
+    /// assert_eq!(p, Path::new("/home/ann/.cache/ferry/calibration"));
+    /// ```
+    pub fn default_path(cache_home: &Path) -> PathBuf {
+        cache_home.join("ferry").join("calibration")
     }
 
     /// Reads the calibration file at `path`: `Ok(None)` when it does not exist, an error
     /// when it cannot be read or does not parse.
-    pub fn load_from(path: &Path) -> Result<Option<Calibration>> {
+    ///
+    /// ```no_run
+    /// use std::path::Path;
+    /// use ferry::semantics::{Calibration, PassingConfig};
+    /// # fn main() -> ferry::Result<()> {
+    /// let path = Calibration::default_path(Path::new("/home/ann/.cache"));
+    /// let config = PassingConfig {
+    ///     thresholds: Calibration::load(&path)?.map(|c| c.thresholds),
+    ///     ..PassingConfig::default()
+    /// };
+    /// # let _ = config;
+    /// # Ok(()) }
+    /// ```
+    pub fn load(path: &Path) -> Result<Option<Calibration>> {
         match std::fs::read_to_string(path) {
             Ok(text) => Calibration::parse(&text).map(Some),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e.into()),
         }
-    }
-
-    /// The calibration at [`Calibration::path`], or `None` when there is no file, or it
-    /// cannot be read or parsed (use [`Calibration::load_from`] to learn why).
-    pub fn load() -> Option<Calibration> {
-        Calibration::load_from(&Calibration::path()?).ok().flatten()
     }
 
     /// The primitives on the critical path of one `bytes`-long operation with `s`,
@@ -690,12 +697,12 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ferry-cal-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("calibration");
-        assert!(Calibration::load_from(&path).unwrap().is_none());
+        assert!(Calibration::load(&path).unwrap().is_none());
         std::fs::write(&path, sample().to_text()).unwrap();
-        assert_eq!(Calibration::load_from(&path).unwrap(), Some(sample()));
+        assert_eq!(Calibration::load(&path).unwrap(), Some(sample()));
         std::fs::write(&path, "fit.copy_in = 1\n").unwrap();
         assert!(matches!(
-            Calibration::load_from(&path),
+            Calibration::load(&path),
             Err(Error::BadCalibration { line: 1, .. })
         ));
         std::fs::remove_dir_all(&dir).unwrap();

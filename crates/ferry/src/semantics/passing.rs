@@ -24,12 +24,13 @@ use crate::sys::page_size;
 /// Settings of a [`Passing`].
 #[derive(Clone, Debug)]
 pub struct PassingConfig {
-    /// Thresholds to use; `None` reads the calibration file `ferry calibrate` writes, or
-    /// takes [`Thresholds::default`] when there is none. Stats say which.
+    /// Thresholds to use; `None` takes [`Thresholds::default`]. The ones `ferry calibrate`
+    /// measured are in its file: [`Calibration::load`](super::Calibration::load) reads it.
+    /// Stats say which ([`ThresholdSource`]).
     pub thresholds: Option<Thresholds>,
-    /// Use TCOW (userfaultfd write protection) for emulated copy. `false`, or the
-    /// environment variable `FERRY_NO_USERFAULTFD=1`, behaves as if userfaultfd were
-    /// refused: emulated copy then copies and counts [`Fallback::NoUserfaultfd`].
+    /// Use TCOW (userfaultfd write protection) for emulated copy. `false` behaves as if
+    /// userfaultfd were refused: emulated copy then copies and counts
+    /// [`Fallback::NoUserfaultfd`].
     pub tcow: bool,
     /// The path allocator output buffers come from.
     pub path: PathConfig,
@@ -178,21 +179,11 @@ impl Passing {
     pub fn new(domain: &Domain, config: PassingConfig) -> Result<Passing> {
         let (thresholds, source) = match config.thresholds {
             Some(t) => (t, ThresholdSource::Config),
-            None => {
-                use super::calibration::Calibration;
-                match Calibration::path().map(|p| Calibration::load_from(&p)) {
-                    Some(Ok(Some(c))) => (c.thresholds, ThresholdSource::CalibrationFile),
-                    Some(Err(_)) => (Thresholds::default(), ThresholdSource::UnusableFile),
-                    _ => (Thresholds::default(), ThresholdSource::Defaults),
-                }
-            }
+            None => (Thresholds::default(), ThresholdSource::Defaults),
         };
         let stats = Arc::new(Counters::default());
-        let disabled = std::env::var("FERRY_NO_USERFAULTFD").is_ok_and(|v| v == "1");
         let (engine, tcow_error) = if !config.tcow {
             (None, Some("disabled by PassingConfig::tcow".to_owned()))
-        } else if disabled {
-            (None, Some("disabled by FERRY_NO_USERFAULTFD=1".to_owned()))
         } else {
             match Engine::start(stats.clone()) {
                 Ok(e) => (Some(e), None),

@@ -13,7 +13,7 @@ use super::{Semantics, Thresholds};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Fallback {
     /// userfaultfd write protection is unavailable (refused by the kernel, or disabled
-    /// by [`PassingConfig::tcow`](super::PassingConfig::tcow) or `FERRY_NO_USERFAULTFD`).
+    /// by [`PassingConfig::tcow`](super::PassingConfig::tcow)).
     NoUserfaultfd,
     /// Write-protecting the pages failed for this operation.
     ProtectFailed,
@@ -52,13 +52,11 @@ impl Fallback {
 /// Where the thresholds in use came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ThresholdSource {
-    /// The defaults of [`Thresholds::default`] (no calibration file).
+    /// The defaults of [`Thresholds::default`]
+    /// ([`PassingConfig::thresholds`](super::PassingConfig::thresholds) was `None`).
     Defaults,
-    /// A calibration file written by `ferry calibrate`.
-    CalibrationFile,
-    /// The defaults, because the calibration file could not be read or parsed.
-    UnusableFile,
-    /// Given in [`PassingConfig::thresholds`](super::PassingConfig::thresholds).
+    /// Given in [`PassingConfig::thresholds`](super::PassingConfig::thresholds) (from a
+    /// calibration file, for instance).
     Config,
 }
 

@@ -17,9 +17,9 @@
 //! byte, and has no threshold.
 //!
 //! `ferry calibrate` measures these crossovers on the running machine and writes them to a
-//! calibration file (see the `calibration` module, owned by the calibration work); the
-//! semantics layer reads that file when present and these defaults otherwise, and records
-//! which in its stats.
+//! calibration file (see the `calibration` module, owned by the calibration work); an
+//! application that loads it passes its thresholds in `PassingConfig::thresholds`, else
+//! the semantics layer uses these defaults, and records which in its stats.
 
 /// Sizes (bytes) below which each emulated semantics converts to copy, and at or above
 /// which input swaps whole pages instead of copying them.

@@ -12,8 +12,8 @@
 //! runs a block of messages of every semantics in an order rotated each round, and a
 //! semantics' ratio to copy is the median over rounds of its round's median over copy's
 //! (as `ferry-bench handover` does), so that the machine's state at the time (CPU
-//! wake-ups, other load) weighs on every semantics alike. The workers read their
-//! thresholds from this run's calibration file, named in `FERRY_CALIBRATION`.
+//! wake-ups, other load) weighs on every semantics alike. The workers load their
+//! thresholds from this run's calibration file, named by their `--calibration`.
 //!
 //! A second series runs the same over a TCP loopback connection through the io_uring
 //! driver (`Passing::tcp_*`), where the kernel copies even zero-copy sends (counted as
@@ -95,25 +95,23 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
     // The workers read this run's thresholds from the file the library looks for.
     let file = std::env::temp_dir().join(format!("ferry-calibration-{}", std::process::id()));
     std::fs::write(&file, cal.calibration.to_text()).context("writing the run's calibration")?;
-    std::env::set_var("FERRY_CALIBRATION", &file);
     let tcp = ferry::uring::Features::probe().ring;
     let measured = (|| -> Result<Vec<Series>> {
         ctx.progress.phase(&format!(
             "genie: the eight semantics between 2 pinned processes, {} interleaved rounds",
             plan.trials
         ));
-        let mut all = measure(ctx, &plan, &cal.calibration, false)?;
+        let mut all = measure(ctx, &plan, &cal.calibration, &file, false)?;
         if tcp {
             ctx.progress.phase(&format!(
                 "genie: the eight semantics over TCP loopback, {} interleaved rounds",
                 plan.trials
             ));
-            all.extend(measure(ctx, &plan, &cal.calibration, true)?);
+            all.extend(measure(ctx, &plan, &cal.calibration, &file, true)?);
         }
         Ok(all)
     })();
     let _ = std::fs::remove_file(&file);
-    std::env::remove_var("FERRY_CALIBRATION");
     let series = measured?;
     Ok(output(ctx, cal, &plan, &series))
 }

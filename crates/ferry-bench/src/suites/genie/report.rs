@@ -375,8 +375,8 @@ pub fn markdown(ctx: &BenchCtx, cal: &Calibrated, plan: &Plan, all: &[Series]) -
          One pair of processes runs all eight semantics: per size, each of {} rounds runs a \
          block of messages of every semantics, in an order rotated each round; latencies are \
          medians over every timed message, and ratios to copy the median over rounds of the \
-         round's median over copy's in that round. Thresholds: this run's calibration, read \
-         by the library from `FERRY_CALIBRATION`. The machine is shared with other work: read \
+         round's median over copy's in that round. Thresholds: this run's calibration, which \
+         the workers load and pass to `Passing`. The machine is shared with other work: read \
          absolute numbers as this run's, judge by ratios.\n",
         ctx.cpu(0),
         ctx.cpu(1),

@@ -460,8 +460,8 @@ pub struct CalibrateArgs {
     /// Fewer sizes and repetitions: a few seconds.
     #[arg(long)]
     pub quick: bool,
-    /// Where to write the calibration file (default: $FERRY_CALIBRATION, else
-    /// $XDG_CACHE_HOME/ferry/calibration, else ~/.cache/ferry/calibration).
+    /// Where to write the calibration file (default: $XDG_CACHE_HOME/ferry/calibration,
+    /// else ~/.cache/ferry/calibration).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// Write every measured point as JSON records to FILE.
@@ -472,6 +472,18 @@ pub struct CalibrateArgs {
     pub plot: Option<PathBuf>,
 }
 
+/// Where `ferry calibrate` writes the calibration file without `--out`:
+/// [`Calibration::default_path`] under the user's cache directory, `$XDG_CACHE_HOME` when
+/// set and not empty, else `$HOME/.cache`; `None` when neither variable is set. The library
+/// reads no environment, so the tool resolves the directory.
+pub fn default_path() -> Option<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    let cache_home = var("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(Calibration::default_path(&cache_home))
+}
+
 pub fn command(args: CalibrateArgs) -> Result<()> {
     let ctx = BenchCtx::new(args.quick);
     let c = calibrated(&ctx)?;
@@ -480,8 +492,8 @@ pub fn command(args: CalibrateArgs) -> Result<()> {
     println!("{}", out.markdown);
     let path = args
         .out
-        .or_else(Calibration::path)
-        .context("no --out given and neither FERRY_CALIBRATION, XDG_CACHE_HOME nor HOME is set")?;
+        .or_else(default_path)
+        .context("no --out given and neither XDG_CACHE_HOME nor HOME is set")?;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }

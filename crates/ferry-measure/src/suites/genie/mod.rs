@@ -6,6 +6,7 @@
 
 pub mod worker;
 
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -126,6 +127,7 @@ pub fn base_handover(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<(usize, Summary)
         ctx,
         plan,
         &Calibration::default(),
+        None,
         false,
         &[Semantics::WeakMove],
     )?;
@@ -136,8 +138,15 @@ pub fn base_handover(ctx: &BenchCtx, plan: &Plan) -> Result<Vec<(usize, Summary)
         .collect())
 }
 
-pub fn measure(ctx: &BenchCtx, plan: &Plan, cal: &Calibration, tcp: bool) -> Result<Vec<Series>> {
-    measure_these(ctx, plan, cal, tcp, &Semantics::ALL)
+/// Every semantics, with the thresholds of `cal`, which the workers load from `file`.
+pub fn measure(
+    ctx: &BenchCtx,
+    plan: &Plan,
+    cal: &Calibration,
+    file: &Path,
+    tcp: bool,
+) -> Result<Vec<Series>> {
+    measure_these(ctx, plan, cal, Some(file), tcp, &Semantics::ALL)
 }
 
 /// Runs `sems` (ratios to copy only if copy is among them).
@@ -145,6 +154,7 @@ fn measure_these(
     ctx: &BenchCtx,
     plan: &Plan,
     cal: &Calibration,
+    cal_file: Option<&Path>,
     tcp: bool,
     sems: &[Semantics],
 ) -> Result<Vec<Series>> {
@@ -154,10 +164,12 @@ fn measure_these(
     let mut src = WorkerSpec::new(Role::GenieSource, ctx.cpu(0));
     src.tx = Some(tx);
     src.ack = Some(ack.rx);
+    src.calibration = cal_file.map(Path::to_path_buf);
     crew.spawn(src, plan)?;
     let mut snk = WorkerSpec::new(Role::GenieSink, ctx.cpu(1));
     snk.rx = Some(rx);
     snk.ack = Some(ack.tx);
+    snk.calibration = cal_file.map(Path::to_path_buf);
     crew.spawn(snk, plan)?;
     let mut reports = crew
         .finish(Duration::from_secs(if tcp { 900 } else { 600 }))

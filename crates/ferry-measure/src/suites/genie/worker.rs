@@ -22,7 +22,8 @@
 
 use anyhow::{bail, Context, Result};
 use ferry::semantics::{
-    AppBuffer, Integrity, Passing, PassingConfig, Semantics, SemanticsStats, ThresholdSource,
+    AppBuffer, Calibration, Integrity, Passing, PassingConfig, Semantics, SemanticsStats,
+    ThresholdSource,
 };
 use ferry::{Receiver, Sender};
 
@@ -71,7 +72,8 @@ fn counters(st: &SemanticsStats, s: Semantics) -> [u64; 12] {
         st.zc_sends,
         st.zc_copied,
         c.inputs_in_place,
-        u64::from(st.threshold_source == ThresholdSource::CalibrationFile),
+        // The worker configures thresholds only from its calibration file.
+        u64::from(st.threshold_source == ThresholdSource::Config),
     ]
 }
 
@@ -181,9 +183,21 @@ pub fn run(args: &WorkerArgs, plan: &Plan) -> Result<Vec<Sample>> {
         Wait::Spin,
     )
     .context("opening the return pipe")?;
-    // The library reads the thresholds from the calibration file the harness names in
-    // FERRY_CALIBRATION (this run's), and says so in its stats.
-    let config = PassingConfig::default();
+    // The thresholds of the calibration file the harness names (this run's); the
+    // library's defaults without one.
+    let thresholds = match &args.calibration {
+        Some(path) => Some(
+            Calibration::load(path)
+                .with_context(|| format!("loading the calibration {}", path.display()))?
+                .with_context(|| format!("no calibration file at {}", path.display()))?
+                .thresholds,
+        ),
+        None => None,
+    };
+    let config = PassingConfig {
+        thresholds,
+        ..PassingConfig::default()
+    };
     match args.role {
         Role::GenieSource => {
             let (sems, spec) = parse(args.tx.as_deref().context("--tx is required")?)?;
