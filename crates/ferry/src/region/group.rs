@@ -65,7 +65,13 @@
 //! and truncate, scribble or hold the lock on the named file. That stops new joins (at
 //! worst, new openers start a new, separate group), but existing members keep working,
 //! since they map the memfd, not the file. It cannot resize the memfd, seal it against
-//! writing, or hand a joiner an unsealed or hugetlb memfd: those are refused.
+//! writing, or hand a joiner an unsealed or hugetlb memfd: those are refused. Nor can it
+//! make a peer wait by putting something else behind its lot's descriptor number (a FIFO,
+//! whose open waits for a writer; a socket, a directory, a device, a file on a file system
+//! another process serves; an unsealed memfd it resizes): peers resolve the number with
+//! `O_PATH`, which opens nothing, and check that it is a memfd on shmem before they open
+//! it (non-blocking) and check its seals and size (see `lot.rs`); anything else is refused
+//! with an error that names the member and what the descriptor is.
 
 use std::fs::{File, OpenOptions};
 use std::io;
