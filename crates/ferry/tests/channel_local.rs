@@ -319,37 +319,52 @@ fn blocking_receiver_is_woken() {
     assert!(tx.stats().wakeups > 0 && tx.stats().wakeups <= rx.stats().sleeps);
 }
 
+/// A lot goes only in one of its slot's address windows: with a page of this process in
+/// each, joining fails rather than map elsewhere; with one window free, the join takes
+/// that one and the group records it.
 #[test]
 fn address_in_use_is_an_error() {
+    use ferry::region::group::LOT_WINDOWS;
     let name = format!("test-addr-{}", std::process::id());
     let g = Group::open(&name).unwrap();
-    // Occupy every address window of slot 0 first, so the join must fail rather than map
-    // elsewhere.
-    let range = g.slot_range(0);
-    let len = range.end - range.start;
-    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; we own the result.
-    let p = unsafe {
-        libc::mmap(
-            range.start as *mut _,
-            len,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE
-                | libc::MAP_ANONYMOUS
-                | libc::MAP_NORESERVE
-                | libc::MAP_FIXED_NOREPLACE,
-            -1,
-            0,
-        )
-    };
-    assert_eq!(p as usize, range.start);
+    let r = g.slot_range(0);
+    let step = (r.end - r.start) / LOT_WINDOWS;
+    let pages: Vec<_> = (0..LOT_WINDOWS)
+        .map(|w| {
+            let addr = r.start + w * step;
+            // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; we own the
+            // result.
+            let p = unsafe {
+                libc::mmap(
+                    addr as *mut _,
+                    4096,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                    -1,
+                    0,
+                )
+            };
+            assert_eq!(p as usize, addr);
+            p
+        })
+        .collect();
     let e = g.join().unwrap_err();
     assert!(
-        matches!(e, Error::AddressInUse { addr: a, .. } if range.contains(&a)),
+        matches!(e, Error::AddressInUse { addr: a, .. } if r.contains(&a)),
         "{e}"
     );
-    // SAFETY: `p` is the anonymous range mapped above, referenced by nothing else.
-    unsafe { libc::munmap(p, len) };
-    assert!(g.join().is_ok());
+    // SAFETY: `pages[2]` is an anonymous page mapped above, referenced by nothing else.
+    unsafe { libc::munmap(pages[2], 4096) };
+    let d = g.join().unwrap();
+    assert_eq!(d.id().slot, 0);
+    assert_eq!(d.lot_addr(), r.start + 2 * step);
+    assert_eq!(g.lot_addr(0), d.lot_addr());
+    for (w, p) in pages.into_iter().enumerate() {
+        if w != 2 {
+            // SAFETY: as above; each page is unmapped once.
+            unsafe { libc::munmap(p, 4096) };
+        }
+    }
 }
 
 #[test]

@@ -73,7 +73,13 @@
 //! openers fail, or start a new group if the table no longer names a live door), but
 //! existing members keep working, since they map the memfd, not the file. It cannot
 //! resize the memfd, seal it against writing, or hand a joiner an unsealed or hugetlb
-//! memfd: those are refused. Another user can only squat the name (its file is
+//! memfd: those are refused. Nor can it make a peer wait by putting something else
+//! behind its lot's descriptor number (a FIFO, whose open waits for a writer; a socket, a
+//! directory, a device, a file on a file system another process serves; an unsealed
+//! memfd it resizes): peers resolve the number with `O_PATH`, which opens nothing, and
+//! check that it is a memfd on shmem before they open it (non-blocking) and check its
+//! seals and size (see `lot.rs`); anything else is refused with an error that names the
+//! member and what the descriptor is. Another user can only squat the name (its file is
 //! refused, with a clear error) or plant a link (never followed).
 //!
 //! Looking without touching (`ferry stat`, [`Group::inspect`]) opens the file

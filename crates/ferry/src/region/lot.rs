@@ -1,5 +1,7 @@
 //! Lots: one memfd per domain, mapped read-write in its owner and read-only everywhere
-//! else, at the same address in every process of the group.
+//! else, at the same address in every process of the group: one of its slot's address
+//! windows (see `group.rs`), the one after the previous domain's of the slot, so that a
+//! process still holding a departed domain's messages can map its successor's lot.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
