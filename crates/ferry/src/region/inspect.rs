@@ -91,11 +91,6 @@ pub struct GroupView {
 }
 
 impl GroupView {
-    /// The group it shows, mapped read-only (the service layer reads its table here).
-    pub(crate) fn group(&self) -> &Group {
-        &self.group
-    }
-
     /// The group's name.
     pub fn name(&self) -> &str {
         self.group.name()

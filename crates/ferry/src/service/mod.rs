@@ -194,21 +194,6 @@ pub struct ServiceInfo {
     pub slow: SlowSubscriber,
 }
 
-// The service table is this layer's, so the read-only view of a group (a lower layer)
-// shows it from here.
-impl crate::region::GroupView {
-    /// The live services (see [`Group::services`]).
-    pub fn services(&self) -> Vec<ServiceInfo> {
-        self.group().services()
-    }
-
-    /// Service table entries that fail validation (see [`Group::service_table_damage`]).
-    pub fn service_table_damage(&self) -> usize {
-        self.group().service_table_damage()
-    }
-
-}
-
 impl Group {
     /// The services offered in this group by live domains, with their members. Entries
     /// that fail validation are left out (see [`service_table_damage`](Self::service_table_damage)).
