@@ -256,8 +256,12 @@ pub fn publish(a: PubArgs) -> Result<()> {
             buf.resize(n, 0);
             loop {
                 let (got, step) = read_chunk(&mut input, &mut buf)?;
+                // A chunk cut short by a signal is not sent.
+                if matches!(step, Input::Stopped) {
+                    break;
+                }
                 send(&buf[..got])?;
-                if !matches!(step, Input::Message) {
+                if matches!(step, Input::End) {
                     break;
                 }
             }
