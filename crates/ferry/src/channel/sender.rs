@@ -436,6 +436,7 @@ impl SendSlot<'_> {
     /// The [`Prepared`] is then either published by
     /// [`publish_prepared`](Self::publish_prepared) or given back by
     /// [`unprepare`](Self::unprepare) (a later push writes the slot again).
+    #[inline]
     pub(super) fn prepare(&mut self, data: &IoDataMut) -> Option<Prepared> {
         if self.tx.core.lossy {
             return None;
@@ -469,6 +470,7 @@ impl SendSlot<'_> {
             token,
             len: data.len(),
             seg,
+            #[cfg(debug_assertions)]
             core: Arc::as_ptr(&self.tx.core),
         })
     }
@@ -488,7 +490,8 @@ impl SendSlot<'_> {
     /// it since (no other `Prepared` published, no `send`).
     #[inline]
     pub(super) unsafe fn publish_prepared(mut self, p: Prepared, data: IoDataMut) {
-        debug_assert!(std::ptr::eq(p.core, Arc::as_ptr(&self.tx.core)));
+        #[cfg(debug_assertions)]
+        assert!(std::ptr::eq(p.core, Arc::as_ptr(&self.tx.core)));
         debug_assert!(p.describes(&data));
         let pos = p.place.position();
         // SAFETY: the place was reserved, and the descriptor written there, by `prepare`
@@ -516,7 +519,9 @@ pub(super) struct Prepared {
     /// shorter since, or replaced by another, is not the one described.
     len: usize,
     seg: *const Segment,
-    /// The sender it was made for (compared in debug builds).
+    /// The sender it was made for (compared in debug builds only: the loan's hot path
+    /// stores nothing it does not need).
+    #[cfg(debug_assertions)]
     core: *const SendCore,
 }
 
