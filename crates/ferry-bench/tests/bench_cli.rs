@@ -186,6 +186,12 @@ fn genie_quick_measures_every_semantics_and_judges_the_bars() {
             assert!(p["value"].as_f64().unwrap() > 0.0, "{s}: {p}");
             // Every output of the run is counted by the semantics layer.
             assert!(p["params"]["outputs"].as_u64().unwrap() > 0, "{s}: {p}");
+            // The source took the run's thresholds from the calibration file it was given
+            // (`__worker --calibration`), not the library's defaults.
+            assert!(
+                p["params"]["thresholds-from-file"].as_u64().unwrap() > 0,
+                "{s}: {p}"
+            );
         }
     }
     let bars: Vec<_> = records.iter().filter(|r| r["series"] == "bar").collect();
