@@ -17,8 +17,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use ferry::service::{Kind, MAX_MEMBERS};
 use ferry::{
-    Domain, Group, GroupAccess, GroupConfig, GroupFileState, PathConfig, Publisher,
-    ServiceConfig, SlowSubscriber, Subscriber,
+    Domain, Group, GroupAccess, GroupConfig, GroupFileState, PathConfig, Publisher, ServiceConfig,
+    SlowSubscriber, Subscriber,
 };
 
 use crate::cli_util::parse_secs;
