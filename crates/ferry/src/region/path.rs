@@ -222,7 +222,6 @@ impl PathAllocator {
     }
 
     /// The lot this path carves fbufs from.
-    #[cfg(feature = "semantics")]
     pub(crate) fn lot(&self) -> &Arc<Lot> {
         &self.inner.lot
     }
