@@ -130,6 +130,9 @@ pub mod service;
 pub(crate) mod sync;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 mod until;
 #[cfg(feature = "uring")]
 #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use ferry::channel::desc::{
+use ferry::testing::{
     blocks_needed, decode, encode, RawDesc, RawFrag, RawRef, StrictLots, VecLots, BLOCK_BYTES,
     BLOCK_FRAGS, INLINE_FRAGS, MAX_FRAGS,
 };

@@ -134,7 +134,7 @@ fn child_main(role: &str) {
         // "lock" takes the table lock as this (live) domain and holds it.
         "scribbler" => {
             let (what, rounds) = arg.split_once(',').unwrap();
-            let (off, len) = ferry::service::__table_span();
+            let (off, len) = ferry::testing::table_span();
             let map = map_control_block(&gname);
             let words = len / 4;
             let mut rng = Rng(std::process::id() as u64 | 1);

@@ -207,7 +207,7 @@ pub fn accept(spec: &str) -> io::Result<(Domain, Receiver)> {
     writeln!(s.fd, "{}", domain.id())?;
     drop(s.fd);
     let mut rx = domain.accept(RENDEZVOUS).map_err(err)?;
-    rx.set_map_per_transfer(s.uncached);
+    ferry::testing::set_map_per_transfer(&mut rx, s.uncached);
     Ok((domain, rx))
 }
 

@@ -531,22 +531,13 @@ impl Group {
             .collect()
     }
 
-    /// Byte offset and length of slot `i`'s activity area inside the control memfd.
-    #[doc(hidden)]
-    pub fn __activity_span(i: u16) -> (usize, usize) {
-        (
-            std::mem::offset_of!(GroupHeader, activity)
-                + i as usize * std::mem::size_of::<ActivityRaw>(),
-            std::mem::size_of::<ActivityRaw>(),
-        )
-    }
-
     /// The words of the control block's service area (laid out by `crate::service`).
     pub(crate) fn service_words(&self) -> &[AtomicU32; SERVICE_WORDS] {
         &self.header().services.0
     }
 
     /// Byte offset and length of the service area inside the control memfd.
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn service_area_span() -> (usize, usize) {
         (
             std::mem::offset_of!(GroupHeader, services),
@@ -1508,4 +1499,14 @@ mod tests {
         assert!(matches!(Group::open("a/b"), Err(Error::InvalidArgument(_))));
         assert!(matches!(Group::open(""), Err(Error::InvalidArgument(_))));
     }
+}
+
+/// Byte offset and length of slot `i`'s activity area inside the control memfd.
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn activity_span(i: u16) -> (usize, usize) {
+    (
+        std::mem::offset_of!(GroupHeader, activity)
+            + i as usize * std::mem::size_of::<ActivityRaw>(),
+        std::mem::size_of::<ActivityRaw>(),
+    )
 }

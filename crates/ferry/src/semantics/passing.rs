@@ -392,10 +392,10 @@ impl Passing {
     /// what the receiver would be handed (`None` when the semantics copies), as
     /// [`send_app`](Self::send_app) prepares it (for emulated copy: the pages
     /// write-protected through the TCOW engine and described). Dropping the result
-    /// releases it as a receiver's release would. For `ferry calibrate`'s probes; not part
-    /// of the supported API.
-    #[doc(hidden)]
-    pub fn prepare_output(
+    /// releases it as a receiver's release would. For `ferry calibrate`'s probes, through
+    /// `testing::prepare_output`.
+    #[cfg(feature = "testing")]
+    pub(crate) fn prepare_output(
         &self,
         buf: &AppBuffer,
         range: Range<usize>,

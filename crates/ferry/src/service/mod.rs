@@ -114,8 +114,6 @@ pub use pubsub::{
     Publisher, PublisherLoan, PublisherStats, Publishing, Subscriber, SubscriberInfo,
 };
 pub use reqresp::{Client, Request, Response, Server, ServerStats, STATUS_HANDLER_FAILED};
-#[doc(hidden)]
-pub use table::__table_span;
 pub use table::{Kind, MAX_MEMBERS, MAX_NAME, MAX_SERVICES};
 
 use door::{Admit, Door};
