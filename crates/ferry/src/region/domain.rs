@@ -223,7 +223,7 @@ impl DomainInner {
             }
             self.quarantined.store(q.len(), Ordering::Release);
         }
-        self.settle(true);
+        self.settle_quarantine(true);
     }
 
     /// Fragments of dead peers still held by someone.
@@ -234,7 +234,7 @@ impl DomainInner {
     /// Lets go of quarantined fragments no live domain holds any more. Reads the ledgers
     /// of every live domain (and asks the kernel whether each lives), so it runs at most
     /// every [`SETTLE_PERIOD`] unless `force`.
-    pub fn settle(&self, force: bool) {
+    pub fn settle_quarantine(&self, force: bool) {
         if self.quarantined.load(Ordering::Acquire) == 0 {
             return;
         }
@@ -323,7 +323,7 @@ impl DomainInner {
         for s in lock(&self.sinks).iter().filter_map(Weak::upgrade) {
             s.flush();
         }
-        self.settle(false);
+        self.settle_quarantine(false);
         // Collected under the lock, with no allocation: dropping released fbufs takes
         // only path and release-ring locks, never this one.
         for s in lock(&self.sources).iter() {

@@ -582,7 +582,7 @@ impl Group {
 
     /// Path of the group's named file, `/dev/shm/ferry.<name>`: the door table through
     /// which processes find the control block (itself a memfd, with no path).
-    pub fn path(&self) -> &std::path::Path {
+    pub fn file_path(&self) -> &std::path::Path {
         &self.path
     }
 

@@ -140,7 +140,7 @@ pub mod primitive {
 }
 
 /// A line `ns = a * bytes + b` fitted by least squares, with its r²; optionally a second
-/// line from [`Segment::from`] bytes on.
+/// line from [`FitSegment::from`] bytes on.
 ///
 /// One straight line cannot follow a copy's cost across the last-level cache: a copy that
 /// fits in the cache runs several times faster per byte than one that streams through
@@ -155,12 +155,12 @@ pub struct Fit {
     /// Coefficient of determination of the fit (1: every point on the line or lines).
     pub r2: f64,
     /// The line for large sizes, if the fit has two.
-    pub above: Option<Segment>,
+    pub above: Option<FitSegment>,
 }
 
 /// The upper line of a two-line [`Fit`]: `ns = a * bytes + b` from `from` bytes on.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Segment {
+pub struct FitSegment {
     /// The first size this line applies to.
     pub from: usize,
     /// Nanoseconds per byte.
@@ -293,7 +293,7 @@ impl Calibration {
                     parse_number(n, key, nums[2])?,
                 );
                 if nums.len() == 6 {
-                    fit.above = Some(Segment {
+                    fit.above = Some(FitSegment {
                         from: nums[3].parse().map_err(|_| {
                             bad(n, format!("{key}: {:?} is not a byte count", nums[3]))
                         })?,
@@ -599,7 +599,7 @@ mod tests {
     fn two_line_fits_round_trip_and_old_files_still_load() {
         let mut c = sample();
         let mut f = Fit::line(0.1, 50.0, 0.97);
-        f.above = Some(Segment {
+        f.above = Some(FitSegment {
             from: 4 << 20,
             a: 0.25,
             b: -3000.5,

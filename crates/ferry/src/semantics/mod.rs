@@ -85,7 +85,7 @@ pub mod tcp;
 pub mod thresholds;
 
 pub use app::AppBuffer;
-pub use calibration::{Calibration, Fit, Segment};
+pub use calibration::{Calibration, Fit, FitSegment};
 pub(crate) use passing::Regions;
 pub use passing::{InputAlignment, Passing, PassingConfig, Used};
 pub use regions::SysBuffer;

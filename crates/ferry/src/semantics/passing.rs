@@ -349,7 +349,7 @@ impl Passing {
         if s != Semantics::Copy {
             // Pages swapped in from another domain are named by their own lot offsets
             // only once they are copied into ours.
-            let n = app.settle(pages.clone())?;
+            let n = app.adopt_swapped_in(pages.clone())?;
             if n > 0 {
                 add(&self.stats.pages_settled, n as u64);
             }

@@ -116,7 +116,7 @@ pub use pubsub::{
 pub use reqresp::{Client, Request, Response, Server, ServerStats, STATUS_HANDLER_FAILED};
 pub use table::{Kind, MAX_MEMBERS, MAX_NAME, MAX_SERVICES};
 
-use door::{Admit, Door};
+use door::{Admit, DoorThread};
 use table::{EntryView, Table};
 
 use crate::error::{Error, Result};
@@ -237,7 +237,7 @@ struct Offering {
     group: Arc<Group>,
     entry: EntryView,
     me: DomainId,
-    door: Option<Door>,
+    door: Option<DoorThread>,
 }
 
 impl Offering {
@@ -278,7 +278,7 @@ impl Offering {
             door: None,
         };
         // On failure, dropping `o` withdraws the entry.
-        o.door = Some(Door::spawn(o.group.clone(), index, me, admit)?);
+        o.door = Some(DoorThread::spawn(o.group.clone(), index, me, admit)?);
         Ok(o)
     }
 }

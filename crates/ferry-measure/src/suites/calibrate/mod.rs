@@ -28,7 +28,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use ferry::semantics::calibration::primitive as p;
-use ferry::semantics::{Calibration, Fit, Segment};
+use ferry::semantics::{Calibration, Fit, FitSegment};
 
 use crate::harness::budget::Budget;
 use crate::harness::ctx::BenchCtx;
@@ -311,7 +311,7 @@ fn finish(name: &'static str, points: Vec<PrimPoint>, error: Option<String>) -> 
         None
     } else if let Some((lo, from, hi)) = relative_two_line_fit(&xy) {
         Some(Fit {
-            above: Some(Segment {
+            above: Some(FitSegment {
                 from: from as usize,
                 a: hi.slope,
                 b: hi.intercept,
