@@ -638,7 +638,7 @@ pub unsafe extern "C" fn ferry_send(
 ///
 /// # Safety
 /// `path` is NULL or a live path handle.
-unsafe fn loan_path<'a>(path: *mut FerryPath, own: &'a PathAllocator) -> &'a PathAllocator {
+unsafe fn loan_path(path: *mut FerryPath, own: &PathAllocator) -> &PathAllocator {
     // SAFETY: as the caller vouches.
     match unsafe { path.as_ref() } {
         Some(p) => &p.0,
