@@ -18,13 +18,14 @@
 
 use crate::channel::desc::{check_span, Lots};
 use crate::error::{BadDescriptor, Result};
-use crate::region::group::MAX_SLOTS;
 use crate::{Receiver, Sender};
 
 pub use crate::channel::desc::{
     blocks_needed, decode, encode, Lots as DescLots, RawDesc, RawFrag, RawRef, BLOCK_BYTES,
     BLOCK_FRAGS, INLINE_FRAGS, MAX_FRAGS,
 };
+/// The control block's layout limits, for tests that craft a hostile control block.
+pub use crate::region::group::{LOT_WINDOWS, MAX_SLOTS};
 #[cfg(feature = "semantics")]
 pub use crate::semantics::hide::MoveProbe;
 

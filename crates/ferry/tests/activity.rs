@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use common::*;
-use ferry::{DomainId, Group, MemberActivity, PathConfig};
+use ferry::stats::MemberActivity;
+use ferry::{DomainId, Group, PathConfig};
 
 // ---------------------------------------------------------------- child roles
 

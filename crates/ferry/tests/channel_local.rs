@@ -478,11 +478,11 @@ fn steady_state_makes_no_system_calls() {
     for i in 0..10 {
         round(i);
     }
-    let before = ferry::diagnostics::thread_syscall_count();
+    let before = ferry::stats::thread_syscall_count();
     for i in 0..10_000 {
         round(i);
     }
-    assert_eq!(ferry::diagnostics::thread_syscall_count() - before, 0);
+    assert_eq!(ferry::stats::thread_syscall_count() - before, 0);
     assert_eq!(path.stats().allocs, 10_010);
 }
 

@@ -1,4 +1,4 @@
-//! Property tests of the descriptor codec (`ferry::channel::desc`): what a receiver
+//! Property tests of the descriptor codec (`ferry::testing::{encode, decode}`): what a receiver
 //! decodes is exactly what the sender encoded, and bytes from a faulty or hostile peer
 //! never make `decode` panic or hand back a fragment outside a known lot.
 

@@ -65,8 +65,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ferry::container::Container;
-use ferry::region::group::MAX_SLOTS;
+use ferry::containers::Container;
+use ferry::testing::MAX_SLOTS;
 use ferry::testing::{RawDesc, RawFrag, RawRef};
 use ferry::uring::{Features, RingConfig, Uring};
 use ferry::{
@@ -1910,7 +1910,7 @@ fn uring_child(role: &str) {
     let mut ring = Uring::new(&RingConfig::new(rng.pick(&[8, 16, 32])))
         .unwrap_or_else(|e| die(format!("uvictim: ring: {e}")));
     let mut tickets = Vec::new();
-    let mut push = |r: Result<_, ferry::uring::driver::Refused<Vec<u8>>>| match r {
+    let mut push = |r: Result<_, ferry::uring::Refused<Vec<u8>>>| match r {
         Ok(t) => tickets.push(t),
         Err(e) => die(format!("uvictim: submit: {}", e.error)),
     };

@@ -370,7 +370,7 @@ impl TxEnd for FerryTx {
     }
 
     fn syscalls(&self) -> Option<u64> {
-        Some(ferry::diagnostics::thread_syscall_count())
+        Some(ferry::stats::thread_syscall_count())
     }
 }
 
@@ -383,6 +383,6 @@ impl RxEnd for FerryRx {
     }
 
     fn syscalls(&self) -> Option<u64> {
-        Some(ferry::diagnostics::thread_syscall_count())
+        Some(ferry::stats::thread_syscall_count())
     }
 }

@@ -168,8 +168,8 @@ pub(crate) struct ServiceArea(pub [AtomicU32; SERVICE_WORDS]);
 /// adopt what the control block says.
 #[derive(Clone, Debug)]
 pub struct GroupConfig {
-    /// Start of the lots' address range in every process: [`MAX_SLOTS`] ×
-    /// [`LOT_WINDOWS`] windows of `lot_size` bytes from here must be free in all of them.
+    /// Start of the lots' address range in every process: `MAX_SLOTS` (64 member slots) ×
+    /// `LOT_WINDOWS` (4) windows of `lot_size` bytes from here must be free in all of them.
     /// `None` picks one from a hash of the group's name, so that one process can belong
     /// to several groups.
     pub base_addr: Option<usize>,
@@ -514,7 +514,7 @@ impl Group {
     /// (a member may write anything there) are listed in
     /// [`MemberActivity::damage`] instead. Dead members are not shown; a member that
     /// left or died while being read is dropped from the result. See
-    /// [`activity`](super::activity) for how fresh the numbers are.
+    /// [`MemberActivity`](crate::stats::MemberActivity) for how fresh the numbers are.
     pub fn activity(&self) -> Vec<MemberActivity> {
         let lot_size = self.header().lot_size;
         self.members()
@@ -1177,6 +1177,16 @@ impl Drop for Locked<'_> {
     }
 }
 
+/// Byte offset and length of slot `i`'s activity area inside the control memfd.
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn activity_span(i: u16) -> (usize, usize) {
+    (
+        std::mem::offset_of!(GroupHeader, activity)
+            + i as usize * std::mem::size_of::<ActivityRaw>(),
+        std::mem::size_of::<ActivityRaw>(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1499,14 +1509,4 @@ mod tests {
         assert!(matches!(Group::open("a/b"), Err(Error::InvalidArgument(_))));
         assert!(matches!(Group::open(""), Err(Error::InvalidArgument(_))));
     }
-}
-
-/// Byte offset and length of slot `i`'s activity area inside the control memfd.
-#[cfg(any(test, feature = "testing"))]
-pub(crate) fn activity_span(i: u16) -> (usize, usize) {
-    (
-        std::mem::offset_of!(GroupHeader, activity)
-            + i as usize * std::mem::size_of::<ActivityRaw>(),
-        std::mem::size_of::<ActivityRaw>(),
-    )
 }

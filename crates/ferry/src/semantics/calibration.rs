@@ -410,7 +410,7 @@ impl Calibration {
     fn recipe_with(&self, t: &Thresholds, s: Semantics, bytes: usize) -> Vec<Term> {
         use primitive::*;
         let term = |primitive, bytes| Term { primitive, bytes };
-        let page = crate::diagnostics::page_size();
+        let page = crate::sys::page_size();
         let pages = bytes.div_ceil(page) * page;
         let handover = term(HANDOVER, bytes);
         if t.converts(s, bytes) && s.allocator() == super::Allocator::System {
@@ -553,7 +553,7 @@ impl Calibration {
 
 /// 64 B to 1 GiB in steps of 2^(1/4), page multiples from one page up.
 fn size_grid() -> Vec<usize> {
-    let page = crate::diagnostics::page_size();
+    let page = crate::sys::page_size();
     let mut v: Vec<usize> = (24..=120)
         .map(|q| 2f64.powf(q as f64 / 4.0) as usize)
         .map(|b| if b >= page { b / page * page } else { b })
@@ -714,7 +714,7 @@ mod tests {
         assert_eq!(c.predict(Semantics::EmulatedCopy, b), Some(want));
         // Protection covers whole pages; the copy out only the bytes.
         let b = (4 << 20) + 100;
-        let page = crate::diagnostics::page_size();
+        let page = crate::sys::page_size();
         assert_eq!(
             c.recipe(Semantics::EmulatedCopy, b),
             vec![

@@ -505,7 +505,7 @@ impl Passing {
     }
 
     /// Input under an application-allocated semantics: receives the next message and
-    /// copies it into the start of `dst` (see [`copyout`](super::copyout) for why input
+    /// copies it into the start of `dst` (see [`InputAlignment`](super::InputAlignment) for why input
     /// copies). Returns its length.
     ///
     /// # Errors
@@ -543,7 +543,7 @@ impl Passing {
     /// Input of already received `data` into an application buffer at byte `at`. At or
     /// above [`Thresholds::swap`] (never, by default) whole pages whose offset within a
     /// page matches the data's are swapped in (mapped privately from the sender's lot;
-    /// see [`copyout`](super::copyout)); partial pages and the rest are copied.
+    /// see [`InputAlignment`](super::InputAlignment)); partial pages and the rest are copied.
     ///
     /// # Errors
     /// [`Error::WrongSemantics`] for a system-allocated semantics,

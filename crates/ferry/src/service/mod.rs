@@ -114,10 +114,10 @@ pub use pubsub::{
     Publisher, PublisherLoan, PublisherStats, Publishing, Subscriber, SubscriberInfo,
 };
 pub use reqresp::{Client, Request, Response, Server, ServerStats, STATUS_HANDLER_FAILED};
-pub use table::{Kind, MAX_MEMBERS, MAX_NAME, MAX_SERVICES};
+pub use table::{Kind as ServiceKind, MAX_MEMBERS, MAX_NAME, MAX_SERVICES};
 
 use door::{Admit, DoorThread};
-use table::{EntryView, Table};
+use table::{EntryView, Kind, Table};
 
 use crate::error::{Error, Result};
 use crate::region::group::Member;

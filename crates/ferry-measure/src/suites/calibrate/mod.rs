@@ -1,7 +1,7 @@
 //! `ferry calibrate` and `ferry-bench calibrate`: Genie's Tables 6 and 7 on this machine.
 //!
 //! Each primitive a semantics may pay for (listed in
-//! [`ferry::semantics::calibration::primitive`]) is timed at several sizes; a line
+//! [`ferry::semantics::primitive`]) is timed at several sizes; a line
 //! `ns = a * bytes + b` is fitted through the medians by least squares on the relative
 //! error ([`crate::harness::stats::relative_linear_fit`]: a plain fit is ruled by the
 //! 16 MiB point and predicts a 4 KiB copy below zero), or two lines split at a size where
@@ -27,7 +27,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use ferry::semantics::calibration::primitive as p;
+use ferry::semantics::primitive as p;
 use ferry::semantics::{Calibration, Fit, FitSegment};
 
 use crate::harness::budget::Budget;

@@ -11,7 +11,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::{bail, Context, Result};
-use ferry::semantics::calibration::primitive as p;
+use ferry::semantics::primitive as p;
 use ferry::testing::MoveProbe;
 use ferry::{Group, PathConfig};
 
