@@ -41,12 +41,12 @@ pub fn push_raw(tx: &Sender, d: RawDesc) -> Result<()> {
 /// Byte offset and length of the service table inside the control memfd, for tests that
 /// play a hostile member.
 pub fn table_span() -> (usize, usize) {
-    crate::Group::service_area_span()
+    crate::region::layout::service_area_span()
 }
 
 /// Byte offset and length of slot `slot`'s activity area inside the control memfd.
 pub fn activity_span(slot: u16) -> (usize, usize) {
-    crate::region::group::activity_span(slot)
+    crate::region::layout::activity_span(slot)
 }
 
 /// Maps every fragment `rx` receives afresh and unmaps it on release, instead of reading

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use super::group::{DomainId, Group};
 use super::ledger::{Held, Ledger};
 use super::lot::{Lot, PeerLot};
-use super::path::{PathAllocator, PathConfig};
 use crate::error::{BadDescriptor, Error, Result};
 use crate::segment::{LotId, LotSpan, Segment};
 use crate::sync::lock;
@@ -448,15 +447,6 @@ impl Domain {
     /// Address of this domain's lot (the same in every process of the group).
     pub fn lot_addr(&self) -> usize {
         self.inner.lot.base() as usize
-    }
-
-    /// A new per-path allocator carving fbufs from this domain's lot.
-    pub fn path(&self, config: PathConfig) -> Result<PathAllocator> {
-        Ok(PathAllocator::new(
-            self.inner.lot.clone(),
-            Arc::downgrade(&self.inner),
-            config,
-        ))
     }
 
     /// Drains pending releases of every channel this domain sends on, returning fbufs to

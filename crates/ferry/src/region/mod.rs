@@ -5,6 +5,7 @@ pub(crate) mod activity;
 pub(crate) mod domain;
 pub(crate) mod group;
 pub(crate) mod inspect;
+pub(crate) mod layout;
 pub(crate) mod ledger;
 pub(crate) mod lot;
 pub(crate) mod path;
