@@ -3,7 +3,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use ferry::service::{Publisher, ServiceConfig, Subscriber};
+//! use ferry::{Publisher, ServiceConfig, Subscriber};
 //! use ferry::{Group, PathConfig};
 //!
 //! # fn main() -> ferry::Result<()> {
