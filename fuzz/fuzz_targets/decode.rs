@@ -1,4 +1,4 @@
-//! Fuzzes `ferry::channel::desc::decode`, the receiver's check of a ring entry and its
+//! Fuzzes `ferry::testing::decode`, the receiver's check of a ring entry and its
 //! continuation blocks, which another process writes.
 //!
 //! Input layout: 128 bytes of ring entry, 2 bytes (little endian) giving how many of the
@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use ferry::channel::desc::{decode, RawDesc, StrictLots, VecLots};
+use ferry::testing::{decode, RawDesc, StrictLots, VecLots};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

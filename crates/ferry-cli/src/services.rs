@@ -15,11 +15,12 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use ferry::service::{Kind, MAX_MEMBERS};
+use ferry::stats::GroupFileState;
 use ferry::{
-    Domain, Group, GroupAccess, GroupConfig, GroupFileState, PathConfig, Publisher, ServiceConfig,
-    SlowSubscriber, Subscriber,
+    Domain, Group, GroupAccess, GroupConfig, PathConfig, Publisher, ServiceConfig, SlowSubscriber,
+    Subscriber,
 };
+use ferry::{ServiceKind, MAX_MEMBERS};
 
 use crate::cli_util::parse_secs;
 use crate::sys::{catch_stop_signals, stop_signal};
@@ -300,7 +301,7 @@ fn open_subscriber(
         if group
             .services()
             .iter()
-            .any(|s| s.name == name && s.kind == Kind::PubSub)
+            .any(|s| s.name == name && s.kind == ServiceKind::PubSub)
         {
             break true;
         }
@@ -363,7 +364,7 @@ pub fn subscribe(a: SubArgs) -> Result<()> {
 /// Prints what each member publishes: one table of paths (fbufs and bytes out against
 /// the quota) and one of sending channels (peer, messages in flight, sent), then any
 /// entries that failed validation.
-fn print_activity(all: &[ferry::MemberActivity]) {
+fn print_activity(all: &[ferry::stats::MemberActivity]) {
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     if all.iter().any(|a| !a.paths.is_empty()) {
         println!("  paths:");
@@ -478,8 +479,8 @@ pub fn stat(a: StatArgs) -> Result<()> {
         }
         for s in group.services() {
             let kind = match s.kind {
-                Kind::PubSub => format!("pub-sub ({:?} when full)", s.slow).to_lowercase(),
-                Kind::ReqResp => "req-resp".to_owned(),
+                ServiceKind::PubSub => format!("pub-sub ({:?} when full)", s.slow).to_lowercase(),
+                ServiceKind::ReqResp => "req-resp".to_owned(),
             };
             let pids: Vec<String> = s.subscribers.iter().map(|m| m.pid.to_string()).collect();
             println!(

@@ -51,7 +51,7 @@ fn plant(path: &Path, bytes: &[u8], uid: Option<u32>) {
     }
 }
 
-/// A door table (the format of `ferry::region::group`) whose one door names this
+/// A door table (the format of ferry's `region::group`) whose one door names this
 /// process with a start time it never had: a dead door.
 fn stale_table() -> Vec<u8> {
     let mut b = Vec::new();

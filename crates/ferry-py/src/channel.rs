@@ -4,7 +4,8 @@ use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use ferry::{ChannelStats, IoData};
+use ferry::stats::ChannelStats;
+use ferry::IoData;
 use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyMemoryView};

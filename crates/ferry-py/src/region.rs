@@ -57,7 +57,7 @@ closable! {
         /// Path of the group's named file.
         #[getter]
         fn path(&self) -> PyResult<String> {
-            Ok(self.inner.get()?.path().display().to_string())
+            Ok(self.inner.get()?.file_path().display().to_string())
         }
 
         /// Size in bytes of each domain's lot.

@@ -3,8 +3,8 @@
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ferry::region::Member;
-use ferry::service::Request;
+use ferry::Member;
+use ferry::Request;
 use ferry::{Client, Publisher, Server, ServiceConfig, SlowSubscriber, Subscriber, Until};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -459,7 +459,7 @@ pub(crate) fn services<'py>(
             d.set_item(
                 "kind",
                 match s.kind {
-                    ferry::service::Kind::PubSub => "pubsub",
+                    ferry::ServiceKind::PubSub => "pubsub",
                     _ => "reqresp",
                 },
             )?;

@@ -30,7 +30,7 @@ fn main() -> ferry::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let size: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(64 << 20);
     let count: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(50);
-    let page = ferry::diagnostics::page_size();
+    let page = ferry::stats::page_size();
     if let Ok(group) = std::env::var("STREAM_GROUP") {
         // Receiver.
         let g = Group::open(&group)?;

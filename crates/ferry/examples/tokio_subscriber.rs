@@ -14,8 +14,8 @@
 use std::time::Duration;
 
 use ferry::aio::{AsyncPublisher, AsyncSubscriber};
-use ferry::service::{Publisher, ServiceConfig, SlowSubscriber, Subscriber};
 use ferry::{Error, Group, PathConfig};
+use ferry::{Publisher, ServiceConfig, SlowSubscriber, Subscriber};
 
 const SERVICE: &str = "sensors/temperature";
 const READINGS: u32 = 10;

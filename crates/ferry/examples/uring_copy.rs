@@ -11,8 +11,8 @@
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
-use ferry::uring::driver::{FixedBuf, Uring};
 use ferry::uring::{Features, RingConfig};
+use ferry::uring::{FixedBuf, Uring};
 
 const BLOCK: usize = 256 * 1024;
 const DEPTH: u16 = 8;
@@ -55,7 +55,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let mut ring = Uring::new(&opts)?;
     let pool = ring.register_pool(BLOCK, DEPTH)?;
-    let syscalls0 = ferry::diagnostics::syscall_count();
+    let syscalls0 = ferry::stats::syscall_count();
     let start = Instant::now();
     let mut off = 0u64;
     while off < len {
@@ -80,7 +80,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    let syscalls = ferry::diagnostics::syscall_count() - syscalls0;
+    let syscalls = ferry::stats::syscall_count() - syscalls0;
     let s = ring.stats();
     let blocks = len.div_ceil(BLOCK as u64).max(1);
     println!(

@@ -10,7 +10,7 @@ use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::time::Instant;
 
-use ferry::uring::driver::Uring;
+use ferry::uring::Uring;
 use ferry::uring::{Features, RingConfig};
 
 const TOTAL: usize = 64 << 20;

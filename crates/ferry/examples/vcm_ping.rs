@@ -48,7 +48,7 @@ fn main() -> ferry::Result<()> {
     let req = ep.submit(&v)?[0];
 
     let pings = 10_000u32;
-    let calls = ferry::diagnostics::thread_syscall_count();
+    let calls = ferry::stats::thread_syscall_count();
     let start = Instant::now();
     for i in 0..pings {
         let body = i.to_le_bytes();
@@ -59,7 +59,7 @@ fn main() -> ferry::Result<()> {
         assert_eq!(ep.buf(BufRange::new(reply.offset, 4))?, body);
     }
     let secs = start.elapsed().as_secs_f64();
-    let calls = ferry::diagnostics::thread_syscall_count() - calls;
+    let calls = ferry::stats::thread_syscall_count() - calls;
     println!(
         "{pings} pings: {:.1} µs per round trip, {:.4} system calls per ping ({})",
         secs * 1e6 / f64::from(pings),

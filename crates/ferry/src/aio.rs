@@ -10,7 +10,7 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use ferry::aio::AsyncSubscriber;
-//! use ferry::service::Subscriber;
+//! use ferry::Subscriber;
 //! use ferry::Group;
 //!
 //! # async fn run() -> ferry::Result<()> {

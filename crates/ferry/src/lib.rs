@@ -1,12 +1,24 @@
 //! ferry: zero-copy data passing between Linux processes.
 //!
-//! Processes that join a [`Group`] each own a *lot*: a memfd mapped read-write in its
-//! owner and read-only in every other member, at the same address everywhere. A
-//! [`PathAllocator`] carves page-multiple *fbufs* from the lot; an [`IoData`] is an
-//! immutable list of fragments of fbufs; a [`Sender`]/[`Receiver`] pair moves IoData
-//! between two domains by passing small descriptors through a shared-memory ring. The
-//! receiver reads the sender's pages in place; when it drops the data, the fbufs flow back
-//! to the sender's path.
+//! # Start here
+//!
+//! A newcomer needs these types, in this order:
+//!
+//! | type | what it is |
+//! |---|---|
+//! | [`Group`] | a named place to meet (`/dev/shm/ferry.<name>`; no daemon): [`Group::open`] |
+//! | [`Domain`] | one member of a group, owning a *lot* of shared memory: [`Group::join`]; its [`DomainId`] is how others name it |
+//! | [`PathAllocator`] | carves page-multiple buffers (*fbufs*) from the domain's lot: [`Domain::path`] |
+//! | [`IoDataMut`], [`IoData`] | a buffer being written, then frozen into immutable data that can be passed on |
+//! | [`Sender`], [`Receiver`] | a point-to-point channel: [`Domain::connect`] and [`Domain::accept`] |
+//! | [`Publisher`], [`Subscriber`]; [`Server`], [`Client`] | named services over channels: publish-subscribe, request-response |
+//! | [`Error`], [`Result`] | every fallible call's error |
+//!
+//! Each member's lot is a memfd mapped read-write in its owner and read-only in every other
+//! member, at the same address everywhere. An [`IoData`] is an immutable list of
+//! [`Fragment`]s of fbufs; a channel moves it by passing a small descriptor through a
+//! shared-memory ring. The receiver reads the sender's pages in place; when it drops the
+//! data, the fbufs flow back to the sender's path.
 //!
 //! ```
 //! use std::time::Duration;
@@ -39,10 +51,17 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Layers, bottom up: `sys` (thin syscall wrappers, private to the crate; [`diagnostics`]
-//! re-exports its syscall counters and page size), [`region`] (groups, domains, lots,
-//! fbufs), [`segment`] and [`iodata`] (handles), [`channel`] (rings, senders and receivers),
-//! and on top [`service`] (named publish-subscribe and request-response over channels).
+//! # The rest of the crate
+//!
+//! Everything else a program passes or configures is also at the root: the settings
+//! ([`GroupConfig`], [`PathConfig`], [`ChannelConfig`], [`ServiceConfig`]), loans written
+//! in place before they are sent ([`Loan`], [`PublisherLoan`], [`SendSlot`]), the handles
+//! under an [`IoData`] ([`Segment`], [`LotSpan`]), request-response's [`Request`],
+//! [`Response`], [`Handler`] and [`run_server`], and [`Until`], the deadline a blocking
+//! call takes. Beyond the root there are a few namespaces: [`stats`] (counters and
+//! inspection: channel, path and server statistics, members' activity areas, what a
+//! group's named file says, syscall counts), and one for each feature below.
+//!
 //! Errors are one enum, [`Error`]; a descriptor that fails validation is
 //! [`Error::BadDescriptor`], a dead peer [`Error::PeerGone`].
 //!
@@ -54,10 +73,11 @@
 //!
 //! | feature | module | what it adds |
 //! |---|---|---|
-//! | `containers` | `container` | containers and pallets: whole pages moved through memfds, pipes, `splice` and `SCM_RIGHTS` |
+//! | `containers` | `containers` | containers and pallets: whole pages moved through memfds, pipes, `splice` and `SCM_RIGHTS` |
 //! | `uring` | `uring`, `vcm` | the io_uring driver, xlate (page-remapping copies) and VCM endpoints; the only user of the `io-uring` crate |
 //! | `semantics` | `semantics` | Genie's eight data-passing semantics over channels, with TCOW over userfaultfd; with `uring` as well, over TCP too (`semantics::tcp`) |
 //! | `tokio` | `aio` | async endpoints over the endpoints' wait descriptors |
+//! | `testing` | `testing` | the descriptor wire format and hooks for ferry's own tests, fuzz target, benchmarks and calibration; not part of the supported API |
 //!
 //! # Conventions
 //!
@@ -84,7 +104,7 @@
 //! # Where `unsafe` lives
 //!
 //! The crate root denies `unsafe_code`; only the modules below allow it, each on its
-//! declaration in `lib.rs` (for `container` and `semantics`, on their submodules), so
+//! declaration in `lib.rs` (for `containers` and `semantics`, on their submodules), so
 //! this list is the whole of it. Every `unsafe` block carries a `// SAFETY:` comment (clippy's
 //! `undocumented_unsafe_blocks` denies one without) and every `unsafe fn` a `# Safety`
 //! section.
@@ -92,49 +112,58 @@
 //! | module | why it needs `unsafe` |
 //! |---|---|
 //! | `sys` | the syscall wrappers that rustix leaves `unsafe`: `mmap`/`munmap`/`mprotect` and the `Mapping` they return, `userfaultfd` ioctls and event reads, socket address conversions |
-//! | [`region`] | the group control block read and initialised in place through its mapping; fbufs of the domain's own lot made into [`Segment`]s; the `atexit` hook that leaves groups at exit |
-//! | [`segment`] | a [`Segment`] is a pointer and length into a mapping, kept alive by its keeper: the one `unsafe` constructor and the slices over it |
-//! | [`iodata`] | [`IoDataMut`] implements `bytes::BufMut`, an `unsafe` trait; it reaches its own segments, which only it references until frozen, without `Arc::get_mut`'s locked compare-and-swap |
-//! | [`channel`] | the SPSC ring and its slots in shared memory (volatile reads of what the peer writes), the channel mapping's layout, segments built from validated descriptors, a loan's segment address kept for comparison (`Send` for a raw pointer never dereferenced) |
-//! | `container` (feature `containers`) | `container::unload` hands out slices over an unloaded pallet's mapping |
+//! | `region` | the group control block read and initialised in place through its mapping; fbufs of the domain's own lot made into [`Segment`]s; the `atexit` hook that leaves groups at exit |
+//! | `segment` | a [`Segment`] is a pointer and length into a mapping, kept alive by its keeper: the one `unsafe` constructor and the slices over it |
+//! | `iodata` | [`IoDataMut`] implements `bytes::BufMut`, an `unsafe` trait; it reaches its own segments, which only it references until frozen, without `Arc::get_mut`'s locked compare-and-swap |
+//! | `channel` | the SPSC ring and its slots in shared memory (volatile reads of what the peer writes), the channel mapping's layout, segments built from validated descriptors, a loan's segment address kept for comparison (`Send` for a raw pointer never dereferenced) |
+//! | `containers` (feature `containers`) | `containers::unload` hands out slices over an unloaded pallet's mapping |
 //! | `uring` (feature `uring`) | io_uring: pushing entries whose buffers the kernel uses until completion, registered buffers, the `IoBuf` traits, aligned allocations, xlate's bounce buffers |
 //! | `vcm` (feature `uring`) | its io_uring ring (pushes, registered region), `msghdr` space, slices over the registered region |
 //! | `semantics` (feature `semantics`; its `app`, `hide`, `regions`, `tcow` and `tcp` submodules) | slices over application buffers' views, segments over output regions, hiding, unmapping and moving out the pages of regions given up at output (and calibrate's probe of that), replacing a page under a writer (TCOW), buffers lent to io_uring sends and receives |
 //! | `aio` (feature `tokio`) | registering an endpoint's descriptor with tokio's reactor (`AsyncFd::register_with_interest`), whose contract is that the descriptor stays open and the same while registered |
 //!
-//! [`error`], [`diagnostics`], [`service`], `copy` and the `sync` shim contain none.
+//! `error`, [`stats`], `service`, `copy`, `testing` and the `sync` shim contain none.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![warn(unnameable_types)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// `unsafe` is denied at the root; each module below that needs it says so here (container
+// `unsafe` is denied at the root; each module below that needs it says so here (containers
 // on its `unload` submodule), as listed under "Where `unsafe` lives" in the crate docs.
+//
+// Every layer is a private module; what a user needs is re-exported at the root, and a
+// subsystem a user opts into (by feature, or by looking at counters) is one public
+// namespace: `containers`, `uring` (with `uring::xlate`), `vcm`, `semantics`, `aio`,
+// `stats`, and `testing` for the crate's own tests and tools.
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 #[allow(unsafe_code)]
 pub mod aio;
 #[allow(unsafe_code)]
-pub mod channel;
+mod channel;
 #[cfg(feature = "containers")]
 #[cfg_attr(docsrs, doc(cfg(feature = "containers")))]
-pub mod container;
+pub mod containers;
 mod copy;
-pub mod diagnostics;
-pub mod error;
+mod error;
 #[allow(unsafe_code)]
-pub mod iodata;
+mod iodata;
 #[allow(unsafe_code)]
-pub mod region;
+mod region;
 #[allow(unsafe_code)]
-pub mod segment;
+mod segment;
 #[cfg(feature = "semantics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "semantics")))]
 pub mod semantics;
-pub mod service;
-pub(crate) mod sync;
+mod service;
+pub mod stats;
+mod sync;
 #[allow(unsafe_code)]
-pub(crate) mod sys;
+mod sys;
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 mod until;
 #[cfg(feature = "uring")]
 #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
@@ -145,20 +174,20 @@ pub mod uring;
 #[allow(unsafe_code)]
 pub mod vcm;
 
-pub use channel::{ChannelConfig, ChannelStats, Loan, Receiver, SendSlot, Sender};
-#[cfg(feature = "containers")]
-#[cfg_attr(docsrs, doc(cfg(feature = "containers")))]
-pub use container::{Container, Pallet};
-pub use error::{BadDescriptor, Error, Result};
-pub use iodata::{Fragment, IoData, IoDataMut};
+// Groups, domains and the fbufs of their lots.
 pub use region::{
-    ActivityDamage, ChannelActivity, Cleaned, Domain, DomainId, Group, GroupAccess, GroupConfig,
-    GroupFile, GroupFileState, GroupView, MemberActivity, PathActivity, PathAllocator, PathConfig,
-    PathStats,
+    Domain, DomainId, Group, GroupAccess, GroupConfig, Member, PathAllocator, PathConfig,
 };
+// Data: immutable aggregates of fbuf fragments, and the writable form they are built in.
+pub use iodata::{Fragment, IoData, IoDataMut, IoDataReader, Units};
 pub use segment::{LotId, LotSpan, Segment};
+// Point-to-point channels.
+pub use channel::{ChannelConfig, Loan, Receiver, SendSlot, Sender};
+// Named services over channels: publish-subscribe and request-response.
+pub use error::{BadDescriptor, Error, Result};
 pub use service::{
-    Caller, Client, Handler, Placement, Publisher, PublisherLoan, Server, ServiceConfig,
-    ServiceInfo, SlowSubscriber, Subscriber,
+    run_server, Caller, Client, Handler, Placement, Publisher, PublisherLoan, Publishing, Request,
+    Response, Server, ServiceConfig, ServiceInfo, ServiceKind, SlowSubscriber, Subscriber,
+    MAX_MEMBERS, MAX_NAME, MAX_SERVICES, STATUS_HANDLER_FAILED,
 };
 pub use until::Until;

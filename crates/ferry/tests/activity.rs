@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use common::*;
-use ferry::{DomainId, Group, MemberActivity, PathConfig};
+use ferry::stats::MemberActivity;
+use ferry::{DomainId, Group, PathConfig};
 
 // ---------------------------------------------------------------- child roles
 
@@ -181,7 +182,7 @@ fn garbage_in_the_activity_area_is_reported() {
 
     // This process's own mapping of the control memfd, as a hostile member has.
     let map = map_control_block(&name);
-    let (off, len) = ferry::Group::__activity_span(a.id().slot);
+    let (off, len) = ferry::testing::activity_span(a.id().slot);
     let (path_at, chan_at) = (
         off + PATHS_AT + pi * PATH_LEN,
         off + CHANNELS_AT + ci * CHANNEL_LEN,

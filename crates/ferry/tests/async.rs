@@ -13,9 +13,9 @@ use common::*;
 use ferry::aio::{
     AsyncClient, AsyncPublisher, AsyncReceiver, AsyncSender, AsyncServer, AsyncSubscriber,
 };
-use ferry::service::{Client, Publisher, Server, ServiceConfig, SlowSubscriber, Subscriber};
 use ferry::Handler;
 use ferry::{ChannelConfig, Domain, Error, Group, PathConfig, Sender};
+use ferry::{Client, Publisher, Server, ServiceConfig, SlowSubscriber, Subscriber};
 use rustix::event::epoll;
 
 /// Seed that ends a stream.
@@ -86,7 +86,7 @@ fn child_main(role: &str) {
                 s.store(true, std::sync::atomic::Ordering::Relaxed);
             });
             let mut h = Reverse { calls: 0 };
-            ferry::service::run_server(&domain, &arg, ServiceConfig::default(), &mut h, |_| {
+            ferry::run_server(&domain, &arg, ServiceConfig::default(), &mut h, |_| {
                 !stop.load(std::sync::atomic::Ordering::Relaxed)
             })
             .unwrap();

@@ -369,7 +369,7 @@ fn address_in_use_is_an_error() {
 
 #[test]
 fn bad_descriptors_are_rejected_and_the_channel_goes_on() {
-    use ferry::channel::desc::{encode, RawDesc, RawFrag, RawRef};
+    use ferry::testing::{encode, RawDesc, RawFrag, RawRef};
     let g = group("baddesc");
     let (a, _b, tx, mut rx) = pair(&g);
     let me = a.id();
@@ -405,7 +405,7 @@ fn bad_descriptors_are_rejected_and_the_channel_goes_on() {
     };
     bad.push((d, "continuation block outside the lot"));
     for (d, why) in bad {
-        tx.__push_raw(d).unwrap();
+        ferry::testing::push_raw(&tx, d).unwrap();
         match rx.try_recv() {
             Err(Error::BadDescriptor(_)) => {}
             other => panic!("{why}: accepted or wrong error: {other:?}"),
@@ -423,7 +423,7 @@ fn bad_descriptors_are_rejected_and_the_channel_goes_on() {
 /// channel goes on. Every u16 slot value is tried, with the sender's real generation.
 #[test]
 fn descriptors_naming_any_slot_are_refused_without_a_panic() {
-    use ferry::channel::desc::{encode, RawFrag, RawRef};
+    use ferry::testing::{encode, RawFrag, RawRef};
     let g = group("anyslot");
     let (a, b, tx, mut rx) = pair(&g);
     let me = a.id();
@@ -448,7 +448,7 @@ fn descriptors_naming_any_slot_are_refused_without_a_panic() {
             offset: 0,
         };
         for d in [inline, linked] {
-            tx.__push_raw(d).unwrap();
+            ferry::testing::push_raw(&tx, d).unwrap();
             match rx.try_recv() {
                 Err(Error::BadDescriptor(_)) => {}
                 other => panic!("slot {slot}: accepted or wrong error: {other:?}"),
@@ -464,7 +464,7 @@ fn descriptors_naming_any_slot_are_refused_without_a_panic() {
 fn map_per_transfer_reads_the_same_bytes_through_a_fresh_mapping() {
     let g = group("uncached");
     let (a, _b, tx, mut rx) = pair(&g);
-    rx.set_map_per_transfer(true);
+    ferry::testing::set_map_per_transfer(&mut rx, true);
     let path = a.path(PathConfig::default()).unwrap();
     let mut m = path.alloc(3 * 4096 + 5).unwrap();
     m.fill_from(&vec![0x5a; 3 * 4096 + 5]);
@@ -498,11 +498,11 @@ fn steady_state_makes_no_system_calls() {
     for i in 0..10 {
         round(i);
     }
-    let before = ferry::diagnostics::thread_syscall_count();
+    let before = ferry::stats::thread_syscall_count();
     for i in 0..10_000 {
         round(i);
     }
-    assert_eq!(ferry::diagnostics::thread_syscall_count() - before, 0);
+    assert_eq!(ferry::stats::thread_syscall_count() - before, 0);
     assert_eq!(path.stats().allocs, 10_010);
 }
 

@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Mutex, MutexGuard};
 
-use ferry::container::{self, Container};
+use ferry::containers::{self, Container};
 use ferry::{BadDescriptor, Error};
 use rustix::fs::{memfd_create, MemfdFlags};
 use rustix::mm::{mmap, munmap, MapFlags, ProtFlags};
@@ -496,14 +496,14 @@ fn recirculated_pallets_map_at_the_same_address() {
     assert_eq!(c.map_stats().hits, 1);
 
     // Out to another domain and back: the process-wide table still knows the address.
-    let global = container::map_stats();
+    let global = containers::map_stats();
     c.ship(&a).unwrap();
     let there = Container::receive(&b).unwrap();
     there.ship(&b).unwrap();
     let mut home = Container::receive(&a).unwrap();
     assert_eq!(home.unload(0).unwrap().addr(), first);
     assert_eq!(home.map_stats().hits, 1);
-    assert!(container::map_stats().hits > global.hits);
+    assert!(containers::map_stats().hits > global.hits);
 
     // Someone else takes the range: a miss, mapped elsewhere, nothing clobbered.
     // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping.

@@ -1,10 +1,10 @@
-//! Property tests of the descriptor codec (`ferry::channel::desc`): what a receiver
+//! Property tests of the descriptor codec (`ferry::testing::{encode, decode}`): what a receiver
 //! decodes is exactly what the sender encoded, and bytes from a faulty or hostile peer
 //! never make `decode` panic or hand back a fragment outside a known lot.
 
 use std::collections::HashMap;
 
-use ferry::channel::desc::{
+use ferry::testing::{
     blocks_needed, decode, encode, RawDesc, RawFrag, RawRef, StrictLots, VecLots, BLOCK_BYTES,
     BLOCK_FRAGS, INLINE_FRAGS, MAX_FRAGS,
 };

@@ -17,8 +17,8 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use common::*;
-use ferry::region::group::LOT_WINDOWS;
-use ferry::service::Request;
+use ferry::testing::LOT_WINDOWS;
+use ferry::Request;
 use ferry::{Client, Error, PathConfig, Publisher, Server, ServiceConfig, Subscriber};
 
 /// What hostile members put behind their lot descriptor, and what a peer must say it is.

@@ -106,7 +106,7 @@ fn child_main(role: &str) {
         // byte with 0x5a through a mapping, and ship it back.
         "container-xor" => {
             let sock = std::os::unix::net::UnixStream::connect(&arg).unwrap();
-            let mut c = ferry::container::Container::receive(&sock).unwrap();
+            let mut c = ferry::containers::Container::receive(&sock).unwrap();
             for i in 0..c.len() {
                 let mut p = c.unload(i).unwrap();
                 let valid = p.valid();
@@ -285,7 +285,7 @@ fn sender_exiting_after_send_loses_nothing() {
 /// is away, the bytes are transformed where they were mapped, and when it returns it maps
 /// at the same addresses as before.
 fn containers_ship_between_processes() {
-    use ferry::container::Container;
+    use ferry::containers::Container;
     use std::os::unix::net::UnixListener;
     let dir = std::env::temp_dir().join(format!("ferry-ct-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -1246,7 +1246,7 @@ fn share_locks_each_page_until_its_last_output_is_released() {
     let d2 = g.join().unwrap();
     let (tx, mut rx) = local_channel(&d, &d2);
     let p = passing(&d);
-    let pg = ferry::diagnostics::page_size();
+    let pg = ferry::stats::page_size();
     let mut a = p.app_buffer(8 * pg).unwrap();
     a.as_mut_slice().fill(3);
     let (at, kib) = (a.as_mut_ptr() as usize, pg as u64 / 1024);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use ferry::service::Kind;
+use ferry::ServiceKind;
 use ferry::{
     Caller, Client, Error, IoData, PathConfig, Placement, Publisher, Server, ServiceConfig,
     SlowSubscriber, Subscriber,
@@ -104,7 +104,7 @@ fn child_main(role: &str) {
                 s.store(true, Ordering::Relaxed);
             });
             let mut h = Reverse { calls: 0 };
-            ferry::service::run_server(&domain, &arg, ServiceConfig::default(), &mut h, |srv| {
+            ferry::run_server(&domain, &arg, ServiceConfig::default(), &mut h, |srv| {
                 if srv.name() == arg && !stop.load(Ordering::Relaxed) {
                     return true;
                 }
@@ -134,7 +134,7 @@ fn child_main(role: &str) {
         // "lock" takes the table lock as this (live) domain and holds it.
         "scribbler" => {
             let (what, rounds) = arg.split_once(',').unwrap();
-            let (off, len) = ferry::service::__table_span();
+            let (off, len) = ferry::testing::table_span();
             let map = map_control_block(&gname);
             let words = len / 4;
             let mut rng = Rng(std::process::id() as u64 | 1);
@@ -517,7 +517,7 @@ fn names_across_processes() {
     let l = g.services();
     assert_eq!(l.len(), 1);
     assert_eq!(l[0].owner.pid, other.child.id());
-    assert_eq!(l[0].kind, Kind::PubSub);
+    assert_eq!(l[0].kind, ServiceKind::PubSub);
     other.kill9();
     assert!(g.services().is_empty(), "a dead publisher is listed");
     let _p = Publisher::offer(&d, "shared/name", ServiceConfig::default()).unwrap();

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use common::Reverse;
 use std::time::{Duration, Instant};
 
-use ferry::service::{Kind, Request};
 use ferry::{
     Caller, Client, Error, Group, IoData, PathAllocator, PathConfig, Placement, Publisher, Server,
     ServiceConfig, SlowSubscriber, Subscriber,
 };
+use ferry::{Request, ServiceKind};
 
 use common::T;
 
@@ -79,7 +79,7 @@ fn names_collide_and_unknown_names_are_errors() {
     let list = g.services();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0].name, "camera/front");
-    assert_eq!(list[0].kind, Kind::PubSub);
+    assert_eq!(list[0].kind, ServiceKind::PubSub);
     assert_eq!(list[0].owner.id, a.id());
     assert_eq!(list[0].owner.pid, std::process::id());
     assert_eq!(
@@ -262,11 +262,11 @@ fn steady_state_services_make_no_system_calls() {
     for i in 0..20 {
         round(i);
     }
-    let before = ferry::diagnostics::thread_syscall_count();
+    let before = ferry::stats::thread_syscall_count();
     for i in 0..5_000 {
         round(i);
     }
-    assert_eq!(ferry::diagnostics::thread_syscall_count() - before, 0);
+    assert_eq!(ferry::stats::thread_syscall_count() - before, 0);
 
     let sd = g.join().unwrap();
     let cd = g.join().unwrap();
@@ -295,11 +295,11 @@ fn steady_state_services_make_no_system_calls() {
     for i in 0..20 {
         rr(i);
     }
-    let before = ferry::diagnostics::thread_syscall_count();
+    let before = ferry::stats::thread_syscall_count();
     for i in 0..5_000 {
         rr(i);
     }
-    assert_eq!(ferry::diagnostics::thread_syscall_count() - before, 0);
+    assert_eq!(ferry::stats::thread_syscall_count() - before, 0);
 }
 
 #[test]
@@ -398,7 +398,7 @@ fn a_handler_runs_in_process_or_remotely_with_the_same_results() {
     let st = stop.clone();
     let serving = std::thread::spawn(move || {
         let mut h = Reverse { calls: 0 };
-        ferry::service::run_server(&sd, "place", ServiceConfig::default(), &mut h, |_| {
+        ferry::run_server(&sd, "place", ServiceConfig::default(), &mut h, |_| {
             !st.load(std::sync::atomic::Ordering::Relaxed)
         })
         .unwrap();

@@ -17,7 +17,7 @@
 //!   after the source has re-allocated and scribbled over everything it could get. The
 //!   harness SIGKILLs one member (early, mid-stream, or while the sink holds messages),
 //!   or SIGSTOPs one for a while, and sometimes adds a hostile member that pushes garbage
-//!   descriptors (`Sender::__push_raw`) at the stage or the sink, or that puts a FIFO, a
+//!   descriptors (`ferry::testing::push_raw`) at the stage or the sink, or that puts a FIFO, a
 //!   socket, a directory, /dev/zero or an unsealed memfd it keeps resizing behind its lot
 //!   descriptor and offers a channel: the target must refuse it, naming the member,
 //!   without waiting on it.
@@ -65,9 +65,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ferry::channel::desc::{RawDesc, RawFrag, RawRef};
-use ferry::container::Container;
-use ferry::region::group::MAX_SLOTS;
+use ferry::containers::Container;
+use ferry::testing::MAX_SLOTS;
+use ferry::testing::{RawDesc, RawFrag, RawRef};
 use ferry::uring::{Features, RingConfig, Uring};
 use ferry::{
     ChannelConfig, Domain, DomainId, Error, Group, IoData, IoDataMut, PathAllocator, PathConfig,
@@ -1492,7 +1492,7 @@ fn hostile(ctx: &mut Ctx, domain: &Domain, peers: &Peers) -> Finish {
         let d = garbage(&mut ctx.rng, &known, own, data_off, real_base, lot);
         let mut tries = 0;
         loop {
-            match tx.__push_raw(d) {
+            match ferry::testing::push_raw(&tx, d) {
                 Ok(()) => {
                     pushed += 1;
                     break;
@@ -1910,7 +1910,7 @@ fn uring_child(role: &str) {
     let mut ring = Uring::new(&RingConfig::new(rng.pick(&[8, 16, 32])))
         .unwrap_or_else(|e| die(format!("uvictim: ring: {e}")));
     let mut tickets = Vec::new();
-    let mut push = |r: Result<_, ferry::uring::driver::Refused<Vec<u8>>>| match r {
+    let mut push = |r: Result<_, ferry::uring::Refused<Vec<u8>>>| match r {
         Ok(t) => tickets.push(t),
         Err(e) => die(format!("uvictim: submit: {}", e.error)),
     };

@@ -12,7 +12,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::process::Command;
 use std::time::Duration;
 
-use ferry::uring::driver::{AlignedBuf, Target, Uring};
+use ferry::uring::{AlignedBuf, Target, Uring};
 use ferry::uring::{Features, RingConfig};
 use ferry::Error;
 
@@ -464,7 +464,7 @@ impl Drop for Tracked {
 }
 
 // SAFETY: the bytes live in the Vec's heap block, which does not move with the value.
-unsafe impl ferry::uring::driver::IoBuf for Tracked {
+unsafe impl ferry::uring::IoBuf for Tracked {
     fn stable_ptr(&self) -> *const u8 {
         self.bytes.as_ptr()
     }
@@ -474,7 +474,7 @@ unsafe impl ferry::uring::driver::IoBuf for Tracked {
 }
 
 // SAFETY: the Vec is owned exclusively by this value.
-unsafe impl ferry::uring::driver::IoBufMut for Tracked {
+unsafe impl ferry::uring::IoBufMut for Tracked {
     fn stable_mut_ptr(&mut self) -> *mut u8 {
         self.bytes.as_mut_ptr()
     }
@@ -707,7 +707,7 @@ fn sqpoll_steady_state_makes_no_syscalls() {
     let t = ring.submit_nop().unwrap();
     ring.wait(t).unwrap().result.unwrap();
     let before = ring.stats();
-    let sys_before = ferry::diagnostics::thread_syscall_count();
+    let sys_before = ferry::stats::thread_syscall_count();
     for _ in 0..200 {
         let t = ring.submit_nop().unwrap();
         assert_eq!(ring.wait(t).unwrap().result.unwrap(), 0);
@@ -715,5 +715,5 @@ fn sqpoll_steady_state_makes_no_syscalls() {
     let after = ring.stats();
     assert_eq!(after.completed - before.completed, 200);
     assert_eq!(after.enters, before.enters, "{after:?}");
-    assert_eq!(ferry::diagnostics::thread_syscall_count(), sys_before);
+    assert_eq!(ferry::stats::thread_syscall_count(), sys_before);
 }

@@ -418,14 +418,14 @@ fn sends_of_a_vector_arrive_in_order_and_polling_makes_no_syscall() {
             buf: BufRange::new(32 * 1024, 1024),
         },
     );
-    let sys0 = ferry::diagnostics::thread_syscall_count();
+    let sys0 = ferry::stats::thread_syscall_count();
     let st0 = ep.stats();
     for _ in 0..10_000 {
         ep.poll().unwrap();
         assert_eq!(ep.status(acc).unwrap(), Status::Pending);
         assert_eq!(ep.status_word(acc).unwrap().load().0, Status::Pending);
     }
-    assert_eq!(ferry::diagnostics::thread_syscall_count(), sys0);
+    assert_eq!(ferry::stats::thread_syscall_count(), sys0);
     assert_eq!(ep.stats().enters, st0.enters);
 }
 
@@ -592,7 +592,7 @@ fn sqpoll_thread_sleeps_when_idle_and_one_enter_wakes_it() {
         assert!(t0.elapsed() < T, "SQPOLL thread never went idle");
     }
     let before = ep.stats();
-    let sys0 = ferry::diagnostics::thread_syscall_count();
+    let sys0 = ferry::stats::thread_syscall_count();
     ep.activate(ids[0], BufRange::new(8192, 64)).unwrap();
     let after = ep.stats();
     assert_eq!(
@@ -601,7 +601,7 @@ fn sqpoll_thread_sleeps_when_idle_and_one_enter_wakes_it() {
         "the sleeping thread was woken once"
     );
     assert_eq!(after.enters, before.enters + 1);
-    assert_eq!(ferry::diagnostics::thread_syscall_count(), sys0 + 1);
+    assert_eq!(ferry::stats::thread_syscall_count(), sys0 + 1);
     ep.activate(ids[1], BufRange::new(0, 3)).unwrap();
     assert_eq!(spin(&mut ep, ids[1]), Status::Done(3));
     assert_eq!(spin(&mut ep, ids[0]), Status::Done(3));

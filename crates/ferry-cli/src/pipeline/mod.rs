@@ -33,7 +33,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use ferry::container::Container;
+use ferry::containers::Container;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use stage::{StageConfig, StageError};

@@ -6,7 +6,7 @@ use std::fmt;
 use std::hint::black_box;
 use std::os::unix::net::UnixStream;
 
-use ferry::container::Container;
+use ferry::containers::Container;
 
 /// What a stage does to the containers passing through it.
 #[derive(Clone, Debug)]
@@ -50,7 +50,7 @@ pub struct StageReport {
     pub bytes: u64,
     /// How its unloads were mapped: at the pallet's previous address (hits), elsewhere
     /// because that address was taken (misses), or for the first time (cold).
-    pub maps: ferry::container::MapStats,
+    pub maps: ferry::containers::MapStats,
 }
 
 /// Runs a stage until the end-of-data marker (a container with no pallets) has been

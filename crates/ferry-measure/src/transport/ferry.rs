@@ -207,7 +207,7 @@ pub fn accept(spec: &str) -> io::Result<(Domain, Receiver)> {
     writeln!(s.fd, "{}", domain.id())?;
     drop(s.fd);
     let mut rx = domain.accept(RENDEZVOUS).map_err(err)?;
-    rx.set_map_per_transfer(s.uncached);
+    ferry::testing::set_map_per_transfer(&mut rx, s.uncached);
     Ok((domain, rx))
 }
 
@@ -370,7 +370,7 @@ impl TxEnd for FerryTx {
     }
 
     fn syscalls(&self) -> Option<u64> {
-        Some(ferry::diagnostics::thread_syscall_count())
+        Some(ferry::stats::thread_syscall_count())
     }
 }
 
@@ -383,6 +383,6 @@ impl RxEnd for FerryRx {
     }
 
     fn syscalls(&self) -> Option<u64> {
-        Some(ferry::diagnostics::thread_syscall_count())
+        Some(ferry::stats::thread_syscall_count())
     }
 }

@@ -231,6 +231,7 @@ impl RawRef {
 /// Checks: fragment count within [`MAX_FRAGS`] and matching what the blocks hold; every
 /// fragment non-empty and inside a known lot; the total length not overflowing; every
 /// block inside a known lot, 8-byte aligned, visited at most once (no cycles).
+#[cfg(any(test, feature = "testing"))]
 pub fn decode(d: &RawDesc, lots: &mut impl Lots) -> Result<Vec<RawFrag>, BadDescriptor> {
     let mut out = Vec::new();
     decode_into(d, lots, &mut out)?;
@@ -412,104 +413,7 @@ pub fn check_span(lot_len: u64, slot: u16, offset: u64, len: u64) -> Result<(), 
     }
 }
 
-/// Lots backed by byte vectors, keyed by `(slot, generation)`: for tests and fuzzing.
-#[derive(Debug, Default)]
-pub struct VecLots(pub std::collections::HashMap<(u16, u32), Vec<u8>>);
-
-impl Lots for VecLots {
-    fn check(
-        &mut self,
-        slot: u16,
-        generation: u32,
-        offset: u64,
-        len: u64,
-    ) -> Result<(), BadDescriptor> {
-        let lot = self
-            .0
-            .get(&(slot, generation))
-            .ok_or(BadDescriptor::UnknownLot { slot, generation })?;
-        check_span(lot.len() as u64, slot, offset, len)
-    }
-
-    fn read(&mut self, slot: u16, generation: u32, offset: u64, out: &mut [u8]) {
-        let lot = &self.0[&(slot, generation)];
-        out.copy_from_slice(&lot[offset as usize..offset as usize + out.len()]);
-    }
-}
-
-/// [`VecLots`] that also enforces the contract [`decode`] promises its [`Lots`]: every
-/// `read` covers a span a `check` accepted, so a bad descriptor cannot make a receiver
-/// touch memory outside a lot. A violation panics. For the property tests and the fuzz
-/// target.
-#[derive(Debug, Default)]
-pub struct StrictLots {
-    /// The lots.
-    pub lots: VecLots,
-    checked: Vec<(u16, u32, u64, u64)>,
-}
-
-impl StrictLots {
-    /// Wraps `lots`.
-    pub fn new(lots: VecLots) -> Self {
-        StrictLots {
-            lots,
-            checked: Vec::new(),
-        }
-    }
-
-    /// Panics unless `frags`, as returned by a successful [`decode`] of `d`, are
-    /// `d.nfrags` non-empty fragments inside known lots with a total length that does not
-    /// overflow.
-    pub fn assert_sound(&self, d: &RawDesc, frags: &[RawFrag]) {
-        assert_eq!(frags.len() as u64, d.nfrags as u64);
-        assert!(frags.len() as u64 <= MAX_FRAGS);
-        let mut total = 0u64;
-        for f in frags {
-            assert!(f.len > 0, "empty fragment {f:?}");
-            assert!((f.slot as usize) < MAX_SLOTS, "fragment in slot {}", f.slot);
-            let lot = self
-                .lots
-                .0
-                .get(&(f.slot, f.generation))
-                .unwrap_or_else(|| panic!("fragment in unknown lot: {f:?}"));
-            let end = f.offset.checked_add(f.len).expect("span overflows");
-            assert!(
-                end <= lot.len() as u64,
-                "fragment {f:?} beyond lot of {}",
-                lot.len()
-            );
-            total = total.checked_add(f.len).expect("total length overflows");
-        }
-    }
-}
-
-impl Lots for StrictLots {
-    fn check(
-        &mut self,
-        slot: u16,
-        generation: u32,
-        offset: u64,
-        len: u64,
-    ) -> Result<(), BadDescriptor> {
-        self.lots.check(slot, generation, offset, len)?;
-        self.checked.push((slot, generation, offset, len));
-        Ok(())
-    }
-
-    fn read(&mut self, slot: u16, generation: u32, offset: u64, out: &mut [u8]) {
-        let len = out.len() as u64;
-        assert!(
-            self.checked
-                .iter()
-                .any(|&(s, g, o, l)| (s, g) == (slot, generation)
-                    && o <= offset
-                    && offset + len <= o + l),
-            "read of {len} bytes at {offset} in lot {slot}.{generation} that no check accepted"
-        );
-        self.lots.read(slot, generation, offset, out);
-    }
-}
-
+#[cfg(any(test, feature = "testing"))]
 impl RawDesc {
     /// The entry's 128-byte little-endian form, the inverse of [`from_bytes`](Self::from_bytes)
     /// (the reserved words are not kept).
@@ -554,6 +458,8 @@ mod tests {
             len,
         }
     }
+
+    use crate::testing::VecLots;
 
     fn lots() -> VecLots {
         let mut l = VecLots::default();

@@ -413,7 +413,7 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Resul
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::region::group::MAX_OFFERS;
+    use crate::region::layout::MAX_OFFERS;
     use crate::region::Group;
 
     /// Memory offered as a channel that is not one is refused with `BadChannel` (accept

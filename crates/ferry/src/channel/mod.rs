@@ -8,7 +8,7 @@
 //! time it sends or allocates. When either process dies the other learns it through a
 //! pidfd, and the sender reclaims everything the dead receiver held.
 
-pub mod desc;
+pub(crate) mod desc;
 mod layout;
 pub(crate) mod ring;
 

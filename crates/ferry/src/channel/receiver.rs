@@ -529,8 +529,10 @@ impl Receiver {
     /// Maps every received fragment afresh and unmaps it on release, instead of reading
     /// through the cached mapping of the sender's lot. This is the "uncached" baseline of
     /// the fbuf paper: it costs an `mmap`, page faults and an `munmap` per transfer, and
-    /// fragments then sit at a different address than in the sender.
-    pub fn set_map_per_transfer(&mut self, on: bool) {
+    /// fragments then sit at a different address than in the sender. For
+    /// `testing::set_map_per_transfer`, a benchmark baseline.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn set_map_per_transfer(&mut self, on: bool) {
         self.map_per_transfer = on;
     }
 

@@ -1050,10 +1050,9 @@ impl Sender {
         self.core.link.header().rx_closed.load(Ordering::Acquire) != 0
     }
 
-    /// Pushes a raw descriptor, bypassing every check: for tests of how receivers treat
-    /// a faulty or hostile sender. Not part of the supported API.
-    #[doc(hidden)]
-    pub fn __push_raw(&self, d: RawDesc) -> Result<()> {
+    /// Pushes a raw descriptor, bypassing every check: `testing::push_raw`.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn push_raw(&self, d: RawDesc) -> Result<()> {
         let mut st = self.core.lock();
         match st.fwd.try_push(d).map_err(corrupt)? {
             Push::Full(_) => Err(Error::Full),

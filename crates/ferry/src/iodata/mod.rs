@@ -1,34 +1,6 @@
 //! IoData: immutable, possibly fragmented byte strings that are edited without copying.
 //!
-//! An [`IoData`] is a logical byte string stored as an ordered list of [`Fragment`]s, each a
-//! window onto a [`Segment`] (a heap vector, an fbuf of this domain's lot, or a span of
-//! another domain's lot). Once built, an `IoData` never changes its bytes; every editing
-//! operation — [`clone`](Clone::clone) (share), [`slice`](IoData::slice) (clip),
-//! [`split_at`](IoData::split_at), [`concat`](IoData::concat) — produces a new fragment list
-//! that points at the same memory. Payload bytes are copied only by the operations that
-//! say so ([`IoData::to_vec`], [`IoData::copy_range_to_slice`], [`std::io::Read`], a unit
-//! of [`IoData::units`] that straddles two fragments).
-//!
-//! Building new data happens in a separate write phase: an [`IoDataMut`] owns freshly
-//! allocated, writable segments; its owner fills them and then [`IoDataMut::freeze`]s it
-//! into an `IoData`, after which the memory is read-only. [`IoData::mutate`] combines the
-//! two ("read the source, write a new aggregate") with memory from a caller-supplied
-//! allocator.
-//!
-//! Consumers that expect contiguous memory or standard traits can read an `IoData` in place:
-//! it implements [`bytes::Buf`], [`std::io::Read`] and [`std::io::BufRead`] (all consuming
-//! from the front), and [`IoData::cursor`] gives a non-consuming reader over a borrowed
-//! `IoData`.
-//!
-//! # Cost model
-//!
-//! The fragment list is reference-counted, so cloning an `IoData` is O(1) (one atomic
-//! increment) whatever its size. Operations that produce a different window (`slice`,
-//! `split_at`, `concat`) build a new list in O(number of fragments) and never keep
-//! segments outside their result alive. Consuming from the front (`Buf::advance`,
-//! `Read::read`) and truncating work in place when this `IoData` is the only owner of its
-//! list, and release every segment as soon as it has been fully consumed; on a shared list
-//! the first such call makes a private copy of the list (not of the payload).
+//! The operations and their costs are described on [`IoData`].
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -55,7 +27,35 @@ pub use units::Units;
 
 /// An immutable byte string made of zero or more [`Fragment`]s.
 ///
-/// See the [module documentation](self) for the operations and their costs.
+/// An [`IoData`] is a logical byte string stored as an ordered list of [`Fragment`]s, each a
+/// window onto a [`Segment`] (a heap vector, an fbuf of this domain's lot, or a span of
+/// another domain's lot). Once built, an `IoData` never changes its bytes; every editing
+/// operation — [`clone`](Clone::clone) (share), [`slice`](IoData::slice) (clip),
+/// [`split_at`](IoData::split_at), [`concat`](IoData::concat) — produces a new fragment list
+/// that points at the same memory. Payload bytes are copied only by the operations that
+/// say so ([`IoData::to_vec`], [`IoData::copy_range_to_slice`], [`std::io::Read`], a unit
+/// of [`IoData::units`] that straddles two fragments).
+///
+/// Building new data happens in a separate write phase: an [`IoDataMut`] owns freshly
+/// allocated, writable segments; its owner fills them and then [`IoDataMut::freeze`]s it
+/// into an `IoData`, after which the memory is read-only. [`IoData::mutate`] combines the
+/// two ("read the source, write a new aggregate") with memory from a caller-supplied
+/// allocator.
+///
+/// Consumers that expect contiguous memory or standard traits can read an `IoData` in place:
+/// it implements [`bytes::Buf`], [`std::io::Read`] and [`std::io::BufRead`] (all consuming
+/// from the front), and [`IoData::cursor`] gives a non-consuming reader over a borrowed
+/// `IoData`.
+///
+/// # Cost model
+///
+/// The fragment list is reference-counted, so cloning an `IoData` is O(1) (one atomic
+/// increment) whatever its size. Operations that produce a different window (`slice`,
+/// `split_at`, `concat`) build a new list in O(number of fragments) and never keep
+/// segments outside their result alive. Consuming from the front (`Buf::advance`,
+/// `Read::read`) and truncating work in place when this `IoData` is the only owner of its
+/// list, and release every segment as soon as it has been fully consumed; on a shared list
+/// the first such call makes a private copy of the list (not of the payload).
 ///
 /// ```
 /// use ferry::IoData;

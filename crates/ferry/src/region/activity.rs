@@ -20,48 +20,13 @@
 //! member runs as the same user and may write anything. Entries whose tag or counts are
 //! out of range are reported as [`ActivityDamage`], never followed.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use super::group::{DomainId, Group, Member, MAX_SLOTS};
-
-/// Paths one domain can list in the control block; more are counted as unlisted.
-pub const MAX_PATHS: usize = 32;
-/// Sending channels one domain can list in the control block; more are counted as
-/// unlisted.
-pub const MAX_CHANNELS: usize = 64;
-
-/// A free entry.
-const FREE: u32 = 0;
-/// An entry being filled in (readers skip it).
-const BUSY: u32 = 0x4255_5359;
-/// A path entry in use.
-const PATH: u32 = 0x5041_5448;
-/// A channel entry in use.
-const CHANNEL: u32 = 0x4348_414e;
-
-/// One entry: a tag, a word fixed when the entry is taken (a path's quota, a channel's
-/// peer), and two counters (a path's outstanding bytes and fbufs, a channel's messages
-/// in flight and sent).
-#[repr(C)]
-#[derive(Debug)]
-pub(crate) struct EntryRaw {
-    tag: AtomicU32,
-    _pad: AtomicU32,
-    fixed: AtomicU64,
-    first: AtomicU64,
-    second: AtomicU64,
-}
-
-/// One domain's activity entries in the control block.
-#[repr(C, align(64))]
-#[derive(Debug)]
-pub(crate) struct ActivityRaw {
-    unlisted_paths: AtomicU32,
-    unlisted_channels: AtomicU32,
-    paths: [EntryRaw; MAX_PATHS],
-    channels: [EntryRaw; MAX_CHANNELS],
-}
+use super::group::{DomainId, Group, Member};
+use super::layout::{ActivityRaw, EntryRaw, BUSY, CHANNEL, FREE, MAX_SLOTS, PATH};
+pub use super::layout::{MAX_CHANNELS, MAX_PATHS};
+use crate::segment::LotId;
 
 /// Packs a channel's peer into its entry's fixed word.
 fn pack_peer(peer: DomainId) -> u64 {
@@ -306,6 +271,31 @@ pub(crate) fn read(area: &ActivityRaw, m: Member, lot_size: u64) -> MemberActivi
         unlisted_paths: area.unlisted_paths.load(Ordering::Relaxed),
         unlisted_channels: area.unlisted_channels.load(Ordering::Relaxed),
         damage,
+    }
+}
+
+impl Group {
+    /// What every live member publishes about its paths (fbufs outstanding, quota) and
+    /// its sending channels (peer, messages in flight), read from the control block
+    /// without joining. Values are checked before they are shown: entries that fail
+    /// (a member may write anything there) are listed in
+    /// [`MemberActivity::damage`] instead. Dead members are not shown; a member that
+    /// left or died while being read is dropped from the result. See
+    /// [`MemberActivity`](crate::stats::MemberActivity) for how fresh the numbers are.
+    pub fn activity(&self) -> Vec<MemberActivity> {
+        let lot_size = self.header().lot_size;
+        self.members()
+            .into_iter()
+            .filter_map(|m| {
+                let a = super::activity::read(self.activity_area(m.id.slot), m, lot_size);
+                // The slot may have changed hands while we read it.
+                let id = LotId {
+                    slot: m.id.slot,
+                    generation: m.id.generation,
+                };
+                self.domain_live(id).then_some(a)
+            })
+            .collect()
     }
 }
 

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use super::group::{DomainId, Group};
 use super::ledger::{Held, Ledger};
 use super::lot::{Lot, PeerLot};
-use super::path::{PathAllocator, PathConfig};
 use crate::error::{BadDescriptor, Error, Result};
 use crate::segment::{LotId, LotSpan, Segment};
 use crate::sync::lock;
@@ -223,7 +222,7 @@ impl DomainInner {
             }
             self.quarantined.store(q.len(), Ordering::Release);
         }
-        self.settle(true);
+        self.settle_quarantine(true);
     }
 
     /// Fragments of dead peers still held by someone.
@@ -234,7 +233,7 @@ impl DomainInner {
     /// Lets go of quarantined fragments no live domain holds any more. Reads the ledgers
     /// of every live domain (and asks the kernel whether each lives), so it runs at most
     /// every [`SETTLE_PERIOD`] unless `force`.
-    pub fn settle(&self, force: bool) {
+    pub fn settle_quarantine(&self, force: bool) {
         if self.quarantined.load(Ordering::Acquire) == 0 {
             return;
         }
@@ -323,7 +322,7 @@ impl DomainInner {
         for s in lock(&self.sinks).iter().filter_map(Weak::upgrade) {
             s.flush();
         }
-        self.settle(false);
+        self.settle_quarantine(false);
         // Collected under the lock, with no allocation: dropping released fbufs takes
         // only path and release-ring locks, never this one.
         for s in lock(&self.sources).iter() {
@@ -448,15 +447,6 @@ impl Domain {
     /// Address of this domain's lot (the same in every process of the group).
     pub fn lot_addr(&self) -> usize {
         self.inner.lot.base() as usize
-    }
-
-    /// A new per-path allocator carving fbufs from this domain's lot.
-    pub fn path(&self, config: PathConfig) -> Result<PathAllocator> {
-        Ok(PathAllocator::new(
-            self.inner.lot.clone(),
-            Arc::downgrade(&self.inner),
-            config,
-        ))
     }
 
     /// Drains pending releases of every channel this domain sends on, returning fbufs to

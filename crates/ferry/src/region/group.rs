@@ -90,14 +90,14 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Once, Weak};
 use std::time::{Duration, Instant};
 
 use super::access::{open_named, refused, Admission, GroupAccess, Ids};
-use super::activity::{ActivityRaw, MemberActivity};
-use super::ledger::LedgerRaw;
-use super::rendezvous::OfferRaw;
+use super::layout::{ActivityRaw, GroupHeader, LedgerRaw};
+pub(crate) use super::layout::{SlotRaw, SLOT_CLAIMING, SLOT_FREE, SLOT_LIVE};
+pub use super::layout::{LOT_WINDOWS, MAX_SLOTS, SERVICE_WORDS};
 use crate::error::{Error, Result};
 use crate::segment::LotId;
 use crate::sys::fd::{
@@ -107,75 +107,15 @@ use crate::sys::fd::{
 use crate::sys::mem::{Access, Mapping};
 use crate::sys::seal::{add_seals, seals, SealFlags};
 
-/// Domains a group can hold.
-pub const MAX_SLOTS: usize = 64;
-/// Channels one domain can have offered and not yet accepted at once.
-pub const MAX_OFFERS: usize = 8;
-
 const MAGIC: u64 = u64::from_le_bytes(*b"FERRYGRP");
 const VERSION: u32 = 6;
-/// Address windows per slot (see the module docs).
-pub const LOT_WINDOWS: usize = 4;
-
-/// Slot states.
-pub(crate) const SLOT_FREE: u32 = 0;
-pub(crate) const SLOT_CLAIMING: u32 = 1;
-pub(crate) const SLOT_LIVE: u32 = 2;
-
-/// One domain's entry.
-#[repr(C)]
-#[derive(Debug)]
-pub(crate) struct SlotRaw {
-    pub state: AtomicU32,
-    pub generation: AtomicU32,
-    pub pid: AtomicU32,
-    pub lot_fd: AtomicU32,
-    pub start_time: AtomicU64,
-    /// Which of the slot's address windows the lot uses (see the module docs).
-    pub window: AtomicU32,
-    pub offers: [OfferRaw; MAX_OFFERS],
-}
-
-/// The control block's header. Plain fields are written once by the creator before it
-/// publishes `magic` with Release; joiners read them after an Acquire load of `magic`.
-#[repr(C)]
-#[derive(Debug)]
-pub(crate) struct GroupHeader {
-    pub magic: AtomicU64,
-    pub version: u32,
-    pub max_slots: u32,
-    pub base_addr: u64,
-    pub lot_stride: u64,
-    pub lot_size: u64,
-    /// Bumped and futex-woken whenever a channel is offered.
-    pub offer_seq: AtomicU32,
-    pub _pad: u32,
-    pub slots: [SlotRaw; MAX_SLOTS],
-    /// Each slot's reference ledger (see [`super::ledger`]), written only by its owner.
-    pub ledgers: [LedgerRaw; MAX_SLOTS],
-    /// The service table: words this module reserves and `crate::service` lays out.
-    pub services: ServiceArea,
-    /// Each slot's published paths and sending channels (see [`super::activity`]),
-    /// written only by its owner.
-    pub activity: [ActivityRaw; MAX_SLOTS],
-}
-
-/// 32-bit words of the control block reserved for the service table (32 KiB).
-pub const SERVICE_WORDS: usize = 8 * 1024;
-
-/// The control block's service area: plain atomic words, so that the module that owns
-/// the table's layout (`crate::service`, above this layer) needs no `unsafe` to use it,
-/// and so that any bit pattern a hostile member writes is a valid value to read.
-#[repr(C, align(64))]
-#[derive(Debug)]
-pub(crate) struct ServiceArea(pub [AtomicU32; SERVICE_WORDS]);
 
 /// How a group lays out its lots. Only the creator's configuration counts; joiners
 /// adopt what the control block says.
 #[derive(Clone, Debug)]
 pub struct GroupConfig {
-    /// Start of the lots' address range in every process: [`MAX_SLOTS`] ×
-    /// [`LOT_WINDOWS`] windows of `lot_size` bytes from here must be free in all of them.
+    /// Start of the lots' address range in every process: `MAX_SLOTS` (64 member slots) ×
+    /// `LOT_WINDOWS` (4) windows of `lot_size` bytes from here must be free in all of them.
     /// `None` picks one from a hash of the group's name, so that one process can belong
     /// to several groups.
     pub base_addr: Option<usize>,
@@ -514,50 +454,9 @@ impl Group {
         &self.header().activity[i as usize]
     }
 
-    /// What every live member publishes about its paths (fbufs outstanding, quota) and
-    /// its sending channels (peer, messages in flight), read from the control block
-    /// without joining. Values are checked before they are shown: entries that fail
-    /// (a member may write anything there) are listed in
-    /// [`MemberActivity::damage`] instead. Dead members are not shown; a member that
-    /// left or died while being read is dropped from the result. See
-    /// [`activity`](super::activity) for how fresh the numbers are.
-    pub fn activity(&self) -> Vec<MemberActivity> {
-        let lot_size = self.header().lot_size;
-        self.members()
-            .into_iter()
-            .filter_map(|m| {
-                let a = super::activity::read(self.activity_area(m.id.slot), m, lot_size);
-                // The slot may have changed hands while we read it.
-                let id = LotId {
-                    slot: m.id.slot,
-                    generation: m.id.generation,
-                };
-                self.domain_live(id).then_some(a)
-            })
-            .collect()
-    }
-
-    /// Byte offset and length of slot `i`'s activity area inside the control memfd.
-    #[doc(hidden)]
-    pub fn __activity_span(i: u16) -> (usize, usize) {
-        (
-            std::mem::offset_of!(GroupHeader, activity)
-                + i as usize * std::mem::size_of::<ActivityRaw>(),
-            std::mem::size_of::<ActivityRaw>(),
-        )
-    }
-
     /// The words of the control block's service area (laid out by `crate::service`).
     pub(crate) fn service_words(&self) -> &[AtomicU32; SERVICE_WORDS] {
         &self.header().services.0
-    }
-
-    /// Byte offset and length of the service area inside the control memfd.
-    pub(crate) fn service_area_span() -> (usize, usize) {
-        (
-            std::mem::offset_of!(GroupHeader, services),
-            std::mem::size_of::<ServiceArea>(),
-        )
     }
 
     /// The live domain in slot `slot` whose generation's low 24 bits are `gen24`, if
@@ -597,7 +496,7 @@ impl Group {
 
     /// Path of the group's named file, `/dev/shm/ferry.<name>`: the door table through
     /// which processes find the control block (itself a memfd, with no path).
-    pub fn path(&self) -> &std::path::Path {
+    pub fn file_path(&self) -> &std::path::Path {
         &self.path
     }
 
@@ -1200,7 +1099,9 @@ mod tests {
     fn layout_is_stable() {
         assert_eq!(
             std::mem::size_of::<SlotRaw>(),
-            (28 + std::mem::size_of::<OfferRaw>() * MAX_OFFERS).next_multiple_of(8)
+            (28 + std::mem::size_of::<super::super::layout::OfferRaw>()
+                * super::super::layout::MAX_OFFERS)
+                .next_multiple_of(8)
         );
         assert_eq!(std::mem::offset_of!(GroupHeader, offer_seq), 40);
         assert_eq!(std::mem::offset_of!(GroupHeader, slots), 48);
@@ -1209,7 +1110,7 @@ mod tests {
         assert_eq!(std::mem::align_of::<GroupHeader>(), 64);
         assert_eq!(std::mem::offset_of!(GroupHeader, services) % 64, 0);
         assert_eq!(
-            std::mem::size_of::<ServiceArea>(),
+            std::mem::size_of::<super::super::layout::ServiceArea>(),
             SERVICE_WORDS * std::mem::size_of::<AtomicU32>()
         );
         // Sparse: the ledgers' pages cost memory only once written.

@@ -154,7 +154,7 @@ const LOOK: OFlags = OFlags::RDONLY
     .union(OFlags::NONBLOCK);
 
 impl Group {
-    /// Looks at group `name` without changing anything (see [`super::inspect`]).
+    /// Looks at group `name` without changing anything (see [`GroupFileState`]).
     pub fn inspect(name: &str) -> GroupFile {
         let path = named_path(name);
         let mut f = GroupFile {
@@ -312,7 +312,7 @@ impl Group {
     }
 
     /// Removes group `name`'s named file if it is this user's and has no live member
-    /// (see [`super::inspect`]); says what it did and why.
+    /// (see [`GroupFileState`]); says what it did and why.
     pub fn clean(name: &str) -> Cleaned {
         let path = named_path(name);
         let (removed, why) = match clean_one(name, &path) {

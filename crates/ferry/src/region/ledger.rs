@@ -39,39 +39,10 @@
 //! quota stays charged), a cleared one can make memory be reused under a reader that is
 //! that member itself or downstream of it.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
+use super::layout::{LedgerRaw, HOLDS, INBOUND};
 use crate::segment::LotId;
-
-/// Forwarded fragments one domain can record at once; beyond this, receivers copy.
-pub const HOLDS: usize = 4096;
-/// Channels one domain can receive on at once.
-pub const INBOUND: usize = 256;
-
-/// One recorded hold. `key` is 0 when free; otherwise it packs the lot and a version
-/// that changes on every reuse, so a reader can tell an entry rewritten under it.
-#[repr(C)]
-#[derive(Debug)]
-pub(crate) struct HoldRaw {
-    key: AtomicU64,
-    offset: AtomicU64,
-    len: AtomicU64,
-}
-
-/// One domain's ledger, in the group's control block.
-#[repr(C)]
-#[derive(Debug)]
-pub(crate) struct LedgerRaw {
-    /// Senders of open channels: `pack(slot, generation)`, 0 when free.
-    inbound: [AtomicU64; INBOUND],
-    /// Entries of `holds` ever used since the slot was claimed: readers scan this many.
-    high: AtomicU32,
-    /// The generation of the slot's previous owner if it held nothing when the slot was
-    /// claimed again (anything else otherwise), so that a quarantine can still tell that
-    /// a dead domain whose ledger is gone had nothing of it.
-    clean: AtomicU32,
-    holds: [HoldRaw; HOLDS],
-}
 
 fn pack_domain(lot: LotId) -> u64 {
     (lot.generation as u64) << 16 | lot.slot as u64 | 1 << 63

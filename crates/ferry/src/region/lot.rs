@@ -38,7 +38,7 @@ fn local_lots() -> &'static LocalLots {
 /// The lot `id` of `group` if a domain of this process owns it.
 pub(crate) fn local_lot(group: &Group, id: LotId) -> Option<Arc<Lot>> {
     let m = lock(local_lots());
-    m.get(&(group.path().to_owned(), id))
+    m.get(&(group.file_path().to_owned(), id))
         .and_then(Weak::upgrade)
 }
 
@@ -55,7 +55,7 @@ fn peer_lots() -> &'static PeerLots {
 /// Lot `id` of `group` if a domain of this process has it mapped already.
 pub(crate) fn mapped_peer_lot(group: &Group, id: LotId) -> Option<Arc<PeerLot>> {
     lock(peer_lots())
-        .get(&(group.path().to_owned(), id))
+        .get(&(group.file_path().to_owned(), id))
         .and_then(Weak::upgrade)
 }
 
@@ -64,7 +64,7 @@ pub(crate) fn mapped_peer_lot(group: &Group, id: LotId) -> Option<Arc<PeerLot>> 
 pub(crate) fn peer_lot_at(group: &Group, slot: u16, addr: usize) -> Option<LotId> {
     lock(peer_lots())
         .iter()
-        .filter(|((path, id), _)| path == group.path() && id.slot == slot)
+        .filter(|((path, id), _)| path == group.file_path() && id.slot == slot)
         .filter_map(|(_, w)| w.upgrade())
         .find(|p| p.base() as usize == addr)
         .map(|p| p.id)
@@ -74,7 +74,7 @@ pub(crate) fn peer_lot_at(group: &Group, slot: u16, addr: usize) -> Option<LotId
 pub(crate) fn note_peer_lot(group: &Group, lot: &Arc<PeerLot>) {
     let mut m = lock(peer_lots());
     m.retain(|_, w| w.strong_count() > 0);
-    m.insert((group.path().to_owned(), lot.id), Arc::downgrade(lot));
+    m.insert((group.file_path().to_owned(), lot.id), Arc::downgrade(lot));
 }
 
 /// Carves a lot into power-of-two spans: a bump pointer plus a free list per class.
@@ -128,7 +128,7 @@ impl Lot {
         };
         group.publish_slot(slot, fd.as_raw_fd(), window);
         let id = LotId { slot, generation };
-        let key = (group.path().to_owned(), id);
+        let key = (group.file_path().to_owned(), id);
         let lot = Arc::new(Lot {
             group,
             id,

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use super::activity::Entry;
-use super::domain::DomainInner;
+use super::domain::{Domain, DomainInner};
 use super::lot::{class_of, Lot, CLASSES};
 use crate::error::{Error, Result};
 use crate::segment::{Keep, LotSpan, Segment};
@@ -102,6 +102,17 @@ impl Drop for PathInner {
 #[derive(Clone, Debug)]
 pub struct PathAllocator {
     inner: Arc<PathInner>,
+}
+
+impl Domain {
+    /// A new per-path allocator carving fbufs from this domain's lot.
+    pub fn path(&self, config: PathConfig) -> Result<PathAllocator> {
+        Ok(PathAllocator::new(
+            self.inner.lot.clone(),
+            Arc::downgrade(&self.inner),
+            config,
+        ))
+    }
 }
 
 impl PathAllocator {

@@ -27,12 +27,12 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use super::group::{DomainId, Group, MAX_OFFERS, MAX_SLOTS, SLOT_LIVE};
+use super::group::{DomainId, Group};
+use super::layout::{OfferRaw, MAX_OFFERS, MAX_SLOTS, OFFER_FREE, SLOT_LIVE};
 use crate::error::{Error, Result};
 use crate::sys::futex;
 use crate::until::Until;
 
-const OFFER_FREE: u32 = 0;
 const OFFER_WRITING: u32 = 1;
 const OFFER_OPEN: u32 = 2;
 const OFFER_TAKEN: u32 = 3;
@@ -100,23 +100,6 @@ impl Refusal {
             Refusal::Other => "it could not open it".into(),
         }
     }
-}
-
-/// One offer entry in the control block: whom it is for and the descriptor numbers the
-/// acceptor duplicates.
-#[repr(C)]
-#[derive(Debug)]
-pub(crate) struct OfferRaw {
-    state: AtomicU32,
-    to_slot: AtomicU32,
-    to_generation: AtomicU32,
-    chan_fd: AtomicU32,
-    rx_efd: AtomicU32,
-    tx_efd: AtomicU32,
-    rel_efd: AtomicU32,
-    /// Why the peer refused it ([`Refusal`], encoded), once `state` is REFUSED.
-    why: AtomicU32,
-    why_arg: AtomicU32,
 }
 
 impl OfferRaw {

@@ -179,7 +179,7 @@ impl AppInner {
 
     /// Copies every swapped-in page of `pages` to our own lot, so that output can name
     /// them. Fails (nothing half done for any page) if the lot has no page left.
-    pub fn settle(&self, pages: Range<usize>) -> Result<usize> {
+    pub fn adopt_swapped_in(&self, pages: Range<usize>) -> Result<usize> {
         let mut st = self.state();
         let mut n = 0;
         if st.private_pages == 0 {

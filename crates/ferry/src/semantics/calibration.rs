@@ -143,7 +143,7 @@ pub mod primitive {
 }
 
 /// A line `ns = a * bytes + b` fitted by least squares, with its r²; optionally a second
-/// line from [`Segment::from`] bytes on.
+/// line from [`FitSegment::from`] bytes on.
 ///
 /// One straight line cannot follow a copy's cost across the last-level cache: a copy that
 /// fits in the cache runs several times faster per byte than one that streams through
@@ -158,12 +158,12 @@ pub struct Fit {
     /// Coefficient of determination of the fit (1: every point on the line or lines).
     pub r2: f64,
     /// The line for large sizes, if the fit has two.
-    pub above: Option<Segment>,
+    pub above: Option<FitSegment>,
 }
 
 /// The upper line of a two-line [`Fit`]: `ns = a * bytes + b` from `from` bytes on.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Segment {
+pub struct FitSegment {
     /// The first size this line applies to.
     pub from: usize,
     /// Nanoseconds per byte.
@@ -296,7 +296,7 @@ impl Calibration {
                     parse_number(n, key, nums[2])?,
                 );
                 if nums.len() == 6 {
-                    fit.above = Some(Segment {
+                    fit.above = Some(FitSegment {
                         from: nums[3].parse().map_err(|_| {
                             bad(n, format!("{key}: {:?} is not a byte count", nums[3]))
                         })?,
@@ -417,7 +417,7 @@ impl Calibration {
     fn recipe_with(&self, t: &Thresholds, s: Semantics, bytes: usize) -> Vec<Term> {
         use primitive::*;
         let term = |primitive, bytes| Term { primitive, bytes };
-        let page = crate::diagnostics::page_size();
+        let page = crate::sys::page_size();
         let pages = bytes.div_ceil(page) * page;
         let handover = term(HANDOVER, bytes);
         if t.converts(s, bytes) && s.allocator() == super::Allocator::System {
@@ -560,7 +560,7 @@ impl Calibration {
 
 /// 64 B to 1 GiB in steps of 2^(1/4), page multiples from one page up.
 fn size_grid() -> Vec<usize> {
-    let page = crate::diagnostics::page_size();
+    let page = crate::sys::page_size();
     let mut v: Vec<usize> = (24..=120)
         .map(|q| 2f64.powf(q as f64 / 4.0) as usize)
         .map(|b| if b >= page { b / page * page } else { b })
@@ -606,7 +606,7 @@ mod tests {
     fn two_line_fits_round_trip_and_old_files_still_load() {
         let mut c = sample();
         let mut f = Fit::line(0.1, 50.0, 0.97);
-        f.above = Some(Segment {
+        f.above = Some(FitSegment {
             from: 4 << 20,
             a: 0.25,
             b: -3000.5,
@@ -721,7 +721,7 @@ mod tests {
         assert_eq!(c.predict(Semantics::EmulatedCopy, b), Some(want));
         // Protection covers whole pages; the copy out only the bytes.
         let b = (4 << 20) + 100;
-        let page = crate::diagnostics::page_size();
+        let page = crate::sys::page_size();
         assert_eq!(
             c.recipe(Semantics::EmulatedCopy, b),
             vec![

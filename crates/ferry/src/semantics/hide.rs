@@ -58,8 +58,8 @@ pub(crate) fn reinstate(
 /// `ferry calibrate`'s probe of the mechanism: a written region inside a larger shared
 /// memfd mapping (a page on either side, as an fbuf lies inside its lot's mapping), whose
 /// pages are moved out and back as move and emulated move do it. Not part of the
-/// supported API.
-#[doc(hidden)]
+/// supported API: reached through `testing::MoveProbe`.
+#[cfg(feature = "testing")]
 pub struct MoveProbe {
     fd: std::os::fd::OwnedFd,
     map: crate::sys::mem::Mapping,
@@ -71,6 +71,7 @@ pub struct MoveProbe {
     out: Option<super::regions::Out>,
 }
 
+#[cfg(feature = "testing")]
 impl MoveProbe {
     /// A region of `len` bytes (a page multiple), every page written once, taken out as
     /// emulated move hides it.

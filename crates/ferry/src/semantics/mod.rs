@@ -50,14 +50,14 @@
 //!
 //! | mechanism | semantics | module |
 //! |---|---|---|
-//! | TCOW: userfaultfd write protection, page replacement | emulated copy | [`tcow`] |
-//! | application buffers in the lot, with their own view | emulated copy, share, emulated share | [`app`] |
-//! | pages moved out of the sender's mapping at output (`mremap`), back at release | move | [`regions`] |
-//! | region hiding (pages moved out with `mremap`) and reinstatement | emulated move | [`hide`] |
-//! | per-domain queues of output regions | weak move, emulated weak move | [`cache`] |
-//! | input alignment, copyout, page swapping | every application-allocated input | [`copyout`] |
-//! | short-data thresholds | every emulated form | [`thresholds`] |
-//! | the cost model and calibration file | `ferry calibrate` | [`calibration`] |
+//! | TCOW: userfaultfd write protection, page replacement | emulated copy | `tcow` |
+//! | application buffers in the lot, with their own view | emulated copy, share, emulated share | `app` |
+//! | pages moved out of the sender's mapping at output (`mremap`), back at release | move | `regions` |
+//! | region hiding (pages moved out with `mremap`) and reinstatement | emulated move | `hide` |
+//! | per-domain queues of output regions | weak move, emulated weak move | `cache` |
+//! | input alignment, copyout, page swapping | every application-allocated input | `copyout` |
+//! | short-data thresholds | every emulated form | `thresholds` |
+//! | the cost model and calibration file | `ferry calibrate` | `calibration` |
 //! | TCP through the io_uring driver (with the `uring` feature) | all eight | `tcp` |
 
 use std::fmt;
@@ -66,26 +66,26 @@ use std::str::FromStr;
 use crate::error::{Error, Result};
 
 #[allow(unsafe_code)]
-pub mod app;
-pub mod cache;
-pub mod calibration;
-pub mod copyout;
+pub(crate) mod app;
+pub(crate) mod cache;
+pub(crate) mod calibration;
+pub(crate) mod copyout;
 #[allow(unsafe_code)]
-pub mod hide;
-pub mod passing;
+pub(crate) mod hide;
+pub(crate) mod passing;
 #[allow(unsafe_code)]
-pub mod regions;
-pub mod stats;
+pub(crate) mod regions;
+pub(crate) mod stats;
 #[allow(unsafe_code)]
-pub mod tcow;
+pub(crate) mod tcow;
 #[cfg(feature = "uring")]
 #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
 #[allow(unsafe_code)]
-pub mod tcp;
-pub mod thresholds;
+pub(crate) mod tcp;
+pub(crate) mod thresholds;
 
 pub use app::AppBuffer;
-pub use calibration::{Calibration, Fit, Segment};
+pub use calibration::{primitive, Calibration, Fit, FitSegment, Term};
 pub(crate) use passing::Regions;
 pub use passing::{InputAlignment, Passing, PassingConfig, Used};
 pub use regions::SysBuffer;

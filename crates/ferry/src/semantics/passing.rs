@@ -340,7 +340,7 @@ impl Passing {
         if s != Semantics::Copy {
             // Pages swapped in from another domain are named by their own lot offsets
             // only once they are copied into ours.
-            let n = app.settle(pages.clone())?;
+            let n = app.adopt_swapped_in(pages.clone())?;
             if n > 0 {
                 add(&self.stats.pages_settled, n as u64);
             }
@@ -383,10 +383,10 @@ impl Passing {
     /// what the receiver would be handed (`None` when the semantics copies), as
     /// [`send_app`](Self::send_app) prepares it (for emulated copy: the pages
     /// write-protected through the TCOW engine and described). Dropping the result
-    /// releases it as a receiver's release would. For `ferry calibrate`'s probes; not part
-    /// of the supported API.
-    #[doc(hidden)]
-    pub fn prepare_output(
+    /// releases it as a receiver's release would. For `ferry calibrate`'s probes, through
+    /// `testing::prepare_output`.
+    #[cfg(feature = "testing")]
+    pub(crate) fn prepare_output(
         &self,
         buf: &AppBuffer,
         range: Range<usize>,
@@ -496,7 +496,7 @@ impl Passing {
     }
 
     /// Input under an application-allocated semantics: receives the next message and
-    /// copies it into the start of `dst` (see [`copyout`](super::copyout) for why input
+    /// copies it into the start of `dst` (see [`InputAlignment`](super::InputAlignment) for why input
     /// copies). Returns its length.
     ///
     /// # Errors
@@ -534,7 +534,7 @@ impl Passing {
     /// Input of already received `data` into an application buffer at byte `at`. At or
     /// above [`Thresholds::swap`] (never, by default) whole pages whose offset within a
     /// page matches the data's are swapped in (mapped privately from the sender's lot;
-    /// see [`copyout`](super::copyout)); partial pages and the rest are copied.
+    /// see [`InputAlignment`](super::InputAlignment)); partial pages and the rest are copied.
     ///
     /// # Errors
     /// [`Error::WrongSemantics`] for a system-allocated semantics,

@@ -35,26 +35,26 @@ pub(crate) trait Admit: Send + Sync + 'static {
 }
 
 /// The door thread of one service; stopped and joined on drop.
-pub(crate) struct Door {
+pub(crate) struct DoorThread {
     stop: Arc<AtomicBool>,
     group: Arc<Group>,
     index: usize,
     thread: Option<JoinHandle<()>>,
 }
 
-impl Door {
+impl DoorThread {
     pub fn spawn(
         group: Arc<Group>,
         index: usize,
         me: DomainId,
         admit: Weak<dyn Admit>,
-    ) -> std::io::Result<Door> {
+    ) -> std::io::Result<DoorThread> {
         let stop = Arc::new(AtomicBool::new(false));
         let (g, s) = (group.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name("ferry-service-door".into())
             .spawn(move || run(&g, index, me, &s, admit))?;
-        Ok(Door {
+        Ok(DoorThread {
             stop,
             group,
             index,
@@ -97,7 +97,7 @@ fn run(group: &Group, index: usize, me: DomainId, stop: &AtomicBool, admit: Weak
     }
 }
 
-impl Drop for Door {
+impl Drop for DoorThread {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         let join = Table::new(&self.group).join_word(self.index);

@@ -3,7 +3,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use ferry::service::{Publisher, ServiceConfig, Subscriber};
+//! use ferry::{Publisher, ServiceConfig, Subscriber};
 //! use ferry::{Group, PathConfig};
 //!
 //! # fn main() -> ferry::Result<()> {
@@ -114,12 +114,10 @@ pub use pubsub::{
     Publisher, PublisherLoan, PublisherStats, Publishing, Subscriber, SubscriberInfo,
 };
 pub use reqresp::{Client, Request, Response, Server, ServerStats, STATUS_HANDLER_FAILED};
-#[doc(hidden)]
-pub use table::__table_span;
-pub use table::{Kind, MAX_MEMBERS, MAX_NAME, MAX_SERVICES};
+pub use table::{Kind as ServiceKind, MAX_MEMBERS, MAX_NAME, MAX_SERVICES};
 
-use door::{Admit, Door};
-use table::{EntryView, Table};
+use door::{Admit, DoorThread};
+use table::{EntryView, Kind, Table};
 
 use crate::error::{Error, Result};
 use crate::region::group::Member;
@@ -253,7 +251,7 @@ struct Offering {
     group: Arc<Group>,
     entry: EntryView,
     me: DomainId,
-    door: Option<Door>,
+    door: Option<DoorThread>,
 }
 
 impl Offering {
@@ -294,7 +292,7 @@ impl Offering {
             door: None,
         };
         // On failure, dropping `o` withdraws the entry.
-        o.door = Some(Door::spawn(o.group.clone(), index, me, admit)?);
+        o.door = Some(DoorThread::spawn(o.group.clone(), index, me, admit)?);
         Ok(o)
     }
 }

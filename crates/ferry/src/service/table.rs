@@ -446,12 +446,6 @@ impl Drop for TableLock<'_> {
     }
 }
 
-/// Where the table lies in the control memfd, for tests that play a hostile member.
-#[doc(hidden)]
-pub fn __table_span() -> (usize, usize) {
-    Group::service_area_span()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

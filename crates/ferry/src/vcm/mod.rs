@@ -17,7 +17,7 @@
 //!   ([`Endpoint::activate`], a new offset and length) is a store of submission entries into
 //!   that shared ring: no system call under SQPOLL while the kernel thread is awake, one
 //!   `io_uring_enter` to wake it after it idled, one per activation without SQPOLL. Every
-//!   enter is counted in [`EndpointStats`] and by [`crate::diagnostics::thread_syscall_count`].
+//!   enter is counted in [`EndpointStats`] and by [`crate::stats::thread_syscall_count`].
 //! - Status words are written by [`Endpoint::poll`], which moves completions from the
 //!   completion ring (shared memory) into them; neither polling nor reading them makes a
 //!   system call.
@@ -45,10 +45,10 @@
 //! # Ok(()) }
 //! ```
 
-pub mod command;
-pub mod datagram;
-pub mod endpoint;
-pub mod status;
+pub(crate) mod command;
+pub(crate) mod datagram;
+pub(crate) mod endpoint;
+pub(crate) mod status;
 
 pub use command::{BufRange, Command, CommandId, SockHandle, Vector};
 pub use datagram::DatagramSocket;

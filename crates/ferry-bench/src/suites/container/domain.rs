@@ -31,7 +31,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 
 use anyhow::{bail, Context, Result};
-use ferry::container::Container;
+use ferry::containers::Container;
 
 use super::schedule::{batches, pallet_layout, Method, ACCESSOR, CHUNK, DOMAINS, PALLETS};
 use crate::harness::chain::touch::read_words;

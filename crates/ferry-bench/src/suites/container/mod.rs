@@ -384,7 +384,7 @@ fn hop_floor(rounds: u32) -> Result<Floor> {
     use std::os::unix::net::UnixStream;
     use std::time::Instant;
 
-    use ferry::container::Container;
+    use ferry::containers::Container;
 
     let (a, b) = UnixStream::pair()?;
     let (per, _) = pallet_layout(10 << 20);
@@ -398,7 +398,7 @@ fn hop_floor(rounds: u32) -> Result<Floor> {
     }
     let trials = 3;
     let (mut all, mut medians) = (Vec::new(), Vec::new());
-    let calls0 = ferry::diagnostics::syscall_count();
+    let calls0 = ferry::stats::syscall_count();
     for _ in 0..trials {
         let mut us = Vec::with_capacity(rounds as usize);
         for _ in 0..rounds {
@@ -409,8 +409,7 @@ fn hop_floor(rounds: u32) -> Result<Floor> {
         medians.push(median(&us));
         all.extend(us);
     }
-    let syscalls =
-        (ferry::diagnostics::syscall_count() - calls0) as f64 / f64::from(trials * rounds);
+    let syscalls = (ferry::stats::syscall_count() - calls0) as f64 / f64::from(trials * rounds);
     Ok(Floor {
         us: Summary::of(&all),
         syscalls,

@@ -205,7 +205,7 @@ pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
                     let handover = cal
                         .prims
                         .iter()
-                        .find(|q| q.name == ferry::semantics::calibration::primitive::HANDOVER);
+                        .find(|q| q.name == ferry::semantics::primitive::HANDOVER);
                     let weak = series.iter().find(|x| x.s == Semantics::WeakMove);
                     format!(
                         "{}{}",
@@ -244,7 +244,7 @@ pub fn bars(cal: &Calibrated, series: &[&Series]) -> Vec<Bar> {
 /// calibration at `size`, against copy's measured latency: move must unmap the region
 /// from the sender (`region_unmap`), emulated move hide it (`hide`).
 fn mechanism_floor(cal: &Calibrated, copy: &Series, s: Semantics, size: usize) -> String {
-    use ferry::semantics::calibration::primitive as p;
+    use ferry::semantics::primitive as p;
     let (prim, what) = match s {
         Semantics::Move => (p::REGION_UNMAP, "move of the pages out of its mapping"),
         Semantics::EmulatedMove => (p::HIDE, "move of the pages out of its mapping"),
@@ -792,7 +792,7 @@ mod tests {
         weak.s = Semantics::WeakMove;
         weak.points[1].lat = Summary::of(&[1000.0]);
         let prim = |pts: &[(usize, f64)]| Prim {
-            name: ferry::semantics::calibration::primitive::HANDOVER,
+            name: ferry::semantics::primitive::HANDOVER,
             points: pts
                 .iter()
                 .map(|&(size, ns)| PrimPoint {

@@ -184,7 +184,7 @@ fn vcm_round_trips(
     let mut enters0 = 0;
     for i in 0..warm + n {
         if i == warm {
-            sys0 = ferry::diagnostics::thread_syscall_count();
+            sys0 = ferry::stats::thread_syscall_count();
             enters0 = ep.stats().enters;
         }
         let t0 = Instant::now();
@@ -202,7 +202,7 @@ fn vcm_round_trips(
             out.push(dt.as_secs_f64() * 1e6 / 2.0);
         }
     }
-    let sys = ferry::diagnostics::thread_syscall_count() - sys0;
+    let sys = ferry::stats::thread_syscall_count() - sys0;
     let enters = ep.stats().enters - enters0;
     // Both counters see the same calls; keep the larger to be safe.
     Ok(Some((out, sys.max(enters))))

@@ -341,7 +341,7 @@ fn measure_all(
         for j in 0..n {
             let i = (r + j) % n;
             let x = &mut xs[i];
-            let sc0 = ferry::diagnostics::thread_syscall_count();
+            let sc0 = ferry::stats::thread_syscall_count();
             let start = Instant::now();
             let mut done = 0usize;
             while (done < count.min(64) || start.elapsed() < slice) && ops[i] < max_ops {
@@ -355,7 +355,7 @@ fn measure_all(
                 done += 1;
             }
             secs[i] += start.elapsed().as_secs_f64();
-            syscalls[i] += ferry::diagnostics::thread_syscall_count() - sc0;
+            syscalls[i] += ferry::stats::thread_syscall_count() - sc0;
         }
     }
     let mut points = Vec::with_capacity(n);
@@ -407,7 +407,7 @@ fn measure_zc(ctx: &BenchCtx, sink: &Sink, size: usize) -> Result<Point> {
     let before = x.stats();
     let budget = Duration::from_millis(ctx.pick(40, 120));
     let mut lat = Vec::new();
-    let sc0 = ferry::diagnostics::thread_syscall_count();
+    let sc0 = ferry::stats::thread_syscall_count();
     let start = Instant::now();
     while lat.len() < 32 || (start.elapsed() < budget && lat.len() < 20_000) {
         let t = Instant::now();
@@ -415,7 +415,7 @@ fn measure_zc(ctx: &BenchCtx, sink: &Sink, size: usize) -> Result<Point> {
         lat.push(t.elapsed().as_secs_f64() * 1e6);
     }
     let secs = start.elapsed().as_secs_f64();
-    let syscalls = ferry::diagnostics::thread_syscall_count() - sc0;
+    let syscalls = ferry::stats::thread_syscall_count() - sc0;
     let a = x.stats();
     let stats = XlateStats {
         ios: a.ios - before.ios,

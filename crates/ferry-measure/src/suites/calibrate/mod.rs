@@ -1,7 +1,7 @@
 //! `ferry calibrate` and `ferry-bench calibrate`: Genie's Tables 6 and 7 on this machine.
 //!
 //! Each primitive a semantics may pay for (listed in
-//! [`ferry::semantics::calibration::primitive`]) is timed at several sizes; a line
+//! [`ferry::semantics::primitive`]) is timed at several sizes; a line
 //! `ns = a * bytes + b` is fitted through the medians by least squares on the relative
 //! error ([`crate::harness::stats::relative_linear_fit`]: a plain fit is ruled by the
 //! 16 MiB point and predicts a 4 KiB copy below zero), or two lines split at a size where
@@ -27,8 +27,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use ferry::semantics::calibration::primitive as p;
-use ferry::semantics::{Calibration, Fit, Segment};
+use ferry::semantics::primitive as p;
+use ferry::semantics::{Calibration, Fit, FitSegment};
 
 use crate::harness::budget::Budget;
 use crate::harness::ctx::BenchCtx;
@@ -311,7 +311,7 @@ fn finish(name: &'static str, points: Vec<PrimPoint>, error: Option<String>) -> 
         None
     } else if let Some((lo, from, hi)) = relative_two_line_fit(&xy) {
         Some(Fit {
-            above: Some(Segment {
+            above: Some(FitSegment {
                 from: from as usize,
                 a: hi.slope,
                 b: hi.intercept,

@@ -11,8 +11,8 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::{bail, Context, Result};
-use ferry::semantics::calibration::primitive as p;
-use ferry::semantics::hide::MoveProbe;
+use ferry::semantics::primitive as p;
+use ferry::testing::MoveProbe;
 use ferry::{Group, PathConfig};
 
 use crate::sys::now_ns;
@@ -196,7 +196,12 @@ fn app_output(
         reps,
         || {
             let b = buf.borrow();
-            out.set(passing.prepare_output(&b, 0..size, semantics)?);
+            out.set(ferry::testing::prepare_output(
+                &passing,
+                &b,
+                0..size,
+                semantics,
+            )?);
             Ok(())
         },
         || {

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use ferry::semantics::calibration::primitive as p;
+use ferry::semantics::primitive as p;
 
 use super::{Calibrated, MARGIN};
 use crate::harness::output::{bytes, num, PlotSpec, Table};

@@ -86,7 +86,7 @@ unsafe impl IoBufMut for Box<[u8]> {
 /// which needs buffers, offsets and lengths aligned to the device's logical block.
 ///
 /// ```
-/// let mut b = ferry::uring::driver::AlignedBuf::zeroed(8192, 4096);
+/// let mut b = ferry::uring::AlignedBuf::zeroed(8192, 4096);
 /// assert_eq!(b.as_ptr() as usize % 4096, 0);
 /// b[0] = 7;
 /// assert_eq!(b.len(), 8192);

@@ -19,7 +19,7 @@
 //! ```
 //! use std::io::Write;
 //! use std::os::fd::AsRawFd;
-//! use ferry::uring::{driver::Uring, RingConfig};
+//! use ferry::uring::{RingConfig, Uring};
 //!
 //! # fn main() -> ferry::Result<()> {
 //! # if !ferry::uring::Features::probe().ring { return Ok(()); }

@@ -12,7 +12,7 @@
 //! ```
 //!
 //! Each I/O looks its buffer up in a user-level table of registered ranges
-//! ([`table::Table`]). A hit runs `WRITE_FIXED` / `READ_FIXED` with the fixed buffer
+//! (`table::Table`). A hit runs `WRITE_FIXED` / `READ_FIXED` with the fixed buffer
 //! straight from the caller's pages; so does a send, as `WRITE_FIXED` on the socket
 //! ([`SendOp`]; `SEND_ZC` on request). A miss goes through a bounce buffer at once
 //! (one copy) and the miss is *served later*: once the I/O is submitted, and only if at
@@ -99,7 +99,7 @@
 //! ```
 
 mod engine;
-pub mod table;
+pub(crate) mod table;
 
 use engine::{cqe_result, Engine};
 

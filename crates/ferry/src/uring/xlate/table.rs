@@ -89,11 +89,6 @@ impl Table {
         }
     }
 
-    /// Number of slots.
-    pub fn capacity(&self) -> u32 {
-        self.slots.len() as u32
-    }
-
     /// Number of live (valid) entries.
     pub fn live(&self) -> usize {
         self.by_addr.len()

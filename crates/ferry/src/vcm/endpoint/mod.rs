@@ -140,7 +140,7 @@ struct SockSlot {
 static NEXT_ENDPOINT: AtomicU32 = AtomicU32::new(1);
 
 /// One application's channel to the kernel: a ring, a registered buffer region, owned
-/// sockets, and command status words. See the [module docs](self).
+/// sockets, and command status words. See the [module docs](crate::vcm).
 pub struct Endpoint {
     ring: Ring,
     id: u32,

@@ -20,7 +20,7 @@ pub const MAX_PALLETS: usize = 250;
 ///
 /// ```compile_fail
 /// # use std::os::unix::net::UnixStream;
-/// # use ferry::container::Container;
+/// # use ferry::containers::Container;
 /// # let (a, _b) = UnixStream::pair().unwrap();
 /// let c = Container::alloc(&[4096]).unwrap();
 /// c.ship(&a).unwrap();
@@ -73,8 +73,8 @@ impl Container {
     ///
     /// ```
     /// # fn main() -> ferry::Result<()> {
-    /// let c = ferry::container::Container::alloc(&[1, 4096, 10_000])?;
-    /// let page = ferry::diagnostics::page_size();
+    /// let c = ferry::containers::Container::alloc(&[1, 4096, 10_000])?;
+    /// let page = ferry::stats::page_size();
     /// assert_eq!(c.pallet(0)?.size(), page);
     /// assert_eq!(c.info()?.pallets[2].valid, 0..0);
     /// # Ok(()) }
@@ -98,7 +98,7 @@ impl Container {
     ///
     /// ```
     /// # fn main() -> ferry::Result<()> {
-    /// use ferry::container::Container;
+    /// use ferry::containers::Container;
     /// let a = Container::alloc(&[8192, 4096])?;
     /// let b = Container::alloc_like(&a)?;
     /// assert_eq!(b.len(), 2);
@@ -145,7 +145,7 @@ impl Container {
     ///
     /// ```
     /// # fn main() -> ferry::Result<()> {
-    /// let c = ferry::container::Container::alloc(&[4096, 4096])?;
+    /// let c = ferry::containers::Container::alloc(&[4096, 4096])?;
     /// let info = c.info()?;
     /// assert_eq!(info.capacity(), 8192);
     /// assert!(!info.pallets[0].sealed);
@@ -191,7 +191,7 @@ impl Container {
     ///
     /// ```
     /// # fn main() -> ferry::Result<()> {
-    /// let mut c = ferry::container::Container::alloc(&[4096])?;
+    /// let mut c = ferry::containers::Container::alloc(&[4096])?;
     /// c.seal()?;
     /// assert!(c.is_sealed()?);
     /// assert!(c.unload(0).is_err()); // no writable mapping of a sealed pallet
@@ -229,7 +229,7 @@ impl Container {
     ///
     /// ```
     /// # fn main() -> ferry::Result<()> {
-    /// let mut c = ferry::container::Container::alloc(&[3 * 4096])?;
+    /// let mut c = ferry::containers::Container::alloc(&[3 * 4096])?;
     /// c.unload(0)?.as_mut_slice().fill(7);
     /// c.set_valid(0, 4096..8192)?;
     /// c.cleanse(0)?;

@@ -29,7 +29,7 @@ impl Container {
     /// # fn main() -> ferry::Result<()> {
     /// use std::io::Read;
     /// let (r, w) = rustix::pipe::pipe().map_err(std::io::Error::from)?;
-    /// let mut c = ferry::container::Container::alloc(&[4096])?;
+    /// let mut c = ferry::containers::Container::alloc(&[4096])?;
     /// {
     ///     let mut p = c.unload(0)?;
     ///     p.as_mut_slice()[..3].copy_from_slice(b"abc");

@@ -61,7 +61,7 @@ impl Container {
     ///
     /// ```
     /// # fn main() -> ferry::Result<()> {
-    /// let mut c = ferry::container::Container::alloc(&[4096])?;
+    /// let mut c = ferry::containers::Container::alloc(&[4096])?;
     /// let mut p = c.unload(0)?;
     /// assert!(p.as_slice().iter().all(|&b| b == 0)); // fresh pallets read as zeros
     /// p.as_mut_slice()[100..103].copy_from_slice(b"abc");
@@ -112,7 +112,7 @@ impl Container {
     ///
     /// ```
     /// # fn main() -> ferry::Result<()> {
-    /// let mut c = ferry::container::Container::alloc(&[4096])?;
+    /// let mut c = ferry::containers::Container::alloc(&[4096])?;
     /// c.seal()?;
     /// let v = c.view(0)?;
     /// assert_eq!(v.as_slice().len(), 4096);

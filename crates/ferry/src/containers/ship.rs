@@ -125,7 +125,7 @@ impl Container {
     /// ```
     /// # fn main() -> ferry::Result<()> {
     /// use std::os::unix::net::UnixStream;
-    /// use ferry::container::Container;
+    /// use ferry::containers::Container;
     /// let (a, b) = UnixStream::pair()?;
     /// let c = Container::alloc(&[4096, 4096])?;
     /// c.ship(&a)?;

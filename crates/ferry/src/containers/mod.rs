@@ -11,7 +11,7 @@
 //!
 //! ```
 //! use std::os::unix::net::UnixStream;
-//! use ferry::container::Container;
+//! use ferry::containers::Container;
 //!
 //! # fn main() -> ferry::Result<()> {
 //! let (a, b) = UnixStream::pair()?;

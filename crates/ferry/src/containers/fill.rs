@@ -35,7 +35,7 @@ impl Container {
     /// ```
     /// # fn main() -> ferry::Result<()> {
     /// let f = tempfile_with(b"some file data")?;
-    /// let mut c = ferry::container::Container::alloc(&[4096])?;
+    /// let mut c = ferry::containers::Container::alloc(&[4096])?;
     /// assert_eq!(c.fill(0, &f, 4096)?, 14);
     /// assert_eq!(c.pallet(0)?.valid(), 0..14);
     /// # Ok(()) }
