@@ -324,7 +324,7 @@ fn blocking_receiver_is_woken() {
 /// that one and the group records it.
 #[test]
 fn address_in_use_is_an_error() {
-    use ferry::region::group::LOT_WINDOWS;
+    use ferry::testing::LOT_WINDOWS;
     let name = format!("test-addr-{}", std::process::id());
     let g = Group::open(&name).unwrap();
     let r = g.slot_range(0);
