@@ -8,7 +8,7 @@
 //! | [`container`] | `ferry-bench container` | [`container::domain`] |
 //! | [`xlate`] | `ferry-bench xlate` | none: one process |
 //! | [`vcm`] | `ferry-bench vcm` | [`vcm::echo`] |
-//! | [`services`] | `ferry-bench services` | `ferry-bench __drain` ([`services::drain_main`]) |
+//! | [`services`] | `ferry-bench services` | `ferry-bench __drain` ([`services::sub`]) |
 //! | [`genie`] | `ferry-bench genie` | [`genie::worker`] (source and sink) |
 //! | [`calibrate`] | `ferry-bench calibrate`, `ferry calibrate` (both through `ferry-measure`) | none: one process, plus the chain's for the hand-over |
 //! | [`python`] | `ferry-bench python` | none: Python processes (`crates/ferry-py/bench`) |
@@ -27,6 +27,7 @@ pub mod genie;
 #[allow(unsafe_code)]
 pub mod handover;
 pub mod python;
+#[allow(unsafe_code)]
 pub mod services;
 pub mod vcm;
 pub mod xlate;

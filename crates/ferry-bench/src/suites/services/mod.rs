@@ -1,191 +1,417 @@
-//! `ferry-bench services`: what one publish costs the publisher, against the number of
-//! subscribers (1 to 8) and the payload size (64 B to 16 MiB).
+//! `ferry-bench services`: publish-subscribe fan-out, ferry against iceoryx2 0.10, with
+//! 1, 2, 4 and 8 subscribers in another process and payloads of 64 B, 64 KiB and 1 MiB,
+//! in one run of interleaved rounds, each round with its own cross-CPU cache-line probe.
 //!
-//! The publisher (this process, pinned to the first CPU) offers a publish-subscribe
-//! service with the blocking policy and a queue of 256 per subscriber. The subscribers
-//! are N domains of one other process (`ferry-bench __drain`, pinned to the second CPU) that
-//! busy-polls their queues in turn and drops each message at once, so releases flow back
-//! as in a real consumer and every ring slot the publisher writes is a cache line the
-//! other CPU last read. One message (written one byte per page before the run) is
-//! published again and again: the publisher's cost is the descriptor per subscriber,
-//! not the payload, and the table shows whether it stays flat across sizes. Each point
-//! is the median over bursts of the mean time of one `publish` call in the burst; a
-//! burst (200 publishes) starts with every queue drained and fits in the queues, so it
-//! measures the publisher rather than how fast the subscriber process keeps up. The
-//! column "per added subscriber" is the slope of a least-squares line through the
-//! points of one size.
+//! The publisher (this process, pinned to the first CPU) offers a ferry service and an
+//! iceoryx2 service, both blocking when a queue is full, with queues of [`DEPTH`]. The
+//! subscribers are N ferry and N iceoryx2 subscribers of one other process
+//! ([`sub`], pinned to the second CPU) that busy-polls them in turn, reads each message's
+//! header and drops it at once, so releases flow back as in a real consumer. Three
+//! systems publish in every round, in an order rotated from round to round: ferry's
+//! [`Publisher::loan`] (loan, write, send), ferry's general [`Publisher::publish`] of an
+//! [`IoData`] allocated from a path and written, and iceoryx2's loan, write, send.
+//! Every message is written one byte per page, with a header (sequence number and burst)
+//! that the subscribers check.
 //!
-//! A last point prices the drop policy's eviction: one subscriber, stopped (SIGSTOP)
+//! Measured, per round, size and system: the publish call (the send alone: two clock
+//! reads around it, their own cost measured once and taken off), median and p99 over
+//! every call of the round's bursts; and the burst time to the last subscriber, from just
+//! before the first message is written until the last subscriber has the last one
+//! (stamped by the subscriber process). A burst ([`BURST`] messages, what a queue holds)
+//! starts with every queue drained. Each round begins with the probe: one cache line
+//! bounced between the two processes, half the round trip. On a VM whose two vCPUs land
+//! either near each other or far apart, the probe says which placement the round had
+//! (far above [`FAR_US`]), and every ratio is reported per placement: the median over
+//! that placement's rounds of the per-round ratio. "Per added subscriber" is the slope
+//! of a least-squares line through the medians of one placement and size against N.
+//!
+//! A last point prices ferry's drop policy's eviction: one subscriber, stopped (SIGSTOP)
 //! with its queue full, so that every publish first takes back the oldest queued message
-//! (a compare-and-swap of the ring head, and that message's fbufs returned) before it
-//! queues the new one.
+//! before it queues the new one.
+
+mod ice;
+mod report;
+pub mod sub;
 
 use std::process::{Child, Command};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use ferry::{Group, IoData, PathConfig, Publisher, ServiceConfig, SlowSubscriber};
 
 use crate::harness::ctx::BenchCtx;
-use crate::harness::output::{bytes, num, BenchOutput, Table};
-use crate::harness::record::Record;
-use crate::harness::stats::{linear_fit, spread, Summary};
+use crate::harness::output::BenchOutput;
+use crate::harness::stats::{median, Summary};
 use crate::harness::BenchDef;
-use crate::sys;
+use crate::sys::{self, now_ns, SharedLines};
+use sub::{CTL, DONE, FAILED, LINES, PING, PONG, PROBING, READY, STOP};
 
 pub const BENCH: BenchDef = BenchDef {
     name: "services",
-    about: "publish-subscribe: the publisher's cost per publish vs subscribers (1..8, another process) and payload size (64 B..16 MiB)",
+    about: "publish-subscribe fan-out to 1..8 subscribers (another process), ferry vs iceoryx2, interleaved rounds, per placement",
     run,
 };
 
-const SIZES: &[usize] = &[64, 4096, 64 << 10, 1 << 20, 16 << 20];
-const QUICK_SIZES: &[usize] = &[64, 1 << 20];
-const SUBS: &[usize] = &[1, 2, 4, 8];
-const QUICK_SUBS: &[usize] = &[1, 4];
-/// Publishes timed together: fewer than a queue holds, so the publisher never waits.
-const BURST: usize = 200;
-const WARMUP: usize = 5;
+pub use sub::main as drain_main;
 
-/// The subscriber process: `ferry-bench __drain GROUP SERVICE N CPU`.
-pub fn drain_main(args: &[String]) -> Result<()> {
-    let [group, service, n, cpu] = args else {
-        anyhow::bail!("usage: ferry-bench __drain GROUP SERVICE N CPU");
-    };
-    let _ = sys::pin_to(cpu.parse()?);
-    let group = Group::open(group)?;
-    let mut subs = Vec::new();
-    for _ in 0..n.parse::<usize>()? {
-        let d = group.join()?;
-        let s = ferry::Subscriber::open(&d, service, Duration::from_secs(30))?;
-        subs.push((d, s));
-    }
-    let mut open = subs.len();
-    while open > 0 {
-        open = 0;
-        for (_, s) in subs.iter_mut() {
-            match s.try_recv() {
-                Ok(_) => open += 1,
-                Err(ferry::Error::Disconnected | ferry::Error::PeerGone { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
+const SIZES: &[usize] = &[64, 64 << 10, 1 << 20];
+const SUBS: &[usize] = &[1, 2, 4, 8];
+/// Each subscriber's queue, both systems.
+pub const DEPTH: usize = 32;
+/// Messages per burst: what a queue holds, so that a burst from drained queues never
+/// waits for room.
+pub const BURST: usize = DEPTH;
+/// Above this one-way cache-line time (µs) a round counts as "far".
+pub const FAR_US: f64 = 0.17;
+/// The bars.
+pub const BAR_CALL: f64 = 0.8;
+pub const BAR_BURST: f64 = 0.8;
+pub const BAR_TAIL: f64 = 2.0;
+
+/// The systems, in the order of round 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum System {
+    /// ferry's `Publisher::loan`, written, `PublisherLoan::send`.
+    Loan,
+    /// ferry's `Publisher::publish` of an `IoData` from a path.
+    Publish,
+    /// iceoryx2's loan, written, send.
+    Ice,
+}
+
+pub const SYSTEMS: [System; 3] = [System::Loan, System::Publish, System::Ice];
+
+impl System {
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Loan => "ferry loan",
+            System::Publish => "ferry publish",
+            System::Ice => "iceoryx2",
         }
     }
-    Ok(())
+}
+
+/// One round's measurement of one system at one subscriber count and size.
+#[derive(Debug, Clone)]
+pub struct Point {
+    pub subs: usize,
+    pub size: usize,
+    pub sys: System,
+    /// The round (numbered across subscriber counts).
+    pub round: usize,
+    /// The round's cache-line probe: one-way, µs.
+    pub floor: f64,
+    /// Publish calls, µs.
+    pub call: Summary,
+    /// Median burst time to the last subscriber, µs.
+    pub burst: f64,
+}
+
+impl Point {
+    pub fn far(&self) -> bool {
+        self.floor > FAR_US
+    }
+}
+
+pub struct Measured {
+    pub points: Vec<Point>,
+    pub rounds: usize,
+    pub bursts: usize,
+    pub subs: Vec<usize>,
+    pub sizes: Vec<usize>,
+    /// The clock reads' own cost taken off each call, µs.
+    pub clock: f64,
+    /// Drop policy's eviction, µs per publish.
+    pub evict: Vec<f64>,
+    /// `uptime`'s load average when the run started.
+    pub load: String,
 }
 
 fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
-    let sizes = ctx.pick(QUICK_SIZES, SIZES);
-    let subs_list = ctx.pick(QUICK_SUBS, SUBS);
-    let rounds = ctx.pick(30, 300);
+    let sizes = ctx.pick(SIZES, SIZES).to_vec();
+    let subs_list = ctx.pick(SUBS, SUBS).to_vec();
+    let rounds = ctx.pick(8, 40);
+    let bursts = ctx.pick(2, 6);
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default();
     let name = format!("bench-services-{}", std::process::id());
     let group = Group::open(&name)?;
     let domain = group.join()?;
-    let path = domain.path(PathConfig::default())?;
     sys::pin_to(ctx.cpu(0))?;
-    let mut records = Vec::new();
-    // medians[size][subs] in µs.
-    let mut medians = vec![vec![f64::NAN; subs_list.len()]; sizes.len()];
-    for (si, &n) in subs_list.iter().enumerate() {
-        ctx.progress
-            .phase(&format!("services: publish to {n} subscribers"));
-        let service = format!("bench/{n}");
-        let config = ServiceConfig {
-            depth: 256,
-            slow: SlowSubscriber::Block,
-            ..ServiceConfig::default()
-        };
-        let mut publisher = Publisher::offer(&domain, &service, config)?;
-        let mut child = Drain(
-            Command::new(std::env::current_exe()?)
-                .args(["__drain", &name, &service, &n.to_string()])
-                .arg(ctx.cpu(1).to_string())
-                .spawn()
-                .context("spawning the subscriber process")?,
-        );
-        publisher.wait_for_subscribers(n, Duration::from_secs(30))?;
-        for (zi, &size) in sizes.iter().enumerate() {
-            let data = touched(&path, size)?;
-            let mut samples = Vec::with_capacity(rounds);
-            for round in 0..rounds + WARMUP {
-                // Start each burst with every queue drained, so that the burst measures
-                // the publisher, not how fast the subscriber process keeps up.
-                drained(&mut publisher)?;
-                let t0 = Instant::now();
-                for _ in 0..BURST {
-                    publisher.publish(&data)?;
-                }
-                if round >= WARMUP {
-                    samples.push(t0.elapsed().as_secs_f64() * 1e6 / BURST as f64);
+    let clock = clock_cost();
+    let mut points = Vec::new();
+    for (k, &n) in subs_list.iter().enumerate() {
+        ctx.progress.phase(&format!(
+            "services: ferry and iceoryx2 to {n} subscribers, {rounds} rounds"
+        ));
+        let mut b = Block::start(ctx, &name, &domain, n, &sizes)?;
+        for r in 0..rounds {
+            let round = k * rounds + r;
+            let floor = b.probe(ctx.pick(100, 300))?;
+            for &size in &sizes {
+                let rot = round % SYSTEMS.len();
+                for &sys in SYSTEMS[rot..].iter().chain(&SYSTEMS[..rot]) {
+                    let (calls, times) = b.bursts(sys, size, 1 + bursts, clock)?;
+                    points.push(Point {
+                        subs: n,
+                        size,
+                        sys,
+                        round,
+                        floor,
+                        call: Summary::of(&calls),
+                        burst: median(&times),
+                    });
                 }
             }
-            let s = Summary::of(&samples);
-            medians[zi][si] = s.median;
-            records.push(
-                Record::new(
-                    "services",
-                    "publish",
-                    "us",
-                    s,
-                    rounds as u32,
-                    spread(&samples),
-                )
-                .param("subscribers", n)
-                .param("size", size),
-            );
         }
-        drop(publisher);
-        child.wait()?;
+        b.finish()?;
     }
     ctx.progress
         .phase("services: publish to a stopped subscriber (drop policy)");
-    let evict = evicting(ctx, &name, &domain, &path, rounds)?;
-    records.push(
-        Record::new(
-            "services",
-            "publish_evicting",
-            "us",
-            Summary::of(&evict),
-            rounds as u32,
-            spread(&evict),
-        )
-        .param("subscribers", 1)
-        .param("size", 64),
-    );
-    let mut headers: Vec<String> = vec!["payload".into()];
-    headers.extend(subs_list.iter().map(|n| format!("{n} sub (µs)")));
-    headers.push("per added subscriber (µs)".into());
-    let hdr: Vec<&str> = headers.iter().map(String::as_str).collect();
-    let mut table = Table::new(&hdr);
-    for (zi, &size) in sizes.iter().enumerate() {
-        let pts: Vec<(f64, f64)> = subs_list
-            .iter()
-            .zip(&medians[zi])
-            .map(|(&n, &m)| (n as f64, m))
-            .collect();
-        let slope = linear_fit(&pts).map_or(f64::NAN, |f| f.slope);
-        let mut row = vec![bytes(size)];
-        row.extend(medians[zi].iter().map(|&m| num(m)));
-        row.push(num(slope));
-        table.row(row);
+    let path = domain.path(PathConfig::default())?;
+    let evict = evicting(ctx, &name, &domain, &path, ctx.pick(10, 100))?;
+    let m = Measured {
+        points,
+        rounds,
+        bursts,
+        subs: subs_list,
+        sizes,
+        clock: clock as f64 / 1000.0,
+        evict,
+        load,
+    };
+    Ok(report::output(ctx, &m))
+}
+
+/// The median cost of the two clock reads around a call (ns).
+fn clock_cost() -> u64 {
+    let mut v: Vec<u64> = (0..2000)
+        .map(|_| {
+            let a = now_ns();
+            now_ns() - a
+        })
+        .collect();
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+/// The subscriber process's shared lines, in a file of this run's own.
+struct LinesFile {
+    path: std::path::PathBuf,
+    lines: SharedLines,
+}
+
+impl LinesFile {
+    fn create(tag: &str) -> Result<LinesFile> {
+        let path = std::path::PathBuf::from(format!("/dev/shm/ferry-bench-{tag}-lines"));
+        let _ = std::fs::remove_file(&path);
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        f.set_len((LINES * 64) as u64)?;
+        let lines = SharedLines::map(&f, LINES)?;
+        Ok(LinesFile { path, lines })
     }
-    let markdown = format!(
-        "### services: the publisher's cost per publish\n\n\
-         One publish to N subscribers in another process (pinned to the other CPU), \
-         blocking policy, queues of 256; median over {rounds} bursts of {BURST} \
-         publishes, each burst started with the queues drained. The payload is not copied: the cost should not grow with its size, \
-         only with the number of subscribers (one descriptor and one ring slot each).\n\n{}\n\
-         Drop policy, one subscriber stopped with its queue full (every publish evicts the \
-         oldest queued message and takes its fbufs back), 64 B: {} µs per publish \
-         (median over {rounds} bursts of {BURST}).\n",
-        table.render(),
-        num(Summary::of(&evict).median)
-    );
-    Ok(BenchOutput {
-        records,
-        markdown,
-        plots: Vec::new(),
-    })
+}
+
+impl Drop for LinesFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Both systems' publishers to N subscribers, and the subscriber process.
+struct Block {
+    publisher: Publisher,
+    path: ferry::PathAllocator,
+    ice: ice::Pub,
+    lines: LinesFile,
+    child: Drain,
+    subs: usize,
+    ferry_seq: u64,
+    ice_seq: u64,
+    burst: u64,
+    ping: u64,
+}
+
+impl Block {
+    fn start(
+        ctx: &BenchCtx,
+        group: &str,
+        domain: &ferry::Domain,
+        n: usize,
+        sizes: &[usize],
+    ) -> Result<Block> {
+        let service = format!("bench/fan{n}");
+        let config = ServiceConfig {
+            depth: DEPTH as u32,
+            slow: SlowSubscriber::Block,
+            ..ServiceConfig::default()
+        };
+        let publisher = Publisher::offer(domain, &service, config)?;
+        let ice_name = format!("ferry-bench-services-{}-{n}", std::process::id());
+        let ice = ice::Pub::create(&ice_name, n, sizes, DEPTH)?;
+        let lines = LinesFile::create(&format!("services-{}-{n}", std::process::id()))?;
+        let child = Drain(
+            Command::new(std::env::current_exe()?)
+                .args(["__drain", group, &service, &n.to_string()])
+                .arg(ctx.cpu(1).to_string())
+                .arg(&lines.path)
+                .args([
+                    ice_name.as_str(),
+                    &sizes.len().to_string(),
+                    &DEPTH.to_string(),
+                ])
+                .spawn()
+                .context("spawning the subscriber process")?,
+        );
+        let b = Block {
+            publisher,
+            path: domain.path(PathConfig::default())?,
+            ice,
+            lines,
+            child,
+            subs: n,
+            ferry_seq: 0,
+            ice_seq: 0,
+            burst: 0,
+            ping: 0,
+        };
+        b.spin("the subscriber process", || {
+            b.lines.lines.word(CTL, READY).load(Acquire) != 0
+        })?;
+        b.publisher
+            .wait_for_subscribers(n, Duration::from_secs(30))?;
+        Ok(b)
+    }
+
+    /// Spins until `done`, failing if the subscriber process failed or 30 s passed.
+    fn spin(&self, what: &str, mut done: impl FnMut() -> bool) -> Result<()> {
+        let start = Instant::now();
+        let mut i = 0u32;
+        while !done() {
+            i = i.wrapping_add(1);
+            if i % 4096 == 0 {
+                if self.lines.lines.word(CTL, FAILED).load(Acquire) != 0 {
+                    bail!("the subscriber process failed while we waited for {what}");
+                }
+                if start.elapsed() > Duration::from_secs(30) {
+                    bail!("waited 30 s for {what}");
+                }
+            }
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+
+    /// The cache-line probe: half the median round trip of one line, µs.
+    fn probe(&mut self, msgs: usize) -> Result<f64> {
+        let l = &self.lines.lines;
+        l.word(PING, PROBING).store(1, Release);
+        let mut half = Vec::with_capacity(msgs);
+        for i in 0..msgs + 10 {
+            self.ping += 1;
+            let v = self.ping;
+            let t0 = now_ns();
+            l.word(PING, 0).store(v, Release);
+            self.spin("the probe's pong", || l.word(PONG, 0).load(Acquire) == v)?;
+            let t1 = now_ns();
+            if i >= 10 {
+                half.push((t1 - t0) as f64 / 2000.0);
+            }
+        }
+        l.word(PING, PROBING).store(0, Release);
+        Ok(median(&half))
+    }
+
+    /// `count` bursts of `sys` at `size`, the first untimed: (every timed call's
+    /// duration, each timed burst's time to the last subscriber), µs.
+    fn bursts(
+        &mut self,
+        sys: System,
+        size: usize,
+        count: usize,
+        clock: u64,
+    ) -> Result<(Vec<f64>, Vec<f64>)> {
+        let mut calls = Vec::with_capacity(count * BURST);
+        let mut times = Vec::with_capacity(count);
+        for k in 0..count {
+            self.burst += 1;
+            let burst = self.burst;
+            let t0 = now_ns();
+            for i in 0..BURST {
+                let last = i + 1 == BURST;
+                let ns = self.one(sys, size, burst, last)?;
+                if k > 0 {
+                    calls.push(ns.saturating_sub(clock) as f64 / 1000.0);
+                }
+            }
+            let l = &self.lines.lines;
+            self.spin("the burst's last message", || {
+                l.word(DONE, 0).load(Acquire) == burst
+            })?;
+            let t1 = l.word(DONE, 1).load(Relaxed);
+            if k > 0 {
+                times.push(t1.saturating_sub(t0) as f64 / 1000.0);
+            }
+        }
+        Ok((calls, times))
+    }
+
+    /// One message: written, then published; the publish call's duration (ns).
+    fn one(&mut self, sys: System, size: usize, burst: u64, last: bool) -> Result<u64> {
+        let n = self.subs;
+        let (ns, got) = match sys {
+            System::Loan => {
+                let mut loan = self.publisher.loan(size)?;
+                fill(loan.as_mut_slice(), self.ferry_seq, burst, last);
+                self.ferry_seq += 1;
+                let t0 = now_ns();
+                let got = loan.send()?;
+                (now_ns() - t0, got)
+            }
+            System::Publish => {
+                let mut m = self.path.alloc(size)?;
+                let s = m
+                    .fragments_mut()
+                    .next()
+                    .context("an fbuf from a path is one run")?;
+                fill(s, self.ferry_seq, burst, last);
+                self.ferry_seq += 1;
+                let d: IoData = m.freeze();
+                let t0 = now_ns();
+                let got = self.publisher.publish(&d)?;
+                (now_ns() - t0, got)
+            }
+            System::Ice => {
+                let (seq, ice) = (self.ice_seq, &mut self.ice);
+                self.ice_seq += 1;
+                (ice.publish(size, |b| fill(b, seq, burst, last))?, n)
+            }
+        };
+        if got != n {
+            bail!("{}: delivered to {got} subscribers, not {n}", sys.name());
+        }
+        Ok(ns)
+    }
+
+    fn finish(mut self) -> Result<()> {
+        self.lines.lines.word(CTL, STOP).store(1, Release);
+        drop(self.publisher);
+        self.child.wait()
+    }
+}
+
+/// The payload touched: one byte per page, then the header.
+fn fill(s: &mut [u8], seq: u64, burst: u64, last: bool) {
+    for at in (4096..s.len()).step_by(4096) {
+        s[at] = seq as u8 | 1;
+    }
+    sub::write_header(s, seq, burst, last);
 }
 
 /// Per-publish times (µs, one per burst) under the drop policy with one subscriber
@@ -197,10 +423,11 @@ fn evicting(
     path: &ferry::PathAllocator,
     rounds: usize,
 ) -> Result<Vec<f64>> {
-    const DEPTH: u32 = 256;
+    const EVICT_DEPTH: u32 = 256;
+    const EVICT_BURST: usize = 200;
     let service = "bench/evict";
     let config = ServiceConfig {
-        depth: DEPTH,
+        depth: EVICT_DEPTH,
         slow: SlowSubscriber::Drop,
         ..ServiceConfig::default()
     };
@@ -221,38 +448,25 @@ fn evicting(
         publisher.publish(&data)?;
     }
     let mut samples = Vec::with_capacity(rounds);
-    for round in 0..rounds + WARMUP {
+    for round in 0..rounds + 5 {
         let before = publisher.stats().dropped;
         let t0 = Instant::now();
-        for _ in 0..BURST {
+        for _ in 0..EVICT_BURST {
             publisher.publish(&data)?;
         }
         let dt = t0.elapsed();
         anyhow::ensure!(
-            publisher.stats().dropped - before == BURST as u64,
+            publisher.stats().dropped - before == EVICT_BURST as u64,
             "a publish to a full queue did not evict"
         );
-        if round >= WARMUP {
-            samples.push(dt.as_secs_f64() * 1e6 / BURST as f64);
+        if round >= 5 {
+            samples.push(dt.as_secs_f64() * 1e6 / EVICT_BURST as f64);
         }
     }
     rustix::process::kill_process(pid, rustix::process::Signal::CONT)?;
     drop(publisher);
     child.wait()?;
     Ok(samples)
-}
-
-/// Waits until every subscriber released everything (untimed).
-fn drained(p: &mut Publisher) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        p.collect_releases();
-        if p.subscribers().iter().all(|s| s.in_flight == 0) {
-            return Ok(());
-        }
-        anyhow::ensure!(Instant::now() < deadline, "subscribers stopped draining");
-        std::thread::yield_now();
-    }
 }
 
 /// A frozen message of `size` bytes with one byte written per page.
