@@ -52,9 +52,12 @@ fn service(
         .map_err(|e| anyhow!("iceoryx2 service {name:?}: {e:?}"))
 }
 
+/// One iceoryx2 publisher of byte slices, by its payload size.
+type IcePublisher = Publisher<ipc::Service, [u8], ()>;
+
 /// The publishing side: one publisher per payload size.
 pub struct Pub {
-    publishers: Vec<(usize, Publisher<ipc::Service, [u8], ()>)>,
+    publishers: Vec<(usize, IcePublisher)>,
     subs: usize,
     _service: PubSub<ipc::Service, [u8], ()>,
     _node: Node<ipc::Service>,
