@@ -28,12 +28,25 @@ fn child_main(role: &str) {
     match role {
         // ARG "service,strict": receive until END; in strict mode seeds must follow
         // one another from the first; verify every byte; print "ok <count> <first>".
+        // Mode "leave-K": strict, but leave (drop the subscriber) after K messages.
         "sub" => {
             let (name, mode) = arg.split_once(',').unwrap();
+            let leave_after = mode
+                .strip_prefix("leave-")
+                .map(|k| k.parse::<u64>().unwrap());
+            let mode = if leave_after.is_some() {
+                "strict"
+            } else {
+                mode
+            };
             let mut sub = Subscriber::open(&domain, name, T).unwrap();
             println!("joined");
             let (mut n, mut first, mut last) = (0u64, None, None);
             loop {
+                if Some(n) == leave_after {
+                    drop(sub);
+                    break;
+                }
                 let d = sub.recv_timeout(Duration::from_secs(30)).unwrap();
                 let seed = verify(&d).unwrap();
                 drop(d);
@@ -253,6 +266,74 @@ fn start(
 }
 
 // ---------------------------------------------------------------- tests
+
+/// Subscribers join, leave and are killed (SIGKILL) while one publisher alternates
+/// loans and publishes of numbered, checksummed messages (blocking policy, queues of 4,
+/// so that fan-outs keep meeting full queues): every subscriber gets every message from
+/// the one published after it joined, in order and byte for byte, until the end or
+/// until it leaves; no publish fails; every fbuf comes back to both paths.
+fn fan_out_churn_checksummed() {
+    let (_g, d, name) = join("churn");
+    let svc = "churn/fan";
+    let (mut p, mut subs) = start(&d, &name, svc, 4, SlowSubscriber::Block, &["strict"; 5]);
+    let path = d.path(PathConfig::default()).unwrap();
+    let mut rng = seed_rng();
+    const MSGS: u64 = 600;
+    // Subscribers that joined during the run, with the first message they must get.
+    let mut joiners: Vec<(Peer, u64)> = Vec::new();
+    let mut leaver = None;
+    let spawn = |p: &Publisher, mode: &str| {
+        let before = p.subscriber_count();
+        let mut s = Peer::spawn("sub", &name, &format!("{svc},{mode}"));
+        assert_eq!(s.line(), "joined");
+        wait_until("the new subscriber", || p.subscriber_count() > before);
+        s
+    };
+    for seed in 0..MSGS {
+        match seed {
+            100 | 350 => joiners.push((spawn(&p, "strict"), seed)),
+            250 => leaver = Some((spawn(&p, "leave-50"), seed)),
+            150 | 450 => subs.remove(rng.below(subs.len() as u64) as usize).kill9(),
+            _ => {}
+        }
+        let len = 8 + rng.below(20_000) as usize;
+        if seed % 2 == 0 {
+            let mut loan = p.loan(len).unwrap();
+            for (i, b) in loan.as_mut_slice().iter_mut().enumerate() {
+                *b = byte_at(seed, i);
+            }
+            loan.send().unwrap();
+        } else {
+            let m = message(&path, seed, len, 1 + rng.below(3) as usize);
+            p.publish(&m).unwrap();
+        }
+    }
+    p.publish(&end_marker(&path)).unwrap();
+    for s in &mut subs {
+        assert_eq!(ok_line(s), (MSGS, 0), "a subscriber there from the start");
+    }
+    for (s, from) in &mut joiners {
+        assert_eq!(
+            ok_line(s),
+            (MSGS - *from, *from),
+            "a subscriber that joined"
+        );
+    }
+    let (mut l, from) = leaver.unwrap();
+    assert_eq!(ok_line(&mut l), (50, from), "the subscriber that left");
+    wait_until("every fbuf back", || {
+        p.collect_releases();
+        path.outstanding() == 0 && p.path().outstanding() == 0
+    });
+    wait_until("the departures seen", || {
+        p.collect_releases();
+        p.stats().departed == 3
+    });
+    assert_eq!(p.subscriber_count(), 5);
+    subs.extend(joiners.into_iter().map(|j| j.0));
+    subs.push(l);
+    finish(subs);
+}
 
 /// Six subscriber processes get every one of 300 multi-fragment messages, byte for
 /// byte, from one publish each; the listing shows them with their pids; every fbuf
@@ -673,6 +754,7 @@ fn main() {
     }
     run(&[
         ("many_subscribers_checksummed", many_subscribers_checksummed),
+        ("fan_out_churn_checksummed", fan_out_churn_checksummed),
         (
             "subscriber_killed_at_random_points",
             subscriber_killed_at_random_points,
