@@ -589,6 +589,14 @@ impl Sender {
         }
     }
 
+    /// Moves this sender's next collection of releases `by` sends earlier (modulo
+    /// [`DRAIN_EVERY`]): a publisher staggers its subscribers' senders so that their
+    /// collections, each every `DRAIN_EVERY` sends, fall on different publishes instead
+    /// of all on the same one.
+    pub(crate) fn stagger_collection(&self, by: u32) {
+        self.core.lock().undrained = by % DRAIN_EVERY;
+    }
+
     /// Holds this sender for one message: checks that the channel is open and that its
     /// ring has room, and keeps both true until [`SendSlot::send`]. Reserve before
     /// writing the payload's last bytes (as iceoryx2's loan), and the send that follows

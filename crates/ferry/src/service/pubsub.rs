@@ -46,7 +46,12 @@ impl Admit for PubShared {
         let tx =
             self.domain
                 .connect_with(m.id, self.config.channel_config(), HANDSHAKE_PATIENCE)?;
-        lock(&self.subs).push(Sub {
+        let mut subs = lock(&self.subs);
+        // Each subscriber's releases are collected every 16th publish to it; spread over
+        // the subscribers (5 is coprime with 16), so that one publish seldom collects for
+        // more than one of them.
+        tx.stagger_collection(5 * subs.len() as u32);
+        subs.push(Sub {
             member: m,
             tx: Arc::new(tx),
             delivered: 0,
