@@ -145,12 +145,7 @@ closable! {
                 None => self.default_path().and_then(|p| p.alloc(size)),
             }
             .map_err(raise)?;
-            Ok(PyLoan {
-                tx,
-                buffer: Py::new(py, PyBuffer::new(data))?,
-                view: Mutex::new(LoanView::Unused),
-                timeout,
-            })
+            PyLoan::new(py, Target::Sender(tx), data, timeout)
         }
 
         /// Sends `message` if the ring has room, never blocking; raises `Full` otherwise.
@@ -308,9 +303,18 @@ enum LoanView {
     Done,
 }
 
-/// A message being written in place for a `Sender` (`Sender.loan`): a context manager
-/// whose `__enter__` gives a writable memoryview over its fbuf and whose `__exit__`
-/// sends it, or gives it back if the block raised.
+/// Where a loan's message goes when its block ends.
+pub(crate) enum Target {
+    /// One channel's receiver (`Sender.loan`).
+    Sender(Arc<ferry::Sender>),
+    /// Every subscriber of a publisher (`Publisher.loan`); holds the publisher's one open
+    /// loan until dropped.
+    Publisher(crate::service::OpenLoan),
+}
+
+/// A message being written in place for a `Sender` (`Sender.loan`) or a `Publisher`
+/// (`Publisher.loan`): a context manager whose `__enter__` gives a writable memoryview
+/// over its fbuf and whose `__exit__` sends it, or gives it back if the block raised.
 ///
 /// Unlike Rust's `Sender::loan`, it does not reserve the ring place at the loan: that
 /// holds the sender's lock until the send, and Python code in the block that used the
@@ -318,10 +322,32 @@ enum LoanView {
 /// the send instead.
 #[pyclass(module = "ferry._ferry", name = "Loan", frozen)]
 pub struct PyLoan {
-    tx: Arc<ferry::Sender>,
+    /// `None` once the block ended.
+    to: Mutex<Option<Target>>,
     buffer: Py<PyBuffer>,
     view: Mutex<LoanView>,
     timeout: Option<f64>,
+    /// Receivers handed the message, once sent.
+    delivered: Mutex<Option<usize>>,
+}
+
+impl PyLoan {
+    /// A loan of `data` (an fbuf fresh from a path) for `to`; `timeout` bounds the wait for
+    /// room at the send.
+    pub(crate) fn new(
+        py: Python<'_>,
+        to: Target,
+        data: ferry::IoDataMut,
+        timeout: Option<f64>,
+    ) -> PyResult<PyLoan> {
+        Ok(PyLoan {
+            to: Mutex::new(Some(to)),
+            buffer: Py::new(py, PyBuffer::new(data))?,
+            view: Mutex::new(LoanView::Unused),
+            timeout,
+            delivered: Mutex::new(None),
+        })
+    }
 }
 
 #[pymethods]
@@ -357,6 +383,9 @@ impl PyLoan {
         let LoanView::Lent(view) = view else {
             return Err(PyValueError::new_err("the loan was not entered"));
         };
+        // Taken now, so that a publisher's next loan is allowed once this block is over,
+        // however it ends.
+        let to = self.to.lock().unwrap_or_else(|p| p.into_inner()).take();
         // Released even when the block raised, so that the view is unusable after it.
         let released = view.bind(py).call_method0("release");
         let buffer = self.buffer.get();
@@ -373,9 +402,24 @@ impl PyLoan {
             )));
         }
         let data = buffer.freeze()?.data()?;
-        let tx = &self.tx;
-        blocking(py, self.timeout, |slice| tx.send_timeout(&data, slice))?;
+        let delivered = match to {
+            Some(Target::Sender(tx)) => {
+                blocking(py, self.timeout, |slice| tx.send_timeout(&data, slice))?;
+                1
+            }
+            Some(Target::Publisher(open)) => open.publish(py, &data, self.timeout)?,
+            None => return Err(PyValueError::new_err("the loan was already sent")),
+        };
+        *self.delivered.lock().unwrap_or_else(|p| p.into_inner()) = Some(delivered);
         Ok(false)
+    }
+
+    /// How many receivers were handed the message: `None` until it is sent (and for a
+    /// loan discarded by an exception), 1 for a `Sender`'s loan, the subscribers reached
+    /// for a `Publisher`'s.
+    #[getter]
+    fn delivered(&self) -> Option<usize> {
+        *self.delivered.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn __repr__(&self) -> String {

@@ -1,20 +1,21 @@
 //! Named services: publish-subscribe and request-response.
 
 use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ferry::Member;
 use ferry::Request;
 use ferry::{Client, Publisher, Server, ServiceConfig, SlowSubscriber, Subscriber, Until};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::channel::{spin_then_block, stats_dict, to_iodata};
+use crate::channel::{spin_then_block, stats_dict, to_iodata, PyLoan, Target};
 use crate::errors::raise;
 use crate::handle::{closable, Handle};
 use crate::message::PyMessage;
-use crate::region::domain_of;
+use crate::region::{domain_of, PyPath};
 use crate::wait::{blocking, interruptible, timeout};
 
 type Shared<T> = Arc<Mutex<T>>;
@@ -61,10 +62,62 @@ fn open_on<T: Send>(
     interruptible(py, timeout, |until| open(&d, name, until))
 }
 
+/// Publishes `data` from `p` to every subscriber, waiting at most `timeout` seconds
+/// (`None`: no limit) for room under `slow="block"`, without the GIL and honouring Ctrl-C;
+/// returns how many subscribers were handed it.
+fn publish(
+    py: Python<'_>,
+    p: &Shared<Publisher>,
+    data: &ferry::IoData,
+    timeout: Option<f64>,
+) -> PyResult<usize> {
+    let deadline = crate::wait::deadline(timeout)?;
+    let mut publishing = py.detach(|| lock(p).begin_publish(data)).map_err(raise)?;
+    if publishing.waiting() > 0 {
+        // In slices (the lock is taken with the GIL held by `stats` and the like); the
+        // queues still full at the deadline do not get the message.
+        crate::wait::interruptible_until(py, deadline, |until| {
+            match until.sliced(|slice| lock(p).wait_publish(&mut publishing, slice)) {
+                // `end_publish` says so.
+                Err(ferry::Error::Timeout) => Ok(()),
+                other => other,
+            }
+        })?;
+    }
+    py.detach(|| lock(p).end_publish(publishing)).map_err(raise)
+}
+
+/// A publisher's loan, open until dropped: a second `Publisher.loan` is refused meanwhile,
+/// as Rust's `Publisher::loan` borrows the publisher until the loan is sent or dropped.
+pub(crate) struct OpenLoan {
+    publisher: Shared<Publisher>,
+    open: Arc<AtomicBool>,
+}
+
+impl OpenLoan {
+    /// Publishes the loan's message `data` (see [`publish`]).
+    pub(crate) fn publish(
+        &self,
+        py: Python<'_>,
+        data: &ferry::IoData,
+        timeout: Option<f64>,
+    ) -> PyResult<usize> {
+        publish(py, &self.publisher, data, timeout)
+    }
+}
+
+impl Drop for OpenLoan {
+    fn drop(&mut self) {
+        self.open.store(false, Ordering::Release);
+    }
+}
+
 /// The publishing end of a named publish-subscribe service.
 #[pyclass(module = "ferry._ferry", name = "Publisher", frozen)]
 pub struct PyPublisher {
     inner: Handle<Shared<Publisher>>,
+    /// A loan is open (`loan` to the end of its block).
+    loan_open: Arc<AtomicBool>,
 }
 
 closable! {
@@ -87,7 +140,52 @@ closable! {
             let p = py.detach(|| Publisher::offer(&d, name, c)).map_err(raise)?;
             Ok(PyPublisher {
                 inner: Handle::new("Publisher", Arc::new(Mutex::new(p))),
+                loan_open: Arc::new(AtomicBool::new(false)),
             })
+        }
+
+        /// A message of `size` bytes to write in place and publish to every subscriber,
+        /// for a `with` block:
+        ///
+        ///     with publisher.loan(len(frame)) as buf:   # buf: a writable memoryview
+        ///         buf[:] = frame                        # or numpy.frombuffer(buf, ...)
+        ///
+        /// The fbuf comes from the publisher's own path (or `path`), at once:
+        /// `QuotaExceeded` while the subscribers hold its quota (allocation never waits).
+        /// Leaving the block normally publishes the message as `publish` does (one fbuf,
+        /// shared by every subscriber; under `slow="block"` waiting at most `timeout`
+        /// seconds for room, `None`: no limit, interruptible by Ctrl-C); the loan's
+        /// `delivered` then says how many subscribers got it. Leaving it with an
+        /// exception publishes nothing and gives the fbuf back. One loan at a time: a
+        /// second one while the first's block has not ended raises `RuntimeError`. Views
+        /// made from the memoryview must be gone by the end of the block (`BufferError`,
+        /// nothing published), as for `Sender.loan`.
+        #[pyo3(signature = (size, *, path = None, timeout = None))]
+        fn loan(
+            &self,
+            py: Python<'_>,
+            size: usize,
+            path: Option<&Bound<'_, PyPath>>,
+            timeout: Option<f64>,
+        ) -> PyResult<PyLoan> {
+            crate::wait::timeout(timeout)?;
+            let p = self.inner.get()?;
+            if self.loan_open.swap(true, Ordering::AcqRel) {
+                return Err(PyRuntimeError::new_err(
+                    "this publisher has a loan open: end its with block (or drop it) first",
+                ));
+            }
+            // From here on, dropping `open` (on any error too) ends the loan.
+            let open = OpenLoan {
+                publisher: p.clone(),
+                open: self.loan_open.clone(),
+            };
+            let data = match path {
+                Some(path) => path.get().inner.alloc(size),
+                None => py.detach(|| lock(&p).path().alloc(size)),
+            }
+            .map_err(raise)?;
+            PyLoan::new(py, Target::Publisher(open), data, timeout)
         }
 
         /// Publishes `message` (a `Message`, or bytes-like data, copied once into the
@@ -101,21 +199,7 @@ closable! {
             timeout: Option<f64>,
         ) -> PyResult<usize> {
             let data = to_iodata(message)?;
-            let p = self.inner.get()?;
-            let deadline = crate::wait::deadline(timeout)?;
-            let mut publishing = py.detach(|| lock(&p).begin_publish(&data)).map_err(raise)?;
-            if publishing.waiting() > 0 {
-                // In slices (the lock is taken with the GIL held by `stats` and the
-                // like); the queues still full at the deadline do not get the message.
-                crate::wait::interruptible_until(py, deadline, |until| {
-                    match until.sliced(|slice| lock(&p).wait_publish(&mut publishing, slice)) {
-                        // `end_publish` says so.
-                        Err(ferry::Error::Timeout) => Ok(()),
-                        other => other,
-                    }
-                })?;
-            }
-            py.detach(|| lock(&p).end_publish(publishing)).map_err(raise)
+            publish(py, &self.inner.get()?, &data, timeout)
         }
 
         /// Waits up to `timeout` seconds (`None`: no limit) until `n` subscribers are

@@ -132,6 +132,22 @@ def publish(es, g, t):
     return lambda: pub.publish(b"2", timeout=t)
 
 
+def publisher_loan(es, g, t):
+    pd = es.enter_context(g.join())
+    sd = es.enter_context(g.join())
+    pub = es.enter_context(ferry.Publisher(pd, "full", depth=2, slow="block"))
+    es.enter_context(ferry.Subscriber(sd, "full", timeout=30))  # never receives
+    pub.wait_for_subscribers(1, timeout=30)
+    pub.publish(b"0")
+    pub.publish(b"1")
+
+    def run() -> None:
+        with pub.loan(8, timeout=t) as buf:
+            buf[:] = b"loanloan"
+
+    return run
+
+
 CASES: dict[str, Setup] = {
     f.__name__: f
     for f in (
@@ -148,6 +164,7 @@ CASES: dict[str, Setup] = {
         subscriber_recv,
         server_recv,
         publish,
+        publisher_loan,
     )
 }
 

@@ -18,6 +18,15 @@
                                                    place (with tx.loan(SIZE) as buf),
                                                    and a last one that raises in its
                                                    block (not sent); print "sent"
+    peer.py loan_publish GROUP NAME SIZE COUNT     offer publish-subscribe NAME, print
+                                                   "offered", wait for one subscriber,
+                                                   publish COUNT messages as produce's,
+                                                   each written in a publisher loan (and
+                                                   asking for a second loan inside each
+                                                   block), then one whose block raises,
+                                                   then b"end"; print "published" with
+                                                   the second loans refused, wait to be
+                                                   killed
 """
 
 from __future__ import annotations
@@ -117,6 +126,38 @@ def publish(group: str, name: str, count: int) -> None:
     time.sleep(3600)
 
 
+def loan_publish(group: str, name: str, size: int, count: int) -> None:
+    g = ferry.Group(group)
+    d = g.join()
+    pub = ferry.Publisher(d, name, slow="block", depth=8)
+    print("offered", flush=True)
+    pub.wait_for_subscribers(1, timeout=30)
+    base = pattern(size, 0)
+    refused = 0
+    for k in range(count):
+        loan = pub.loan(size, timeout=30)
+        with loan as buf:
+            try:
+                pub.loan(size)
+            except RuntimeError:
+                refused += 1
+            a = np.frombuffer(buf, dtype=np.uint8)
+            a[:] = base
+            a[0] = k % 256
+            del a
+        assert loan.delivered == 1, loan.delivered
+    try:
+        with pub.loan(size) as buf:
+            buf[:4] = b"oops"
+            raise RuntimeError("not published")
+    except RuntimeError:
+        pass
+    with pub.loan(3, timeout=30) as buf:
+        buf[:] = b"end"
+    print("published", refused, flush=True)
+    time.sleep(3600)
+
+
 def scribble(group: str) -> None:
     import ctypes
 
@@ -140,6 +181,8 @@ def main() -> None:
         scribble(sys.argv[2])
     elif role == "loan":
         loan(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    elif role == "loan_publish":
+        loan_publish(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     elif role == "consume":
         consume(sys.argv[2], int(sys.argv[3]))
     else:

@@ -1,5 +1,5 @@
-"""The examples run as written: the README's quick start and the asyncio pipeline, each a
-consumer process that starts its producer process. (That the READMEs quote them verbatim
+"""The examples run as written: the README's quick start, the publisher loan and the
+asyncio pipeline, each a process that starts its peer process. (That the READMEs quote them verbatim
 is checked by the Rust test `crates/ferry/tests/readme.rs`.)"""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examp
     [
         ("quickstart.py", "received a (1080, 1920, 3) frame"),
         ("aio_pipeline.py", "frame 9: mean 9.0, writeable=False"),
+        ("publish_loan.py", "received 3 frames"),
     ],
 )
 def test_example_runs(example: str, expect: str) -> None:

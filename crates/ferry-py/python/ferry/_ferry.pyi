@@ -181,9 +181,13 @@ class Sender:
     ) -> None: ...
 
 class Loan:
-    """A message being written in place for a :class:`Sender` (``Sender.loan``)."""
+    """A message being written in place for a :class:`Sender` (``Sender.loan``) or a
+    :class:`Publisher` (``Publisher.loan``)."""
 
     def __len__(self) -> int: ...
+    @property
+    def delivered(self) -> Optional[int]:
+        """Receivers handed the message: ``None`` until sent (or if discarded)."""
     def __enter__(self) -> memoryview: ...
     def __exit__(
         self,
@@ -223,6 +227,13 @@ class Publisher:
     ) -> None: ...
     def publish(self, message: BytesLike, timeout: Optional[float] = None) -> int:
         """Hands ``message`` to every subscriber; returns how many got it."""
+    def loan(
+        self, size: int, *, path: Optional[Path] = None, timeout: Optional[float] = None
+    ) -> Loan:
+        """A message of ``size`` bytes to write in place: ``with pub.loan(n) as buf:``
+        gives a writable memoryview; leaving the block publishes it to every subscriber
+        (waiting up to ``timeout`` for room under ``slow="block"``), leaving it with an
+        exception discards it. One loan at a time (``RuntimeError``)."""
     def wait_for_subscribers(self, n: int, timeout: Optional[float] = 5.0) -> None: ...
     @property
     def subscriber_count(self) -> int: ...
