@@ -19,6 +19,7 @@ mod buffer;
 mod channel;
 mod errors;
 mod handle;
+mod loan;
 #[allow(unsafe_code)]
 mod message;
 mod region;
@@ -38,7 +39,7 @@ fn _ferry(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<message::PyFragment>()?;
     m.add_class::<channel::PySender>()?;
     m.add_class::<channel::PyReceiver>()?;
-    m.add_class::<channel::PyLoan>()?;
+    m.add_class::<loan::PyLoan>()?;
     m.add_class::<service::PyPublisher>()?;
     m.add_class::<service::PySubscriber>()?;
     m.add_class::<service::PyServer>()?;

@@ -11,9 +11,10 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::channel::{spin_then_block, stats_dict, to_iodata, PyLoan, Target};
+use crate::channel::{spin_then_block, stats_dict, to_iodata};
 use crate::errors::raise;
 use crate::handle::{closable, Handle};
+use crate::loan::{Deliver, PyLoan};
 use crate::message::PyMessage;
 use crate::region::{domain_of, PyPath};
 use crate::wait::{blocking, interruptible, timeout};
@@ -89,14 +90,13 @@ fn publish(
 
 /// A publisher's loan, open until dropped: a second `Publisher.loan` is refused meanwhile,
 /// as Rust's `Publisher::loan` borrows the publisher until the loan is sent or dropped.
-pub(crate) struct OpenLoan {
+struct OpenLoan {
     publisher: Shared<Publisher>,
     open: Arc<AtomicBool>,
 }
 
-impl OpenLoan {
-    /// Publishes the loan's message `data` (see [`publish`]).
-    pub(crate) fn publish(
+impl Deliver for OpenLoan {
+    fn deliver(
         &self,
         py: Python<'_>,
         data: &ferry::IoData,
@@ -185,7 +185,7 @@ closable! {
                 None => py.detach(|| lock(&p).path().alloc(size)),
             }
             .map_err(raise)?;
-            PyLoan::new(py, Target::Publisher(open), data, timeout)
+            PyLoan::new(py, Box::new(open), data, timeout)
         }
 
         /// Publishes `message` (a `Message`, or bytes-like data, copied once into the

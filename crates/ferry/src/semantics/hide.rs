@@ -65,10 +65,10 @@ pub struct MoveProbe {
     map: crate::sys::mem::Mapping,
     len: usize,
     /// Taken out as move does it (small regions unmapped and mapped again, see
-    /// `regions::MOVE_FROM`), or always moved, as hiding does.
+    /// `takeout::MOVE_FROM`), or always moved, as hiding does.
     as_move: bool,
     /// While the region is out: how it went.
-    out: Option<super::regions::Out>,
+    out: Option<super::takeout::Out>,
 }
 
 #[cfg(feature = "testing")]
@@ -125,11 +125,11 @@ impl MoveProbe {
         self.out = Some(if self.as_move {
             // SAFETY: no reference into the region exists (only `dirty` writes it, and it
             // does nothing while the region is out).
-            unsafe { super::regions::take_out(&self.map, pg, self.len)? }
+            unsafe { super::takeout::take_out(&self.map, pg, self.len)? }
         } else {
             // SAFETY: as above.
             let stash = unsafe { self.map.move_out(pg, self.len)? };
-            super::regions::Out::Moved(stash)
+            super::takeout::Out::Moved(stash)
         });
         Ok(())
     }
@@ -138,7 +138,7 @@ impl MoveProbe {
     pub fn move_back(&mut self) -> crate::Result<()> {
         let out = self.out.take().expect("taken out first");
         let fd = std::os::fd::AsFd::as_fd(&self.fd);
-        super::regions::put_back(&self.map, fd, crate::sys::page_size() as u64, out)?;
+        super::takeout::put_back(&self.map, fd, crate::sys::page_size() as u64, out)?;
         Ok(())
     }
 }

@@ -51,8 +51,8 @@
 //! | mechanism | semantics | module |
 //! |---|---|---|
 //! | TCOW: userfaultfd write protection, page replacement | emulated copy | `tcow` |
-//! | application buffers in the lot, with their own view | emulated copy, share, emulated share | `app` |
-//! | pages moved out of the sender's mapping at output (`mremap`), back at release | move | `regions` |
+//! | application buffers in the lot, with their own view | emulated copy, share, emulated share | `app`, `pages` |
+//! | pages moved out of the sender's mapping at output (`mremap`), back at release | move | `regions`, `takeout` |
 //! | region hiding (pages moved out with `mremap`) and reinstatement | emulated move | `hide` |
 //! | per-domain queues of output regions | weak move, emulated weak move | `cache` |
 //! | input alignment, copyout, page swapping | every application-allocated input | `copyout` |
@@ -72,10 +72,14 @@ pub(crate) mod calibration;
 pub(crate) mod copyout;
 #[allow(unsafe_code)]
 pub(crate) mod hide;
+#[allow(unsafe_code)]
+pub(crate) mod pages;
 pub(crate) mod passing;
 #[allow(unsafe_code)]
 pub(crate) mod regions;
 pub(crate) mod stats;
+#[allow(unsafe_code)]
+pub(crate) mod takeout;
 #[allow(unsafe_code)]
 pub(crate) mod tcow;
 #[cfg(feature = "uring")]

@@ -30,14 +30,13 @@
 use std::sync::Arc;
 
 use super::hide::Hidden;
+use super::takeout::{put_back, take_out, Out};
 use super::Regions;
 use crate::error::Result;
 use crate::iodata::{Fragment, IoData};
 use crate::region::lot::Lot;
 use crate::segment::{Keep, Segment};
-use std::os::fd::BorrowedFd;
-
-use crate::sys::mem::{Access, Discarded, Mapping, Stash};
+use crate::sys::mem::Stash;
 use crate::sys::page_size;
 
 /// A system-allocated buffer: made by [`Passing::sys_buffer`](super::Passing::sys_buffer)
@@ -199,23 +198,8 @@ pub(crate) fn describe(guard: RegionGuard, len: usize) -> IoData {
     IoData::from_fragment(Fragment::whole(Arc::new(out)))
 }
 
-/// From this size on, move moves a region's pages out of the mapping; below it, it
-/// unmaps them: a reservation and a move cost more than `munmap` up to about 256 KiB and
-/// far less above (docs/semantics.md, "Page-table moves"; most of the small sizes' cost is
-/// the reservation's `mmap`).
-pub(crate) const MOVE_FROM: usize = 256 << 10;
-
-/// How move took a region out of the sender's mapping.
-pub(crate) enum Out {
-    /// Dropped, a placeholder over the span: mapped again from the lot's memfd at release
-    /// (small regions).
-    Discarded(Discarded),
-    /// Moved, page tables and all, to where the stash says (see [`MOVE_FROM`]).
-    Moved(Stash),
-}
-
 /// Takes the first `pages` pages of `seg` (an fbuf of `lot`) out of `lot`'s mapping in
-/// this process, for move: from [`MOVE_FROM`] on their page tables move to an address
+/// this process, for move: from [`MOVE_FROM`](super::takeout::MOVE_FROM) on their page tables move to an address
 /// only the returned [`Stash`] knows
 /// (`Mapping::move_out` (in the crate's `sys::mem`)), below it they are
 /// dropped; either way the buffer's range is inaccessible (and still reserved).
@@ -225,34 +209,4 @@ pub(crate) fn unmap(lot: &Lot, seg: &Segment, pages: usize) -> std::io::Result<O
     // references left are the descriptor's, which this process does not read (the
     // receiver is another process: `Passing::send_sys` checks before this).
     unsafe { take_out(lot.mapping(), off, pages * page_size()) }
-}
-
-/// Takes `offset..offset+len` out of `map` as move does: moved out from [`MOVE_FROM`] on,
-/// dropped below it.
-///
-/// # Safety
-/// No reference into the range may be used until [`put_back`] brought it back.
-pub(crate) unsafe fn take_out(map: &Mapping, offset: usize, len: usize) -> std::io::Result<Out> {
-    if len >= MOVE_FROM {
-        // SAFETY: the caller's promise.
-        Ok(Out::Moved(unsafe { map.move_out(offset, len)? }))
-    } else {
-        // SAFETY: as above.
-        Ok(Out::Discarded(unsafe { map.discard(offset, len)? }))
-    }
-}
-
-/// Brings back what [`take_out`] took from `map`: the pages moved back, or the lot's
-/// memfd `fd` (which `map` maps from offset 0) mapped again over the placeholder, from
-/// `offset`, where the region lies in both.
-pub(crate) fn put_back(
-    map: &Mapping,
-    fd: BorrowedFd<'_>,
-    offset: u64,
-    out: Out,
-) -> std::io::Result<()> {
-    match out {
-        Out::Moved(stash) => map.move_back(stash),
-        Out::Discarded(d) => map.restore(d, fd, offset, Access::ReadWrite),
-    }
 }

@@ -55,7 +55,7 @@ use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::{JoinHandle, ThreadId};
 
-use super::app::{AppInner, AppState, LotPage};
+use super::pages::{AppPages, AppState, LotPage, Moved};
 use super::stats::{add, Counters};
 
 use crate::segment::Segment;
@@ -69,13 +69,17 @@ use crate::sys::uffd::{Protector, WpFault};
 /// behind the range at that moment.
 pub(crate) type Armed = (Vec<u32>, Vec<(Arc<Segment>, usize, usize)>);
 
+/// An application buffer the engine serves, as whatever holds its pages (the buffer's
+/// `AppInner`, which the engine need not know).
+type Tracked = Weak<dyn AsRef<AppPages> + Send + Sync>;
+
 /// What the handler thread shares with the buffers it serves.
 struct Shared {
     prot: Protector,
     /// Made readable to stop the handler thread.
     stop: EventFd,
     /// Application buffers whose views this engine protects: start, length, buffer.
-    apps: Mutex<Vec<(usize, usize, Weak<AppInner>)>>,
+    apps: Mutex<Vec<(usize, usize, Tracked)>>,
     stats: Arc<Counters>,
 }
 
@@ -118,14 +122,14 @@ impl Engine {
         self.shared.prot.user_mode_only()
     }
 
-    pub fn track(&self, app: &Arc<AppInner>) {
+    /// Serves write faults in `app`'s view from now on, for as long as `app` lives (an
+    /// application buffer: whatever holds its pages).
+    pub fn track<A: AsRef<AppPages> + Send + Sync + 'static>(&self, app: &Arc<A>) {
+        let pages = (**app).as_ref();
+        let weak: Tracked = Arc::downgrade(app) as Weak<A>;
         let mut v = lock(&self.shared.apps);
         v.retain(|(_, _, w)| w.strong_count() > 0);
-        v.push((
-            app.view.as_ptr() as usize,
-            app.view.len(),
-            Arc::downgrade(app),
-        ));
+        v.push((pages.view.as_ptr() as usize, pages.view.len(), weak));
     }
 
     pub fn forget(&self, start: usize) {
@@ -137,7 +141,7 @@ impl Engine {
     /// the lot pages behind the range, taken in the same critical section (a page a
     /// writer touches right after is replaced, and must not be the one output); or the
     /// error that stopped it, with nothing left protected by this call.
-    pub fn arm(&self, app: &AppInner, range: &Range<usize>) -> std::io::Result<Armed> {
+    pub fn arm(&self, app: &AppPages, range: &Range<usize>) -> std::io::Result<Armed> {
         let pages = app.pages_of(range);
         let mut st = app.state();
         if !st.registered {
@@ -175,7 +179,7 @@ impl Engine {
                 pg.epoch
             })
             .collect();
-        Ok((epochs, AppInner::pieces(&st, range)))
+        Ok((epochs, AppPages::pieces(&st, range)))
     }
 
     /// Write-protects pages `i..j` of the view, which no output protects, recording each
@@ -184,7 +188,7 @@ impl Engine {
     /// page, in as few calls as the moved runs allow.
     fn protect_pages(
         &self,
-        app: &AppInner,
+        app: &AppPages,
         st: &mut AppState,
         i: usize,
         j: usize,
@@ -225,7 +229,7 @@ impl Engine {
     /// (returns true), else page by page.
     fn protect_run(
         &self,
-        app: &AppInner,
+        app: &AppPages,
         st: &mut AppState,
         i: usize,
         j: usize,
@@ -268,7 +272,7 @@ impl Engine {
     /// Undoes [`protect_run`](Self::protect_run) of `n` pages from `first`.
     fn unprotect_run(
         &self,
-        app: &AppInner,
+        app: &AppPages,
         st: &mut AppState,
         first: usize,
         n: usize,
@@ -295,7 +299,7 @@ impl Engine {
 
     /// Ends one output's protection of the pages from `first` (with the epochs `arm`
     /// returned): pages no other output protects become writable in place again.
-    pub fn release(&self, app: &AppInner, first: usize, epochs: &[u32]) {
+    pub fn release(&self, app: &AppPages, first: usize, epochs: &[u32]) {
         let p = page_size();
         let base = app.view.as_ptr() as usize;
         let mut st = app.state();
@@ -332,7 +336,7 @@ impl Engine {
     /// and so wake it. The view must be registered again before the next protection.
     fn put_back(
         &self,
-        app: &AppInner,
+        app: &AppPages,
         st: &mut AppState,
         first: usize,
         n: usize,
@@ -362,7 +366,7 @@ impl Engine {
 
     /// Moves back the page tables of every moved run whose pages no output protects any
     /// more, except pages replaced meanwhile (a new epoch), which keep their new page.
-    fn restore_moved(&self, app: &AppInner, st: &mut AppState) {
+    fn restore_moved(&self, app: &AppPages, st: &mut AppState) {
         let p = page_size();
         let mut k = 0;
         while k < st.moved.len() {
@@ -396,18 +400,6 @@ impl Engine {
 /// per page) tie at 1 MiB, and from there the move wins, several-fold at 16 and 64 MiB,
 /// both ways (docs/semantics.md, "Page-table moves").
 const MOVE_MIN: usize = 2 << 20;
-
-/// A run of a view whose page table entries [`Engine::arm`] moved out (and whose emptied
-/// range it write-protected) for an output. The entries go back when no output protects
-/// the run's pages any more.
-pub(crate) struct Moved {
-    /// The run's first page in the view.
-    first: usize,
-    /// Each page's epoch when moved: a page replaced since (a new epoch) keeps its new
-    /// page and its entry is dropped.
-    epochs: Vec<u32>,
-    stash: Stash,
-}
 
 /// The maximal runs of `0..n` where `f` holds.
 fn runs(n: usize, f: impl Fn(usize) -> bool) -> Vec<Range<usize>> {
@@ -461,11 +453,12 @@ fn serve_fault(s: &Shared, addr: usize) {
         .iter()
         .find(|(start, len, _)| (*start..start + len).contains(&addr))
         .and_then(|(_, _, w)| w.upgrade());
-    let Some(app) = app else {
+    let Some(held) = app else {
         // Not ours any more (the buffer is being dropped): let the writer go.
         let_go(s, page_addr);
         return;
     };
+    let app = (*held).as_ref();
     add(&s.stats.tcow_faults, 1);
     let i = (page_addr - app.view.as_ptr() as usize) / p;
     // Take the fresh page before locking the buffer: nothing here may wait on releases.
