@@ -123,3 +123,25 @@ fn the_tool_has_no_benchmarks() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The binary is built without the library's test hooks (`ferry::testing`): `ferry
+/// calibrate` reaches ferry-measure, whose hooks only the benchmarks' feature `bench`
+/// turns on. Asked of cargo, for the package alone as `cargo build -p ferry-cli` and
+/// `cargo install` build it.
+#[test]
+fn the_tool_has_no_test_hooks() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(root)
+        .args(["tree", "--offline", "-p", "ferry-cli", "-e", "normal,features"])
+        .output()
+        .unwrap();
+    let tree = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && tree.contains("ferry feature \"semantics\""),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!tree.contains("ferry feature \"testing\""), "{tree}");
+}

@@ -46,8 +46,9 @@ pub fn allowed_cpus() -> Vec<usize> {
 /// Lets the next spawned child inherit `fd` by clearing `FD_CLOEXEC`.
 ///
 /// Call it right before spawning the one child that should get `fd`, and
-/// drop the parent's copy right after: every spawn happens on the harness's
-/// main thread, so no other child can inherit it in between.
+/// drop the parent's copy right after: every spawn happens on the spawning process's
+/// main thread (the harness's, `ferry pipeline`'s), so no other child can inherit it in
+/// between.
 pub fn inheritable(fd: impl AsFd) -> io::Result<()> {
     rustix::io::fcntl_setfd(fd, FdFlags::empty())?;
     Ok(())
@@ -63,7 +64,8 @@ pub fn set_nonblocking(fd: impl AsFd, on: bool) -> io::Result<()> {
     Ok(())
 }
 
-/// Takes ownership of a descriptor that this worker inherited from the harness.
+/// Takes ownership of a descriptor that this process inherited from its parent (a worker
+/// from the harness, a pipeline stage from `ferry pipeline`).
 ///
 /// Fails, rather than claiming a number that nothing holds, if `fd` is not open.
 pub fn inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
@@ -76,9 +78,9 @@ pub fn inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
     std::fs::symlink_metadata(format!("/proc/self/fd/{fd}"))
         .map_err(|e| io::Error::new(e.kind(), format!("inherited fd {fd} is not open: {e}")))?;
     // SAFETY: `fd` is open (checked above) and was placed in this process by
-    // the harness, which passes each inherited number to exactly one worker
-    // argument; the worker claims each number once, so nothing else in this
-    // process owns or closes it.
+    // its parent, which passes each inherited number to exactly one argument;
+    // this process claims each number once, so nothing else in this process
+    // owns or closes it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 

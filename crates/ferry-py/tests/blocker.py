@@ -121,25 +121,25 @@ def server_recv(es, g, t):
     return lambda: srv.recv(timeout=t)
 
 
-def publish(es, g, t):
+def full_publisher(es: contextlib.ExitStack, g: ferry.Group) -> ferry.Publisher:
+    """A blocking publisher whose one subscriber's queue is full (it never receives)."""
     pd = es.enter_context(g.join())
     sd = es.enter_context(g.join())
     pub = es.enter_context(ferry.Publisher(pd, "full", depth=2, slow="block"))
-    es.enter_context(ferry.Subscriber(sd, "full", timeout=30))  # never receives
+    es.enter_context(ferry.Subscriber(sd, "full", timeout=30))
     pub.wait_for_subscribers(1, timeout=30)
     pub.publish(b"0")
     pub.publish(b"1")
+    return pub
+
+
+def publish(es, g, t):
+    pub = full_publisher(es, g)
     return lambda: pub.publish(b"2", timeout=t)
 
 
 def publisher_loan(es, g, t):
-    pd = es.enter_context(g.join())
-    sd = es.enter_context(g.join())
-    pub = es.enter_context(ferry.Publisher(pd, "full", depth=2, slow="block"))
-    es.enter_context(ferry.Subscriber(sd, "full", timeout=30))  # never receives
-    pub.wait_for_subscribers(1, timeout=30)
-    pub.publish(b"0")
-    pub.publish(b"1")
+    pub = full_publisher(es, g)
 
     def run() -> None:
         with pub.loan(8, timeout=t) as buf:

@@ -13,8 +13,6 @@
 //! - [`table_span`] and [`activity_span`]: where the service table and a member's
 //!   activity area lie in the control memfd.
 //! - [`set_map_per_transfer`]: the fbuf paper's "uncached" receive, a benchmark baseline.
-//! - `MoveProbe` and `prepare_output` (with feature `semantics`): `ferry calibrate`'s
-//!   probes of the semantics layer's mechanisms.
 
 use crate::channel::desc::{check_span, Lots};
 use crate::error::{BadDescriptor, Result};
@@ -26,8 +24,6 @@ pub use crate::channel::desc::{
 };
 /// The control block's layout limits, for tests that craft a hostile control block.
 pub use crate::region::group::{LOT_WINDOWS, MAX_SLOTS};
-#[cfg(feature = "semantics")]
-pub use crate::semantics::hide::MoveProbe;
 
 /// Pushes a raw descriptor into `tx`'s ring, bypassing every check a send makes: for
 /// tests of how receivers treat a faulty or hostile sender.
@@ -55,24 +51,6 @@ pub fn activity_span(slot: u16) -> (usize, usize) {
 /// fragments then sit at a different address than in the sender.
 pub fn set_map_per_transfer(rx: &mut Receiver, on: bool) {
     rx.set_map_per_transfer(on);
-}
-
-/// The sender's side of an output of `range` of `buf` under `s`, without the send: what
-/// the receiver would be handed (`None` when the semantics copies), as
-/// [`Passing::send_app`](crate::semantics::Passing::send_app) prepares it. Dropping the
-/// result releases it as a receiver's release would.
-///
-/// # Errors
-/// As [`Passing::send_app`](crate::semantics::Passing::send_app), without its channel
-/// errors.
-#[cfg(feature = "semantics")]
-pub fn prepare_output(
-    passing: &crate::semantics::Passing,
-    buf: &crate::semantics::AppBuffer,
-    range: std::ops::Range<usize>,
-    s: crate::semantics::Semantics,
-) -> Result<Option<crate::IoData>> {
-    passing.prepare_output(buf, range, s)
 }
 
 /// Lots backed by byte vectors, keyed by `(slot, generation)`: for tests and fuzzing.

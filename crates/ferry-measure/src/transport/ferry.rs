@@ -207,8 +207,30 @@ pub fn accept(spec: &str) -> io::Result<(Domain, Receiver)> {
     writeln!(s.fd, "{}", domain.id())?;
     drop(s.fd);
     let mut rx = domain.accept(RENDEZVOUS).map_err(err)?;
-    ferry::testing::set_map_per_transfer(&mut rx, s.uncached);
+    map_per_transfer(&mut rx, s.uncached)?;
     Ok((domain, rx))
+}
+
+/// Makes `rx` map every fragment afresh (`uncached`): the fbuf paper's baseline, a hook
+/// of the library's `testing` feature, which only the benchmarks (feature `bench`) turn
+/// on.
+#[cfg(feature = "bench")]
+fn map_per_transfer(rx: &mut Receiver, uncached: bool) -> io::Result<()> {
+    ferry::testing::set_map_per_transfer(rx, uncached);
+    Ok(())
+}
+
+/// Without the feature `bench` (`ferry calibrate`, which never asks for it) the uncached
+/// baseline is refused.
+#[cfg(not(feature = "bench"))]
+fn map_per_transfer(_rx: &mut Receiver, uncached: bool) -> io::Result<()> {
+    if uncached {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "the uncached ferry link is a benchmark baseline: build with feature `bench`",
+        ));
+    }
+    Ok(())
 }
 
 /// Worker side of ferry links.

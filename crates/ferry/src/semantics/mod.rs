@@ -57,7 +57,7 @@
 //! | per-domain queues of output regions | weak move, emulated weak move | `cache` |
 //! | input alignment, copyout, page swapping | every application-allocated input | `copyout` |
 //! | short-data thresholds | every emulated form | `thresholds` |
-//! | the cost model and calibration file | `ferry calibrate` | `calibration` |
+//! | the cost model and calibration file | `ferry calibrate` | `calibration`, [`probe`] |
 //! | TCP through the io_uring driver (with the `uring` feature) | all eight | `tcp` |
 
 use std::fmt;
@@ -75,6 +75,8 @@ pub(crate) mod hide;
 #[allow(unsafe_code)]
 pub(crate) mod pages;
 pub(crate) mod passing;
+#[allow(unsafe_code)]
+pub mod probe;
 #[allow(unsafe_code)]
 pub(crate) mod regions;
 pub(crate) mod stats;

@@ -384,8 +384,7 @@ impl Passing {
     /// [`send_app`](Self::send_app) prepares it (for emulated copy: the pages
     /// write-protected through the TCOW engine and described). Dropping the result
     /// releases it as a receiver's release would. For `ferry calibrate`'s probes, through
-    /// `testing::prepare_output`.
-    #[cfg(feature = "testing")]
+    /// [`probe::prepare_output`](super::probe::prepare_output).
     pub(crate) fn prepare_output(
         &self,
         buf: &AppBuffer,

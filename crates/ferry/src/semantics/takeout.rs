@@ -1,6 +1,6 @@
 //! Taking a region's pages out of a mapping and putting them back, as move does: the
 //! step that move's output ([`regions`](super::regions)) and `ferry calibrate`'s probe of
-//! it (`MoveProbe`, in [`hide`](super::hide)) share.
+//! it ([`MoveProbe`](super::probe::MoveProbe)) share.
 
 use std::os::fd::BorrowedFd;
 

@@ -3,6 +3,12 @@
 //! of files, and hand-written door tables.
 #![allow(dead_code)]
 
+#[path = "../runner/mod.rs"]
+mod runner;
+// Not every binary that shares these helpers has a runner of its own.
+#[allow(unused_imports)]
+pub use runner::run;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
@@ -194,36 +200,4 @@ pub fn control_fd(name: &str) -> u32 {
 pub fn wait_stdin() {
     let mut s = String::new();
     let _ = std::io::stdin().read_line(&mut s);
-}
-
-/// Runs the named tests (filtered by the command line) and exits non-zero if one failed.
-pub fn run(tests: &[(&str, fn())]) {
-    let filter: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let (mut passed, mut failed) = (0, 0);
-    for (name, f) in tests {
-        if !filter.is_empty() && !filter.iter().any(|p| name.contains(p.as_str())) {
-            continue;
-        }
-        match std::panic::catch_unwind(f) {
-            Ok(()) => {
-                passed += 1;
-                println!("test {name} ... ok");
-            }
-            Err(_) => {
-                failed += 1;
-                println!("test {name} ... FAILED");
-            }
-        }
-    }
-    println!();
-    println!(
-        "test result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; 0 filtered out",
-        if failed == 0 { "ok" } else { "FAILED" }
-    );
-    if failed > 0 {
-        std::process::exit(101);
-    }
 }

@@ -3,6 +3,12 @@
 //! and a small runner for `harness = false` test binaries.
 #![allow(dead_code)]
 
+#[path = "../runner/mod.rs"]
+mod runner;
+// Not every binary that shares these helpers has a runner of its own.
+#[allow(unused_imports)]
+pub use runner::run;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -209,40 +215,6 @@ pub fn join(tag: &str) -> (Arc<Group>, Domain, String) {
 /// True if `/dev/shm/ferry.<name>` exists.
 pub fn control_file_exists(name: &str) -> bool {
     std::path::Path::new(&format!("/dev/shm/ferry.{name}")).exists()
-}
-
-/// Runs the named tests (filtered by the command line) and exits non-zero if one failed,
-/// printing libtest-like lines.
-pub fn run(tests: &[(&str, fn())]) {
-    let filter: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let (mut passed, mut failed) = (0, 0);
-    for (name, f) in tests {
-        if !filter.is_empty() && !filter.iter().any(|p| name.contains(p.as_str())) {
-            continue;
-        }
-        let t0 = Instant::now();
-        match std::panic::catch_unwind(f) {
-            Ok(()) => {
-                passed += 1;
-                println!("test {name} ... ok ({:.1} s)", t0.elapsed().as_secs_f64());
-            }
-            Err(_) => {
-                failed += 1;
-                println!("test {name} ... FAILED");
-            }
-        }
-    }
-    println!();
-    println!(
-        "test result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; 0 filtered out",
-        if failed == 0 { "ok" } else { "FAILED" }
-    );
-    if failed > 0 {
-        std::process::exit(101);
-    }
 }
 
 // ---------------------------------------------------------------- hostile members

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::{bail, Context, Result};
 use ferry::semantics::primitive as p;
-use ferry::testing::MoveProbe;
+use ferry::semantics::probe::{prepare_output, MoveProbe};
 use ferry::{Group, PathConfig};
 
 use crate::sys::now_ns;
@@ -196,12 +196,7 @@ fn app_output(
         reps,
         || {
             let b = buf.borrow();
-            out.set(ferry::testing::prepare_output(
-                &passing,
-                &b,
-                0..size,
-                semantics,
-            )?);
+            out.set(prepare_output(&passing, &b, 0..size, semantics)?);
             Ok(())
         },
         || {
