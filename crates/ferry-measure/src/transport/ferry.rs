@@ -341,6 +341,7 @@ impl TxEnd for FerryTx {
                         .path(PathConfig {
                             quota: depth(len) * fbuf,
                             secure: self.secure,
+                            ..PathConfig::default()
                         })
                         .map_err(err)?,
                 )

@@ -246,6 +246,7 @@ impl FerryTx {
             .path(PathConfig {
                 quota: 4 * fbuf,
                 secure: false,
+                ..PathConfig::default()
             })
             .map_err(err)?;
         self.paths.push((size, path));
