@@ -16,7 +16,7 @@
 //! size, as the median of per-round ratios; and within 1.5x of the floor at every size.
 //! Besides the bars: ferry over the page-writes floor by stamps, the same way.
 
-mod ice;
+pub(crate) mod ice;
 mod report;
 pub mod worker;
 
