@@ -116,7 +116,9 @@ fn stat_shows_fbufs_out_and_messages_in_flight() {
         "{listing}"
     );
     assert!(
-        listing.contains(&format!("group {name}: 2 members, lots of 1024 MiB, 4k pages")),
+        listing.contains(&format!(
+            "group {name}: 2 members, lots of 1024 MiB, 4k pages"
+        )),
         "{listing}"
     );
     // paths: member, pid, path, fbufs out, MiB out/quota, pages

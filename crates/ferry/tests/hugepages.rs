@@ -156,7 +156,10 @@ fn thp_path_carries_data_and_both_ends_map_2mib() {
     let here = smaps_kb(addr, "ShmemPmdMapped:").unwrap();
     assert!(here >= (LEN >> 10) as u64, "sender's PMD-mapped kB {here}");
     let (there, _) = parse_report(&report);
-    assert!(there >= (LEN >> 10) as u64, "receiver's PMD-mapped kB {there}");
+    assert!(
+        there >= (LEN >> 10) as u64,
+        "receiver's PMD-mapped kB {there}"
+    );
     eprintln!("    ShmemPmdMapped: sender {here} kB, receiver {there} kB");
 }
 
@@ -356,7 +359,10 @@ fn main() {
             "thp_path_carries_data_and_both_ends_map_2mib",
             thp_path_carries_data_and_both_ends_map_2mib,
         ),
-        ("normal_path_is_not_pmd_mapped", normal_path_is_not_pmd_mapped),
+        (
+            "normal_path_is_not_pmd_mapped",
+            normal_path_is_not_pmd_mapped,
+        ),
         (
             "hugetlb_without_reserved_pages_is_a_clear_error",
             hugetlb_without_reserved_pages_is_a_clear_error,

@@ -998,7 +998,9 @@ fn adopt(
     match Pages::from_raw(h.pages) {
         None => return Err(Error::BadGroup(format!("unknown page kind {}", h.pages))),
         Some(Pages::Normal) => {}
-        Some(_) if h.base_addr % huge != 0 || h.lot_stride % huge != 0 || h.lot_size % huge != 0 => {
+        Some(_)
+            if h.base_addr % huge != 0 || h.lot_stride % huge != 0 || h.lot_size % huge != 0 =>
+        {
             return Err(Error::BadGroup(
                 "huge-page lots whose geometry is not 2 MiB-aligned".into(),
             ))

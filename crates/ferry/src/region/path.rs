@@ -149,12 +149,10 @@ fn check_pages(lot: &Lot, asked: Option<Pages>) -> Result<()> {
             "Pages::HugeTlb is a group setting (GroupConfig::pages): this group's lots are \
              shmem, so a path can ask for Pages::Transparent at most",
         )),
-        Some(p) if group == Pages::HugeTlb && p != Pages::HugeTlb => {
-            Err(Error::InvalidArgument(
-                "this group's lots are hugetlb (GroupConfig::pages): every path is \
+        Some(p) if group == Pages::HugeTlb && p != Pages::HugeTlb => Err(Error::InvalidArgument(
+            "this group's lots are hugetlb (GroupConfig::pages): every path is \
                  2 MiB-granular and cannot ask for 4 KiB or transparent pages",
-            ))
-        }
+        )),
         Some(Pages::Transparent) if lot.base() as usize % HUGE_PAGE != 0 => {
             Err(Error::InvalidArgument(
                 "Pages::Transparent needs lots at 2 MiB-aligned addresses: give the group \

@@ -155,9 +155,11 @@ pub fn check_memfd_of(fd: BorrowedFd<'_>, huge: bool) -> Result<u64, String> {
         }
         let dev = huge_dev().map_err(|e| format!("cannot be compared with a memfd ({e})"))?;
         if (st.stx_dev_major, st.stx_dev_minor) != dev {
-            return Err("a file that is not a hugetlb memfd of 2 MiB pages, in a group of \
+            return Err(
+                "a file that is not a hugetlb memfd of 2 MiB pages, in a group of \
                  hugetlb lots"
-                .into());
+                    .into(),
+            );
         }
         return Ok(st.stx_size);
     }
