@@ -78,6 +78,12 @@ fn cli() -> Command {
             .hide(true),
     )
     .subcommand(
+        Command::new("__huge")
+            .about("The receiver of `ferry-bench hugepages`; not for direct use")
+            .hide(true)
+            .arg(Arg::new("args").num_args(0..).action(ArgAction::Append)),
+    )
+    .subcommand(
         Command::new("__drain")
             .about("The subscriber process of `ferry-bench services`; not for direct use")
             .hide(true)
@@ -100,6 +106,15 @@ fn main() -> Result<()> {
                 .cloned()
                 .collect();
             suites::services::drain_main(&args)
+        }
+        "__huge" => {
+            let args: Vec<String> = sub
+                .get_many::<String>("args")
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect();
+            suites::hugepages::recv::main(&args)
         }
         _ => run(
             name,

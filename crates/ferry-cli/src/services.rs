@@ -369,19 +369,25 @@ fn print_activity(all: &[ferry::stats::MemberActivity]) {
     if all.iter().any(|a| !a.paths.is_empty()) {
         println!("  paths:");
         println!(
-            "    {:<10} {:>8} {:>5} {:>10} {:>16}",
-            "member", "pid", "path", "fbufs out", "MiB out/quota"
+            "    {:<10} {:>8} {:>5} {:>10} {:>16} {:>8}",
+            "member", "pid", "path", "fbufs out", "MiB out/quota", "pages"
         );
         for a in all {
             for p in &a.paths {
+                // Spans the kernel would not collapse stay 4 KiB: say how many.
+                let pages = match p.collapse_fallbacks {
+                    0 => p.pages.to_string(),
+                    n => format!("{} ({n} spans 4k)", p.pages),
+                };
+                let out = format!("{:.2}/{:.0}", mib(p.bytes), mib(p.quota));
                 println!(
-                    "    {:<10} {:>8} {:>5} {:>10} {:>10.2}/{:.0}",
+                    "    {:<10} {:>8} {:>5} {:>10} {:>16} {:>8}",
                     a.member.id.to_string(),
                     a.member.pid,
                     p.entry,
                     p.fbufs,
-                    mib(p.bytes),
-                    mib(p.quota)
+                    out,
+                    pages
                 );
             }
         }
@@ -473,7 +479,12 @@ pub fn stat(a: StatArgs) -> Result<()> {
             }
         };
         let members = group.members();
-        println!("group {name}: {} members{owner}", members.len());
+        println!(
+            "group {name}: {} members{owner}, lots of {} MiB, {} pages",
+            members.len(),
+            group.lot_size() >> 20,
+            group.pages()
+        );
         for m in &members {
             println!("  member {} pid {}", m.id, m.pid);
         }

@@ -115,11 +115,18 @@ fn stat_shows_fbufs_out_and_messages_in_flight() {
         listing.contains(&format!("group {name}: 2 members")),
         "{listing}"
     );
-    // paths: member, pid, path, fbufs out, MiB out/quota
+    assert!(
+        listing.contains(&format!(
+            "group {name}: 2 members, lots of 1024 MiB, 4k pages"
+        )),
+        "{listing}"
+    );
+    // paths: member, pid, path, fbufs out, MiB out/quota, pages
     let p = row(&listing, "paths:", &aid);
     assert_eq!(p[1], std::process::id().to_string());
     assert_eq!(p[3], "3", "{listing}");
     assert_eq!(p[4], "0.01/512", "{listing}");
+    assert_eq!(p[5], "4k", "{listing}");
     // channels: member, pid, chan, to, in flight, sent
     let c = row(&listing, "channels", &aid);
     assert_eq!(c[3..], [bid.clone(), "2".into(), "2".into()], "{listing}");
@@ -134,4 +141,32 @@ fn stat_shows_fbufs_out_and_messages_in_flight() {
     );
     drop((kept, tx, rx, path, a, b, g));
     assert!(!std::path::Path::new(&format!("/dev/shm/ferry.{name}")).exists());
+}
+
+/// `ferry stat` says which pages back each path: a path of transparent huge pages whose
+/// 4 MiB fbuf was collapsed shows `thp`.
+#[test]
+fn stat_shows_each_paths_pages() {
+    let name = format!("clitest-pages-{}", std::process::id());
+    let g = ferry::Group::open(&name).unwrap();
+    let a = g.join().unwrap();
+    let path = a
+        .path(ferry::PathConfig {
+            pages: Some(ferry::Pages::Transparent),
+            ..ferry::PathConfig::default()
+        })
+        .unwrap();
+    let kept = path.alloc(4 << 20).unwrap().freeze();
+    let out = ferry().args(["stat", &name]).output().unwrap();
+    assert!(out.status.success());
+    let listing = String::from_utf8(out.stdout).unwrap();
+    let p = row(&listing, "paths:", &a.id().to_string());
+    let st = path.stats();
+    if st.collapse_fallbacks == 0 {
+        assert_eq!(p[5], "thp", "{listing}");
+    } else {
+        // The kernel would not collapse: the listing says how many spans stayed 4 KiB.
+        assert_eq!(p[5..], ["thp", "(1", "spans", "4k)"], "{listing}");
+    }
+    drop((kept, path, a, g));
 }

@@ -98,6 +98,7 @@ fn send_all(
             .and_then(|v| v.parse::<usize>().ok())
             .map_or(1 << 30, |n| n * size.next_power_of_two().max(4096)),
         secure: false,
+        ..PathConfig::default()
     })?;
     let t0 = Instant::now();
     for i in 0..count {

@@ -170,6 +170,15 @@ pub enum Error {
         /// Bytes that were asked for.
         requested: usize,
     },
+    /// A lot of hugetlb pages ([`Pages::HugeTlb`](crate::Pages)) could not reserve its
+    /// huge pages: the administrator reserved too few (`vm.nr_hugepages`), or other
+    /// processes took them.
+    NoHugePages {
+        /// Size of the lot, which it reserves whole.
+        lot_size: usize,
+        /// Huge pages free in the pool when it failed (`HugePages_Free`).
+        free: u64,
+    },
     /// The group has no free domain slot.
     GroupFull,
     /// The group cannot be opened: its named file stayed locked or kept being replaced,
@@ -360,6 +369,13 @@ impl fmt::Display for Error {
             Self::LotExhausted { requested } => {
                 write!(f, "lot exhausted: no free span of {requested} bytes")
             }
+            Self::NoHugePages { lot_size, free } => write!(
+                f,
+                "a hugetlb lot of {} MiB needs {} huge pages of 2 MiB and the pool has {free} \
+                 free (reserve more with sysctl vm.nr_hugepages, or use smaller lots)",
+                lot_size >> 20,
+                lot_size.div_ceil(crate::region::HUGE_PAGE)
+            ),
             Self::GroupFull => write!(f, "group has no free domain slot"),
             Self::BadGroup(why) => write!(f, "not a usable ferry group: {why}"),
             Self::Untrusted { path, why } => write!(f, "refusing {}: {why}", path.display()),

@@ -176,7 +176,7 @@ pub mod vcm;
 
 // Groups, domains and the fbufs of their lots.
 pub use region::{
-    Domain, DomainId, Group, GroupAccess, GroupConfig, Member, PathAllocator, PathConfig,
+    Domain, DomainId, Group, GroupAccess, GroupConfig, Member, Pages, PathAllocator, PathConfig,
 };
 // Data: immutable aggregates of fbuf fragments, and the writable form they are built in.
 pub use iodata::{Fragment, IoData, IoDataMut, IoDataReader, Units};

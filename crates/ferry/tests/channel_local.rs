@@ -192,6 +192,7 @@ fn a_message_larger_than_the_quota_is_refused_at_once() {
         .path(PathConfig {
             quota,
             secure: false,
+            ..PathConfig::default()
         })
         .unwrap();
     let err = path.alloc(quota + 1).unwrap_err();
@@ -208,6 +209,7 @@ fn a_message_larger_than_the_quota_is_refused_at_once() {
         .path(PathConfig {
             quota: 768 << 10,
             secure: false,
+            ..PathConfig::default()
         })
         .unwrap();
     let err = odd.alloc(600 << 10).unwrap_err();
@@ -236,6 +238,7 @@ fn quota_refuses_instead_of_blocking() {
         .path(PathConfig {
             quota: 64 * 1024,
             secure: false,
+            ..PathConfig::default()
         })
         .unwrap();
     let mut held = Vec::new();
@@ -536,6 +539,7 @@ fn blocking_stage_passes_releases_upstream() {
         .path(PathConfig {
             quota: 2 * 4096,
             secure: false,
+            ..PathConfig::default()
         })
         .unwrap();
     let t0 = std::time::Instant::now();

@@ -1,6 +1,7 @@
 //! Members that put something other than their lot behind their lot's descriptor number
 //! (a FIFO, a directory, /dev/zero, a socket, a memfd that is unsealed and keeps being
-//! resized, one of the wrong size, a file of another file system), and a server that
+//! resized, one of the wrong size, a file of another file system, a hugetlb memfd in a
+//! group of 4 KiB lots), and a server that
 //! still holds messages of clients that left. Each child is this test binary re-executed
 //! in a role (`harness = false`).
 //!
@@ -30,6 +31,9 @@ const MODES: &[(&str, &str)] = &[
     ("resizing", "not sealed against growing and shrinking"),
     ("small", "wrong size"),
     ("shmfile", "another file system"),
+    // A hugetlb memfd, sealed and of the lot's size, in a group of 4 KiB lots: only a
+    // group made with `Pages::HugeTlb` takes those (a reader's fault can find no page).
+    ("hugetlb", "a hugetlb memfd"),
 ];
 
 // ---------------------------------------------------------------- child roles
@@ -110,6 +114,23 @@ fn sabotage(mode: &str, lot_size: usize) -> Vec<Box<dyn Send>> {
             f.set_len(lot_size as u64).unwrap();
             std::fs::remove_file(&path).unwrap();
             f.into()
+        }
+        "hugetlb" => {
+            let fd = memfd_create(
+                "ferry-lot",
+                MemfdFlags::CLOEXEC
+                    | MemfdFlags::ALLOW_SEALING
+                    | MemfdFlags::HUGETLB
+                    | MemfdFlags::HUGE_2MB,
+            )
+            .unwrap();
+            ftruncate(&fd, lot_size as u64).unwrap();
+            rustix::fs::fcntl_add_seals(
+                &fd,
+                rustix::fs::SealFlags::SHRINK | rustix::fs::SealFlags::GROW,
+            )
+            .unwrap();
+            fd
         }
         other => panic!("unknown mode {other}"),
     };

@@ -836,6 +836,7 @@ fn source(ctx: &mut Ctx, domain: &Domain, peers: &Peers) -> Finish {
         .path(PathConfig {
             quota,
             secure: ctx.n("secure") == 1,
+            ..PathConfig::default()
         })
         .unwrap_or_else(|e| die(format!("source: path: {e}")));
     say("ready");

@@ -13,6 +13,7 @@
 //! | [`calibrate`] | `ferry-bench calibrate`, `ferry calibrate` (both through `ferry-measure`) | none: one process, plus the chain's for the hand-over |
 //! | [`python`] | `ferry-bench python` | none: Python processes (`crates/ferry-py/bench`) |
 //! | [`handover`] | `ferry-bench handover` | [`handover::worker`] |
+//! | [`hugepages`] | `ferry-bench hugepages` | `ferry-bench __huge` ([`hugepages::recv`]) |
 //!
 //! Adding a benchmark: write `suites/<name>/mod.rs` with
 //! `pub const BENCH: BenchDef = BenchDef { name, about, run }`, where `run`
@@ -26,6 +27,7 @@ pub mod fbufs_path;
 pub mod genie;
 #[allow(unsafe_code)]
 pub mod handover;
+pub mod hugepages;
 pub mod python;
 #[allow(unsafe_code)]
 pub mod services;
@@ -48,4 +50,5 @@ pub const BENCHES: &[BenchDef] = &[
     genie::BENCH,
     python::BENCH,
     handover::BENCH,
+    hugepages::BENCH,
 ];

@@ -363,6 +363,7 @@ impl TxEnd for FerryTx {
                         .path(PathConfig {
                             quota: depth(len) * fbuf,
                             secure: self.secure,
+                            ..PathConfig::default()
                         })
                         .map_err(err)?,
                 )

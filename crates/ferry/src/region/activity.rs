@@ -24,6 +24,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use super::group::{DomainId, Group, Member};
+use super::lot::Pages;
+
+/// Most collapse fallbacks a path entry can show (24 bits).
+const FALLBACKS_MAX: u32 = (1 << 24) - 1;
 use super::layout::{ActivityRaw, EntryRaw, BUSY, CHANNEL, FREE, MAX_SLOTS, PATH};
 pub use super::layout::{MAX_CHANNELS, MAX_PATHS};
 use crate::segment::LotId;
@@ -88,6 +92,7 @@ impl Entry {
             Some(i) => {
                 let e = &entries[i];
                 e.fixed.store(fixed, Ordering::Relaxed);
+                e.pages.store(0, Ordering::Relaxed);
                 e.first.store(0, Ordering::Relaxed);
                 e.second.store(0, Ordering::Relaxed);
                 // SYNC: pairs with the reader's Acquire load of the tag.
@@ -103,6 +108,15 @@ impl Entry {
             slot,
             tag,
             index,
+        }
+    }
+
+    /// Publishes a path's pages and how many spans fell back to 4 KiB pages.
+    pub(crate) fn set_pages(&self, pages: Pages, fallbacks: u64) {
+        if let Some(i) = self.index {
+            let e = &self.group.activity_area(self.slot).table(self.tag).0[i as usize];
+            let n = fallbacks.min(FALLBACKS_MAX as u64) as u32;
+            e.pages.store(pages.raw() | n << 8, Ordering::Relaxed);
         }
     }
 
@@ -143,6 +157,11 @@ pub struct PathActivity {
     pub bytes: u64,
     /// The path's quota in bytes.
     pub quota: u64,
+    /// What pages back its fbufs.
+    pub pages: Pages,
+    /// Spans the kernel refused to collapse into transparent huge pages (they stay 4 KiB;
+    /// saturates at 2^24 - 1).
+    pub collapse_fallbacks: u32,
 }
 
 /// One sending channel of a member, as published in the control block.
@@ -188,14 +207,14 @@ pub struct MemberActivity {
 /// Most messages one channel can have in flight: its tokens number them with 32 bits.
 const MAX_IN_FLIGHT: u64 = u32::MAX as u64;
 
-/// Entries of `raw` tagged `tag`, as (index, fixed, first, second); entries with a tag
-/// no owner writes are recorded in `damage` as `kind` entries.
+/// Entries of `raw` tagged `tag`, as (index, fixed, first, second, pages word); entries
+/// with a tag no owner writes are recorded in `damage` as `kind` entries.
 fn tagged(
     raw: &[EntryRaw],
     tag: u32,
     kind: &'static str,
     damage: &mut Vec<ActivityDamage>,
-) -> Vec<(usize, u64, u64, u64)> {
+) -> Vec<(usize, u64, u64, u64, u32)> {
     let mut out = Vec::new();
     for (i, e) in raw.iter().enumerate() {
         // SYNC: pairs with the owner's Release store of the tag after filling the entry.
@@ -206,6 +225,7 @@ fn tagged(
                 e.fixed.load(Ordering::Relaxed),
                 e.first.load(Ordering::Relaxed),
                 e.second.load(Ordering::Relaxed),
+                e.pages.load(Ordering::Relaxed),
             )),
             _ => damage.push(ActivityDamage {
                 entry: format!("{kind} {i}"),
@@ -221,19 +241,24 @@ pub(crate) fn read(area: &ActivityRaw, m: Member, lot_size: u64) -> MemberActivi
     let page = crate::sys::page_size() as u64;
     let mut damage = Vec::new();
     let mut paths = Vec::new();
-    for (i, quota, bytes, fbufs) in tagged(&area.paths, PATH, "path", &mut damage) {
+    for (i, quota, bytes, fbufs, pages) in tagged(&area.paths, PATH, "path", &mut damage) {
+        let kind = Pages::from_raw(pages & 0xff);
         let why = if bytes > lot_size || bytes % page != 0 {
             "outstanding bytes out of range"
         } else if fbufs > lot_size / page {
             "outstanding fbufs out of range"
-        } else {
+        } else if let Some(kind) = kind {
             paths.push(PathActivity {
                 entry: i as u16,
                 fbufs,
                 bytes,
                 quota,
+                pages: kind,
+                collapse_fallbacks: pages >> 8,
             });
             continue;
+        } else {
+            "unknown page kind"
         };
         damage.push(ActivityDamage {
             entry: format!("path {i}"),
@@ -241,7 +266,7 @@ pub(crate) fn read(area: &ActivityRaw, m: Member, lot_size: u64) -> MemberActivi
         });
     }
     let mut channels = Vec::new();
-    for (i, peer, in_flight, sent) in tagged(&area.channels, CHANNEL, "channel", &mut damage) {
+    for (i, peer, in_flight, sent, _) in tagged(&area.channels, CHANNEL, "channel", &mut damage) {
         let (slot, generation) = (peer >> 32, peer as u32);
         let why = if slot as usize >= MAX_SLOTS {
             "peer slot out of range"

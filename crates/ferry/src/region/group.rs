@@ -98,6 +98,7 @@ use super::access::{open_named, refused, Admission, GroupAccess, Ids};
 use super::layout::{ActivityRaw, GroupHeader, LedgerRaw};
 pub(crate) use super::layout::{SlotRaw, SLOT_CLAIMING, SLOT_FREE, SLOT_LIVE};
 pub use super::layout::{LOT_WINDOWS, MAX_SLOTS, SERVICE_WORDS};
+use super::lot::{Pages, HUGE_PAGE};
 use crate::error::{Error, Result};
 use crate::segment::LotId;
 use crate::sys::fd::{
@@ -108,7 +109,7 @@ use crate::sys::mem::{Access, Mapping};
 use crate::sys::seal::{add_seals, seals, SealFlags};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"FERRYGRP");
-const VERSION: u32 = 6;
+const VERSION: u32 = 7;
 
 /// How a group lays out its lots. Only the creator's configuration counts; joiners
 /// adopt what the control block says.
@@ -130,6 +131,12 @@ pub struct GroupConfig {
     /// user's processes). Off by default, so that a process (root included) never joins
     /// another user's group, or a squatter's file, without asking to.
     pub allow_foreign_owner: bool,
+    /// What pages back every member's lot: 4 KiB shmem pages (the default), the same
+    /// collapsed into transparent huge pages for every path that does not say otherwise
+    /// ([`PathConfig::pages`](super::PathConfig)), or hugetlb lots of 2 MiB pages from
+    /// the reserved pool. The two huge kinds need `lot_size` (and `base_addr`, if given)
+    /// to be a multiple of 2 MiB. See [`Pages`].
+    pub pages: Pages,
 }
 
 impl Default for GroupConfig {
@@ -139,6 +146,7 @@ impl Default for GroupConfig {
             lot_size: 1 << 30,
             access: GroupAccess::Owner,
             allow_foreign_owner: false,
+            pages: Pages::Normal,
         }
     }
 }
@@ -218,6 +226,10 @@ pub struct Group {
     /// Opened to be looked at ([`super::inspect`]): the control block is mapped
     /// read-only, and dropping it writes nothing.
     read_only: bool,
+    /// What pages back the lots, read once when the control block was adopted (checked
+    /// there): a member that rewrites the header later cannot make this process accept
+    /// lots of another kind.
+    pages: Pages,
 }
 
 /// Size of the control memfd: the header, rounded up to whole pages.
@@ -270,6 +282,15 @@ impl Group {
         if config.lot_size == 0 || config.lot_size % crate::sys::page_size() != 0 {
             return Err(Error::InvalidArgument(
                 "lot size must be a non-zero page multiple",
+            ));
+        }
+        if config.pages != Pages::Normal
+            && (config.lot_size % HUGE_PAGE != 0
+                || config.base_addr.is_some_and(|a| a % HUGE_PAGE != 0))
+        {
+            return Err(Error::InvalidArgument(
+                "huge-page lots (Pages::Transparent, Pages::HugeTlb) need a lot size and a \
+                 base address that are multiples of 2 MiB",
             ));
         }
         let path = named_path(name);
@@ -363,6 +384,7 @@ impl Group {
             let g = Arc::new(Group {
                 name: name.to_owned(),
                 path,
+                pages: Pages::from_raw(header_of(&map).pages).unwrap_or_default(),
                 map,
                 _ctl: ctl,
                 file,
@@ -412,6 +434,7 @@ impl Group {
                     return Ok(Some(Group {
                         name: name.to_owned(),
                         path,
+                        pages: Pages::from_raw(header_of(&map).pages).unwrap_or_default(),
                         map,
                         _ctl: ctl,
                         file,
@@ -503,6 +526,11 @@ impl Group {
     /// Size of every lot in the group.
     pub fn lot_size(&self) -> usize {
         self.header().lot_size as usize
+    }
+
+    /// What pages back the group's lots (its creator's [`GroupConfig::pages`]).
+    pub fn pages(&self) -> Pages {
+        self.pages
     }
 
     /// Address of slot `i`'s lot in every process of the group: the slot's window that
@@ -865,6 +893,7 @@ fn create(name: &str, config: &GroupConfig) -> Result<(OwnedFd, Mapping)> {
         };
         (*h).lot_size = config.lot_size as u64;
         (*h).lot_stride = config.lot_size as u64;
+        (*h).pages = config.pages.raw();
     }
     // SYNC: pairs with the Acquire load of `magic` in `adopt`.
     header_of(&map).magic.store(MAGIC, Ordering::Release);
@@ -964,6 +993,19 @@ fn adopt(
     let end = (h.base_addr as u128) + (h.lot_stride as u128) * (MAX_SLOTS * LOT_WINDOWS) as u128;
     if h.lot_size == 0 || h.lot_stride < h.lot_size || end > (1u128 << 47) {
         return Err(Error::BadGroup("lot geometry out of range".into()));
+    }
+    let huge = HUGE_PAGE as u64;
+    match Pages::from_raw(h.pages) {
+        None => return Err(Error::BadGroup(format!("unknown page kind {}", h.pages))),
+        Some(Pages::Normal) => {}
+        Some(_)
+            if h.base_addr % huge != 0 || h.lot_stride % huge != 0 || h.lot_size % huge != 0 =>
+        {
+            return Err(Error::BadGroup(
+                "huge-page lots whose geometry is not 2 MiB-aligned".into(),
+            ))
+        }
+        Some(_) => {}
     }
     Ok((fd, map))
 }

@@ -101,6 +101,11 @@ impl GroupView {
         self.group.lot_size()
     }
 
+    /// What pages back the group's lots (see [`Group::pages`]).
+    pub fn pages(&self) -> crate::Pages {
+        self.group.pages()
+    }
+
     /// The live members (see [`Group::members`]).
     pub fn members(&self) -> Vec<Member> {
         self.group.members()

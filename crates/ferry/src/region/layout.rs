@@ -46,7 +46,8 @@ pub(crate) struct GroupHeader {
     pub lot_size: u64,
     /// Bumped and futex-woken whenever a channel is offered.
     pub offer_seq: AtomicU32,
-    pub _pad: u32,
+    /// What pages back the lots (`Pages::raw`).
+    pub pages: u32,
     pub slots: [SlotRaw; MAX_SLOTS],
     /// Each slot's reference ledger (see [`super::ledger`]), written only by its owner.
     pub ledgers: [LedgerRaw; MAX_SLOTS],
@@ -139,7 +140,9 @@ pub(crate) const CHANNEL: u32 = 0x4348_414e;
 #[derive(Debug)]
 pub(crate) struct EntryRaw {
     pub(super) tag: AtomicU32,
-    pub(super) _pad: AtomicU32,
+    /// A path's pages: `Pages::raw` in the low byte, its collapse fallbacks (saturated)
+    /// above.
+    pub(super) pages: AtomicU32,
     pub(super) fixed: AtomicU64,
     pub(super) first: AtomicU64,
     pub(super) second: AtomicU64,

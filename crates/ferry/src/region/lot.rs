@@ -11,12 +11,89 @@ use super::group::{DomainId, Group, LOT_WINDOWS};
 use crate::error::{BadDescriptor, Error, Result};
 use crate::segment::LotId;
 use crate::sync::lock;
-use crate::sys::fd::{memfd, open_peer_memfd, PeerOpen};
+use crate::sys::fd::{memfd, memfd_huge, open_peer_memfd, PeerOpen};
 use crate::sys::mem::{Access, Mapping};
 use crate::sys::page_size;
 
 /// Number of size classes: class `k` holds spans of `2^k` pages.
 pub(crate) const CLASSES: usize = 40;
+
+/// Size of a huge page: a PMD mapping, a transparent huge page, a 2 MiB hugetlb page.
+pub const HUGE_PAGE: usize = 2 << 20;
+
+/// What pages back a group's lots ([`GroupConfig::pages`](super::GroupConfig)) or a
+/// path's fbufs ([`PathConfig::pages`](super::PathConfig)).
+///
+/// A large payload written and read whole touches one page table entry (and one TLB
+/// entry) per 4 KiB page; backed by 2 MiB pages it touches one per 2 MiB. See
+/// `docs/hugepages.md`.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Pages {
+    /// 4 KiB pages of a shmem memfd (the default).
+    #[default]
+    Normal,
+    /// Shmem pages collapsed into 2 MiB transparent huge pages (`MADV_COLLAPSE`, which
+    /// needs no administrator setting) when an fbuf of 2 MiB or more is first carved
+    /// from the lot; receivers' read-only mappings, at the same 2 MiB-aligned address,
+    /// then map them with 2 MiB entries too. Protection, moves and TCOW keep their 4 KiB
+    /// granularity (the kernel splits the mapping where needed). Fbufs under 2 MiB, and
+    /// spans the kernel refuses to collapse, stay 4 KiB: the path's stats count the
+    /// latter ([`PathStats::collapse_fallbacks`](super::PathStats)). Needs lots of a
+    /// 2 MiB multiple at 2 MiB-aligned addresses (as the default geometry is).
+    Transparent,
+    /// Lots that are hugetlbfs memfds (`MFD_HUGETLB`, 2 MiB pages) from the pool the
+    /// administrator reserved (`vm.nr_hugepages`). A group setting: every member's lot
+    /// is one, each reserving its whole size from the pool when it is created, and
+    /// everything is 2 MiB-granular: the smallest fbuf is 2 MiB, protection is per
+    /// 2 MiB, and Genie's page-granular semantics are refused. With too few huge pages
+    /// free, joining fails with [`Error::NoHugePages`].
+    HugeTlb,
+}
+
+impl Pages {
+    /// The value kept in the control block.
+    pub(crate) fn raw(self) -> u32 {
+        match self {
+            Pages::Normal => 0,
+            Pages::Transparent => 1,
+            Pages::HugeTlb => 2,
+        }
+    }
+
+    /// The value a control block holds, or `None` if no ferry writes it.
+    pub(crate) fn from_raw(v: u32) -> Option<Pages> {
+        match v {
+            0 => Some(Pages::Normal),
+            1 => Some(Pages::Transparent),
+            2 => Some(Pages::HugeTlb),
+            _ => None,
+        }
+    }
+
+    /// A short name: `4k`, `thp`, `hugetlb`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pages::Normal => "4k",
+            Pages::Transparent => "thp",
+            Pages::HugeTlb => "hugetlb",
+        }
+    }
+}
+
+impl std::fmt::Display for Pages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The smallest size class a lot of `pages` serves: a hugetlb lot cannot be split (nor
+/// protected) below 2 MiB.
+pub(crate) fn min_class(pages: Pages) -> usize {
+    match pages {
+        Pages::HugeTlb => (HUGE_PAGE / page_size()).trailing_zeros() as usize,
+        _ => 0,
+    }
+}
 
 /// The size class holding `len` bytes, and that class's span size in bytes.
 pub(crate) fn class_of(len: usize) -> (usize, usize) {
@@ -94,6 +171,8 @@ pub(crate) struct Lot {
     // Kept open so peers can reopen it read-only through /proc/PID/fd.
     fd: OwnedFd,
     spans: Mutex<Spans>,
+    /// The group's setting: [`Pages::HugeTlb`] for a hugetlbfs memfd.
+    pages: Pages,
 }
 
 impl Lot {
@@ -101,9 +180,14 @@ impl Lot {
     /// the one after the previous domain's, or the next free here after it.
     pub fn create(group: Arc<Group>) -> Result<Arc<Lot>> {
         let (slot, generation, first) = group.claim_slot()?;
+        let pages = group.pages();
         let made = (|| {
             let len = group.lot_size();
-            let fd = memfd("ferry-lot", len as u64)?;
+            let fd = if pages == Pages::HugeTlb {
+                memfd_huge("ferry-lot", len as u64)?
+            } else {
+                memfd("ferry-lot", len as u64)?
+            };
             // Peers map it: fix its size, so that not even we can shrink it under them.
             crate::sys::seal::fix_size(fd.as_fd())?;
             let mut last = None;
@@ -114,6 +198,15 @@ impl Lot {
                     Ok(map) => return Ok::<_, Error>((fd, map, w)),
                     // This process still maps an earlier lot of the slot there.
                     Err(e @ Error::AddressInUse { .. }) => last = Some(e),
+                    // A shared hugetlb mapping reserves its pages from the pool up front.
+                    Err(Error::Io(e))
+                        if pages == Pages::HugeTlb && e.raw_os_error() == Some(libc::ENOMEM) =>
+                    {
+                        return Err(Error::NoHugePages {
+                            lot_size: len,
+                            free: crate::sys::fd::free_huge_pages(),
+                        })
+                    }
                     Err(e) => return Err(e),
                 }
             }
@@ -138,6 +231,7 @@ impl Lot {
                 bump: 0,
                 free: vec![Vec::new(); CLASSES],
             }),
+            pages,
         });
         let mut m = lock(local_lots());
         m.retain(|_, w| w.strong_count() > 0);
@@ -169,17 +263,39 @@ impl Lot {
         &self.map
     }
 
-    /// Takes a span of class `k` from the lot, or `None` if the lot is exhausted.
-    pub fn take(&self, k: usize) -> Option<u64> {
-        let size = (page_size() as u64) << k;
+    /// The group's page setting this lot was made with.
+    pub fn pages(&self) -> Pages {
+        self.pages
+    }
+
+    /// Takes a span of class `k` from the lot, or `None` if the lot is exhausted. With
+    /// `huge_aligned`, the span starts at a 2 MiB-aligned address (so that it can be
+    /// collapsed into huge pages); the bytes skipped to get there go to the free lists.
+    pub fn take(&self, k: usize, huge_aligned: bool) -> Option<u64> {
+        let page = page_size() as u64;
+        let size = page << k;
+        let base = self.base() as u64;
+        let huge = HUGE_PAGE as u64;
+        let fits = |off: u64| !huge_aligned || (base + off) % huge == 0;
         let mut s = lock(&self.spans);
-        if let Some(off) = s.free[k].pop() {
-            return Some(off);
+        if let Some(i) = s.free[k].iter().rposition(|&o| fits(o)) {
+            return Some(s.free[k].swap_remove(i));
         }
-        let off = s.bump;
+        let mut off = s.bump;
+        if huge_aligned {
+            off += (huge - (base + off) % huge) % huge;
+        }
         let end = off.checked_add(size)?;
         if end > self.len() as u64 {
             return None;
+        }
+        // The skipped bytes, as power-of-two spans (spans need no alignment of their own).
+        let (mut at, mut pages) = (s.bump, (off - s.bump) / page);
+        while pages > 0 {
+            let j = 63 - pages.leading_zeros() as usize;
+            s.free[j].push(at);
+            at += page << j;
+            pages -= 1 << j;
         }
         s.bump = end;
         Some(off)
@@ -262,7 +378,7 @@ impl PeerLot {
             })
         };
         let len = group.lot_size();
-        let fd = match open_peer_memfd(pid, lot_fd as i32) {
+        let fd = match open_peer_memfd(pid, lot_fd as i32, group.pages() == Pages::HugeTlb) {
             Ok(PeerOpen::Opened(fd)) => fd,
             Ok(PeerOpen::NotMemfd(why)) => return Err(bad(why)),
             Err(_) if !super::group::pid_alive(pid, start) => return Err(Error::PeerGone { pid }),

@@ -18,4 +18,5 @@ pub use activity::{
 pub use domain::Domain;
 pub use group::{DomainId, Group, GroupConfig, Member};
 pub use inspect::{Cleaned, GroupFile, GroupFileState, GroupView};
+pub use lot::{Pages, HUGE_PAGE};
 pub use path::{PathAllocator, PathConfig, PathStats};

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use super::activity::Entry;
 use super::domain::{Domain, DomainInner};
-use super::lot::{class_of, Lot, CLASSES};
+use super::lot::{class_of, min_class, Lot, Pages, CLASSES, HUGE_PAGE};
 use crate::error::{Error, Result};
 use crate::segment::{Keep, LotSpan, Segment};
 use crate::sync::lock;
@@ -30,6 +30,12 @@ pub struct PathConfig {
     /// Write-protect every fbuf of this path in the originator when it is sent, until all
     /// receivers have released it (secured fbufs). Off by default (volatile fbufs).
     pub secure: bool,
+    /// What pages back the path's fbufs; `None` (the default) takes the group's
+    /// ([`GroupConfig::pages`](super::GroupConfig)). [`Pages::Transparent`] works in any
+    /// group whose lots are 2 MiB-aligned (the default geometry); [`Pages::HugeTlb`] is
+    /// the group's choice, not a path's: in a group of hugetlb lots every path is
+    /// hugetlb, and elsewhere no path can be. [`Domain::path`] refuses the mismatches.
+    pub pages: Option<Pages>,
 }
 
 impl Default for PathConfig {
@@ -37,6 +43,7 @@ impl Default for PathConfig {
         PathConfig {
             quota: 512 << 20,
             secure: false,
+            pages: None,
         }
     }
 }
@@ -54,6 +61,15 @@ pub struct PathStats {
     pub outstanding: usize,
     /// Fbufs currently allocated and not returned.
     pub outstanding_fbufs: u64,
+    /// What pages back the path's fbufs (see [`Pages`]).
+    pub pages: Pages,
+    /// Spans of 2 MiB or more collapsed into transparent huge pages when the path carved
+    /// them from the lot ([`Pages::Transparent`]; they stay huge while the path reuses
+    /// them).
+    pub collapsed: u64,
+    /// Spans the kernel refused to collapse (`MADV_COLLAPSE` failed, for instance for
+    /// want of a free 2 MiB page): they stay 4 KiB pages.
+    pub collapse_fallbacks: u64,
 }
 
 #[derive(Debug)]
@@ -64,6 +80,9 @@ pub(crate) struct PathInner {
     outstanding: AtomicUsize,
     quota: usize,
     secure: bool,
+    pages: Pages,
+    collapsed: AtomicU64,
+    fallbacks: AtomicU64,
     allocs: AtomicU64,
     /// Fbufs returned; written under the `free` lock only.
     frees: AtomicU64,
@@ -106,12 +125,41 @@ pub struct PathAllocator {
 
 impl Domain {
     /// A new per-path allocator carving fbufs from this domain's lot.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `config.pages` asks for what the group's lots cannot
+    /// give: [`Pages::HugeTlb`] in a group whose lots are not hugetlb, anything else in
+    /// one whose lots are, or [`Pages::Transparent`] where lots are not 2 MiB-aligned.
     pub fn path(&self, config: PathConfig) -> Result<PathAllocator> {
+        check_pages(&self.inner.lot, config.pages)?;
         Ok(PathAllocator::new(
             self.inner.lot.clone(),
             Arc::downgrade(&self.inner),
             config,
         ))
+    }
+}
+
+/// Checks that a path asking for `asked` pages can have them from `lot`.
+fn check_pages(lot: &Lot, asked: Option<Pages>) -> Result<()> {
+    let group = lot.pages();
+    match asked {
+        None => Ok(()),
+        Some(Pages::HugeTlb) if group != Pages::HugeTlb => Err(Error::InvalidArgument(
+            "Pages::HugeTlb is a group setting (GroupConfig::pages): this group's lots are \
+             shmem, so a path can ask for Pages::Transparent at most",
+        )),
+        Some(p) if group == Pages::HugeTlb && p != Pages::HugeTlb => Err(Error::InvalidArgument(
+            "this group's lots are hugetlb (GroupConfig::pages): every path is \
+                 2 MiB-granular and cannot ask for 4 KiB or transparent pages",
+        )),
+        Some(Pages::Transparent) if lot.base() as usize % HUGE_PAGE != 0 => {
+            Err(Error::InvalidArgument(
+                "Pages::Transparent needs lots at 2 MiB-aligned addresses: give the group \
+                 a lot size and base address that are multiples of 2 MiB",
+            ))
+        }
+        Some(_) => Ok(()),
     }
 }
 
@@ -133,6 +181,20 @@ impl PathAllocator {
         config: PathConfig,
         entry: Option<Entry>,
     ) -> Self {
+        // Internal paths take the group's setting; users' are checked by `Domain::path`.
+        let pages = match (lot.pages(), config.pages) {
+            (Pages::HugeTlb, _) => Pages::HugeTlb,
+            (_, Some(Pages::HugeTlb)) | (_, None) => lot.pages(),
+            (_, Some(p)) => p,
+        };
+        let pages = if pages == Pages::Transparent && lot.base() as usize % HUGE_PAGE != 0 {
+            Pages::Normal
+        } else {
+            pages
+        };
+        if let Some(e) = &entry {
+            e.set_pages(pages, 0);
+        }
         PathAllocator {
             inner: Arc::new(PathInner {
                 lot,
@@ -141,6 +203,9 @@ impl PathAllocator {
                 outstanding: AtomicUsize::new(0),
                 quota: config.quota,
                 secure: config.secure,
+                pages,
+                collapsed: AtomicU64::new(0),
+                fallbacks: AtomicU64::new(0),
                 allocs: AtomicU64::new(0),
                 frees: AtomicU64::new(0),
                 cached: AtomicU64::new(0),
@@ -176,6 +241,9 @@ impl PathAllocator {
             return Err(Error::LotExhausted { requested: len });
         }
         let (k, size) = class_of(len);
+        // A hugetlb lot is carved in 2 MiB spans at least.
+        let k = k.max(min_class(p.pages));
+        let size = size.max(crate::sys::page_size() << k);
         if size > p.quota {
             return Err(too_large(size));
         }
@@ -203,10 +271,17 @@ impl PathAllocator {
                 p.cached.fetch_add(1, Ordering::Relaxed);
                 off
             }
-            None => p
-                .lot
-                .take(k)
-                .ok_or(Error::LotExhausted { requested: size })?,
+            None => {
+                let thp = p.pages == Pages::Transparent && size >= HUGE_PAGE;
+                let off = p
+                    .lot
+                    .take(k, thp)
+                    .ok_or(Error::LotExhausted { requested: size })?;
+                if thp {
+                    self.collapse(off, size);
+                }
+                off
+            }
         };
         let allocs = p.allocs.fetch_add(1, Ordering::Relaxed) + 1;
         let bytes = p.outstanding.fetch_add(size, Ordering::Relaxed) + size;
@@ -237,6 +312,24 @@ impl PathAllocator {
         &self.inner.lot
     }
 
+    /// Collapses a span just carved from the lot into transparent huge pages (it is
+    /// ours alone until handed out); if the kernel refuses, the span stays 4 KiB pages
+    /// and the refusal is counted (and published for `ferry stat`).
+    fn collapse(&self, off: u64, size: usize) {
+        let p = &self.inner;
+        match p.lot.mapping().collapse(off as usize, size) {
+            Ok(()) => {
+                p.collapsed.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                let n = p.fallbacks.fetch_add(1, Ordering::Relaxed) + 1;
+                if let Some(e) = &p.entry {
+                    e.set_pages(p.pages, n);
+                }
+            }
+        }
+    }
+
     fn pop(&self, k: usize) -> Option<u64> {
         lock(&self.inner.free)[k].pop()
     }
@@ -261,6 +354,9 @@ impl PathAllocator {
             quota_refusals: p.refusals.load(Ordering::Relaxed),
             outstanding: self.outstanding(),
             outstanding_fbufs: p.fbufs_out(p.allocs.load(Ordering::Relaxed)),
+            pages: p.pages,
+            collapsed: p.collapsed.load(Ordering::Relaxed),
+            collapse_fallbacks: p.fallbacks.load(Ordering::Relaxed),
         }
     }
 }

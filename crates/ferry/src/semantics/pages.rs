@@ -86,7 +86,7 @@ impl LotPage {
     pub fn take(lot: &Arc<Lot>) -> Option<LotPage> {
         Some(LotPage {
             lot: lot.clone(),
-            off: lot.take(0)?,
+            off: lot.take(0, false)?,
         })
     }
 }

@@ -176,7 +176,19 @@ impl std::fmt::Debug for Passing {
 impl Passing {
     /// Sets up passing for `domain`: a path for output buffers, the thresholds, and the
     /// TCOW engine (a userfaultfd and its handler thread) unless unavailable.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] in a group of hugetlb lots
+    /// ([`Pages::HugeTlb`](crate::Pages)): the semantics move, hide, write-protect and
+    /// replace single 4 KiB pages, which a hugetlb mapping cannot do.
     pub fn new(domain: &Domain, config: PassingConfig) -> Result<Passing> {
+        if domain.group().pages() == crate::Pages::HugeTlb {
+            return Err(Error::InvalidArgument(
+                "Genie's semantics (move, TCOW, hide) work on single 4 KiB pages, which a \
+                 group of hugetlb lots cannot protect, move or replace: use a group with \
+                 Pages::Normal or Pages::Transparent",
+            ));
+        }
         let (thresholds, source) = match config.thresholds {
             Some(t) => (t, ThresholdSource::Config),
             None => (Thresholds::default(), ThresholdSource::Defaults),

@@ -32,6 +32,57 @@ pub fn memfd(name: &str, len: u64) -> io::Result<OwnedFd> {
 /// See [`memfd_dev`].
 static MEMFD_DEV: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
 
+/// Creates an anonymous hugetlbfs file of `len` bytes (a multiple of 2 MiB) backed by
+/// 2 MiB huge pages (`memfd_create(2)` with `MFD_HUGETLB | MFD_HUGE_2MB`, then
+/// `ftruncate(2)`). Its pages come from the pool the administrator reserved
+/// (`vm.nr_hugepages`), taken when it is first mapped shared. Sealing is allowed,
+/// close-on-exec is set.
+pub fn memfd_huge(name: &str, len: u64) -> io::Result<OwnedFd> {
+    count();
+    let fd = memfd_create(
+        name,
+        MemfdFlags::CLOEXEC
+            | MemfdFlags::ALLOW_SEALING
+            | MemfdFlags::HUGETLB
+            | MemfdFlags::HUGE_2MB,
+    )?;
+    count();
+    rustix::fs::ftruncate(&fd, len)?;
+    if HUGE_DEV.get().is_none() {
+        let st = statx_cached(fd.as_fd())?;
+        let _ = HUGE_DEV.set((st.stx_dev_major, st.stx_dev_minor));
+    }
+    Ok(fd)
+}
+
+/// See [`huge_dev`].
+static HUGE_DEV: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+
+/// Device number of the kernel's internal hugetlbfs mount of 2 MiB pages, on which every
+/// memfd made with `MFD_HUGETLB | MFD_HUGE_2MB` lives: learnt once from one of our own
+/// (making an empty one needs no huge page).
+fn huge_dev() -> io::Result<(u32, u32)> {
+    if let Some(d) = HUGE_DEV.get() {
+        return Ok(*d);
+    }
+    memfd_huge("ferry-probe", 0)?;
+    Ok(*HUGE_DEV.get().expect("memfd_huge records the device"))
+}
+
+/// Huge pages of the default size free in the pool (`HugePages_Free` of
+/// `/proc/meminfo`), 0 if that cannot be read.
+pub fn free_huge_pages() -> u64 {
+    count();
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("HugePages_Free:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// Size of the file behind `fd` (`fstat(2)`).
 pub fn file_len(fd: BorrowedFd<'_>) -> io::Result<u64> {
     count();
@@ -86,16 +137,46 @@ fn statx_cached(fd: BorrowedFd<'_>) -> io::Result<rustix::fs::Statx> {
 ///
 /// Only the file's cached attributes are read (see [`statx_cached`]); nothing is opened.
 pub fn check_memfd(fd: BorrowedFd<'_>) -> Result<u64, String> {
+    check_memfd_of(fd, false)
+}
+
+/// [`check_memfd`], or with `huge` the same check for a hugetlb memfd of 2 MiB pages
+/// instead (a regular file on the kernel's internal hugetlbfs mount of that size): what
+/// a group of hugetlb lots ([`Pages::HugeTlb`](crate::Pages)) accepts, and only it. A
+/// hugetlb memfd's owner can make a reader's fault find no huge page (`SIGBUS`) by
+/// punching a hole once the pool is empty: only members who chose such a group take
+/// that risk.
+pub fn check_memfd_of(fd: BorrowedFd<'_>, huge: bool) -> Result<u64, String> {
+    if huge {
+        let st = statx_cached(fd).map_err(|e| format!("cannot be examined ({e})"))?;
+        let mode = st.stx_mode as u32;
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(format!("{}, not a hugetlb memfd", kind_of(mode)));
+        }
+        let dev = huge_dev().map_err(|e| format!("cannot be compared with a memfd ({e})"))?;
+        if (st.stx_dev_major, st.stx_dev_minor) != dev {
+            return Err(
+                "a file that is not a hugetlb memfd of 2 MiB pages, in a group of \
+                 hugetlb lots"
+                    .into(),
+            );
+        }
+        return Ok(st.stx_size);
+    }
     let st = statx_cached(fd).map_err(|e| format!("cannot be examined ({e})"))?;
     let mode = st.stx_mode as u32;
     if mode & libc::S_IFMT != libc::S_IFREG {
         return Err(format!("{}, not a memfd", kind_of(mode)));
     }
     let dev = memfd_dev().map_err(|e| format!("cannot be compared with a memfd ({e})"))?;
-    if (st.stx_dev_major, st.stx_dev_minor) != dev {
-        return Err(
-            "a file on another file system (or a hugetlb memfd), not a memfd on shmem".into(),
-        );
+    let found = (st.stx_dev_major, st.stx_dev_minor);
+    if found != dev {
+        if huge_dev().is_ok_and(|h| h == found) {
+            return Err("a hugetlb memfd, which only a group of hugetlb lots \
+                 (Pages::HugeTlb) accepts, not a memfd on shmem"
+                .into());
+        }
+        return Err("a file on another file system, not a memfd on shmem".into());
     }
     Ok(st.stx_size)
 }
@@ -125,7 +206,9 @@ pub enum PeerOpen {
 /// # Errors
 /// The `/proc` lookup's error: `ENOENT` if the process is gone or has no such
 /// descriptor.
-pub fn open_peer_memfd(pid: u32, fd: RawFd) -> io::Result<PeerOpen> {
+///
+/// With `huge`, the descriptor must be a hugetlb memfd instead (see [`check_memfd_of`]).
+pub fn open_peer_memfd(pid: u32, fd: RawFd, huge: bool) -> io::Result<PeerOpen> {
     use rustix::fs::{open, Mode, OFlags};
     count();
     let path = open(
@@ -133,7 +216,7 @@ pub fn open_peer_memfd(pid: u32, fd: RawFd) -> io::Result<PeerOpen> {
         OFlags::PATH | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
-    if let Err(why) = check_memfd(path.as_fd()) {
+    if let Err(why) = check_memfd_of(path.as_fd(), huge) {
         return Ok(PeerOpen::NotMemfd(why));
     }
     count();

@@ -161,6 +161,34 @@ impl Mapping {
     }
 }
 
+impl Mapping {
+    /// Collapses `offset..offset+len` (whole 2 MiB pages at 2 MiB-aligned addresses) into
+    /// transparent huge pages, mapped here with 2 MiB entries (`madvise(MADV_COLLAPSE)`,
+    /// which works whatever `shmem_enabled` says). A 2 MiB page of which nothing is
+    /// populated cannot be collapsed, so one byte of each is read first (a shmem read
+    /// fault allocates the page; nothing is written). Other mappings of the file at
+    /// 2 MiB-aligned addresses then map the huge pages with 2 MiB entries when they fault.
+    pub fn collapse(&self, offset: usize, len: usize) -> io::Result<()> {
+        const HUGE: usize = 2 << 20;
+        let at = self.range(offset, len);
+        if at as usize % HUGE != 0 || len % HUGE != 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        for c in (0..len).step_by(HUGE) {
+            // SAFETY: inside our own mapping (asserted by `range`), which is readable
+            // (every mapping grants at least read access; the caller collapses ranges it
+            // has not made inaccessible). A volatile read changes nothing.
+            unsafe { at.cast::<u8>().add(c).read_volatile() };
+        }
+        count();
+        // SAFETY: MADV_COLLAPSE changes how the range is backed, never its contents.
+        if unsafe { libc::madvise(at, len, libc::MADV_COLLAPSE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
 /// Taking pages out of a mapping, putting them back and replacing them: what Genie's
 /// semantics do to the regions they hide and move and to the pages TCOW copies.
 #[cfg(feature = "semantics")]

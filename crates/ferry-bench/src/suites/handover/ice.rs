@@ -105,6 +105,34 @@ impl Tx {
     }
 }
 
+impl Tx {
+    /// Loans, stamps, writes every byte, writes the header and sends (`ferry-bench
+    /// hugepages`: a frame written whole); returns the stamp.
+    pub fn send_full(&mut self, size: usize, seq: u64) -> Result<u64> {
+        let mut s = self
+            .publisher
+            .loan_slice_uninit(size)
+            .map_err(|e| anyhow!("iceoryx2 loan of {size} bytes: {e:?}"))?;
+        let p = s.payload_mut();
+        let t0 = now_ns();
+        // SAFETY: `p` is the loaned slice, `p.len()` bytes of our own chunk; writing
+        // bytes into `MaybeUninit<u8>`s initialises them.
+        unsafe { std::ptr::write_bytes(p.as_mut_ptr().cast::<u8>(), seq as u8, p.len()) };
+        let mut head = [0u8; 16];
+        write_header(&mut head, seq, t0);
+        for (d, b) in p.iter_mut().zip(head) {
+            *d = MaybeUninit::new(b);
+        }
+        // SAFETY: every byte was written just above.
+        let s = unsafe { s.assume_init() };
+        let n = s.send().map_err(|e| anyhow!("iceoryx2 send: {e:?}"))?;
+        if n != 1 {
+            return Err(anyhow!("iceoryx2 delivered to {n} subscribers, not 1"));
+        }
+        Ok(t0)
+    }
+}
+
 /// The subscribing side.
 pub struct Rx {
     subscriber: Subscriber<ipc::Service, [u8], ()>,
@@ -157,6 +185,42 @@ impl Rx {
             ));
         }
         Ok((seq, t0, t1))
+    }
+}
+
+impl Rx {
+    /// Busy-polls for the next sample, reads every byte of it, stamps; returns
+    /// (sequence, t0, t1) and drops the sample (`ferry-bench hugepages`).
+    pub fn recv_full(
+        &self,
+        size: usize,
+        check: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<(u64, u64, u64)> {
+        let mut n = 0u32;
+        let s = loop {
+            if let Some(s) = self
+                .subscriber
+                .receive()
+                .map_err(|e| anyhow!("iceoryx2 receive: {e:?}"))?
+            {
+                break s;
+            }
+            n = n.wrapping_add(1);
+            if n % 65536 == 0 {
+                check()?;
+            }
+            std::hint::spin_loop();
+        };
+        let p = s.payload();
+        if p.len() != size {
+            return Err(anyhow!("iceoryx2: expected {size} bytes, got {}", p.len()));
+        }
+        std::hint::black_box(crate::suites::hugepages::read_all(p));
+        let (seq, t0) = read_header(p);
+        if p[size - 1] != seq as u8 {
+            return Err(anyhow!("iceoryx2 message {seq}: wrong last byte"));
+        }
+        Ok((seq, t0, now_ns()))
     }
 }
 

@@ -217,6 +217,30 @@ pub fn plain_try_send() -> bool {
     *ON.get_or_init(|| std::env::var_os(TRY_SEND_VAR).is_some())
 }
 
+/// The environment variable naming a file to which both workers append, for every block,
+/// the minor page faults their timed messages took (a diagnostic for the tail at large
+/// sizes; counted per block, outside the messages, so as not to disturb them).
+pub const FAULTS_VAR: &str = "FERRY_HANDOVER_FAULTS";
+
+/// Involuntary context switches of this process so far (`/proc/self/status`).
+fn involuntary_switches() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The file [`FAULTS_VAR`] names, if set (read once).
+pub fn fault_log() -> Option<&'static std::path::Path> {
+    static ON: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    ON.get_or_init(|| std::env::var_os(FAULTS_VAR).map(Into::into))
+        .as_deref()
+}
+
 /// The header: sequence number and the stamp taken just before the hand-over.
 pub fn write_header(s: &mut [u8], seq: u64, t0: u64) {
     s[0..8].copy_from_slice(&seq.to_ne_bytes());
@@ -246,6 +270,7 @@ impl FerryTx {
             .path(PathConfig {
                 quota: 4 * fbuf,
                 secure: false,
+                ..PathConfig::default()
             })
             .map_err(err)?;
         self.paths.push((size, path));
@@ -426,12 +451,41 @@ fn run_blocks(
     let mut seq = 0u64;
     for b in blocks(plan, with_ice) {
         let mut ns = Vec::with_capacity(b.timed as usize);
+        let (mut f0, mut c0) = (0, 0);
         for k in 0..b.warm + b.timed {
+            if k == b.warm && fault_log().is_some() {
+                f0 = crate::suites::hugepages::minor_faults();
+                c0 = involuntary_switches();
+            }
             seq += 1;
             let v = one(&b, seq)?;
             if k >= b.warm {
                 ns.push(v);
             }
+        }
+        if let Some(path) = fault_log() {
+            use std::io::Write as _;
+            let f = crate::suites::hugepages::minor_faults() - f0;
+            let c = involuntary_switches() - c0;
+            // Values over 5 µs: outliers of a hand-over (the receiver's one-way) or of a
+            // send call (the sender's).
+            let slow = ns.iter().filter(|&&v| v > 5_000).count();
+            let max = ns.iter().max().copied().unwrap_or(0);
+            let line = format!(
+                "pid {} {:?} {} bytes round {}: {f} faults, {c} preemptions, {slow} over 5 us \
+                 (max {max} ns) in {} timed messages\n",
+                std::process::id(),
+                b.sys,
+                b.size,
+                b.round,
+                b.timed
+            );
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .and_then(|mut file| file.write_all(line.as_bytes()))
+                .context("writing the fault log")?;
         }
         out.push(Sample {
             kind: kind(b.sys),
