@@ -134,7 +134,14 @@ fn the_tool_has_no_test_hooks() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .current_dir(root)
-        .args(["tree", "--offline", "-p", "ferry-cli", "-e", "normal,features"])
+        .args([
+            "tree",
+            "--offline",
+            "-p",
+            "ferry-cli",
+            "-e",
+            "normal,features",
+        ])
         .output()
         .unwrap();
     let tree = String::from_utf8_lossy(&out.stdout);

@@ -1,7 +1,8 @@
 //! Error types of the ferry library.
 //!
-//! One small enum for the whole crate, so callers can match on what went wrong; a failed
-//! syscall carries its [`std::io::Error`].
+//! One enum for the whole crate, so callers can match on what went wrong whichever call
+//! returned it; a failed syscall carries its [`std::io::Error`]. Why one enum and not a
+//! type per operation: `docs/architecture.md`, "Errors".
 
 use std::fmt;
 use std::io;
@@ -338,7 +339,7 @@ impl fmt::Display for Error {
                 addr + len
             ),
             Self::PeerGone { pid } => write!(f, "peer process {pid} is gone"),
-            Self::Disconnected => write!(f, "peer closed the channel"),
+            Self::Disconnected => write!(f, "peer closed its end of the channel"),
             Self::Refused { pid, why } => {
                 write!(f, "peer process {pid} refused the channel: {why}")
             }
@@ -380,9 +381,12 @@ impl fmt::Display for Error {
             Self::BadGroup(why) => write!(f, "not a usable ferry group: {why}"),
             Self::Untrusted { path, why } => write!(f, "refusing {}: {why}", path.display()),
             Self::BadDescriptor(d) => write!(f, "bad descriptor from peer: {d}"),
-            Self::Full => write!(f, "channel ring is full"),
-            Self::Timeout => write!(f, "timed out"),
-            Self::Interrupted => write!(f, "interrupted"),
+            Self::Full => write!(f, "channel ring is full: sending now would have to wait"),
+            Self::Timeout => write!(
+                f,
+                "timed out: the call's timeout passed before what it waited for happened"
+            ),
+            Self::Interrupted => write!(f, "interrupted: the caller's stop check ended the wait"),
             Self::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             Self::TableFull { table } => write!(f, "the {table} is full"),
             Self::Busy { what } => write!(f, "{what} is in use by an operation in flight"),
@@ -395,7 +399,10 @@ impl fmt::Display for Error {
             Self::EmptySlot { index } => write!(f, "registered-file slot {index} is empty"),
             Self::Stopped => write!(f, "the loop command was stopped"),
             Self::BadChannel(why) => write!(f, "not a usable ferry channel: {why}"),
-            Self::NotWritable => write!(f, "segment is not writable"),
+            Self::NotWritable => write!(
+                f,
+                "segment is read-only where the operation needs a writable one"
+            ),
             Self::PalletUnloaded { pallet } => {
                 write!(f, "pallet {pallet} is unloaded (mapped); reload it first")
             }

@@ -62,7 +62,8 @@
 //! inspection: channel, path and server statistics, members' activity areas, what a
 //! group's named file says, syscall counts), and one for each feature below.
 //!
-//! Errors are one enum, [`Error`]; a descriptor that fails validation is
+//! Errors are one enum, [`Error`], whichever call returns them (the reason is in
+//! `docs/architecture.md`, "Errors"); a descriptor that fails validation is
 //! [`Error::BadDescriptor`], a dead peer [`Error::PeerGone`].
 //!
 //! # Features

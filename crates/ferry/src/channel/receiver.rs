@@ -257,7 +257,11 @@ unsafe fn copy_shared(src: *const u8, out: &mut [u8]) {
     }
 }
 
-/// The receiving end of a channel. Its [`AsFd`] is a descriptor (an epoll set over the
+/// The receiving end of a channel (see [`Sender`](crate::Sender)): every descriptor the
+/// sender writes is validated before use, and the data received is the sender's pages,
+/// read in place through a read-only mapping; dropping it sends the release back.
+///
+/// Its [`AsFd`] is a descriptor (an epoll set over the
 /// channel's eventfd and the sender's pidfd) that turns readable when a message arrives
 /// for a receiver that [armed](Self::arm) it, when the sender closes its end, and when
 /// the sender dies, so it works with any epoll loop and with async runtimes.

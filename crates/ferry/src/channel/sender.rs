@@ -376,7 +376,17 @@ impl ReleaseSource for SendCore {
     }
 }
 
-/// The sending end of a channel.
+/// The sending end of a channel: a shared-memory ring pair between two domains that
+/// carries descriptors of [`IoData`](crate::IoData), never payload, with releases flowing
+/// back on a reverse ring.
+///
+/// A `Sender` is made by [`Domain::connect`](crate::Domain::connect), its
+/// [`Receiver`](crate::Receiver) by [`Domain::accept`](crate::Domain::accept). Sending pins
+/// the message's fbufs in the sender until the receiver drops every fragment; the drop
+/// pushes a release on the reverse ring, and the sender returns the fbufs to their path's
+/// free list the next time it sends or allocates (or at
+/// [`collect_releases`](Self::collect_releases)). When either process dies the other
+/// learns it through a pidfd, and the sender reclaims everything the dead receiver held.
 pub struct Sender {
     pub(super) core: Arc<SendCore>,
     /// The path [`Sender::loan_slice`] allocates from, made at its first use.

@@ -28,77 +28,13 @@
 //! # Ok(()) }
 //! ```
 //!
-//! # Naming and discovery
-//!
-//! The control block of every group has a service table (its layout and checks are in
-//! `table.rs`): up to [`MAX_SERVICES`] entries, each a name (1 to [`MAX_NAME`] bytes of
-//! UTF-8), the offering domain (the *owner*: a [`Publisher`] or a [`Server`]), the kind,
-//! the queue depth and slow-subscriber policy, and up to [`MAX_MEMBERS`] member words
-//! (subscribers or clients). [`Publisher::offer`] and [`Server::offer`] claim an entry
-//! under the table's lock, so a name is offered at most once in a group
-//! ([`Error::ServiceExists`]); an entry whose owner died is free again, found by the
-//! same pidfd liveness test as the group's slots. [`Subscriber::open`] and
-//! [`Client::open`] wait up to their timeout for the name to appear
-//! ([`Error::NoSuchService`] if it does not), record themselves in a free member word and
-//! wake the owner through a futex word of the entry. [`Group::services`] lists the
-//! table.
-//!
-//! # Joining
-//!
-//! Each owner runs a *door* thread that sleeps on its entry's join word. When a member
-//! appears, the door makes the channels with the ordinary point-to-point handshake:
-//! the owner connects to a subscriber (which waits in [`Domain::accept_from`] for that
-//! owner only); for a client, the server connects (responses) and then accepts the
-//! client's channel (requests). So a member joins whenever it likes, whatever the owner
-//! is doing, and every guarantee of [`channel`](crate::channel) holds per member:
-//! validated descriptors, releases that flow back, a dead peer found by its pidfd and
-//! everything it held reclaimed (quarantined while the ledgers say someone still reads
-//! it).
-//!
-//! # Publish-subscribe
-//!
-//! A publish offers the same fbufs to each subscriber's channel (one descriptor each,
-//! no payload copy; fragments outside any lot are copied once into the publisher's lot
-//! and counted in [`PublisherStats::copied_bytes`]). The fbufs return to their path
-//! when the last subscriber releases them, since each channel holds its own reference
-//! until its receiver releases. Each subscriber's queue holds
-//! [`ServiceConfig::depth`] messages. When it is full, [`SlowSubscriber::Block`] makes
-//! the publisher wait for room (with an optional timeout), and
-//! [`SlowSubscriber::Drop`] makes that subscriber lose the *oldest* message in its
-//! queue to make room for the new one (counted per subscriber), so a slow or stopped
-//! subscriber never holds up the publisher or the others, and one that resumes finds the
-//! latest [`ServiceConfig::depth`] messages, in order. Its channel is then
-//! [lossy](crate::ChannelConfig::lossy): the publisher takes the oldest entry back out of
-//! the ring with a compare-and-swap of the ring's head (the subscriber takes entries
-//! with one too, so that each entry goes to exactly one of them), and the evicted
-//! message's fbufs return to the publisher's path as if it had been released.
-//!
-//! # Request-response
-//!
-//! A [`Client`] sends a request IoData and gets the response IoData, both zero-copy
-//! apart from a 16-byte header fragment (request id, status), with timeouts
-//! ([`Error::Timeout`]); the [`Server`] serves its clients in turn. A client that dies
-//! is dropped by the server (its holds reclaimed); a server that dies makes its clients'
-//! calls fail with [`Error::PeerGone`].
-//!
-//! # Location transparency
-//!
-//! A [`Handler`] runs where [`Placement`] puts it: [`Caller`] calls it directly in
-//! process, or through a [`Client`] of a server process running [`run_server`].
-//!
-//! # Waiting with epoll or async runtimes
-//!
-//! [`Subscriber`], [`Client`] and [`Server`] implement [`AsFd`](std::os::fd::AsFd):
-//! call `arm()`, wait for the descriptor to turn readable, then call the `try_*`
-//! method. Busy-polling with `try_*` makes no system call per message in steady state.
-//!
-//! # What a hostile member can do
-//!
-//! Any member maps the table writable. Readers check every field and skip entries that
-//! fail (counted in [`Group::service_table_damage`]); a scribbled table makes opening
-//! fail with [`Error::NoSuchService`] or [`Error::BadServiceTable`], or connect to the
-//! wrong live domain, where the handshake checks fail or time out. Channels already
-//! open do not read the table and go on.
+//! How names are found, how members join, slow subscribers and hostile members: the docs
+//! of [`Publisher`]; request-response: [`Server`]. Each owner runs a *door* thread
+//! (`door.rs`) that sleeps on its table entry's join word and makes a joining member's
+//! channels with the point-to-point handshake (for a subscriber the owner connects and the
+//! subscriber waits in [`Domain::accept_from`]; for a client the server connects for
+//! responses and accepts the client's channel for requests); the table's layout and
+//! checks are in `table.rs`.
 
 mod door;
 mod local;

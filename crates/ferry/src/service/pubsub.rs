@@ -132,6 +132,42 @@ pub struct SubscriberInfo {
 /// service's [`SlowSubscriber`] policy. Subscribers join through a thread the publisher
 /// starts (the *door*), so they may join at any time; dead subscribers are found by their
 /// pidfds and everything they held is reclaimed by the channel machinery.
+///
+/// # Naming and discovery
+///
+/// Every group's control block has a service table, with no daemon: up to
+/// [`MAX_SERVICES`](crate::MAX_SERVICES) entries, each a name (1 to
+/// [`MAX_NAME`](crate::MAX_NAME) bytes of UTF-8), the offering domain (the *owner*: a
+/// publisher or a [`Server`](crate::Server)), the kind, the queue depth and slow-subscriber
+/// policy, and up to [`MAX_MEMBERS`](crate::MAX_MEMBERS) members. [`offer`](Self::offer)
+/// claims an entry under the table's lock, so a name is offered at most once in a group
+/// ([`Error::ServiceExists`]); the entry of an owner that died is free again.
+/// [`Subscriber::open`] waits up to its timeout for the name to appear
+/// ([`Error::NoSuchService`] if it does not) and records itself in a member word, which
+/// wakes the owner's door; the door then makes the subscriber's channel with the ordinary
+/// handshake, so every guarantee of a [`Sender`] holds per subscriber (validated
+/// descriptors, releases that flow back, a dead peer found by its pidfd and what it held
+/// reclaimed). [`Group::services`](crate::Group::services) lists the table.
+///
+/// # Slow subscribers
+///
+/// Each subscriber's queue holds [`ServiceConfig::depth`] messages. When it is full,
+/// [`SlowSubscriber::Block`] makes the publish wait for room (with an optional timeout),
+/// and [`SlowSubscriber::Drop`] makes that subscriber lose the *oldest* message of its
+/// queue to make room for the new one (counted per subscriber): a slow or stopped
+/// subscriber never holds up the publisher or the others, and one that resumes finds the
+/// latest `depth` messages, in order. The evicted message's fbufs return to the
+/// publisher's path as if released. Fragments outside any lot are copied once into the
+/// publisher's lot ([`PublisherStats::copied_bytes`]), whatever the number of subscribers.
+///
+/// # What a hostile member can do
+///
+/// Any member maps the service table writable. Readers check every field and skip
+/// entries that fail (counted in
+/// [`Group::service_table_damage`](crate::Group::service_table_damage)); a scribbled table
+/// makes opening fail with [`Error::NoSuchService`] or [`Error::BadServiceTable`], or
+/// connect to the wrong live domain, where the handshake's checks fail or time out.
+/// Channels already open do not read the table and go on.
 pub struct Publisher {
     /// First: on drop the door stops and the name is withdrawn before the channels
     /// close, so a subscriber that sees its channel close finds the name gone.

@@ -143,6 +143,17 @@ pub struct ServerStats {
 
 /// The serving end of a named request-response service.
 ///
+/// A [`Client`] sends a request [`IoData`](crate::IoData) and gets the response, both
+/// zero-copy apart from a 16-byte header fragment (request id, status), with timeouts
+/// ([`Error::Timeout`](crate::Error::Timeout)); the server serves its clients in turn,
+/// each through a pair of channels its door makes when the client joins. A client that
+/// dies is dropped by the server (what it held reclaimed); a server that dies makes its
+/// clients' calls fail with [`Error::PeerGone`](crate::Error::PeerGone). Names are
+/// offered and found as for a [`Publisher`](crate::Publisher). A
+/// [`Handler`](crate::Handler) can run where a [`Placement`](crate::Placement) puts it:
+/// called directly in process ([`Caller`](crate::Caller)), or in a server process that
+/// runs [`run_server`](crate::run_server).
+///
 /// Its [`AsFd`] is an epoll descriptor over every client's request queue and the
 /// door's join notifications: call [`arm`](Self::arm), wait for it to turn readable,
 /// then [`try_recv`](Self::try_recv).
