@@ -171,7 +171,7 @@ pub enum Error {
         /// Bytes that were asked for.
         requested: usize,
     },
-    /// A lot of hugetlb pages ([`Pages::HugeTlb`](crate::Pages)) could not reserve its
+    /// A lot of hugetlb pages (`Pages::HugeTlb`) could not reserve its
     /// huge pages: the administrator reserved too few (`vm.nr_hugepages`), or other
     /// processes took them.
     NoHugePages {
@@ -375,7 +375,7 @@ impl fmt::Display for Error {
                 "a hugetlb lot of {} MiB needs {} huge pages of 2 MiB and the pool has {free} \
                  free (reserve more with sysctl vm.nr_hugepages, or use smaller lots)",
                 lot_size >> 20,
-                lot_size.div_ceil(crate::region::HUGE_PAGE)
+                lot_size.div_ceil(2 << 20)
             ),
             Self::GroupFull => write!(f, "group has no free domain slot"),
             Self::BadGroup(why) => write!(f, "not a usable ferry group: {why}"),

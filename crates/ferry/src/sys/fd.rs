@@ -142,7 +142,7 @@ pub fn check_memfd(fd: BorrowedFd<'_>) -> Result<u64, String> {
 
 /// [`check_memfd`], or with `huge` the same check for a hugetlb memfd of 2 MiB pages
 /// instead (a regular file on the kernel's internal hugetlbfs mount of that size): what
-/// a group of hugetlb lots ([`Pages::HugeTlb`](crate::Pages)) accepts, and only it. A
+/// a group of hugetlb lots (`Pages::HugeTlb`) accepts, and only it. A
 /// hugetlb memfd's owner can make a reader's fault find no huge page (`SIGBUS`) by
 /// punching a hole once the pool is empty: only members who chose such a group take
 /// that risk.
