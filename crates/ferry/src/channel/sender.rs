@@ -178,28 +178,31 @@ impl SendCore {
                 }
             }
         }
-        let mut spilled = spilled.into_iter();
-        loop {
-            let token = match spilled.next() {
-                Some(t) => t,
-                None => match st.rev.try_pop().map_err(corrupt)? {
-                    Some((t, w)) => {
-                        wake |= w;
-                        t
-                    }
-                    None => break,
-                },
-            };
+        let SendState {
+            rev,
+            inflight,
+            free_tokens,
+            ..
+        } = &mut *st;
+        let mut bad = 0;
+        let mut take = |token: u64| {
             let t = Token::from_word(token);
-            match st.inflight.get_mut(t.idx as usize) {
+            match inflight.get_mut(t.idx as usize) {
                 Some(f) if f.generation == t.generation && f.data.is_some() => {
                     // Returns its fbufs to their paths now.
                     drop(f.data.take());
-                    st.free_tokens.push(t.idx);
+                    free_tokens.push(t.idx);
                     n += 1;
                 }
-                _ => Counters::add(&self.stats.bad, 1),
+                _ => bad += 1,
             }
+        };
+        spilled.into_iter().for_each(&mut take);
+        // One head store and one fence for the whole batch, not one per release.
+        let (_, w) = rev.pop_batch(usize::MAX, &mut take).map_err(corrupt)?;
+        wake |= w;
+        if bad > 0 {
+            Counters::add(&self.stats.bad, bad);
         }
         // The receiver closed its end and released what it left in the ring; messages
         // pushed after that (our check of `rx_closed` raced with its close) will never be
@@ -376,6 +379,21 @@ impl ReleaseSource for SendCore {
     }
 }
 
+/// How a send ends: with its own fence and wake-up check, or leaving both to
+/// [`Sender::wake_after_unfenced`] (and then perhaps collecting releases whatever the
+/// count, see [`Sender::try_send_unfenced`]).
+#[derive(Clone, Copy)]
+pub(super) enum Fence {
+    Fenced,
+    Unfenced { collect: bool },
+}
+
+impl Fence {
+    fn collects(self) -> bool {
+        matches!(self, Fence::Unfenced { collect: true })
+    }
+}
+
 /// The sending end of a channel.
 pub struct Sender {
     pub(super) core: Arc<SendCore>,
@@ -424,7 +442,7 @@ impl SendSlot<'_> {
     /// allocation errors of the copying fallback.
     pub fn send(self, data: &IoData) -> Result<()> {
         self.tx.open(&self.st)?;
-        self.tx.send_locked(self.st, data, true).map(drop)
+        self.tx.send_locked(self.st, data, Fence::Fenced).map(drop)
     }
 
     /// Makes `data`'s descriptor now, before its payload is written, and stores it in the
@@ -505,7 +523,7 @@ impl SendSlot<'_> {
             meta: None,
             evicted: None,
         };
-        self.tx.finish_send(self.st, sent, true);
+        self.tx.finish_send(self.st, sent, Fence::Fenced);
     }
 }
 
@@ -560,7 +578,7 @@ impl Sender {
     /// # Errors
     /// As [`try_send`](Self::try_send); a lossy channel is never full.
     pub fn try_send_evicting(&self, data: &IoData) -> Result<bool> {
-        self.send_now(data, true)
+        self.send_now(data)
     }
 
     /// [`try_send_evicting`](Self::try_send_evicting) as one step of a fan-out: the
@@ -570,8 +588,17 @@ impl Sender {
     /// all instead of one per channel. (Each send's lock still waits for its ring slot's
     /// cache line to come from the receiver's core, so what this saves is the fences'
     /// own cost: a few percent of a publish.)
-    pub(crate) fn try_send_unfenced(&self, data: &IoData) -> Result<bool> {
-        self.send_now(data, false)
+    ///
+    /// `collect` also collects this sender's releases (all of them, with one fence)
+    /// once the message is out, whatever the count since the last collection: a
+    /// publisher asks it of one subscriber's sender per publish, in turn, so that each
+    /// publish pays for about one release per subscriber and none for many (see
+    /// [`DRAIN_EVERY`]). The first of the releases' cache lines is then loaded right
+    /// after the descriptor's store, so that the two transfers between cores overlap.
+    pub(crate) fn try_send_unfenced(&self, data: &IoData, collect: bool) -> Result<bool> {
+        let st = self.core.lock();
+        self.open(&st)?;
+        self.send_locked(st, data, Fence::Unfenced { collect })
     }
 
     /// Finishes the sends of [`try_send_unfenced`](Self::try_send_unfenced): one
@@ -586,6 +613,19 @@ impl Sender {
                 Counters::add(&c.stats.wakeups, 1);
                 c.link.rx_efd.notify();
             }
+        }
+    }
+
+    /// Collects this sender's releases now (all of them, with one fence) unless another
+    /// thread holds its state (then that thread's send or wait collects them). A
+    /// broken reverse ring is reported by the next send.
+    pub(crate) fn collect_some(&self) {
+        let c = &*self.core;
+        let Ok(mut st) = c.state.try_lock() else {
+            return;
+        };
+        if c.drain(&mut st).is_err() {
+            st.rev_corrupt = true;
         }
     }
 
@@ -761,12 +801,11 @@ impl Sender {
         Ok(())
     }
 
-    /// Sends if the ring has room; `fenced` false leaves the wake-up to
-    /// [`wake_after_unfenced`](Self::wake_after_unfenced).
-    fn send_now(&self, data: &IoData, fenced: bool) -> Result<bool> {
+    /// Sends if the ring has room.
+    fn send_now(&self, data: &IoData) -> Result<bool> {
         let st = self.core.lock();
         self.open(&st)?;
-        self.send_locked(st, data, fenced)
+        self.send_locked(st, data, Fence::Fenced)
     }
 
     /// The send itself, under the state lock, the channel checked open. Until the
@@ -778,7 +817,7 @@ impl Sender {
         &self,
         mut st: std::sync::MutexGuard<'_, SendState>,
         data: &IoData,
-        fenced: bool,
+        how: Fence,
     ) -> Result<bool> {
         let c = &*self.core;
         // Make sure every fragment lies in a lot the receiver can map (else the copying
@@ -867,6 +906,9 @@ impl Sender {
                 Err(Error::Full)
             }
             Push::Done { .. } => {
+                if how.collects() {
+                    st.rev.touch();
+                }
                 let sent = Sent {
                     token,
                     pos,
@@ -874,22 +916,22 @@ impl Sender {
                     meta,
                     evicted,
                 };
-                Ok(self.finish_send(st, sent, fenced))
+                Ok(self.finish_send(st, sent, how))
             }
         }
     }
 
     /// What follows a push, once the descriptor is out (from here on locked
     /// instructions cost the receiver nothing): the message goes on record under its
-    /// token, the receiver is woken if it sleeps (unless `fenced` is false, see
+    /// token, the receiver is woken if it sleeps (unless the send is unfenced, see
     /// [`wake_after_unfenced`](Self::wake_after_unfenced)), releases are drained every
-    /// [`DRAIN_EVERY`] sends, and the counters move. Returns whether a message was
+    /// [`DRAIN_EVERY`] sends (or now, if asked), and the counters move. Returns whether a message was
     /// evicted to make room.
     pub(super) fn finish_send(
         &self,
         mut st: std::sync::MutexGuard<'_, SendState>,
         sent: Sent,
-        fenced: bool,
+        how: Fence,
     ) -> bool {
         let c = &*self.core;
         let len = sent.data.len() as u64;
@@ -903,7 +945,7 @@ impl Sender {
         st.by_pos[(sent.pos % slots) as usize] = sent.token.idx;
         // Dekker, as in `Producer::try_push`: publication, fence, then the consumer's
         // `sleeping` flag (unfenced sends leave both to `wake_after_unfenced`).
-        let wake = fenced && {
+        let wake = matches!(how, Fence::Fenced) && {
             crate::sync::fence(crate::sync::Ordering::SeqCst);
             c.link.fwd_ctl().take_sleeper()
         };
@@ -913,7 +955,7 @@ impl Sender {
         // (so the token list outgrows what is really out by at most that many). A broken
         // reverse ring is reported by the next send (this one went out).
         st.undrained += 1;
-        if st.undrained >= DRAIN_EVERY && c.drain(&mut st).is_err() {
+        if (st.undrained >= DRAIN_EVERY || how.collects()) && c.drain(&mut st).is_err() {
             st.rev_corrupt = true;
         }
         // Under the state lock: the only writer.
