@@ -379,6 +379,9 @@ impl ReleaseSource for SendCore {
     }
 }
 
+/// Most senders one [`Sender::fan_out`] call serves (its state is on the stack).
+pub(crate) const FAN: usize = 16;
+
 /// How a send ends: with its own fence and wake-up check, or leaving both to
 /// [`Sender::wake_after_unfenced`] (and then perhaps collecting releases whatever the
 /// count, see [`Sender::try_send_unfenced`]).
@@ -612,6 +615,110 @@ impl Sender {
             if c.link.fwd_ctl().take_sleeper() {
                 Counters::add(&c.stats.wakeups, 1);
                 c.link.rx_efd.notify();
+            }
+        }
+    }
+
+    /// [`try_send_unfenced`](Self::try_send_unfenced) to each of `senders` (at most
+    /// [`FAN`]), `out[i]` getting `senders[i]`'s outcome, with the descriptors' stores
+    /// kept together: every sender's lock is taken, its ring place reserved, its token
+    /// taken and `data` cloned first; then the descriptors are stored one after another,
+    /// with no locked instruction between them; then the messages go on record and the
+    /// locks are let go. A locked instruction (a lock, a reference count) waits for
+    /// every store still pending, and each descriptor's store waits for its slot's cache
+    /// line to come from that receiver's core: stored together, those transfers overlap
+    /// instead of following one another. A sender whose ring is full (or a message that
+    /// is not one run of inline fragments) takes the one-by-one path after the others.
+    /// [`wake_after_unfenced`](Self::wake_after_unfenced) must follow, with every sender
+    /// whose outcome is `Ok`.
+    pub(crate) fn fan_out(senders: &[&Sender], data: &IoData, out: &mut [Result<bool>]) {
+        assert!(senders.len() <= FAN && out.len() == senders.len());
+        let n = data.num_fragments();
+        let mut frags = [RawFrag::default(); desc::INLINE_FRAGS];
+        let fast = n <= desc::INLINE_FRAGS
+            && data.fragments().iter().zip(&mut frags).all(|(f, raw)| {
+                let Some(s) = f.lot_span() else {
+                    return false;
+                };
+                *raw = RawFrag::new(s.lot.slot, s.lot.generation, s.offset, f.len() as u64);
+                true
+            });
+        // Once per message, not per sender: a hook (securing an fbuf) acts once. One
+        // that fails is left to the one-by-one path, which reports it.
+        if !fast
+            || data
+                .fragments()
+                .iter()
+                .any(|f| f.segment().on_send().is_err())
+        {
+            for (tx, o) in senders.iter().zip(out.iter_mut()) {
+                *o = tx.try_send_unfenced(data, false);
+            }
+            return;
+        }
+        let frags = &frags[..n];
+        let mut guards: [Option<std::sync::MutexGuard<'_, SendState>>; FAN] = [const { None }; FAN];
+        let mut places: [Option<Reserved<RawDesc>>; FAN] = [const { None }; FAN];
+        let mut tokens = [Token {
+            idx: 0,
+            generation: 0,
+        }; FAN];
+        let mut later = 0u32;
+        for (i, tx) in senders.iter().enumerate() {
+            let mut st = tx.core.lock();
+            if let Err(e) = tx.open(&st) {
+                out[i] = Err(e);
+                continue;
+            }
+            match st.fwd.reserve() {
+                Ok(Some(place)) => {
+                    tokens[i] = st.take_token();
+                    places[i] = Some(place);
+                    guards[i] = Some(st);
+                }
+                // Full (or a ring the receiver broke): after the others, one by one.
+                _ => later |= 1 << i,
+            }
+        }
+        // The clones (locked increments) before any descriptor is stored.
+        let mut clones: [Option<IoData>; FAN] = [const { None }; FAN];
+        for (c, g) in clones.iter_mut().zip(&guards) {
+            if g.is_some() {
+                *c = Some(data.clone());
+            }
+        }
+        for ((g, p), t) in guards.iter_mut().zip(&mut places).zip(&tokens) {
+            if let (Some(st), Some(place)) = (g.as_mut(), p.take()) {
+                let d = desc::encode(t.word(), frags, &mut [], RawRef::NONE);
+                // SAFETY: reserved above under this lock, held since, nothing pushed since.
+                unsafe { st.fwd.publish_reserved(place, d) };
+            }
+        }
+        let len = data.len() as u64;
+        for i in 0..senders.len() {
+            let Some(mut st) = guards[i].take() else {
+                continue;
+            };
+            let c = &*senders[i].core;
+            let t = tokens[i];
+            let pos = st.fwd.position().wrapping_sub(1);
+            st.inflight[t.idx as usize] = InFlight {
+                generation: t.generation,
+                pos,
+                data: clones[i].take().map(|d| (d, None)),
+            };
+            st.out += 1;
+            let slots = st.by_pos.len() as u64;
+            st.by_pos[(pos % slots) as usize] = t.idx;
+            // Under the state lock: the only writer.
+            Counters::bump(&c.stats.messages, 1);
+            Counters::bump(&c.stats.bytes, len);
+            c.publish(&st);
+            out[i] = Ok(false);
+        }
+        for (i, tx) in senders.iter().enumerate() {
+            if later & 1 << i != 0 {
+                out[i] = tx.try_send_unfenced(data, false);
             }
         }
     }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::door::{Admit, HANDSHAKE_PATIENCE};
 use super::table::Kind;
 use super::{Membership, Offering, ServiceConfig, SlowSubscriber};
-use crate::channel::{ChannelConfig, ChannelStats, Draft, Receiver, Sender};
+use crate::channel::{ChannelConfig, ChannelStats, Draft, Receiver, Sender, FAN};
 use crate::error::{Error, Result};
 use crate::iodata::{IoData, IoDataMut};
 use crate::region::group::Member;
@@ -397,28 +397,46 @@ impl Publisher {
             self.turn
         };
         // Each queue gets the message without its own fence; the one fence after the
-        // loop serves them all (see `Sender::try_send_unfenced`).
-        for (i, s) in subs.iter_mut().enumerate() {
-            match s.tx.try_send_unfenced(&data, i == turn) {
-                Ok(evicted) => {
-                    sent |= 1 << i;
-                    s.delivered += 1;
-                    delivered += 1;
-                    if evicted {
+        // loop serves them all (see `Sender::try_send_unfenced`). With several
+        // subscribers, their descriptors are stored together (see `Sender::fan_out`).
+        let fan = subs.len() > 1;
+        let mut outcome: [Result<bool>; FAN] = [const { Ok(false) }; FAN];
+        for (k, chunk) in subs.chunks_mut(FAN).enumerate() {
+            let n = chunk.len();
+            if fan {
+                let mut senders: [&Sender; FAN] = [&*chunk[0].tx; FAN];
+                for (at, s) in senders.iter_mut().zip(chunk.iter()) {
+                    *at = &*s.tx;
+                }
+                Sender::fan_out(&senders[..n], &data, &mut outcome[..n]);
+            } else {
+                for (j, (o, s)) in outcome.iter_mut().zip(chunk.iter()).enumerate() {
+                    *o = s.tx.try_send_unfenced(&data, k * FAN + j == turn);
+                }
+            }
+            for (j, (s, r)) in chunk.iter_mut().zip(&mut outcome).enumerate() {
+                let i = k * FAN + j;
+                match std::mem::replace(r, Ok(false)) {
+                    Ok(evicted) => {
+                        sent |= 1 << i;
+                        s.delivered += 1;
+                        delivered += 1;
+                        if evicted {
+                            s.dropped += 1;
+                            self.stats.dropped += 1;
+                        }
+                    }
+                    Err(Error::Full) if block => full.push(s.tx.clone()),
+                    Err(Error::Full) => {
                         s.dropped += 1;
                         self.stats.dropped += 1;
                     }
+                    Err(Error::PeerGone { .. } | Error::Disconnected) => gone |= 1 << i,
+                    Err(e) => failed = failed.or(Some(e)),
                 }
-                Err(Error::Full) if block => full.push(s.tx.clone()),
-                Err(Error::Full) => {
-                    s.dropped += 1;
-                    self.stats.dropped += 1;
-                }
-                Err(Error::PeerGone { .. } | Error::Disconnected) => gone |= 1 << i,
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
+            }
+            if failed.is_some() {
+                break;
             }
         }
         // Every queue that took the message wakes its subscriber if it sleeps, even if a
@@ -429,6 +447,9 @@ impl Publisher {
                 .filter(|(i, _)| sent & 1 << i != 0)
                 .map(|(_, s)| &*s.tx),
         );
+        if fan && turn < subs.len() {
+            subs[turn].tx.collect_some();
+        }
         if gone != 0 {
             let mut i = 0;
             subs.retain(|_| {
