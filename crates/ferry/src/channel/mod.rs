@@ -17,4 +17,5 @@ pub use link::{ChannelConfig, ChannelStats};
 pub(crate) use loan::Draft;
 pub use loan::Loan;
 pub use receiver::Receiver;
+pub(crate) use sender::FAN;
 pub use sender::{SendSlot, Sender};

@@ -178,28 +178,31 @@ impl SendCore {
                 }
             }
         }
-        let mut spilled = spilled.into_iter();
-        loop {
-            let token = match spilled.next() {
-                Some(t) => t,
-                None => match st.rev.try_pop().map_err(corrupt)? {
-                    Some((t, w)) => {
-                        wake |= w;
-                        t
-                    }
-                    None => break,
-                },
-            };
+        let SendState {
+            rev,
+            inflight,
+            free_tokens,
+            ..
+        } = &mut *st;
+        let mut bad = 0;
+        let mut take = |token: u64| {
             let t = Token::from_word(token);
-            match st.inflight.get_mut(t.idx as usize) {
+            match inflight.get_mut(t.idx as usize) {
                 Some(f) if f.generation == t.generation && f.data.is_some() => {
                     // Returns its fbufs to their paths now.
                     drop(f.data.take());
-                    st.free_tokens.push(t.idx);
+                    free_tokens.push(t.idx);
                     n += 1;
                 }
-                _ => Counters::add(&self.stats.bad, 1),
+                _ => bad += 1,
             }
+        };
+        spilled.into_iter().for_each(&mut take);
+        // One head store and one fence for the whole batch, not one per release.
+        let (_, w) = rev.pop_batch(usize::MAX, &mut take).map_err(corrupt)?;
+        wake |= w;
+        if bad > 0 {
+            Counters::add(&self.stats.bad, bad);
         }
         // The receiver closed its end and released what it left in the ring; messages
         // pushed after that (our check of `rx_closed` raced with its close) will never be
@@ -376,6 +379,24 @@ impl ReleaseSource for SendCore {
     }
 }
 
+/// Most senders one [`Sender::fan_out`] call serves (its state is on the stack).
+pub(crate) const FAN: usize = 16;
+
+/// How a send ends: with its own fence and wake-up check, or leaving both to
+/// [`Sender::wake_after_unfenced`] (and then perhaps collecting releases whatever the
+/// count, see [`Sender::try_send_unfenced`]).
+#[derive(Clone, Copy)]
+pub(super) enum Fence {
+    Fenced,
+    Unfenced { collect: bool },
+}
+
+impl Fence {
+    fn collects(self) -> bool {
+        matches!(self, Fence::Unfenced { collect: true })
+    }
+}
+
 /// The sending end of a channel: a shared-memory ring pair between two domains that
 /// carries descriptors of [`IoData`](crate::IoData), never payload, with releases flowing
 /// back on a reverse ring.
@@ -434,7 +455,7 @@ impl SendSlot<'_> {
     /// allocation errors of the copying fallback.
     pub fn send(self, data: &IoData) -> Result<()> {
         self.tx.open(&self.st)?;
-        self.tx.send_locked(self.st, data, true).map(drop)
+        self.tx.send_locked(self.st, data, Fence::Fenced).map(drop)
     }
 
     /// Makes `data`'s descriptor now, before its payload is written, and stores it in the
@@ -515,7 +536,7 @@ impl SendSlot<'_> {
             meta: None,
             evicted: None,
         };
-        self.tx.finish_send(self.st, sent, true);
+        self.tx.finish_send(self.st, sent, Fence::Fenced);
     }
 }
 
@@ -570,7 +591,7 @@ impl Sender {
     /// # Errors
     /// As [`try_send`](Self::try_send); a lossy channel is never full.
     pub fn try_send_evicting(&self, data: &IoData) -> Result<bool> {
-        self.send_now(data, true)
+        self.send_now(data)
     }
 
     /// [`try_send_evicting`](Self::try_send_evicting) as one step of a fan-out: the
@@ -580,8 +601,17 @@ impl Sender {
     /// all instead of one per channel. (Each send's lock still waits for its ring slot's
     /// cache line to come from the receiver's core, so what this saves is the fences'
     /// own cost: a few percent of a publish.)
-    pub(crate) fn try_send_unfenced(&self, data: &IoData) -> Result<bool> {
-        self.send_now(data, false)
+    ///
+    /// `collect` also collects this sender's releases (all of them, with one fence)
+    /// once the message is out, whatever the count since the last collection: a
+    /// publisher asks it of one subscriber's sender per publish, in turn, so that each
+    /// publish pays for about one release per subscriber and none for many (see
+    /// [`DRAIN_EVERY`]). The first of the releases' cache lines is then loaded right
+    /// after the descriptor's store, so that the two transfers between cores overlap.
+    pub(crate) fn try_send_unfenced(&self, data: &IoData, collect: bool) -> Result<bool> {
+        let st = self.core.lock();
+        self.open(&st)?;
+        self.send_locked(st, data, Fence::Unfenced { collect })
     }
 
     /// Finishes the sends of [`try_send_unfenced`](Self::try_send_unfenced): one
@@ -596,6 +626,123 @@ impl Sender {
                 Counters::add(&c.stats.wakeups, 1);
                 c.link.rx_efd.notify();
             }
+        }
+    }
+
+    /// [`try_send_unfenced`](Self::try_send_unfenced) to each of `senders` (at most
+    /// [`FAN`]), `out[i]` getting `senders[i]`'s outcome, with the descriptors' stores
+    /// kept together: every sender's lock is taken, its ring place reserved, its token
+    /// taken and `data` cloned first; then the descriptors are stored one after another,
+    /// with no locked instruction between them; then the messages go on record and the
+    /// locks are let go. A locked instruction (a lock, a reference count) waits for
+    /// every store still pending, and each descriptor's store waits for its slot's cache
+    /// line to come from that receiver's core: stored together, those transfers overlap
+    /// instead of following one another. A sender whose ring is full (or a message that
+    /// is not one run of inline fragments) takes the one-by-one path after the others.
+    /// [`wake_after_unfenced`](Self::wake_after_unfenced) must follow, with every sender
+    /// whose outcome is `Ok`.
+    pub(crate) fn fan_out(senders: &[&Sender], data: &IoData, out: &mut [Result<bool>]) {
+        assert!(senders.len() <= FAN && out.len() == senders.len());
+        let n = data.num_fragments();
+        let mut frags = [RawFrag::default(); desc::INLINE_FRAGS];
+        let fast = n <= desc::INLINE_FRAGS
+            && data.fragments().iter().zip(&mut frags).all(|(f, raw)| {
+                let Some(s) = f.lot_span() else {
+                    return false;
+                };
+                *raw = RawFrag::new(s.lot.slot, s.lot.generation, s.offset, f.len() as u64);
+                true
+            });
+        // Once per message, not per sender: a hook (securing an fbuf) acts once. One
+        // that fails is left to the one-by-one path, which reports it.
+        if !fast
+            || data
+                .fragments()
+                .iter()
+                .any(|f| f.segment().on_send().is_err())
+        {
+            for (tx, o) in senders.iter().zip(out.iter_mut()) {
+                *o = tx.try_send_unfenced(data, false);
+            }
+            return;
+        }
+        let frags = &frags[..n];
+        let mut guards: [Option<std::sync::MutexGuard<'_, SendState>>; FAN] = [const { None }; FAN];
+        let mut places: [Option<Reserved<RawDesc>>; FAN] = [const { None }; FAN];
+        let mut tokens = [Token {
+            idx: 0,
+            generation: 0,
+        }; FAN];
+        let mut later = 0u32;
+        for (i, tx) in senders.iter().enumerate() {
+            let mut st = tx.core.lock();
+            if let Err(e) = tx.open(&st) {
+                out[i] = Err(e);
+                continue;
+            }
+            match st.fwd.reserve() {
+                Ok(Some(place)) => {
+                    tokens[i] = st.take_token();
+                    places[i] = Some(place);
+                    guards[i] = Some(st);
+                }
+                // Full (or a ring the receiver broke): after the others, one by one.
+                _ => later |= 1 << i,
+            }
+        }
+        // The clones (locked increments) before any descriptor is stored.
+        let mut clones: [Option<IoData>; FAN] = [const { None }; FAN];
+        for (c, g) in clones.iter_mut().zip(&guards) {
+            if g.is_some() {
+                *c = Some(data.clone());
+            }
+        }
+        for ((g, p), t) in guards.iter_mut().zip(&mut places).zip(&tokens) {
+            if let (Some(st), Some(place)) = (g.as_mut(), p.take()) {
+                let d = desc::encode(t.word(), frags, &mut [], RawRef::NONE);
+                // SAFETY: reserved above under this lock, held since, nothing pushed since.
+                unsafe { st.fwd.publish_reserved(place, d) };
+            }
+        }
+        let len = data.len() as u64;
+        for i in 0..senders.len() {
+            let Some(mut st) = guards[i].take() else {
+                continue;
+            };
+            let c = &*senders[i].core;
+            let t = tokens[i];
+            let pos = st.fwd.position().wrapping_sub(1);
+            st.inflight[t.idx as usize] = InFlight {
+                generation: t.generation,
+                pos,
+                data: clones[i].take().map(|d| (d, None)),
+            };
+            st.out += 1;
+            let slots = st.by_pos.len() as u64;
+            st.by_pos[(pos % slots) as usize] = t.idx;
+            // Under the state lock: the only writer.
+            Counters::bump(&c.stats.messages, 1);
+            Counters::bump(&c.stats.bytes, len);
+            c.publish(&st);
+            out[i] = Ok(false);
+        }
+        for (i, tx) in senders.iter().enumerate() {
+            if later & 1 << i != 0 {
+                out[i] = tx.try_send_unfenced(data, false);
+            }
+        }
+    }
+
+    /// Collects this sender's releases now (all of them, with one fence) unless another
+    /// thread holds its state (then that thread's send or wait collects them). A
+    /// broken reverse ring is reported by the next send.
+    pub(crate) fn collect_some(&self) {
+        let c = &*self.core;
+        let Ok(mut st) = c.state.try_lock() else {
+            return;
+        };
+        if c.drain(&mut st).is_err() {
+            st.rev_corrupt = true;
         }
     }
 
@@ -771,12 +918,11 @@ impl Sender {
         Ok(())
     }
 
-    /// Sends if the ring has room; `fenced` false leaves the wake-up to
-    /// [`wake_after_unfenced`](Self::wake_after_unfenced).
-    fn send_now(&self, data: &IoData, fenced: bool) -> Result<bool> {
+    /// Sends if the ring has room.
+    fn send_now(&self, data: &IoData) -> Result<bool> {
         let st = self.core.lock();
         self.open(&st)?;
-        self.send_locked(st, data, fenced)
+        self.send_locked(st, data, Fence::Fenced)
     }
 
     /// The send itself, under the state lock, the channel checked open. Until the
@@ -788,7 +934,7 @@ impl Sender {
         &self,
         mut st: std::sync::MutexGuard<'_, SendState>,
         data: &IoData,
-        fenced: bool,
+        how: Fence,
     ) -> Result<bool> {
         let c = &*self.core;
         // Make sure every fragment lies in a lot the receiver can map (else the copying
@@ -877,6 +1023,9 @@ impl Sender {
                 Err(Error::Full)
             }
             Push::Done { .. } => {
+                if how.collects() {
+                    st.rev.touch();
+                }
                 let sent = Sent {
                     token,
                     pos,
@@ -884,22 +1033,22 @@ impl Sender {
                     meta,
                     evicted,
                 };
-                Ok(self.finish_send(st, sent, fenced))
+                Ok(self.finish_send(st, sent, how))
             }
         }
     }
 
     /// What follows a push, once the descriptor is out (from here on locked
     /// instructions cost the receiver nothing): the message goes on record under its
-    /// token, the receiver is woken if it sleeps (unless `fenced` is false, see
+    /// token, the receiver is woken if it sleeps (unless the send is unfenced, see
     /// [`wake_after_unfenced`](Self::wake_after_unfenced)), releases are drained every
-    /// [`DRAIN_EVERY`] sends, and the counters move. Returns whether a message was
+    /// [`DRAIN_EVERY`] sends (or now, if asked), and the counters move. Returns whether a message was
     /// evicted to make room.
     pub(super) fn finish_send(
         &self,
         mut st: std::sync::MutexGuard<'_, SendState>,
         sent: Sent,
-        fenced: bool,
+        how: Fence,
     ) -> bool {
         let c = &*self.core;
         let len = sent.data.len() as u64;
@@ -913,7 +1062,7 @@ impl Sender {
         st.by_pos[(sent.pos % slots) as usize] = sent.token.idx;
         // Dekker, as in `Producer::try_push`: publication, fence, then the consumer's
         // `sleeping` flag (unfenced sends leave both to `wake_after_unfenced`).
-        let wake = fenced && {
+        let wake = matches!(how, Fence::Fenced) && {
             crate::sync::fence(crate::sync::Ordering::SeqCst);
             c.link.fwd_ctl().take_sleeper()
         };
@@ -923,7 +1072,7 @@ impl Sender {
         // (so the token list outgrows what is really out by at most that many). A broken
         // reverse ring is reported by the next send (this one went out).
         st.undrained += 1;
-        if st.undrained >= DRAIN_EVERY && c.drain(&mut st).is_err() {
+        if (st.undrained >= DRAIN_EVERY || how.collects()) && c.drain(&mut st).is_err() {
             st.rev_corrupt = true;
         }
         // Under the state lock: the only writer.

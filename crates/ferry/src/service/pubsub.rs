@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::door::{Admit, HANDSHAKE_PATIENCE};
 use super::table::Kind;
 use super::{Membership, Offering, ServiceConfig, SlowSubscriber};
-use crate::channel::{ChannelConfig, ChannelStats, Draft, Receiver, Sender};
+use crate::channel::{ChannelConfig, ChannelStats, Draft, Receiver, Sender, FAN};
 use crate::error::{Error, Result};
 use crate::iodata::{IoData, IoDataMut};
 use crate::region::group::Member;
@@ -47,9 +47,10 @@ impl Admit for PubShared {
             self.domain
                 .connect_with(m.id, self.config.channel_config(), HANDSHAKE_PATIENCE)?;
         let mut subs = lock(&self.subs);
-        // Each subscriber's releases are collected every 16th publish to it; spread over
-        // the subscribers (5 is coprime with 16), so that one publish seldom collects for
-        // more than one of them.
+        // Each publish collects one subscriber's releases, in turn (see `publish_start`),
+        // and a sender collects by itself every 16th send; with more than 16
+        // subscribers, those collections are spread over the subscribers (5 is coprime
+        // with 16), so that one publish seldom collects for more than one of them.
         tx.stagger_collection(5 * subs.len() as u32);
         subs.push(Sub {
             member: m,
@@ -175,6 +176,10 @@ pub struct Publisher {
     shared: Arc<PubShared>,
     copy_path: PathAllocator,
     stats: PublisherStats,
+    /// The subscriber (its place in the list) whose releases were collected last.
+    turn: usize,
+    /// A loan collected them since the last publish (which then does not).
+    collected: bool,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -205,6 +210,8 @@ impl Publisher {
             copy_path: domain.path(PathConfig::default())?,
             shared,
             stats: PublisherStats::default(),
+            turn: 0,
+            collected: false,
             offering,
         })
     }
@@ -238,6 +245,7 @@ impl Publisher {
     /// The path's allocation errors ([`Error::QuotaExceeded`] while subscribers hold its
     /// quota).
     pub fn loan(&mut self, len: usize) -> Result<PublisherLoan<'_>> {
+        self.collect_turn();
         let data = self.copy_path.alloc(len)?;
         Ok(self.lend(data))
     }
@@ -269,8 +277,22 @@ impl Publisher {
     /// # Errors
     /// `path`'s allocation errors.
     pub fn loan_from(&mut self, path: &PathAllocator, len: usize) -> Result<PublisherLoan<'_>> {
+        self.collect_turn();
         let data = path.alloc(len)?;
         Ok(self.lend(data))
+    }
+
+    /// Collects the releases of the subscriber whose turn it is (see
+    /// [`publish_start`](Self::publish_start)), here where a loan takes an fbuf, so that
+    /// its send only hands the message over.
+    fn collect_turn(&mut self) {
+        let subs = lock(&self.shared.subs);
+        if subs.is_empty() {
+            return;
+        }
+        self.turn = self.turn.wrapping_add(1) % subs.len();
+        subs[self.turn].tx.collect_some();
+        self.collected = true;
     }
 
     /// A loan of `data`, one fbuf fresh from a path.
@@ -398,29 +420,59 @@ impl Publisher {
         let mut full = Vec::new();
         let mut delivered = 0;
         let mut failed = None;
+        // Releases: one subscriber's per publish, in turn, so that every publish collects
+        // about one release per subscriber (those of the one whose turn it is) and none
+        // collects many; each collection with one fence. A loan collected already when
+        // it took its fbuf; otherwise this publish collects, once its descriptor is out
+        // and with the releases' first cache line loaded while the descriptor's store
+        // travels (see `Sender::try_send_unfenced`).
+        let turn = if std::mem::take(&mut self.collected) {
+            usize::MAX
+        } else {
+            self.turn = self.turn.wrapping_add(1) % subs.len().max(1);
+            self.turn
+        };
         // Each queue gets the message without its own fence; the one fence after the
-        // loop serves them all (see `Sender::try_send_unfenced`).
-        for (i, s) in subs.iter_mut().enumerate() {
-            match s.tx.try_send_unfenced(&data) {
-                Ok(evicted) => {
-                    sent |= 1 << i;
-                    s.delivered += 1;
-                    delivered += 1;
-                    if evicted {
+        // loop serves them all (see `Sender::try_send_unfenced`). With several
+        // subscribers, their descriptors are stored together (see `Sender::fan_out`).
+        let fan = subs.len() > 1;
+        let mut outcome: [Result<bool>; FAN] = [const { Ok(false) }; FAN];
+        for (k, chunk) in subs.chunks_mut(FAN).enumerate() {
+            let n = chunk.len();
+            if fan {
+                let mut senders: [&Sender; FAN] = [&*chunk[0].tx; FAN];
+                for (at, s) in senders.iter_mut().zip(chunk.iter()) {
+                    *at = &*s.tx;
+                }
+                Sender::fan_out(&senders[..n], &data, &mut outcome[..n]);
+            } else {
+                for (j, (o, s)) in outcome.iter_mut().zip(chunk.iter()).enumerate() {
+                    *o = s.tx.try_send_unfenced(&data, k * FAN + j == turn);
+                }
+            }
+            for (j, (s, r)) in chunk.iter_mut().zip(&mut outcome).enumerate() {
+                let i = k * FAN + j;
+                match std::mem::replace(r, Ok(false)) {
+                    Ok(evicted) => {
+                        sent |= 1 << i;
+                        s.delivered += 1;
+                        delivered += 1;
+                        if evicted {
+                            s.dropped += 1;
+                            self.stats.dropped += 1;
+                        }
+                    }
+                    Err(Error::Full) if block => full.push(s.tx.clone()),
+                    Err(Error::Full) => {
                         s.dropped += 1;
                         self.stats.dropped += 1;
                     }
+                    Err(Error::PeerGone { .. } | Error::Disconnected) => gone |= 1 << i,
+                    Err(e) => failed = failed.or(Some(e)),
                 }
-                Err(Error::Full) if block => full.push(s.tx.clone()),
-                Err(Error::Full) => {
-                    s.dropped += 1;
-                    self.stats.dropped += 1;
-                }
-                Err(Error::PeerGone { .. } | Error::Disconnected) => gone |= 1 << i,
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
+            }
+            if failed.is_some() {
+                break;
             }
         }
         // Every queue that took the message wakes its subscriber if it sleeps, even if a
@@ -431,6 +483,9 @@ impl Publisher {
                 .filter(|(i, _)| sent & 1 << i != 0)
                 .map(|(_, s)| &*s.tx),
         );
+        if fan && turn < subs.len() {
+            subs[turn].tx.collect_some();
+        }
         if gone != 0 {
             let mut i = 0;
             subs.retain(|_| {
