@@ -178,6 +178,8 @@ pub mod vcm;
 pub use region::{
     Domain, DomainId, Group, GroupAccess, GroupConfig, Member, PathAllocator, PathConfig,
 };
+// Areas of a lot that a device writes (an AF_XDP UMEM), lent out piece by piece.
+pub use region::{AreaLender, AreaRelease, LotArea};
 // Data: immutable aggregates of fbuf fragments, and the writable form they are built in.
 pub use iodata::{Fragment, IoData, IoDataMut, IoDataReader, Units};
 pub use segment::{LotId, LotSpan, Segment};

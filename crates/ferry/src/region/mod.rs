@@ -1,6 +1,7 @@
 //! The memory layer: groups, domains, lots, and fbufs with their per-path allocators.
 
 pub(crate) mod access;
+pub(crate) mod area;
 pub(crate) mod activity;
 pub(crate) mod domain;
 pub(crate) mod group;
@@ -12,6 +13,7 @@ pub(crate) mod path;
 pub(crate) mod rendezvous;
 
 pub use access::GroupAccess;
+pub use area::{AreaLender, AreaRelease, LotArea};
 pub use activity::{
     ActivityDamage, ChannelActivity, MemberActivity, PathActivity, MAX_CHANNELS, MAX_PATHS,
 };
