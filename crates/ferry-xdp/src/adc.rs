@@ -159,15 +159,23 @@ pub fn ask(
         None,
     )
     .map_err(errno)?;
-    rustix::net::connect(&conn, &rustix::net::SocketAddrUnix::new(socket).map_err(errno)?)
-        .map_err(errno)?;
+    rustix::net::connect(
+        &conn,
+        &rustix::net::SocketAddrUnix::new(socket).map_err(errno)?,
+    )
+    .map_err(errno)?;
     let bytes = req.encode();
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     let one = [memfd];
     control.push(SendAncillaryMessage::ScmRights(&one));
-    rustix::net::sendmsg(&conn, &[IoSlice::new(&bytes)], &mut control, SendFlags::NOSIGNAL)
-        .map_err(errno)?;
+    rustix::net::sendmsg(
+        &conn,
+        &[IoSlice::new(&bytes)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )
+    .map_err(errno)?;
     crate::wait_readable(conn.as_fd(), Some(timeout))?;
     let mut buf = [0u8; REPLY_MAX];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
@@ -236,6 +244,19 @@ impl AdcRx {
             return Ok(Err(reply));
         };
         let rx = XskRx::new(xsk, area, cfg.geometry)?;
+        // The fill ring is stocked: now the broker may steer the flow here.
+        rustix::net::send(&conn, &[crate::proto::ARMED], SendFlags::NOSIGNAL).map_err(errno)?;
+        if !crate::wait_readable(conn.as_fd(), Some(Duration::from_secs(10)))? {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the broker did not steer the flow",
+            ));
+        }
+        let mut b = [0u8; 1];
+        let (n, _) = rustix::net::recv(&conn, &mut b, RecvFlags::empty()).map_err(errno)?;
+        if n != 1 || b[0] != crate::proto::ARMED {
+            return Err(io::Error::other("the broker could not steer the flow"));
+        }
         Ok(Ok(AdcRx {
             imp: Imp::Xdp {
                 rx,

@@ -24,8 +24,11 @@ use rustix::net::{
 };
 
 use crate::bpf::{AttachMode, Redirect, Steer};
-use crate::proto::{Reply, Request, Status};
+use crate::proto::{self, Reply, Request, Status};
 use crate::xsk::{make_socket, Geometry};
+
+/// How long a new grant waits for a revoked socket's queue to be let go by the kernel.
+pub const QUEUE_SETTLE: Duration = Duration::from_secs(1);
 
 /// How long a connection may take to send its request.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -177,7 +180,9 @@ struct Granted {
     pid: i32,
     queue: u32,
     key: u32,
-    _xsk: OwnedFd,
+    xsk: OwnedFd,
+    /// The map entry is in (the application stocked its fill ring).
+    armed: bool,
 }
 
 /// A running broker.
@@ -203,12 +208,16 @@ impl Broker {
         let listener = rustix::net::socket_with(
             rustix::net::AddressFamily::UNIX,
             rustix::net::SocketType::SEQPACKET,
-            rustix::net::SocketFlags::CLOEXEC,
+            // Accepted in a loop until none is left: never blocking.
+            rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
             None,
         )
         .map_err(errno)?;
-        rustix::net::bind(&listener, &rustix::net::SocketAddrUnix::new(socket).map_err(errno)?)
-            .map_err(errno)?;
+        rustix::net::bind(
+            &listener,
+            &rustix::net::SocketAddrUnix::new(socket).map_err(errno)?,
+        )
+        .map_err(errno)?;
         rustix::net::listen(&listener, 64).map_err(errno)?;
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666))?;
@@ -223,7 +232,10 @@ impl Broker {
 
     /// Grants in force: (pid, queue, key).
     pub fn grants(&self) -> Vec<(i32, u32, u32)> {
-        self.granted.iter().map(|g| (g.pid, g.queue, g.key)).collect()
+        self.granted
+            .iter()
+            .map(|g| (g.pid, g.queue, g.key))
+            .collect()
     }
 
     /// Serves until `stop` returns true (checked at least every 100 ms).
@@ -288,20 +300,42 @@ impl Broker {
                 }
                 Who::Pending(i) => serve.push(i),
                 Who::Conn(i) => {
-                    // A granted connection has nothing more to say: data or hang-up
-                    // both end the grant (it may not be reused for a second request).
                     let _ = ev;
-                    revoke.push((i, "closed its connection"));
+                    let g = &mut self.granted[i];
+                    // The application says once that its fill ring is stocked: only then
+                    // is the flow steered to it (frames before would be dropped). After
+                    // that, data or hang-up both end the grant.
+                    let mut b = [0u8; 8];
+                    let got = rustix::net::recv(&g.conn, &mut b, RecvFlags::DONTWAIT);
+                    match got {
+                        Ok((1, _)) if !g.armed && b[0] == proto::ARMED => {
+                            let ok = self.redirect.insert(g.key, g.xsk.as_fd()).is_ok();
+                            let _ = rustix::net::send(
+                                &g.conn,
+                                &[if ok { proto::ARMED } else { 0 }],
+                                SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+                            );
+                            if ok {
+                                g.armed = true;
+                            } else {
+                                revoke.push((i, "could not be steered"));
+                            }
+                        }
+                        Err(rustix::io::Errno::AGAIN) => {}
+                        _ => revoke.push((i, "closed its connection")),
+                    }
                 }
                 Who::Pid(i) => revoke.push((i, "exited")),
             }
         }
         // Newest first, so that indices stay valid.
-        revoke.sort_by(|a, b| b.0.cmp(&a.0));
+        revoke.sort_by_key(|r| std::cmp::Reverse(r.0));
         revoke.dedup_by_key(|r| r.0);
         for (i, why) in revoke {
             let g = self.granted.swap_remove(i);
-            let _ = self.redirect.remove(g.key);
+            if g.armed {
+                let _ = self.redirect.remove(g.key);
+            }
             eprintln!(
                 "ferry-adc: revoked pid {} queue {} key {} ({why}); its flow is back on the normal stack",
                 g.pid, g.queue, g.key
@@ -359,7 +393,10 @@ impl Broker {
             return refuse(
                 &conn,
                 Status::Malformed,
-                format!("a request carries exactly one descriptor (the lot's memfd), this one {}", fds.len()),
+                format!(
+                    "a request carries exactly one descriptor (the lot's memfd), this one {}",
+                    fds.len()
+                ),
             );
         }
         let req = match Request::decode(&buf[..msg.bytes.min(buf.len())]) {
@@ -400,11 +437,6 @@ impl Broker {
                     eprintln!("ferry-adc: pid {pid} went before its grant was sent");
                     return;
                 }
-                // The flow goes to the socket only once the application holds it.
-                if let Err(e) = self.redirect.insert(key, xsk.as_fd()) {
-                    eprintln!("ferry-adc: map insert for pid {pid}: {e}");
-                    return;
-                }
                 eprintln!("ferry-adc: granted pid {pid} uid {uid} {}", r.message);
                 self.granted.push(Granted {
                     conn,
@@ -412,7 +444,8 @@ impl Broker {
                     pid,
                     queue,
                     key,
-                    _xsk: xsk,
+                    xsk,
+                    armed: false,
                 });
             }
             Err((status, message)) => refuse(&conn, status, message),
@@ -436,7 +469,10 @@ impl Broker {
             ));
         }
         if req.frame != 2048 && req.frame != 4096 {
-            return Err(malformed(format!("frame size {} (2048 or 4096)", req.frame)));
+            return Err(malformed(format!(
+                "frame size {} (2048 or 4096)",
+                req.frame
+            )));
         }
         if !req.ring.is_power_of_two() || req.ring < 16 || req.ring > p.max_ring {
             return Err(malformed(format!(
@@ -462,7 +498,11 @@ impl Broker {
             return Err(malformed("the descriptor is not a memfd".into()));
         }
         let st = rustix::fs::fstat(&memfd).map_err(|e| malformed(format!("fstat: {e}")))?;
-        if req.offset.checked_add(req.len).map_or(true, |end| end > st.st_size as u64) {
+        if req
+            .offset
+            .checked_add(req.len)
+            .map_or(true, |end| end > st.st_size as u64)
+        {
             return Err(malformed(format!(
                 "UMEM at {}+{} lies beyond the memfd's {} bytes",
                 req.offset, req.len, st.st_size
@@ -482,7 +522,10 @@ impl Broker {
         if allowed.is_empty() {
             return Err((
                 Status::Policy,
-                format!("uid {uid} may not take port {} on queue {:?}", req.port, req.queue),
+                format!(
+                    "uid {uid} may not take port {} on queue {:?}",
+                    req.port, req.queue
+                ),
             ));
         }
         let taken: HashMap<u32, ()> = self.granted.iter().map(|g| (g.queue, ())).collect();
@@ -497,7 +540,10 @@ impl Broker {
             Steer::UdpPort => req.port as u32,
         };
         if self.granted.iter().any(|g| g.key == key) {
-            return Err((Status::Busy, format!("port {} is held by another application", req.port)));
+            return Err((
+                Status::Busy,
+                format!("port {} is held by another application", req.port),
+            ));
         }
         let pidfd = rustix::process::pidfd_open(
             rustix::process::Pid::from_raw(pid).ok_or_else(|| malformed("no pid".into()))?,
@@ -508,16 +554,32 @@ impl Broker {
             frame: req.frame,
             ring: req.ring,
         };
-        let (xsk, zc) = make_socket(
-            self.redirect.ifindex,
-            queue,
-            memfd.as_fd(),
-            req.offset,
-            req.len,
-            geometry,
-            p.zerocopy,
-        )
-        .map_err(|e| (Status::Kernel, format!("AF_XDP socket on queue {queue}: {e}")))?;
+        // A revoked socket lets go of its queue in deferred kernel work, a little after
+        // its last descriptor closed: a bind in between is refused with EBUSY.
+        let t0 = Instant::now();
+        let (xsk, zc) = loop {
+            match make_socket(
+                self.redirect.ifindex,
+                queue,
+                memfd.as_fd(),
+                req.offset,
+                req.len,
+                geometry,
+                p.zerocopy,
+            ) {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && t0.elapsed() < QUEUE_SETTLE => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                other => {
+                    break other.map_err(|e| {
+                        (
+                            Status::Kernel,
+                            format!("AF_XDP socket on queue {queue}: {e}"),
+                        )
+                    })?
+                }
+            }
+        };
         let _ = memfd.as_raw_fd();
         Ok((xsk, queue, key, zc, pidfd))
     }

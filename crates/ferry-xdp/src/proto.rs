@@ -17,9 +17,17 @@
 //! | 32 | 8 | UMEM length (a multiple of the frame size) |
 //! | 40 | 16 | interface name, NUL-padded |
 //!
+//! After a grant, the application maps its rings, stocks the fill ring and sends one byte
+//! [`ARMED`]; the broker then inserts the map entry and answers with the same byte.
+//! Any later byte, or closing the connection, ends the grant.
+//!
 //! Reply (16 bytes plus a UTF-8 message of at most 240 bytes; on success with the
 //! AF_XDP socket as its one descriptor): magic, status (below), the queue granted, flags
 //! (bit 0: zero-copy).
+
+/// The one byte an application sends on its connection once its fill ring is
+/// stocked, and the broker's answer once the flow is steered to the socket.
+pub const ARMED: u8 = b'A';
 
 /// "FADC".
 pub const MAGIC: u32 = 0x4344_4146;
@@ -114,7 +122,10 @@ impl Request {
             return Err("bad magic (not a ferry-adc request)".into());
         }
         if u16_at(4) != VERSION {
-            return Err(format!("protocol version {} (this broker speaks {VERSION})", u16_at(4)));
+            return Err(format!(
+                "protocol version {} (this broker speaks {VERSION})",
+                u16_at(4)
+            ));
         }
         if u16_at(6) != KIND_OPEN {
             return Err(format!("unknown request kind {}", u16_at(6)));

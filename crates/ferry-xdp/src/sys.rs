@@ -188,8 +188,10 @@ fn setsockopt<T>(fd: BorrowedFd<'_>, level: i32, name: i32, v: &T) -> io::Result
 /// A new AF_XDP socket.
 pub fn xsk_socket() -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2); on success we own the descriptor.
-    let r = cvt(unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) }
-        as libc::c_long)?;
+    let r = cvt(
+        unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) }
+            as libc::c_long,
+    )?;
     // SAFETY: a fresh descriptor owned by no one else.
     Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
 }
@@ -279,10 +281,7 @@ pub fn xsk_stats(xsk: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
         )
     };
     cvt(r as libc::c_long)?;
-    Ok((
-        st.rx_dropped + st.rx_ring_full,
-        st.rx_invalid_descs,
-    ))
+    Ok((st.rx_dropped + st.rx_ring_full, st.rx_invalid_descs))
 }
 
 /// One mapped ring of an AF_XDP socket: producer and consumer indices and `size`
@@ -437,7 +436,11 @@ pub fn lend_frame(
 }
 
 /// `recvmmsg` into `bufs` (one datagram each); returns the lengths received.
-pub fn recvmmsg(fd: BorrowedFd<'_>, bufs: &mut [&mut [u8]], lens: &mut Vec<usize>) -> io::Result<usize> {
+pub fn recvmmsg(
+    fd: BorrowedFd<'_>,
+    bufs: &mut [&mut [u8]],
+    lens: &mut Vec<usize>,
+) -> io::Result<usize> {
     let n = bufs.len().min(64);
     let mut iov: [libc::iovec; 64] = [libc::iovec {
         iov_base: std::ptr::null_mut(),
@@ -470,7 +473,8 @@ pub fn recvmmsg(fd: BorrowedFd<'_>, bufs: &mut [&mut [u8]], lens: &mut Vec<usize
 
 /// The index of interface `name`.
 pub fn ifindex(name: &str) -> io::Result<u32> {
-    let c = std::ffi::CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let c =
+        std::ffi::CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: a NUL-terminated string that lives across the call.
     let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
     if i == 0 {

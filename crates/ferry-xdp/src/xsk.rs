@@ -140,16 +140,13 @@ impl XskRx {
         let frame = self.geometry.frame as u64;
         for &(addr, len) in &descs {
             let tag = addr - addr % frame;
-            match sys::lend_frame(&self.lender, addr as usize, len as usize, tag) {
-                Ok(d) => {
-                    self.frames += 1;
-                    self.bytes += len as u64;
-                    self.lent += 1;
-                    out.push(d);
-                }
-                // The kernel gave an address outside the area: never expected; keep the
-                // frame out of circulation rather than trust it.
-                Err(_) => {}
+            // An address outside the area (never expected from the kernel) keeps the
+            // frame out of circulation rather than trusting it.
+            if let Ok(d) = sys::lend_frame(&self.lender, addr as usize, len as usize, tag) {
+                self.frames += 1;
+                self.bytes += len as u64;
+                self.lent += 1;
+                out.push(d);
             }
         }
         self.scratch = descs;
@@ -210,8 +207,7 @@ pub fn make_socket(
 
 /// The UDP payload's range in an Ethernet frame (IPv4 without options), if it is one.
 pub fn udp_payload(frame: &[u8]) -> Option<std::ops::Range<usize>> {
-    if frame.len() < 42 || frame[12..14] != [0x08, 0x00] || frame[14] != 0x45 || frame[23] != 17
-    {
+    if frame.len() < 42 || frame[12..14] != [0x08, 0x00] || frame[14] != 0x45 || frame[23] != 17 {
         return None;
     }
     let ulen = u16::from_be_bytes([frame[38], frame[39]]) as usize;

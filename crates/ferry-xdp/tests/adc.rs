@@ -60,7 +60,10 @@ impl Net {
         for step in [
             vec!["ip", "netns", "add", rx],
             vec!["ip", "netns", "add", tx],
-            vec!["ip", "-n", rx, "link", "add", "adc0", "type", "veth", "peer", "name", "adc1", "netns", tx],
+            vec![
+                "ip", "-n", rx, "link", "add", "adc0", "type", "veth", "peer", "name", "adc1",
+                "netns", tx,
+            ],
             vec!["ip", "-n", rx, "addr", "add", "10.77.0.1/24", "dev", "adc0"],
             vec!["ip", "-n", tx, "addr", "add", "10.77.0.2/24", "dev", "adc1"],
             vec!["ip", "-n", rx, "link", "set", "adc0", "up"],
@@ -68,8 +71,30 @@ impl Net {
             vec!["ip", "-n", rx, "link", "set", "lo", "up"],
             // Known neighbours: no datagram waits on ARP (which passes the program
             // anyway).
-            vec!["ip", "-n", rx, "link", "set", "adc0", "address", "02:00:00:77:00:01"],
-            vec!["ip", "-n", tx, "neigh", "add", "10.77.0.1", "lladdr", "02:00:00:77:00:01", "dev", "adc1", "nud", "permanent"],
+            vec![
+                "ip",
+                "-n",
+                rx,
+                "link",
+                "set",
+                "adc0",
+                "address",
+                "02:00:00:77:00:01",
+            ],
+            vec![
+                "ip",
+                "-n",
+                tx,
+                "neigh",
+                "add",
+                "10.77.0.1",
+                "lladdr",
+                "02:00:00:77:00:01",
+                "dev",
+                "adc1",
+                "nud",
+                "permanent",
+            ],
         ] {
             sh(&step).unwrap();
         }
@@ -214,7 +239,11 @@ impl BrokerProc {
             .stderr(std::fs::File::create(&log).unwrap());
         let mut kid = spawn(c);
         let ready = kid.line();
-        assert!(ready.contains("ready"), "broker: {ready:?} {}", std::fs::read_to_string(&log).unwrap_or_default());
+        assert!(
+            ready.contains("ready"),
+            "broker: {ready:?} {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
         BrokerProc {
             kid,
             socket,
@@ -231,7 +260,11 @@ impl BrokerProc {
     fn wait_log(&self, what: &str) {
         let t0 = Instant::now();
         while !self.log().contains(what) {
-            assert!(t0.elapsed() < T, "broker log lacks {what:?}:\n{}", self.log());
+            assert!(
+                t0.elapsed() < T,
+                "broker log lacks {what:?}:\n{}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -260,7 +293,14 @@ fn policy(grants: &str) -> String {
     format!("interface adc0\nattach drv\nsteer udp-port\nmax-umem 16M\n{grants}\n")
 }
 
-fn app(net: &Net, broker: Option<&BrokerProc>, group: &str, port: u16, count: u32, extra: &[(&str, String)]) -> Kid {
+fn app(
+    net: &Net,
+    broker: Option<&BrokerProc>,
+    group: &str,
+    port: u16,
+    count: u32,
+    extra: &[(&str, String)],
+) -> Kid {
     let mut c = net.cmd_rx(&std::env::current_exe().unwrap());
     c.arg("--child").arg("app");
     c.env("ADC_GROUP", group)
@@ -303,7 +343,10 @@ fn child_app() {
             path.area(4096 * 16).unwrap().lot_fd(),
             0,
             4096 * 16,
-            Geometry { frame: 4096, ring: 16 },
+            Geometry {
+                frame: 4096,
+                ring: 16,
+            },
             false,
         );
         println!("own-socket {}", if own.is_ok() { "ok" } else { "refused" });
@@ -329,14 +372,20 @@ fn child_app() {
     let t0 = Instant::now();
     while n < count && t0.elapsed() < T {
         pkts.clear();
-        rx.recv(&mut pkts, 64, Some(Duration::from_millis(100))).unwrap();
+        rx.recv(&mut pkts, 64, Some(Duration::from_millis(100)))
+            .unwrap();
         for p in pkts.drain(..) {
             let pl = p.payload();
             let frag = &pl.fragments()[0];
             let bytes = frag.as_slice();
-            let i = check(bytes).unwrap_or_else(|| panic!("a corrupt datagram: {:?}", &bytes[..bytes.len().min(16)]));
+            let i = check(bytes).unwrap_or_else(|| {
+                panic!("a corrupt datagram: {:?}", &bytes[..bytes.len().min(16)])
+            });
             let ptr = bytes.as_ptr() as usize;
-            assert!(lot.contains(&ptr), "payload at {ptr:#x} is not in the lot {lot:x?}");
+            assert!(
+                lot.contains(&ptr),
+                "payload at {ptr:#x} is not in the lot {lot:x?}"
+            );
             if !got[i as usize] {
                 got[i as usize] = true;
                 n += 1;
@@ -379,7 +428,11 @@ fn child_sink() {
         let d = rx.recv_timeout(T).unwrap();
         let f = &d.fragments()[0];
         let span = f.lot_span().expect("a descriptor into a lot");
-        assert_ne!(span.lot.slot, domain.id().slot, "the frame is in the sender's lot");
+        assert_ne!(
+            span.lot.slot,
+            domain.id().slot,
+            "the frame is in the sender's lot"
+        );
         let b = f.as_slice();
         let i = check(b).expect("intact in place");
         println!("got {:#x} {} {i}", b.as_ptr() as usize, b.len());
@@ -399,7 +452,10 @@ fn frames_arrive_intact_in_the_lot() {
     let group = Group::open(&group_name("direct")).unwrap();
     let domain = group.join().unwrap();
     let path = domain.path(PathConfig::default()).unwrap();
-    let geometry = Geometry { frame: 4096, ring: 256 };
+    let geometry = Geometry {
+        frame: 4096,
+        ring: 256,
+    };
     let area = path.area(512 * 4096).unwrap();
     let area_range = area.as_ptr() as usize..area.as_ptr() as usize + area.len();
     let (redirect, fd): (Redirect, OwnedFd) = {
@@ -407,12 +463,26 @@ fn frames_arrive_intact_in_the_lot() {
         let off = area.lot_offset();
         Net::within(&rxns, move || {
             let ifindex = rustix::net::netdevice::name_to_index(
-                rustix::net::socket(rustix::net::AddressFamily::INET, rustix::net::SocketType::DGRAM, None).unwrap(),
+                rustix::net::socket(
+                    rustix::net::AddressFamily::INET,
+                    rustix::net::SocketType::DGRAM,
+                    None,
+                )
+                .unwrap(),
                 "adc0",
             )
             .unwrap();
             let r = Redirect::attach(ifindex, Steer::UdpPort, AttachMode::Drv).unwrap();
-            let (fd, _zc) = ferry_xdp::direct::make_socket(ifindex, 0, memfd.as_fd(), off, 512 * 4096, geometry, true).unwrap();
+            let (fd, _zc) = ferry_xdp::direct::make_socket(
+                ifindex,
+                0,
+                memfd.as_fd(),
+                off,
+                512 * 4096,
+                geometry,
+                true,
+            )
+            .unwrap();
             r.insert(7001, fd.as_fd()).unwrap();
             (r, fd)
         })
@@ -429,17 +499,25 @@ fn frames_arrive_intact_in_the_lot() {
     let t0 = Instant::now();
     while seen.len() < sizes.len() * per as usize && t0.elapsed() < T {
         frames.clear();
-        rx.recv(&mut frames, 64, Some(Duration::from_millis(100))).unwrap();
+        rx.recv(&mut frames, 64, Some(Duration::from_millis(100)))
+            .unwrap();
         for f in &frames {
             let s = f.fragments()[0].as_slice();
             let ptr = s.as_ptr() as usize;
-            assert!(area_range.contains(&ptr), "frame at {ptr:#x} outside the area {area_range:x?}");
+            assert!(
+                area_range.contains(&ptr),
+                "frame at {ptr:#x} outside the area {area_range:x?}"
+            );
             let pl = ferry_xdp::xsk::udp_payload(s).expect("a UDP frame");
             let i = check(&s[pl.clone()]).expect("intact payload");
             seen.insert((pl.len(), i));
         }
     }
-    assert_eq!(seen.len(), sizes.len() * per as usize, "every datagram arrived once, intact");
+    assert_eq!(
+        seen.len(),
+        sizes.len() * per as usize,
+        "every datagram arrived once, intact"
+    );
     drop(frames);
     // Released frames went back: receiving again puts them on the fill ring.
     let mut none = Vec::new();
@@ -470,7 +548,14 @@ fn unprivileged_receives_through_broker() {
     let net = Net::new();
     let broker = BrokerProc::start(&net, &policy("grant uid=65534 queues=0 ports=7100-7199"));
     let g = group_name("unpriv");
-    let mut a = app(&net, Some(&broker), &g, 7150, 60, &[("ADC_DROP", "1".into())]);
+    let mut a = app(
+        &net,
+        Some(&broker),
+        &g,
+        7150,
+        60,
+        &[("ADC_DROP", "1".into())],
+    );
     assert_eq!(a.expect("own-socket"), "refused");
     assert_eq!(a.expect("uid"), "65534");
     let p = a.expect("path");
@@ -490,10 +575,20 @@ fn forwarded_frame_is_read_in_place() {
     let g = group_name("fwd");
     let count = 40u32;
     let mut c = net.cmd_rx(&std::env::current_exe().unwrap());
-    c.arg("--child").arg("sink").env("ADC_GROUP", &g).env("ADC_COUNT", count.to_string());
+    c.arg("--child")
+        .arg("sink")
+        .env("ADC_GROUP", &g)
+        .env("ADC_COUNT", count.to_string());
     let mut sink = spawn(c);
     let id = sink.expect("id");
-    let mut a = app(&net, Some(&broker), &g, 7200, count, &[("ADC_FORWARD_TO", id)]);
+    let mut a = app(
+        &net,
+        Some(&broker),
+        &g,
+        7200,
+        count,
+        &[("ADC_FORWARD_TO", id)],
+    );
     assert!(a.expect("path").starts_with("xdp"));
     a.expect("ready");
     net.send(7200, count, 1472);
@@ -508,9 +603,16 @@ fn forwarded_frame_is_read_in_place() {
         got.insert(format!("{} {}", w.next().unwrap(), w.next().unwrap()));
     }
     sink.expect("done");
-    assert_eq!(sent, got, "every frame read at the address it was received at");
+    assert_eq!(
+        sent, got,
+        "every frame read at the address it was received at"
+    );
     assert!(a.expect("ok").starts_with(&format!("{count} path=xdp")));
-    assert_eq!(a.expect("lent"), "0", "released frames returned to the fill list");
+    assert_eq!(
+        a.expect("lent"),
+        "0",
+        "released frames returned to the fill list"
+    );
 }
 
 /// The one queue is taken: a second application is refused and falls back to UDP,
@@ -561,12 +663,20 @@ fn kill9_returns_the_queue() {
     );
     let _ = a.child.wait();
     broker.wait_log("revoked pid");
-    assert_eq!(udp_hears(&net, 7400, 3), Some(0), "the port is back on the normal stack");
+    assert_eq!(
+        udp_hears(&net, 7400, 3),
+        Some(0),
+        "the port is back on the normal stack"
+    );
     let t0 = Instant::now();
     while broker.fds() != before && t0.elapsed() < T {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(broker.fds(), before, "the broker holds nothing of the dead application");
+    assert_eq!(
+        broker.fds(),
+        before,
+        "the broker holds nothing of the dead application"
+    );
     let mut b = app(&net, Some(&broker), &g, 7400, 5, &[]);
     let p = b.expect("path");
     assert!(p.starts_with("xdp queue=0"), "the queue is free again: {p}");
@@ -583,7 +693,8 @@ fn udp_hears(net: &Net, port: u16, n: u32) -> Option<u32> {
     let h = std::thread::spawn(move || {
         Net::within(&ns, move || {
             let s = UdpSocket::bind(SocketAddrV4::new(RX_IP, port)).unwrap();
-            s.set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(1500)))
+                .unwrap();
             tx.send(()).unwrap();
             let mut b = [0u8; 2048];
             s.recv(&mut b).ok().and_then(|k| check(&b[..k]))
@@ -683,20 +794,50 @@ fn send_with(c: &OwnedFd, bytes: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) {
     if !fds.is_empty() {
         assert!(control.push(SendAncillaryMessage::ScmRights(fds)));
     }
-    rustix::net::sendmsg(c, &[std::io::IoSlice::new(bytes)], &mut control, SendFlags::NOSIGNAL)
-        .unwrap();
+    rustix::net::sendmsg(
+        c,
+        &[std::io::IoSlice::new(bytes)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )
+    .unwrap();
 }
 
 fn recv_reply(c: &OwnedFd) -> Reply {
     let mut fds = [rustix::event::PollFd::new(c, rustix::event::PollFlags::IN)];
-    let ts = rustix::time::Timespec { tv_sec: 10, tv_nsec: 0 };
-    assert_eq!(rustix::event::poll(&mut fds, Some(&ts)).unwrap(), 1, "a reply in time");
+    let ts = rustix::time::Timespec {
+        tv_sec: 10,
+        tv_nsec: 0,
+    };
+    assert_eq!(
+        rustix::event::poll(&mut fds, Some(&ts)).unwrap(),
+        1,
+        "a reply in time"
+    );
     let mut b = [0u8; 512];
-    let n = rustix::net::recv(c, &mut b, rustix::net::RecvFlags::empty()).unwrap().0;
+    let n = rustix::net::recv(c, &mut b, rustix::net::RecvFlags::empty())
+        .unwrap()
+        .0;
     Reply::decode(&b[..n]).unwrap()
 }
 
 // ---------------------------------------------------------------- main
+
+/// Deletes every namespace this process made (after a hang, when no destructor runs).
+fn cleanup_namespaces() {
+    let prefix = format!("ferryadc-{}-", std::process::id());
+    if let Ok(o) = Command::new("ip").args(["netns", "list"]).output() {
+        for l in String::from_utf8_lossy(&o.stdout).lines() {
+            if let Some(n) = l
+                .split_whitespace()
+                .next()
+                .filter(|n| n.starts_with(&prefix))
+            {
+                let _ = sh(&["ip", "netns", "del", n]);
+            }
+        }
+    }
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -717,16 +858,44 @@ fn main() {
         return;
     }
     let tests: &[(&str, fn())] = &[
-        ("frames_arrive_intact_in_the_lot", frames_arrive_intact_in_the_lot),
-        ("unprivileged_receives_through_broker", unprivileged_receives_through_broker),
-        ("forwarded_frame_is_read_in_place", forwarded_frame_is_read_in_place),
+        (
+            "frames_arrive_intact_in_the_lot",
+            frames_arrive_intact_in_the_lot,
+        ),
+        (
+            "unprivileged_receives_through_broker",
+            unprivileged_receives_through_broker,
+        ),
+        (
+            "forwarded_frame_is_read_in_place",
+            forwarded_frame_is_read_in_place,
+        ),
         ("fallback_when_no_queue", fallback_when_no_queue),
         ("kill9_returns_the_queue", kill9_returns_the_queue),
         ("malformed_requests_refused", malformed_requests_refused),
     ];
-    let filter: Vec<String> = args[1..].iter().filter(|a| !a.starts_with('-')).cloned().collect();
+    let filter: Vec<String> = args[1..]
+        .iter()
+        .filter(|a| !a.starts_with('-'))
+        .cloned()
+        .collect();
+    // A test that hangs fails, and its namespaces go all the same.
+    let current = std::sync::Arc::new(std::sync::Mutex::new((String::new(), Instant::now())));
+    {
+        let current = current.clone();
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let (name, since) = current.lock().unwrap().clone();
+            if !name.is_empty() && since.elapsed() > Duration::from_secs(120) {
+                println!("test {name} ... FAILED (hung for 120 s)");
+                cleanup_namespaces();
+                std::process::exit(1);
+            }
+        });
+    }
     let mut failed = 0;
     for (name, f) in tests {
+        *current.lock().unwrap() = (name.to_string(), Instant::now());
         if !filter.is_empty() && !filter.iter().any(|p| name.contains(p.as_str())) {
             continue;
         }

@@ -1,8 +1,8 @@
 //! The memory layer: groups, domains, lots, and fbufs with their per-path allocators.
 
 pub(crate) mod access;
-pub(crate) mod area;
 pub(crate) mod activity;
+pub(crate) mod area;
 pub(crate) mod domain;
 pub(crate) mod group;
 pub(crate) mod inspect;
@@ -13,10 +13,10 @@ pub(crate) mod path;
 pub(crate) mod rendezvous;
 
 pub use access::GroupAccess;
-pub use area::{AreaLender, AreaRelease, LotArea};
 pub use activity::{
     ActivityDamage, ChannelActivity, MemberActivity, PathActivity, MAX_CHANNELS, MAX_PATHS,
 };
+pub use area::{AreaLender, AreaRelease, LotArea};
 pub use domain::Domain;
 pub use group::{DomainId, Group, GroupConfig, Member};
 pub use inspect::{Cleaned, GroupFile, GroupFileState, GroupView};
