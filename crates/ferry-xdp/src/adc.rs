@@ -317,21 +317,11 @@ impl AdcRx {
                 frames.clear();
                 rx.recv(frames, max, timeout)?;
                 for d in frames.drain(..) {
-                    let head = {
-                        let f = &d.fragments()[0];
-                        let s = f.as_slice();
-                        s[..s.len().min(42)].to_vec()
-                    };
-                    // The header check reads a copy of the first 42 bytes; the payload
-                    // stays in place.
-                    let mut probe = head.clone();
-                    probe.resize(42, 0);
-                    let ok = udp_payload(&probe).is_some()
-                        && u16::from_be_bytes([probe[36], probe[37]]) == self.port;
-                    match ok.then(|| {
-                        let ulen = u16::from_be_bytes([probe[38], probe[39]]) as usize;
-                        42..(34 + ulen).clamp(42, d.len())
-                    }) {
+                    // The headers are read in place; a frame is one fragment.
+                    let s = d.fragments()[0].as_slice();
+                    let ours =
+                        udp_payload(s).filter(|_| u16::from_be_bytes([s[36], s[37]]) == self.port);
+                    match ours {
                         Some(payload) => {
                             self.bytes += d.len() as u64;
                             out.push(Packet { data: d, payload });

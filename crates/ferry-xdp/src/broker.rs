@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -580,7 +580,6 @@ impl Broker {
                 }
             }
         };
-        let _ = memfd.as_raw_fd();
         Ok((xsk, queue, key, zc, pidfd))
     }
 }

@@ -2,7 +2,6 @@
 
 pub(crate) mod access;
 pub(crate) mod activity;
-pub(crate) mod area;
 pub(crate) mod domain;
 pub(crate) mod group;
 pub(crate) mod inspect;
@@ -16,7 +15,6 @@ pub use access::GroupAccess;
 pub use activity::{
     ActivityDamage, ChannelActivity, MemberActivity, PathActivity, MAX_CHANNELS, MAX_PATHS,
 };
-pub use area::{AreaLender, AreaRelease, LotArea};
 pub use domain::Domain;
 pub use group::{DomainId, Group, GroupConfig, Member};
 pub use inspect::{Cleaned, GroupFile, GroupFileState, GroupView};

@@ -7,9 +7,9 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use super::path::PathAllocator;
+use super::IoData;
 use crate::error::{Error, Result};
-use crate::iodata::IoData;
+use crate::region::PathAllocator;
 use crate::segment::{Keep, LotSpan, Segment};
 
 /// Told when a piece lent by an [`AreaLender`] is released everywhere.
