@@ -115,7 +115,7 @@
 //! | `sys` | the syscall wrappers that rustix leaves `unsafe`: `mmap`/`munmap`/`mprotect` and the `Mapping` they return, `userfaultfd` ioctls and event reads, socket address conversions |
 //! | `region` | the group control block read and initialised in place through its mapping; fbufs of the domain's own lot made into [`Segment`]s; the `atexit` hook that leaves groups at exit |
 //! | `segment` | a [`Segment`] is a pointer and length into a mapping, kept alive by its keeper: the one `unsafe` constructor and the slices over it |
-//! | `iodata` | [`IoDataMut`] implements `bytes::BufMut`, an `unsafe` trait; it reaches its own segments, which only it references until frozen, without `Arc::get_mut`'s locked compare-and-swap |
+//! | `iodata` | [`IoDataMut`] implements `bytes::BufMut`, an `unsafe` trait; it reaches its own segments, which only it references until frozen, without `Arc::get_mut`'s locked compare-and-swap; a [`LotArea`]'s pieces, which a device wrote, made into segments |
 //! | `channel` | the SPSC ring and its slots in shared memory (volatile reads of what the peer writes), the channel mapping's layout, segments built from validated descriptors, a loan's segment address kept for comparison (`Send` for a raw pointer never dereferenced) |
 //! | `containers` (feature `containers`) | `containers::unload` hands out slices over an unloaded pallet's mapping |
 //! | `uring` (feature `uring`) | io_uring: pushing entries whose buffers the kernel uses until completion, registered buffers, the `IoBuf` traits, aligned allocations, xlate's bounce buffers |
@@ -179,6 +179,8 @@ pub mod vcm;
 pub use region::{
     Domain, DomainId, Group, GroupAccess, GroupConfig, Member, Pages, PathAllocator, PathConfig,
 };
+// Areas of a lot that a device writes (an AF_XDP UMEM), lent out piece by piece.
+pub use iodata::{AreaLender, AreaRelease, LotArea};
 // Data: immutable aggregates of fbuf fragments, and the writable form they are built in.
 pub use iodata::{Fragment, IoData, IoDataMut, IoDataReader, Units};
 pub use segment::{LotId, LotSpan, Segment};

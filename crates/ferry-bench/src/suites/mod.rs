@@ -14,6 +14,7 @@
 //! | [`python`] | `ferry-bench python` | none: Python processes (`crates/ferry-py/bench`) |
 //! | [`handover`] | `ferry-bench handover` | [`handover::worker`] |
 //! | [`hugepages`] | `ferry-bench hugepages` | `ferry-bench __huge` ([`hugepages::recv`]) |
+//! | [`adc`] | `ferry-bench adc` | none: threads in two network namespaces |
 //!
 //! Adding a benchmark: write `suites/<name>/mod.rs` with
 //! `pub const BENCH: BenchDef = BenchDef { name, about, run }`, where `run`
@@ -21,6 +22,7 @@
 //! [`crate::harness::BenchOutput`]; then list it in [`BENCHES`]. `ferry-bench <name>`,
 //! `ferry-bench all` and the report pick it up from there.
 
+pub mod adc;
 pub mod container;
 pub mod fbufs;
 pub mod fbufs_path;
@@ -51,4 +53,5 @@ pub const BENCHES: &[BenchDef] = &[
     python::BENCH,
     handover::BENCH,
     hugepages::BENCH,
+    adc::BENCH,
 ];

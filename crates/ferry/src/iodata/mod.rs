@@ -13,12 +13,14 @@ use bytes::{Buf, Bytes};
 use crate::error::{Error, Result};
 use crate::segment::Segment;
 
+mod area;
 mod fragment;
 mod mutable;
 mod reader;
 mod shareable;
 mod units;
 
+pub use area::{AreaLender, AreaRelease, LotArea};
 use fragment::push_frag;
 pub use fragment::Fragment;
 pub use mutable::IoDataMut;
