@@ -61,7 +61,11 @@ fn fbufs_quick_writes_records_and_a_plot() {
     }
     let slopes: Vec<_> = records.iter().filter(|r| r["unit"] == "µs/page").collect();
     assert_eq!(slopes.len(), 6, "one per-page slope per transport");
-    assert!(slopes.iter().all(|r| r["value"].as_f64().unwrap() > 0.0));
+    // A fitted slope is a number; its sign is a measurement (ferry's is near zero and can
+    // come out negative on a busy machine), so the test does not judge it.
+    assert!(slopes
+        .iter()
+        .all(|r| r["value"].as_f64().is_some_and(f64::is_finite)));
     for t in ["pipe", "unix", "ferry", "ferry-secured", "ferry-uncached"] {
         assert!(
             slopes.iter().any(|r| r["params"]["transport"] == t),
