@@ -177,6 +177,7 @@ pub mod vcm;
 // Groups, domains and the fbufs of their lots.
 pub use region::{
     Domain, DomainId, Group, GroupAccess, GroupConfig, Member, Pages, PathAllocator, PathConfig,
+    HUGE_PAGE,
 };
 // Data: immutable aggregates of fbuf fragments, and the writable form they are built in.
 pub use iodata::{Fragment, IoData, IoDataMut, IoDataReader, Units};
