@@ -126,6 +126,7 @@ fn help_lists_exactly_the_suites_and_all() {
         "genie",
         "python",
         "handover",
+        "hugepages",
         "all",
         "help",
     ];
