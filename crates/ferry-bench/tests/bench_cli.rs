@@ -127,6 +127,7 @@ fn help_lists_exactly_the_suites_and_all() {
         "python",
         "handover",
         "hugepages",
+        "adc",
         "all",
         "help",
     ];
