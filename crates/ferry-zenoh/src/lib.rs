@@ -271,12 +271,19 @@ struct Import {
 /// services and imports the other bridges'. Returns once every worker stopped, its
 /// offered services are withdrawn and its zenoh session is closed.
 pub fn run(config: &BridgeConfig, stop: &AtomicBool) -> Result<()> {
+    let group =
+        Group::open(&config.group).with_context(|| format!("opening group {}", config.group))?;
+    run_in(group, config, stop)
+}
+
+/// [`run`] in a group this process already has open (a process maps each group once),
+/// as a bridge on a thread beside the group's other members does; `config.group` is
+/// not used.
+pub fn run_in(group: Arc<Group>, config: &BridgeConfig, stop: &AtomicBool) -> Result<()> {
     let scope = config.scope().to_owned();
     if scope.is_empty() || scope.contains('/') || !bridgeable(&scope) {
         bail!("scope {scope:?} must be one zenoh key chunk (no '/', '*', '$', '?', '#', '@')");
     }
-    let group =
-        Group::open(&config.group).with_context(|| format!("opening group {}", config.group))?;
     let domain = group.join().context("joining the group")?;
     let session = zenoh::open(config.zenoh_config()?)
         .wait()
@@ -322,7 +329,7 @@ fn serve(ctx: &Arc<Ctx>, config: &BridgeConfig, stop: &AtomicBool) -> Result<()>
     let mut imports: HashMap<String, Import> = HashMap::new();
     let mut peers: Option<usize> = None;
     let mut next_peer_check = Instant::now();
-    let me = std::process::id();
+    let me = ctx.domain.id();
     while !stop.load(Ordering::Relaxed) {
         // Other bridges' tokens: start and stop imports.
         while let Ok(Some(s)) = live.try_recv() {
@@ -406,7 +413,7 @@ fn serve(ctx: &Arc<Ctx>, config: &BridgeConfig, stop: &AtomicBool) -> Result<()>
             false
         });
         for s in &services {
-            if s.owner.pid == me
+            if s.owner.id == me
                 || exports.contains_key(&s.name)
                 || !bridgeable(&s.name)
                 || !config.policy.passes(&s.name)
