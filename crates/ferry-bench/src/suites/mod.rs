@@ -13,6 +13,7 @@
 //! | [`calibrate`] | `ferry-bench calibrate`, `ferry calibrate` (both through `ferry-measure`) | none: one process, plus the chain's for the hand-over |
 //! | [`python`] | `ferry-bench python` | none: Python processes (`crates/ferry-py/bench`) |
 //! | [`handover`] | `ferry-bench handover` | [`handover::worker`] |
+//! | [`bridge`] | `ferry-bench bridge` | none: one process (bridges, zenoh sessions and members on threads) |
 //!
 //! Adding a benchmark: write `suites/<name>/mod.rs` with
 //! `pub const BENCH: BenchDef = BenchDef { name, about, run }`, where `run`
@@ -20,6 +21,7 @@
 //! [`crate::harness::BenchOutput`]; then list it in [`BENCHES`]. `ferry-bench <name>`,
 //! `ferry-bench all` and the report pick it up from there.
 
+pub mod bridge;
 pub mod container;
 pub mod fbufs;
 pub mod fbufs_path;
@@ -48,4 +50,5 @@ pub const BENCHES: &[BenchDef] = &[
     genie::BENCH,
     python::BENCH,
     handover::BENCH,
+    bridge::BENCH,
 ];
