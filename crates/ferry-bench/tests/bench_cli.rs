@@ -128,6 +128,7 @@ fn help_lists_exactly_the_suites_and_all() {
         "handover",
         "hugepages",
         "adc",
+        "bridge",
         "all",
         "help",
     ];

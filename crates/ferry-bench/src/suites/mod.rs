@@ -15,6 +15,7 @@
 //! | [`handover`] | `ferry-bench handover` | [`handover::worker`] |
 //! | [`hugepages`] | `ferry-bench hugepages` | `ferry-bench __huge` ([`hugepages::recv`]) |
 //! | [`adc`] | `ferry-bench adc` | none: threads in two network namespaces |
+//! | [`bridge`] | `ferry-bench bridge` | none: one process (bridges, zenoh sessions and members on threads) |
 //!
 //! Adding a benchmark: write `suites/<name>/mod.rs` with
 //! `pub const BENCH: BenchDef = BenchDef { name, about, run }`, where `run`
@@ -23,6 +24,7 @@
 //! `ferry-bench all` and the report pick it up from there.
 
 pub mod adc;
+pub mod bridge;
 pub mod container;
 pub mod fbufs;
 pub mod fbufs_path;
@@ -54,4 +56,5 @@ pub const BENCHES: &[BenchDef] = &[
     handover::BENCH,
     hugepages::BENCH,
     adc::BENCH,
+    bridge::BENCH,
 ];

@@ -1,0 +1,873 @@
+//! ferry's bridge between hosts: named services of one ferry group carried over zenoh.
+//!
+//! One bridge runs per host and group. It joins the group as an ordinary member:
+//!
+//! - **Export.** For each service of the group that its [`Policy`] lets through, it
+//!   subscribes (publish-subscribe) or opens a client (request-response) like any other
+//!   member, and carries the messages to `ferry/<scope>/<service>` with remote-only
+//!   locality, so nothing on this host ever sees a second copy. Each exported service
+//!   has a liveliness token (`ferry-live/<scope>/<zid>/<kind>/<service>`) and a queryable
+//!   that answers its configuration (`ferry-config/<scope>/<zid>/<service>`).
+//! - **Import.** For each token another bridge holds, it offers the same service in its
+//!   own group (a [`Publisher`] or a [`Server`]) and republishes what arrives through a
+//!   publisher loan: one copy from the network into an fbuf, then zero-copy to every
+//!   local subscriber. When the far end ends (its publisher or its bridge dies, or the
+//!   service is withdrawn) the bridge drops that publisher, and local subscribers see
+//!   the end exactly as they see a local publisher go.
+//!
+//! The scope names the set of bridges that see each other's services; it defaults to the
+//! group's name, so that two hosts running a group of the same name are bridged as they
+//! are.
+
+pub mod policy;
+pub mod sys;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use ferry::{
+    Client, Domain, Error, Group, IoData, PathAllocator, PathConfig, Publisher, Server,
+    ServiceConfig, ServiceKind, SlowSubscriber, Subscriber,
+};
+use zenoh::bytes::ZBytes;
+use zenoh::handlers::{FifoChannel, RingChannel};
+use zenoh::qos::CongestionControl;
+use zenoh::sample::{Locality, SampleKind};
+use zenoh::{Session, Wait};
+
+pub use policy::Policy;
+
+/// Status a bridged [`Client::call`] fails with when the far end gave no answer within
+/// the bridge's call timeout (unreachable, or its server too slow).
+pub const STATUS_NO_ANSWER: u32 = 0xB0;
+/// Status a bridged call fails with when the far bridge could not reach its server.
+pub const STATUS_FAR_SERVER_GONE: u32 = 0xB1;
+
+/// How long a worker blocks before it looks at its stop flag again.
+const POLL: Duration = Duration::from_millis(50);
+/// How often the bridge looks for new local services and reports its peers.
+const SCAN: Duration = Duration::from_millis(100);
+/// How long an import that failed waits before it is tried again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// A bridge's settings.
+#[derive(Clone, Debug)]
+pub struct BridgeConfig {
+    /// The local ferry group.
+    pub group: String,
+    /// The set of bridges that see each other (one zenoh key chunk); `None`: the group's
+    /// name.
+    pub scope: Option<String>,
+    /// zenoh endpoints to listen on (`tcp/10.0.0.1:7447`).
+    pub listen: Vec<String>,
+    /// zenoh endpoints of other bridges to connect to (retried until they answer).
+    pub connect: Vec<String>,
+    /// Which services cross, both ways.
+    pub policy: Policy,
+    /// Larger messages are not carried (counted and reported).
+    pub max_message: usize,
+    /// How long a bridged request waits for the far end's answer.
+    pub call_timeout: Duration,
+    /// zenoh's multicast scouting (off: only the endpoints given are used).
+    pub multicast_scouting: bool,
+    /// Print what the bridge does (exports, imports, peers) on stdout.
+    pub log: bool,
+}
+
+impl BridgeConfig {
+    /// A bridge of group `group` with the defaults: scope = group, no endpoints, every
+    /// service, 256 MiB messages at most, calls of 5 s, no multicast scouting.
+    pub fn new(group: &str) -> BridgeConfig {
+        BridgeConfig {
+            group: group.to_owned(),
+            scope: None,
+            listen: Vec::new(),
+            connect: Vec::new(),
+            policy: Policy::default(),
+            max_message: 256 << 20,
+            call_timeout: Duration::from_secs(5),
+            multicast_scouting: false,
+            log: true,
+        }
+    }
+
+    fn scope(&self) -> &str {
+        self.scope.as_deref().unwrap_or(&self.group)
+    }
+
+    /// The zenoh configuration: peer mode, the endpoints given, scouting as asked.
+    pub fn zenoh_config(&self) -> Result<zenoh::Config> {
+        zenoh_config(&self.listen, &self.connect, self.multicast_scouting)
+    }
+}
+
+/// A peer-mode zenoh configuration with explicit endpoints (also used by the benchmark's
+/// baseline, so that both go the same way).
+pub fn zenoh_config(
+    listen: &[String],
+    connect: &[String],
+    multicast: bool,
+) -> Result<zenoh::Config> {
+    let mut c = zenoh::Config::default();
+    let set = |c: &mut zenoh::Config, k: &str, v: String| {
+        c.insert_json5(k, &v)
+            .map_err(|e| anyhow!("zenoh config {k} = {v}: {e}"))
+    };
+    let list = |v: &[String]| {
+        let quoted: Vec<String> = v.iter().map(|e| format!("{e:?}")).collect();
+        format!("[{}]", quoted.join(","))
+    };
+    set(&mut c, "mode", "\"peer\"".into())?;
+    set(&mut c, "listen/endpoints", list(listen))?;
+    set(&mut c, "connect/endpoints", list(connect))?;
+    set(&mut c, "scouting/multicast/enabled", multicast.to_string())?;
+    // Gossip would tell peers about endpoints they were not given.
+    set(&mut c, "scouting/gossip/enabled", "false".into())?;
+    Ok(c)
+}
+
+/// The key a service's messages (or calls) travel on.
+pub fn data_key(scope: &str, service: &str) -> String {
+    format!("ferry/{scope}/{service}")
+}
+
+fn live_prefix(scope: &str) -> String {
+    format!("ferry-live/{scope}/")
+}
+
+fn config_key(scope: &str, zid: &str, service: &str) -> String {
+    format!("ferry-config/{scope}/{zid}/{service}")
+}
+
+/// Whether `name` can be a run of zenoh key chunks as it is: no wildcard or reserved
+/// characters, no empty chunk, no verbatim (`@`) chunk. Other names are not bridged.
+pub fn bridgeable(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .split('/')
+            .all(|c| !c.is_empty() && !c.starts_with('@') && !c.contains(['*', '$', '?', '#']))
+}
+
+/// A service's settings as one key chunk of its liveliness token: `ps-drop-64`,
+/// `ps-block-8`, `rr-64`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Shape {
+    kind: ServiceKind,
+    slow: SlowSubscriber,
+    depth: u32,
+}
+
+impl Shape {
+    fn tag(&self) -> String {
+        match (self.kind, self.slow) {
+            (ServiceKind::ReqResp, _) => format!("rr-{}", self.depth),
+            (_, SlowSubscriber::Drop) => format!("ps-drop-{}", self.depth),
+            (_, SlowSubscriber::Block) => format!("ps-block-{}", self.depth),
+        }
+    }
+
+    fn parse(tag: &str) -> Option<Shape> {
+        let (head, depth) = tag.rsplit_once('-')?;
+        let depth: u32 = depth.parse().ok()?;
+        let (kind, slow) = match head {
+            "rr" => (ServiceKind::ReqResp, SlowSubscriber::Drop),
+            "ps-drop" => (ServiceKind::PubSub, SlowSubscriber::Drop),
+            "ps-block" => (ServiceKind::PubSub, SlowSubscriber::Block),
+            _ => return None,
+        };
+        (depth.is_power_of_two() && (2..=1 << 16).contains(&depth)).then_some(Shape {
+            kind,
+            slow,
+            depth,
+        })
+    }
+
+    fn service_config(&self) -> ServiceConfig {
+        ServiceConfig {
+            depth: self.depth,
+            slow: self.slow,
+            ..ServiceConfig::default()
+        }
+    }
+}
+
+/// What every worker thread shares.
+struct Ctx {
+    group: Arc<ferry::Group>,
+    domain: Domain,
+    session: Session,
+    scope: String,
+    zid: String,
+    max_message: usize,
+    call_timeout: Duration,
+    /// For the copies from the network into fbufs of request-response traffic.
+    path: PathAllocator,
+    log: bool,
+}
+
+macro_rules! say {
+    ($ctx:expr, $($arg:tt)*) => {
+        if $ctx.log {
+            println!("ferry-bridge[{}]: {}", $ctx.group.name(), format!($($arg)*))
+        }
+    };
+}
+
+/// How a worker ended.
+enum End {
+    /// Asked to stop.
+    Stopped,
+    /// The far end (or the local owner) ended the service.
+    Ended,
+}
+
+struct Worker {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<Result<End>>,
+}
+
+impl Worker {
+    fn spawn(
+        ctx: &Arc<Ctx>,
+        f: impl FnOnce(&Ctx, &AtomicBool) -> Result<End> + Send + 'static,
+    ) -> Worker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, s) = (ctx.clone(), stop.clone());
+        Worker {
+            stop,
+            handle: std::thread::spawn(move || f(&c, &s)),
+        }
+    }
+
+    /// Stops the worker and waits for it.
+    fn finish(self) -> Result<End> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle
+            .join()
+            .map_err(|_| anyhow!("bridge worker panicked"))?
+    }
+}
+
+/// An export: the local owner it follows and its worker.
+struct Export {
+    owner: ferry::Member,
+    worker: Worker,
+}
+
+/// An import: the far bridge whose token it follows and its worker (`None` while it
+/// waits to be tried again).
+struct Import {
+    zid: String,
+    shape: Shape,
+    worker: Option<Worker>,
+    retry_at: Instant,
+}
+
+/// Runs a bridge until `stop` is set (or it fails to start): exports this host's
+/// services and imports the other bridges'. Returns once every worker stopped, its
+/// offered services are withdrawn and its zenoh session is closed.
+pub fn run(config: &BridgeConfig, stop: &AtomicBool) -> Result<()> {
+    let group =
+        Group::open(&config.group).with_context(|| format!("opening group {}", config.group))?;
+    run_in(group, config, stop)
+}
+
+/// [`run`] in a group this process already has open (a process maps each group once),
+/// as a bridge on a thread beside the group's other members does; `config.group` is
+/// not used.
+pub fn run_in(group: Arc<Group>, config: &BridgeConfig, stop: &AtomicBool) -> Result<()> {
+    let scope = config.scope().to_owned();
+    if scope.is_empty() || scope.contains('/') || !bridgeable(&scope) {
+        bail!("scope {scope:?} must be one zenoh key chunk (no '/', '*', '$', '?', '#', '@')");
+    }
+    let domain = group.join().context("joining the group")?;
+    let session = zenoh::open(config.zenoh_config()?)
+        .wait()
+        .map_err(|e| anyhow!("opening the zenoh session: {e}"))?;
+    let zid = session.zid().to_string();
+    let ctx = Arc::new(Ctx {
+        path: domain.path(PathConfig::default())?,
+        group,
+        domain,
+        session,
+        scope,
+        zid,
+        max_message: config.max_message,
+        call_timeout: config.call_timeout,
+        log: config.log,
+    });
+    say!(
+        ctx,
+        "scope {} zid {} listen {:?} connect {:?}",
+        ctx.scope,
+        ctx.zid,
+        config.listen,
+        config.connect
+    );
+    let result = serve(&ctx, config, stop);
+    say!(ctx, "stopping");
+    if let Err(e) = ctx.session.close().wait() {
+        say!(ctx, "closing the zenoh session: {e}");
+    }
+    result
+}
+
+fn serve(ctx: &Arc<Ctx>, config: &BridgeConfig, stop: &AtomicBool) -> Result<()> {
+    let live = ctx
+        .session
+        .liveliness()
+        .declare_subscriber(format!("{}**", live_prefix(&ctx.scope)))
+        .history(true)
+        .with(FifoChannel::new(1024))
+        .wait()
+        .map_err(|e| anyhow!("watching the other bridges' tokens: {e}"))?;
+    let mut exports: HashMap<String, Export> = HashMap::new();
+    let mut imports: HashMap<String, Import> = HashMap::new();
+    let mut peers: Option<usize> = None;
+    let mut next_peer_check = Instant::now();
+    let me = ctx.domain.id();
+    while !stop.load(Ordering::Relaxed) {
+        // Other bridges' tokens: start and stop imports.
+        while let Ok(Some(s)) = live.try_recv() {
+            let key = s.key_expr().as_str();
+            let Some((zid, shape, name)) = parse_token(&ctx.scope, key) else {
+                continue;
+            };
+            if zid == ctx.zid {
+                continue;
+            }
+            match s.kind() {
+                SampleKind::Put => {
+                    if !config.policy.passes(name) {
+                        say!(ctx, "not importing {name}: denied by policy");
+                        continue;
+                    }
+                    if let Some(i) = imports.get(name) {
+                        if i.zid != zid
+                            && i.worker.as_ref().is_some_and(|w| !w.handle.is_finished())
+                        {
+                            say!(
+                                ctx,
+                                "not importing {name} from {zid}: {} offers it already",
+                                i.zid
+                            );
+                            continue;
+                        }
+                    }
+                    if let Some(old) = imports.remove(name) {
+                        stop_import(ctx, name, old);
+                    }
+                    imports.insert(
+                        name.to_owned(),
+                        Import {
+                            zid: zid.to_owned(),
+                            shape,
+                            worker: Some(spawn_import(ctx, name, zid, shape)),
+                            retry_at: Instant::now(),
+                        },
+                    );
+                }
+                SampleKind::Delete => {
+                    if imports.get(name).is_some_and(|i| i.zid == zid) {
+                        let i = imports.remove(name).expect("present");
+                        stop_import(ctx, name, i);
+                        say!(ctx, "{name}: far end gone ({zid})");
+                    }
+                }
+            }
+        }
+        // Imports whose worker ended: done if the far end ended, else tried again.
+        let now = Instant::now();
+        let mut ended = Vec::new();
+        for (name, i) in imports.iter_mut() {
+            if i.worker.as_ref().is_some_and(|w| w.handle.is_finished()) {
+                let w = i.worker.take().expect("checked");
+                match w.finish() {
+                    Ok(End::Ended) | Ok(End::Stopped) => ended.push(name.clone()),
+                    Err(e) => {
+                        say!(ctx, "import of {name} failed: {e:#}; retrying");
+                        i.retry_at = now + RETRY;
+                    }
+                }
+            } else if i.worker.is_none() && now >= i.retry_at {
+                i.worker = Some(spawn_import(ctx, name, &i.zid, i.shape));
+            }
+        }
+        for name in ended {
+            imports.remove(&name);
+        }
+        // Local services: start exports of new ones, stop those whose owner went.
+        let services = ctx.group.services();
+        exports.retain(|name, e| {
+            let current = services
+                .iter()
+                .any(|s| &s.name == name && s.owner == e.owner);
+            if current && !e.worker.handle.is_finished() {
+                return true;
+            }
+            e.worker.stop.store(true, Ordering::Relaxed);
+            false
+        });
+        for s in &services {
+            if s.owner.id == me
+                || exports.contains_key(&s.name)
+                || !bridgeable(&s.name)
+                || !config.policy.passes(&s.name)
+            {
+                continue;
+            }
+            let shape = Shape {
+                kind: s.kind,
+                slow: s.slow,
+                depth: s.depth,
+            };
+            let name = s.name.clone();
+            let worker = Worker::spawn(ctx, move |c, stop| export(c, &name, shape, stop));
+            exports.insert(
+                s.name.clone(),
+                Export {
+                    owner: s.owner,
+                    worker,
+                },
+            );
+        }
+        if now >= next_peer_check {
+            next_peer_check = now + Duration::from_secs(1);
+            let n = ctx.session.info().peers_zid().wait().count();
+            if peers != Some(n) {
+                if n == 0 && !config.connect.is_empty() {
+                    say!(ctx, "no peer reachable at {:?}; retrying", config.connect);
+                } else {
+                    say!(ctx, "{n} peer(s) connected");
+                }
+                peers = Some(n);
+            }
+        }
+        std::thread::sleep(SCAN);
+    }
+    for (name, i) in imports.drain() {
+        stop_import(ctx, &name, i);
+    }
+    for (name, e) in exports.drain() {
+        if let Err(e) = e.worker.finish() {
+            say!(ctx, "export of {name}: {e:#}");
+        }
+    }
+    Ok(())
+}
+
+fn stop_import(ctx: &Ctx, name: &str, i: Import) {
+    if let Some(w) = i.worker {
+        if let Err(e) = w.finish() {
+            say!(ctx, "import of {name}: {e:#}");
+        }
+    }
+}
+
+/// `ferry-live/<scope>/<zid>/<tag>/<service>` split into its parts.
+fn parse_token<'a>(scope: &str, key: &'a str) -> Option<(&'a str, Shape, &'a str)> {
+    let rest = key.strip_prefix(&live_prefix(scope))?;
+    let (zid, rest) = rest.split_once('/')?;
+    let (tag, name) = rest.split_once('/')?;
+    Some((zid, Shape::parse(tag)?, name))
+}
+
+fn spawn_import(ctx: &Arc<Ctx>, name: &str, zid: &str, shape: Shape) -> Worker {
+    let (name, zid) = (name.to_owned(), zid.to_owned());
+    Worker::spawn(ctx, move |c, stop| match shape.kind {
+        ServiceKind::PubSub => import_pubsub(c, &name, &zid, shape, stop),
+        ServiceKind::ReqResp => import_reqresp(c, &name, &zid, shape, stop),
+    })
+}
+
+/// The token and configuration queryable of one exported service; dropping them tells
+/// the other bridges it is gone.
+struct Announcement {
+    _token: zenoh::liveliness::LivelinessToken,
+    _config: zenoh::query::Queryable<()>,
+}
+
+fn announce(ctx: &Ctx, name: &str, shape: Shape) -> Result<Announcement> {
+    let answer = format!(
+        "kind={} depth={} slow={} max={}",
+        if shape.kind == ServiceKind::PubSub {
+            "ps"
+        } else {
+            "rr"
+        },
+        shape.depth,
+        if shape.slow == SlowSubscriber::Block {
+            "block"
+        } else {
+            "drop"
+        },
+        ctx.max_message
+    );
+    let config = ctx
+        .session
+        .declare_queryable(config_key(&ctx.scope, &ctx.zid, name))
+        .allowed_origin(Locality::Remote)
+        .callback(move |q| {
+            let _ = q.reply(q.key_expr().clone(), answer.clone()).wait();
+        })
+        .wait()
+        .map_err(|e| anyhow!("declaring the config queryable of {name}: {e}"))?;
+    let token = ctx
+        .session
+        .liveliness()
+        .declare_token(format!(
+            "{}{}/{}/{name}",
+            live_prefix(&ctx.scope),
+            ctx.zid,
+            shape.tag()
+        ))
+        .wait()
+        .map_err(|e| anyhow!("declaring the token of {name}: {e}"))?;
+    Ok(Announcement {
+        _token: token,
+        _config: config,
+    })
+}
+
+/// Asks the far bridge for the service's configuration. Being a round trip after any
+/// declaration made before it, it also makes sure the far end knows those.
+fn far_config(ctx: &Ctx, zid: &str, name: &str) -> Result<String> {
+    let replies = ctx
+        .session
+        .get(config_key(&ctx.scope, zid, name))
+        .allowed_destination(Locality::Remote)
+        .timeout(Duration::from_secs(5))
+        .wait()
+        .map_err(|e| anyhow!("asking for {name}'s configuration: {e}"))?;
+    let reply = replies
+        .recv()
+        .map_err(|_| anyhow!("no answer about {name} from {zid}"))?;
+    let sample = reply
+        .result()
+        .map_err(|e| anyhow!("{zid} refused {name}'s configuration: {e:?}"))?;
+    Ok(sample.payload().try_to_string()?.into_owned())
+}
+
+fn export(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Result<End> {
+    match shape.kind {
+        ServiceKind::PubSub => export_pubsub(ctx, name, shape, stop),
+        ServiceKind::ReqResp => export_reqresp(ctx, name, shape, stop),
+    }
+}
+
+/// A message's bytes for zenoh without a copy: each fragment is lent as it is (the
+/// fbufs go back once zenoh has written them out).
+fn to_zbytes(d: IoData) -> ZBytes {
+    struct Frag(IoData);
+    impl AsRef<[u8]> for Frag {
+        fn as_ref(&self) -> &[u8] {
+            self.0.chunks().next().unwrap_or(&[])
+        }
+    }
+    if d.num_fragments() <= 1 {
+        return ZBytes::from(bytes::Bytes::from_owner(Frag(d)));
+    }
+    let mut w = ZBytes::writer();
+    let mut at = 0;
+    let lens: Vec<usize> = d.chunks().map(|c| c.len()).collect();
+    for len in lens {
+        w.append(ZBytes::from(bytes::Bytes::from_owner(Frag(
+            d.slice(at..at + len),
+        ))));
+        at += len;
+    }
+    w.finish()
+}
+
+fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Result<End> {
+    let mut sub = Subscriber::open(&ctx.domain, name, Duration::from_secs(1))
+        .with_context(|| format!("subscribing to {name}"))?;
+    let zpub = ctx
+        .session
+        .declare_publisher(data_key(&ctx.scope, name))
+        .congestion_control(match shape.slow {
+            SlowSubscriber::Drop => CongestionControl::Drop,
+            SlowSubscriber::Block => CongestionControl::Block,
+        })
+        .allowed_destination(Locality::Remote)
+        .wait()
+        .map_err(|e| anyhow!("declaring the publisher of {name}: {e}"))?;
+    let announced = announce(ctx, name, shape)?;
+    say!(ctx, "exporting {name} ({})", shape.tag());
+    let mut too_large = 0u64;
+    let end = loop {
+        if stop.load(Ordering::Relaxed) {
+            break End::Stopped;
+        }
+        match sub.recv_timeout(POLL) {
+            Ok(d) => {
+                if d.len() > ctx.max_message {
+                    too_large += 1;
+                    if too_large.is_power_of_two() {
+                        say!(
+                            ctx,
+                            "{name}: {too_large} message(s) over the limit not carried"
+                        );
+                    }
+                    continue;
+                }
+                zpub.put(to_zbytes(d))
+                    .wait()
+                    .map_err(|e| anyhow!("putting {name}: {e}"))?;
+            }
+            Err(Error::Timeout) => {}
+            Err(Error::PeerGone { .. } | Error::Disconnected) => break End::Ended,
+            Err(e) => return Err(e).with_context(|| format!("receiving {name}")),
+        }
+    };
+    // The end, in order after the last message: the far bridges withdraw the service at
+    // once, before the token's removal reaches them.
+    let _ = zpub.delete().wait();
+    drop(announced);
+    say!(ctx, "{name}: export ended");
+    Ok(end)
+}
+
+fn import_pubsub(ctx: &Ctx, name: &str, zid: &str, shape: Shape, stop: &AtomicBool) -> Result<End> {
+    let key = data_key(&ctx.scope, name);
+    let depth = shape.depth as usize;
+    // A dropping service keeps the newest messages when this side falls behind; a
+    // blocking one holds up the network, and so the far publisher, as a local blocking
+    // subscriber would.
+    let (ring, fifo);
+    let recv: &dyn Fn(Duration) -> Option<zenoh::sample::Sample> = match shape.slow {
+        SlowSubscriber::Drop => {
+            ring = ctx
+                .session
+                .declare_subscriber(&key)
+                .allowed_origin(Locality::Remote)
+                .with(RingChannel::new(depth))
+                .wait()
+                .map_err(|e| anyhow!("subscribing to {key}: {e}"))?;
+            &|t| ring.recv_timeout(t).ok().flatten()
+        }
+        SlowSubscriber::Block => {
+            fifo = ctx
+                .session
+                .declare_subscriber(&key)
+                .allowed_origin(Locality::Remote)
+                .with(FifoChannel::new(depth))
+                .wait()
+                .map_err(|e| anyhow!("subscribing to {key}: {e}"))?;
+            &|t| fifo.recv_timeout(t).ok().flatten()
+        }
+    };
+    far_config(ctx, zid, name)?;
+    let mut publisher = Publisher::offer(&ctx.domain, name, shape.service_config())
+        .with_context(|| format!("offering {name} locally"))?;
+    say!(ctx, "importing {name} from {zid} ({})", shape.tag());
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(End::Stopped);
+        }
+        let Some(sample) = recv(POLL) else { continue };
+        if sample.kind() == SampleKind::Delete {
+            say!(ctx, "{name}: the far end ended it");
+            return Ok(End::Ended);
+        }
+        let payload = sample.payload();
+        let len = payload.len();
+        if len > ctx.max_message {
+            continue;
+        }
+        if shape.slow == SlowSubscriber::Drop {
+            let mut loan = match publisher.loan(len) {
+                Ok(l) => l,
+                Err(e) => {
+                    if !room_for_loan(&mut publisher, len, e, stop)? {
+                        continue;
+                    }
+                    match publisher.loan(len) {
+                        Ok(l) => l,
+                        // Still no room: this message is lost, as a full queue loses one.
+                        Err(Error::QuotaExceeded { .. }) => continue,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            };
+            copy_into(loan.as_mut_slice(), payload);
+            loan.send()?;
+        } else {
+            // As a loan does, one fbuf of the publisher's path, but published in steps
+            // so that a stuck local subscriber does not keep the bridge from stopping.
+            let mut m = loop {
+                match publisher.path().alloc(len) {
+                    Ok(m) => break m,
+                    Err(e) => {
+                        if !room_for_loan(&mut publisher, len, e, stop)?
+                            || stop.load(Ordering::Relaxed)
+                        {
+                            return Ok(End::Stopped);
+                        }
+                    }
+                }
+            };
+            let mut at = 0;
+            for s in payload.slices() {
+                m.write_at(at, s);
+                at += s.len();
+            }
+            let data = m.freeze();
+            let mut p = publisher.begin_publish(&data)?;
+            while p.waiting() > 0 && !stop.load(Ordering::Relaxed) {
+                match publisher.wait_publish(&mut p, POLL) {
+                    Ok(()) | Err(Error::Timeout) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let _ = publisher.end_publish(p);
+        }
+    }
+}
+
+/// Copies a zenoh payload, slice by slice, into `dst` (exactly its length).
+fn copy_into(dst: &mut [u8], payload: &ZBytes) {
+    let mut at = 0;
+    for s in payload.slices() {
+        dst[at..at + s.len()].copy_from_slice(s);
+        at += s.len();
+    }
+}
+
+/// Waits (while subscribers hold the path's quota) up to a second for room for a loan
+/// that was refused with `e`: true to try again, false to drop the message.
+fn room_for_loan(
+    publisher: &mut Publisher,
+    len: usize,
+    e: Error,
+    stop: &AtomicBool,
+) -> Result<bool> {
+    match e {
+        Error::QuotaExceeded { .. } => {}
+        Error::MessageTooLarge { .. } => return Ok(false),
+        e => return Err(e.into()),
+    }
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
+        publisher.collect_releases();
+        if publisher.path().outstanding() + len <= PathConfig::default().quota {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(true)
+}
+
+/// A network payload copied once into an fbuf of `path`.
+fn to_iodata(path: &PathAllocator, payload: Option<&ZBytes>) -> Result<IoData> {
+    let Some(p) = payload else {
+        return Ok(IoData::new());
+    };
+    let mut m = path.alloc(p.len())?;
+    let mut at = 0;
+    for s in p.slices() {
+        m.write_at(at, s);
+        at += s.len();
+    }
+    Ok(m.freeze())
+}
+
+fn export_reqresp(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Result<End> {
+    let mut client = Client::open(&ctx.domain, name, Duration::from_secs(1))
+        .with_context(|| format!("opening a client of {name}"))?;
+    let calls = ctx
+        .session
+        .declare_queryable(data_key(&ctx.scope, name))
+        .allowed_origin(Locality::Remote)
+        .with(FifoChannel::new(shape.depth as usize))
+        .wait()
+        .map_err(|e| anyhow!("declaring the queryable of {name}: {e}"))?;
+    let announced = announce(ctx, name, shape)?;
+    say!(ctx, "exporting {name} ({})", shape.tag());
+    let end = loop {
+        if stop.load(Ordering::Relaxed) {
+            break End::Stopped;
+        }
+        let Ok(Some(q)) = calls.recv_timeout(POLL) else {
+            continue;
+        };
+        let request = to_iodata(&ctx.path, q.payload())?;
+        let key = q.key_expr().clone();
+        let sent = match client.call(&request, ctx.call_timeout) {
+            Ok(r) => q.reply(key, to_zbytes(r)).wait(),
+            Err(Error::RequestFailed { status }) => q.reply_err(status.to_string()).wait(),
+            Err(Error::Timeout) => q.reply_err(STATUS_NO_ANSWER.to_string()).wait(),
+            Err(Error::PeerGone { .. } | Error::Disconnected) => {
+                let _ = q.reply_err(STATUS_FAR_SERVER_GONE.to_string()).wait();
+                break End::Ended;
+            }
+            Err(e) => return Err(e).with_context(|| format!("calling {name}")),
+        };
+        if let Err(e) = sent {
+            say!(ctx, "{name}: answering a call: {e}");
+        }
+    };
+    drop(announced);
+    say!(ctx, "{name}: export ended");
+    Ok(end)
+}
+
+fn import_reqresp(
+    ctx: &Ctx,
+    name: &str,
+    zid: &str,
+    shape: Shape,
+    stop: &AtomicBool,
+) -> Result<End> {
+    let key = data_key(&ctx.scope, name);
+    far_config(ctx, zid, name)?;
+    let mut server = Server::offer(&ctx.domain, name, shape.service_config())
+        .with_context(|| format!("offering {name} locally"))?;
+    say!(ctx, "importing {name} from {zid} ({})", shape.tag());
+    // Requests are answered one at a time, as a local server serves its clients in turn.
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(End::Stopped);
+        }
+        let req = match server.recv_timeout(POLL) {
+            Ok(r) => r,
+            Err(Error::Timeout) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let replies = ctx
+            .session
+            .get(&key)
+            .payload(to_zbytes(req.data.clone()))
+            .allowed_destination(Locality::Remote)
+            .timeout(ctx.call_timeout)
+            .wait()
+            .map_err(|e| anyhow!("calling {key}: {e}"))?;
+        let answered = match replies.recv() {
+            Ok(reply) => match reply.result() {
+                Ok(sample) => match to_iodata(server.path(), Some(sample.payload())) {
+                    Ok(body) => server.reply(&req, &body),
+                    Err(_) => server.fail(&req, STATUS_NO_ANSWER),
+                },
+                Err(e) => {
+                    let status = e
+                        .payload()
+                        .try_to_string()
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(STATUS_NO_ANSWER);
+                    server.fail(&req, status)
+                }
+            },
+            // No reply before the timeout: no far server, or a slow one.
+            Err(_) => server.fail(&req, STATUS_NO_ANSWER),
+        };
+        match answered {
+            Ok(()) | Err(Error::PeerGone { .. } | Error::Disconnected | Error::Timeout) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}

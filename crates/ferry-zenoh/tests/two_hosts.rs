@@ -1,0 +1,741 @@
+//! Two hosts bridged by `ferry-bridge` over zenoh, with real processes.
+//!
+//! Each "host" is a network namespace, the two joined by a veth pair that the test makes
+//! (root and `ip netns` needed; otherwise both bridges run on loopback, and the test says
+//! so). A ferry group is a file in /dev/shm, which every namespace of one machine
+//! shares, so the two hosts are also two different groups (A and B) whose bridges share
+//! one scope: exactly what two machines running a group of the same name look like.
+//! The bridges listen and connect on explicit addresses with multicast scouting off, so
+//! concurrent runs do not see each other.
+//!
+//! Publishers, subscribers, servers and clients are this test binary re-executed in a
+//! role (`harness = false`); each checks every byte it receives.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ferry::{
+    Client, Error, Group, IoData, Publisher, Server, ServiceConfig, SlowSubscriber, Subscriber,
+};
+
+/// Long enough for set-up steps on a loaded machine; a hang shows as a failure after it.
+const T: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------- payloads
+
+/// Byte `j` of message `seq`.
+fn byte(seq: u64, j: usize) -> u8 {
+    (seq.wrapping_mul(131) as usize ^ j.wrapping_mul(7) ^ (j >> 9)) as u8
+}
+
+fn pattern(seq: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|j| byte(seq, j)).collect()
+}
+
+/// `size*count,...` as one (seq, size) per message, seq from 0.
+fn expand(spec: &str) -> Vec<(u64, usize)> {
+    let mut out = Vec::new();
+    for part in spec.split(',') {
+        let (size, count) = part.split_once('*').unwrap();
+        for _ in 0..count.parse::<usize>().unwrap() {
+            out.push((out.len() as u64, size.parse().unwrap()));
+        }
+    }
+    out
+}
+
+/// A stream message: its sequence number, then the pattern.
+const STREAM_LEN: usize = 1024;
+
+fn stream_message(seq: u64) -> Vec<u8> {
+    let mut m = pattern(seq, STREAM_LEN);
+    m[..8].copy_from_slice(&seq.to_le_bytes());
+    m
+}
+
+fn check_stream(d: &IoData) -> u64 {
+    assert_eq!(d.len(), STREAM_LEN, "stream message of the wrong size");
+    let v = d.to_vec();
+    let seq = u64::from_le_bytes(v[..8].try_into().unwrap());
+    assert_eq!(v, stream_message(seq), "stream message {seq} damaged");
+    seq
+}
+
+// ---------------------------------------------------------------- child roles
+
+fn stdin_lines() -> Receiver<String> {
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for l in std::io::stdin().lock().lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l.trim().to_owned()).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn child_main(role: &str) {
+    let group = Group::open(&std::env::var("FZ_GROUP").unwrap()).unwrap();
+    let domain = group.join().unwrap();
+    let arg = std::env::var("FZ_ARG").unwrap();
+    let parts: Vec<&str> = arg.split('|').collect();
+    let stdin = stdin_lines();
+    let end = |e: Error| {
+        println!(
+            "end {}",
+            format!("{e:?}").split([' ', '{', '(']).next().unwrap()
+        );
+    };
+    match role {
+        // name|policy|spec: publish the spec's messages (or a stream) once told "go".
+        "pub" => {
+            let slow = match parts[1] {
+                "block" => SlowSubscriber::Block,
+                _ => SlowSubscriber::Drop,
+            };
+            let config = ServiceConfig {
+                depth: 8,
+                slow,
+                ..ServiceConfig::default()
+            };
+            let mut p = Publisher::offer(&domain, parts[0], config).unwrap();
+            println!("offered");
+            if parts[2] == "stream" {
+                for seq in 0.. {
+                    let mut m = p.loan(STREAM_LEN).unwrap();
+                    m.as_mut_slice().copy_from_slice(&stream_message(seq));
+                    m.send().unwrap();
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+            assert_eq!(stdin.recv().unwrap(), "go");
+            for (seq, size) in expand(parts[2]) {
+                let mut m = p.loan(size).unwrap();
+                m.as_mut_slice().copy_from_slice(&pattern(seq, size));
+                m.send().unwrap();
+            }
+            println!("done");
+            let _ = stdin.recv();
+        }
+        // name|spec|open-timeout-s: receive the spec's messages (or a stream) and check
+        // every byte; print how it ended.
+        "sub" => {
+            let open = Duration::from_secs(parts[2].parse().unwrap());
+            let mut sub = match Subscriber::open(&domain, parts[0], open) {
+                Ok(s) => s,
+                Err(e) => return end(e),
+            };
+            println!("joined");
+            if parts[1] == "stream" {
+                let mut n = 0u64;
+                let mut last = None;
+                loop {
+                    match sub.recv_timeout(T) {
+                        Ok(d) => {
+                            let seq = check_stream(&d);
+                            assert!(last.map_or(true, |l| seq > l), "reordered");
+                            last = Some(seq);
+                            n += 1;
+                            if n == 1 || n % 50 == 0 {
+                                println!("got {n}");
+                            }
+                        }
+                        Err(e) => return end(e),
+                    }
+                }
+            }
+            let want = expand(parts[1]);
+            let mut bytes = 0usize;
+            for &(seq, size) in &want {
+                let d = match sub.recv_timeout(T) {
+                    Ok(d) => d,
+                    Err(e) => return end(e),
+                };
+                if d.len() != size || !d.eq_bytes(&pattern(seq, size)) {
+                    println!("bad message {seq}: {} bytes, want {size}", d.len());
+                    return;
+                }
+                bytes += size;
+            }
+            println!("ok {} {bytes}", want.len());
+            let _ = stdin.recv();
+        }
+        // name: answer each request with its bytes reversed; "fail..." fails (status 7).
+        "server" => {
+            let mut s = Server::offer(&domain, parts[0], ServiceConfig::default()).unwrap();
+            println!("offered");
+            loop {
+                match stdin.try_recv() {
+                    Ok(_) | Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+                    Err(std::sync::mpsc::TryRecvError::Empty) => {}
+                }
+                let req = match s.recv_timeout(Duration::from_millis(100)) {
+                    Ok(r) => r,
+                    Err(Error::Timeout) => continue,
+                    Err(e) => panic!("{e}"),
+                };
+                let mut v = req.data.to_vec();
+                if v.starts_with(b"fail") {
+                    s.fail(&req, 7).unwrap();
+                    continue;
+                }
+                v.reverse();
+                let mut m = s.path().alloc(v.len()).unwrap();
+                m.write_at(0, &v);
+                s.reply(&req, &m.freeze()).unwrap();
+            }
+        }
+        // name|n: n calls of several sizes, each answer checked, then a failing one.
+        "client" => {
+            let mut c = Client::open(&domain, parts[0], T).unwrap();
+            println!("joined");
+            let n: u64 = parts[1].parse().unwrap();
+            let sizes = [1usize, 100, 65536, 1 << 20, 8 << 20];
+            for k in 0..n {
+                let size = sizes[k as usize % sizes.len()];
+                let req = IoData::from_vec(pattern(k + 1000, size));
+                let got = c.call(&req, T).unwrap();
+                let mut want = pattern(k + 1000, size);
+                want.reverse();
+                assert!(got.eq_bytes(&want), "answer {k} of {size} bytes damaged");
+            }
+            match c.call(&IoData::from_vec(b"fail please".to_vec()), T) {
+                Err(Error::RequestFailed { status: 7 }) => {}
+                other => panic!("a failing call gave {other:?}"),
+            }
+            println!("ok {n}");
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+// ---------------------------------------------------------------- processes
+
+/// A child process whose stdout lines arrive on a channel (and are echoed to stderr).
+struct Proc {
+    child: Child,
+    lines: Receiver<String>,
+    seen: Arc<Mutex<Vec<String>>>,
+    what: String,
+}
+
+impl Proc {
+    fn start(mut cmd: Command, what: &str) -> Proc {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {what}: {e}"));
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = channel();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (s, w) = (seen.clone(), what.to_owned());
+        std::thread::spawn(move || {
+            for l in out.lines() {
+                let Ok(l) = l else { break };
+                eprintln!("    [{w}] {l}");
+                s.lock().unwrap().push(l.clone());
+                if tx.send(l).is_err() {
+                    // Nobody waits for lines any more; keep draining so the child never
+                    // blocks on a full pipe.
+                }
+            }
+        });
+        Proc {
+            child,
+            lines,
+            seen,
+            what: what.to_owned(),
+        }
+    }
+
+    fn role(role: &str, group: &str, arg: &str) -> Proc {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.env("FZ_ROLE", role)
+            .env("FZ_GROUP", group)
+            .env("FZ_ARG", arg);
+        Proc::start(cmd, &format!("{role} {arg}"))
+    }
+
+    /// The next line starting with `prefix` (or, for a bridge's lines, whose message
+    /// does), waiting at most `within`.
+    fn expect(&mut self, prefix: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.starts_with(prefix) || l.contains(&format!("]: {prefix}")) => return l,
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("{}: no line {prefix:?} within {within:?}", self.what)
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("{}: ended before printing {prefix:?}", self.what)
+                }
+            }
+        }
+    }
+
+    fn saw(&self, needle: &str) -> bool {
+        self.seen.lock().unwrap().iter().any(|l| l.contains(needle))
+    }
+
+    fn tell(&mut self, line: &str) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        let _ = writeln!(stdin, "{line}");
+        let _ = stdin.flush();
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our child's,
+        // not yet reaped.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    fn kill9(&mut self) {
+        self.signal(libc::SIGKILL);
+        self.child.wait().unwrap();
+    }
+
+    /// Waits for the child to exit on its own, at most `within`; its exit status.
+    fn wait(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            if Instant::now() > deadline {
+                self.kill9();
+                panic!("{} did not exit within {within:?}", self.what);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM, as Ctrl-C would: the bridge must end cleanly and promptly.
+    fn stop(&mut self) {
+        self.signal(libc::SIGTERM);
+        let s = self.wait(Duration::from_secs(30));
+        assert!(s.success(), "{} ended with {s} after SIGTERM", self.what);
+    }
+
+    fn fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+// ---------------------------------------------------------------- the two hosts
+
+/// Two hosts: their group names, the bridges' scope and endpoints, and their network
+/// namespaces if the test could make them.
+struct Hosts {
+    a: String,
+    b: String,
+    scope: String,
+    ns: Option<(String, String)>,
+    a_listen: String,
+    b_connect: String,
+}
+
+fn run_ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn make_namespaces(a: &str, b: &str) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("not root".into());
+    }
+    run_ip(&["netns", "add", a])?;
+    run_ip(&["netns", "add", b])?;
+    run_ip(&["link", "add", a, "type", "veth", "peer", "name", b])?;
+    for (ns, addr) in [(a, "10.99.0.1/24"), (b, "10.99.0.2/24")] {
+        run_ip(&["link", "set", ns, "netns", ns])?;
+        run_ip(&["-n", ns, "addr", "add", addr, "dev", ns])?;
+        run_ip(&["-n", ns, "link", "set", ns, "up"])?;
+        run_ip(&["-n", ns, "link", "set", "lo", "up"])?;
+    }
+    Ok(())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Hosts {
+    fn new(tag: &str) -> Hosts {
+        let id = format!("{}{tag}", std::process::id());
+        let (na, nb) = (format!("fz{id}a"), format!("fz{id}b"));
+        let ns = match make_namespaces(&na, &nb) {
+            Ok(()) => Some((na, nb)),
+            Err(why) => {
+                let _ = run_ip(&["netns", "del", &na]);
+                let _ = run_ip(&["netns", "del", &nb]);
+                eprintln!("    note: no network namespaces ({why}): both bridges on loopback");
+                None
+            }
+        };
+        let (a_listen, b_connect) = if ns.is_some() {
+            (
+                "tcp/10.99.0.1:7447".to_owned(),
+                "tcp/10.99.0.1:7447".to_owned(),
+            )
+        } else {
+            let p = free_port();
+            (format!("tcp/127.0.0.1:{p}"), format!("tcp/127.0.0.1:{p}"))
+        };
+        Hosts {
+            a: format!("fzA-{id}"),
+            b: format!("fzB-{id}"),
+            scope: format!("fz{id}"),
+            ns,
+            a_listen,
+            b_connect,
+        }
+    }
+
+    /// Starts host `h`'s bridge (A listens, B connects), with `extra` flags.
+    fn bridge(&self, h: char, extra: &[&str]) -> Proc {
+        let bin = env!("CARGO_BIN_EXE_ferry-bridge");
+        let (group, ns, ep) = match h {
+            'A' => (
+                &self.a,
+                self.ns.as_ref().map(|n| &n.0),
+                ["--listen", &self.a_listen],
+            ),
+            _ => (
+                &self.b,
+                self.ns.as_ref().map(|n| &n.1),
+                ["--connect", &self.b_connect],
+            ),
+        };
+        let mut cmd = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, bin]);
+                c
+            }
+            None => Command::new(bin),
+        };
+        cmd.args(["--group", group, "--scope", &self.scope])
+            .args(ep)
+            .args(extra);
+        let p = Proc::start(cmd, &format!("bridge {h}"));
+        p
+    }
+
+    /// The group of host `h`.
+    fn group(&self, h: char) -> &str {
+        if h == 'A' {
+            &self.a
+        } else {
+            &self.b
+        }
+    }
+
+    /// Once every process of the test has ended, neither group may leave a file in
+    /// /dev/shm.
+    fn assert_no_leftovers(&self) {
+        for g in [&self.a, &self.b] {
+            let f = format!("/dev/shm/ferry.{g}");
+            let gone = (0..250).any(|_| {
+                std::thread::sleep(Duration::from_millis(20));
+                !std::path::Path::new(&f).exists()
+            });
+            assert!(gone, "{f} left behind");
+        }
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        if let Some((a, b)) = &self.ns {
+            let _ = run_ip(&["netns", "del", a]);
+            let _ = run_ip(&["netns", "del", b]);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- tests
+
+/// Two services published on A, each with a subscriber on A and one on B; every message
+/// (1 B to 64 MiB) arrives byte-identical and in order on both hosts; both bridges stop
+/// cleanly on SIGTERM and nothing is left in /dev/shm.
+fn pubsub_reaches_both_hosts_byte_identical() {
+    let h = Hosts::new("p");
+    let mut ba = h.bridge('A', &[]);
+    let mut bb = h.bridge('B', &[]);
+    let services = [
+        (
+            "cam/front",
+            "1*2,7*2,64*2,4096*3,65536*3,1048576*3,16777216*2,67108864*1",
+        ),
+        ("imu", "64*300,1000*100"),
+    ];
+    let mut pubs = Vec::new();
+    let mut subs = Vec::new();
+    for (name, spec) in services {
+        let mut p = Proc::role("pub", h.group('A'), &format!("{name}|block|{spec}"));
+        p.expect("offered", T);
+        pubs.push(p);
+        for host in ['A', 'B'] {
+            let mut s = Proc::role("sub", h.group(host), &format!("{name}|{spec}|60"));
+            s.expect("joined", T);
+            subs.push(s);
+        }
+    }
+    for p in &mut pubs {
+        p.tell("go");
+    }
+    for (i, s) in subs.iter_mut().enumerate() {
+        let (_, spec) = services[i / 2];
+        let want = expand(spec);
+        let bytes: usize = want.iter().map(|w| w.1).sum();
+        assert_eq!(
+            s.expect("", Duration::from_secs(180)),
+            format!("ok {} {bytes}", want.len()),
+            "subscriber {i}"
+        );
+    }
+    for p in &mut pubs {
+        p.expect("done", T);
+    }
+    drop((pubs, subs));
+    ba.stop();
+    bb.stop();
+    h.assert_no_leftovers();
+}
+
+/// A server on A answers a client on B (several sizes, up to 8 MiB); a failing request's
+/// status arrives as it would locally.
+fn request_response_a_to_b() {
+    let h = Hosts::new("r");
+    let mut ba = h.bridge('A', &[]);
+    let mut bb = h.bridge('B', &[]);
+    let mut srv = Proc::role("server", h.group('A'), "calc");
+    srv.expect("offered", T);
+    let mut cli = Proc::role("client", h.group('B'), "calc|10");
+    cli.expect("joined", T);
+    cli.expect("ok 10", T);
+    srv.tell("exit");
+    srv.wait(T);
+    drop(cli);
+    ba.stop();
+    bb.stop();
+    h.assert_no_leftovers();
+}
+
+/// A publisher SIGKILLed mid-stream: the subscriber on B sees an end (an error, not a
+/// hang), as the one on A does; a new publisher of the same name reaches a new
+/// subscriber on B; the bridges' descriptors do not grow from one round to the next.
+fn publisher_killed_midstream() {
+    let h = Hosts::new("k");
+    let mut ba = h.bridge('A', &[]);
+    let mut bb = h.bridge('B', &[]);
+    let mut fds = Vec::new();
+    for round in 0..3 {
+        let mut p = Proc::role("pub", h.group('A'), "tel|drop|stream");
+        p.expect("offered", T);
+        let mut sa = Proc::role("sub", h.group('A'), "tel|stream|60");
+        let mut sb = Proc::role("sub", h.group('B'), "tel|stream|60");
+        sa.expect("got 50", T);
+        sb.expect("got 50", T);
+        p.kill9();
+        let ea = sa.expect("end", T);
+        let eb = sb.expect("end", T);
+        for e in [&ea, &eb] {
+            assert!(
+                e == "end PeerGone" || e == "end Disconnected",
+                "round {round}: {e}"
+            );
+        }
+        sa.wait(T);
+        sb.wait(T);
+        // The bridges notice the end before the subscribers do; let them settle.
+        let settled = |b: &Proc| {
+            let n = b
+                .seen
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.contains("tel: "))
+                .count();
+            n
+        };
+        assert!(
+            (0..500).any(|_| {
+                std::thread::sleep(Duration::from_millis(20));
+                settled(&ba) > round && settled(&bb) > round
+            }),
+            "round {round}: the bridges did not report the end"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        fds.push((ba.fds(), bb.fds()));
+    }
+    eprintln!("    bridge descriptors after each round (A, B): {fds:?}");
+    assert!(
+        fds[2].0 <= fds[1].0 && fds[2].1 <= fds[1].1,
+        "the bridges' descriptors grew: {fds:?}"
+    );
+    ba.stop();
+    bb.stop();
+    h.assert_no_leftovers();
+}
+
+/// A bridge SIGKILLed mid-stream, first A's then B's: the subscriber on B sees an end,
+/// A's local subscriber keeps receiving throughout, B's bridge reports that it cannot
+/// reach A and retries, and a restarted bridge resumes delivery to a new subscriber.
+fn bridge_killed_midstream_and_restarted() {
+    let h = Hosts::new("b");
+    let mut ba = h.bridge('A', &[]);
+    let mut bb = h.bridge('B', &[]);
+    let mut p = Proc::role("pub", h.group('A'), "tel|drop|stream");
+    p.expect("offered", T);
+    let mut sa = Proc::role("sub", h.group('A'), "tel|stream|60");
+    sa.expect("got 50", T);
+
+    // A's bridge dies.
+    let mut sb = Proc::role("sub", h.group('B'), "tel|stream|60");
+    sb.expect("got 50", T);
+    ba.kill9();
+    let e = sb.expect("end", T);
+    assert!(e == "end Disconnected" || e == "end PeerGone", "{e}");
+    sb.wait(T);
+    bb.expect("no peer reachable", T);
+    sa.expect("got", T);
+    sa.expect("got", T);
+    ba = h.bridge('A', &[]);
+    let mut sb = Proc::role("sub", h.group('B'), "tel|stream|60");
+    sb.expect("got 50", T);
+
+    // B's bridge dies: B's subscriber loses its publisher (the bridge's domain).
+    bb.kill9();
+    let e = sb.expect("end", T);
+    assert!(e == "end PeerGone" || e == "end Disconnected", "{e}");
+    sb.wait(T);
+    sa.expect("got", T);
+    sa.expect("got", T);
+    bb = h.bridge('B', &[]);
+    let mut sb = Proc::role("sub", h.group('B'), "tel|stream|60");
+    sb.expect("got 50", T);
+
+    p.kill9();
+    sa.expect("end", T);
+    sb.expect("end", T);
+    drop((sa, sb));
+    ba.stop();
+    bb.stop();
+    h.assert_no_leftovers();
+}
+
+/// A's bridge denies `secret/*`: `open/x` arrives on B, `secret/x` never does (B's
+/// subscriber finds no such service), and neither bridge carries it.
+fn denied_service_never_arrives() {
+    let h = Hosts::new("d");
+    let mut ba = h.bridge('A', &["--deny", "secret/*"]);
+    let mut bb = h.bridge('B', &[]);
+    let mut po = Proc::role("pub", h.group('A'), "open/x|drop|stream");
+    let mut ps = Proc::role("pub", h.group('A'), "secret/x|drop|stream");
+    po.expect("offered", T);
+    ps.expect("offered", T);
+    let mut local = Proc::role("sub", h.group('A'), "secret/x|stream|60");
+    local.expect("got 50", T);
+    let mut so = Proc::role("sub", h.group('B'), "open/x|stream|60");
+    so.expect("got 50", T);
+    let mut ss = Proc::role("sub", h.group('B'), "secret/x|stream|5");
+    assert_eq!(ss.expect("", T), "end NoSuchService");
+    assert!(
+        !ba.saw("exporting secret/x"),
+        "A's bridge exported a denied service"
+    );
+    assert!(
+        !bb.saw("importing secret/x"),
+        "B's bridge imported a denied service"
+    );
+    po.kill9();
+    ps.kill9();
+    drop((local, so, ss));
+    ba.stop();
+    bb.stop();
+    h.assert_no_leftovers();
+}
+
+fn main() {
+    if let Ok(role) = std::env::var("FZ_ROLE") {
+        child_main(&role);
+        return;
+    }
+    let tests: &[(&str, fn())] = &[
+        (
+            "pubsub_reaches_both_hosts_byte_identical",
+            pubsub_reaches_both_hosts_byte_identical,
+        ),
+        ("request_response_a_to_b", request_response_a_to_b),
+        ("publisher_killed_midstream", publisher_killed_midstream),
+        (
+            "bridge_killed_midstream_and_restarted",
+            bridge_killed_midstream_and_restarted,
+        ),
+        ("denied_service_never_arrives", denied_service_never_arrives),
+    ];
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let (mut passed, mut failed) = (0, 0);
+    for (name, f) in tests {
+        if !filter.is_empty() && !filter.iter().any(|p| name.contains(p.as_str())) {
+            continue;
+        }
+        let t0 = Instant::now();
+        match std::panic::catch_unwind(f) {
+            Ok(()) => {
+                passed += 1;
+                println!("test {name} ... ok ({:.1} s)", t0.elapsed().as_secs_f64());
+            }
+            Err(_) => {
+                failed += 1;
+                println!("test {name} ... FAILED");
+            }
+        }
+    }
+    println!(
+        "\ntest result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; 0 filtered out",
+        if failed == 0 { "ok" } else { "FAILED" }
+    );
+    if failed > 0 {
+        std::process::exit(101);
+    }
+}
