@@ -9,6 +9,7 @@
 //! pidfd, and the sender reclaims everything the dead receiver held.
 
 pub(crate) mod desc;
+mod fds;
 mod layout;
 pub(crate) mod ring;
 
@@ -18,6 +19,9 @@ mod loan;
 mod receiver;
 mod sender;
 
+pub use desc::MAX_FDS;
+pub(crate) use fds::check_count as check_fd_count;
+pub use fds::{FdKind, FdKinds, Fds};
 pub use link::{ChannelConfig, ChannelStats};
 pub(crate) use loan::Draft;
 pub use loan::Loan;
