@@ -311,6 +311,47 @@ fn sink(arg: &str, domain: &ferry::Domain) {
     println!("{} {base}", fd_count());
 }
 
+/// The receiving end of [`containers_carry_every_kind`]: takes a container with cargo
+/// over the abstract socket `arg`, uses every duplicate, then refuses an eventfd when
+/// it accepts only memfds, and reports its descriptor count.
+fn container_recv(arg: &str) {
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(arg).unwrap();
+    let sock = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
+    let base = fd_count();
+    println!("connected");
+    let (mut c, mut fds) =
+        ferry::containers::Container::receive_with_fds(&sock, FdKinds::default()).unwrap();
+    let kinds: Vec<_> = (0..fds.len()).map(|i| fds.kind(i).unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [FdKind::Memfd, FdKind::EventFd, FdKind::Pipe, FdKind::Socket]
+    );
+    let v = c.view(0).unwrap();
+    assert_eq!(v.valid_bytes(), b"pallet");
+    drop(v);
+    assert_eq!(read_at(fds.get(0).unwrap(), 64), b"memfd-cargo");
+    rustix::io::write(fds.get(1).unwrap(), &5u64.to_ne_bytes()).unwrap();
+    rustix::io::write(fds.get(2).unwrap(), b"pong").unwrap();
+    rustix::io::write(fds.get(3).unwrap(), b"sock").unwrap();
+    let _ = fds.take(3);
+    drop((c, fds));
+    println!("used {}", fd_count() == base);
+    let refused =
+        ferry::containers::Container::receive_with_fds(&sock, FdKinds::only(FdKind::Memfd));
+    println!(
+        "refused {} {}",
+        matches!(
+            refused,
+            Err(Error::FdRefused {
+                index: 0,
+                kind: FdKind::EventFd
+            })
+        ),
+        fd_count() == base
+    );
+}
+
 fn child_main(role: &str) {
     let (_gname, _group, domain, arg, mut stdin) = child_start();
     match role {
@@ -319,6 +360,7 @@ fn child_main(role: &str) {
         "send-and-wait" => send_and_wait(&domain, &mut stdin),
         "stream" => stream(&domain, &mut stdin),
         "sink" => sink(&arg, &domain),
+        "container-recv" => container_recv(&arg),
         _ => panic!("unknown role {role}"),
     }
 }
@@ -626,6 +668,51 @@ fn killing_a_subscriber_leaks_nothing_in_the_others() {
     }
 }
 
+/// A container ships with cargo of every kind to another process, whose duplicates
+/// work; the limit; a receiver that accepts only memfds refuses an eventfd; neither side
+/// keeps a descriptor it should not.
+fn containers_carry_every_kind() {
+    use ferry::containers::Container;
+    use std::os::linux::net::SocketAddrExt;
+    let (_g, _d, name) = join("fdk-ct");
+    let sname = format!("ferry-fdcargo-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(&sname).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    let mut peer = Peer::spawn("container-recv", &name, &sname);
+    let (sock, _) = listener.accept().unwrap();
+    assert_eq!(peer.line(), "connected");
+    let mfd = memfd(b"memfd-cargo", true);
+    let efd = eventfd();
+    let (pr, pw) = pipe();
+    let (sa, sb) = socketpair();
+    let base = fd_count();
+    let mut c = Container::alloc(&[4096]).unwrap();
+    {
+        let mut u = c.unload(0).unwrap();
+        u.as_mut_slice()[..6].copy_from_slice(b"pallet");
+        u.reload(0..6).unwrap();
+    }
+    let over = vec![mfd.as_fd(); MAX_FDS + 1];
+    let e = c.ship_with_fds(&sock, &over).unwrap_err();
+    assert!(matches!(e.error, Error::TooManyFds { .. }));
+    let c = e.container.expect("the container comes back");
+    c.ship_with_fds(&sock, &[mfd.as_fd(), efd.as_fd(), pw.as_fd(), sb.as_fd()])
+        .unwrap();
+    assert_eq!(peer.line(), "used true");
+    let mut n = [0u8; 8];
+    rustix::io::read(&efd, &mut n).unwrap();
+    assert_eq!(u64::from_ne_bytes(n), 5);
+    assert_eq!(read_n(pr.as_fd(), 4), b"pong");
+    assert_eq!(read_n(sa.as_fd(), 4), b"sock");
+    Container::alloc(&[4096])
+        .unwrap()
+        .ship_with_fds(&sock, &[efd.as_fd()])
+        .unwrap();
+    assert_eq!(peer.line(), "refused true true");
+    assert_eq!(fd_count(), base, "{:?}", fd_links());
+    peer.child.wait().unwrap();
+}
+
 fn main() {
     if let Ok(role) = std::env::var("FERRY_TEST_ROLE") {
         child_main(&role);
@@ -658,5 +745,6 @@ fn main() {
             "killing_a_subscriber_leaks_nothing_in_the_others",
             killing_a_subscriber_leaks_nothing_in_the_others,
         ),
+        ("containers_carry_every_kind", containers_carry_every_kind),
     ]);
 }

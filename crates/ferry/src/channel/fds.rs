@@ -249,6 +249,23 @@ impl Fds {
         self.fds.get_mut(i)?.1.take()
     }
 
+    /// `fds` (this process's own, received some other way), each classified and
+    /// refused unless of one of `kinds`; on refusal all of them are closed.
+    #[cfg_attr(not(feature = "containers"), allow(dead_code))]
+    pub(crate) fn checked(fds: Vec<OwnedFd>, kinds: FdKinds) -> Result<Fds> {
+        let mut out = Fds {
+            fds: Vec::with_capacity(fds.len()),
+        };
+        for (index, fd) in fds.into_iter().enumerate() {
+            let kind = FdKind::of(fd.as_fd());
+            if !kinds.contains(kind) {
+                return Err(Error::FdRefused { index, kind });
+            }
+            out.fds.push((kind, Some(fd)));
+        }
+        Ok(out)
+    }
+
     /// Every descriptor not taken yet, in order.
     ///
     /// ```
