@@ -1064,6 +1064,39 @@ impl Sender {
         self.send_now(data, fds, true).map(drop)
     }
 
+    /// Like [`send_with_fds`](Self::send_with_fds), waiting for room until `deadline`
+    /// (`None`: for as long as it takes), then [`Error::Timeout`]. For callers that hold
+    /// an optional limit, such as the C and Python bindings.
+    ///
+    /// ```
+    /// # use std::time::{Duration, Instant};
+    /// # use std::os::fd::AsFd;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-send-fds-until-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let mut rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// let (r, _w) = std::io::pipe()?;
+    /// let path = a.path(ferry::PathConfig::default())?;
+    /// let deadline = Some(Instant::now() + Duration::from_secs(1));
+    /// tx.send_with_fds_until(&path.alloc(1)?.freeze(), &[r.as_fd()], deadline)?;
+    /// assert_eq!(rx.recv_with_fds()?.1.len(), 1);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`send_with_fds`](Self::send_with_fds); [`Error::Timeout`].
+    pub fn send_with_fds_until(
+        &self,
+        data: &IoData,
+        fds: &[BorrowedFd<'_>],
+        deadline: Option<Instant>,
+    ) -> Result<()> {
+        self.send_until(data, fds, deadline)
+    }
+
     /// Sends, with `fds` as cargo, waiting for room until `deadline` (`None`: for ever).
     pub(crate) fn send_until(
         &self,
