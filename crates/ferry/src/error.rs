@@ -440,7 +440,7 @@ impl fmt::Display for Error {
             ),
             Self::FdRefused { index, kind } => write!(
                 f,
-                "the message's descriptor {index} is a {kind}, a kind this receiver does not accept"
+                "the message's descriptor {index} ({kind}) is of a kind this receiver does not accept"
             ),
             Self::FdsLost { pid } => write!(
                 f,
