@@ -13,6 +13,7 @@
 //! | [`calibrate`] | `ferry-bench calibrate`, `ferry calibrate` (both through `ferry-measure`) | none: one process, plus the chain's for the hand-over |
 //! | [`python`] | `ferry-bench python` | none: Python processes (`crates/ferry-py/bench`) |
 //! | [`handover`] | `ferry-bench handover` | [`handover::worker`] |
+//! | [`frames`] | `ferry-bench frames` | `ferry-bench __frames` ([`frames::worker_main`]) |
 //!
 //! Adding a benchmark: write `suites/<name>/mod.rs` with
 //! `pub const BENCH: BenchDef = BenchDef { name, about, run }`, where `run`
@@ -23,6 +24,8 @@
 pub mod container;
 pub mod fbufs;
 pub mod fbufs_path;
+#[allow(unsafe_code)]
+pub mod frames;
 pub mod genie;
 #[allow(unsafe_code)]
 pub mod handover;
@@ -48,4 +51,5 @@ pub const BENCHES: &[BenchDef] = &[
     genie::BENCH,
     python::BENCH,
     handover::BENCH,
+    frames::BENCH,
 ];

@@ -24,8 +24,7 @@ use crate::region::group::MAX_SLOTS;
 pub const INLINE_FRAGS: usize = 3;
 /// Largest fragment count of one message.
 pub const MAX_FRAGS: u64 = 4096;
-/// Most descriptors one message may carry as cargo (see [`crate::Fds`]).
-pub const MAX_FDS: usize = 64;
+pub use crate::sys::fds::MAX_FDS;
 /// Size of one continuation block; blocks hold at most [`BLOCK_FRAGS`] fragments.
 pub const BLOCK_BYTES: usize = 4096;
 /// Fragments per continuation block.

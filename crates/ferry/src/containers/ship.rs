@@ -19,9 +19,9 @@ use std::os::unix::net::UnixStream;
 use super::container::MAX_PALLETS;
 use super::pallet::Pallet;
 use super::{Container, MapStats};
-use crate::channel::{FdKinds, Fds};
 use crate::error::{BadDescriptor, Error, Result};
 use crate::sys;
+use crate::sys::fds::{FdKinds, Fds};
 
 const MAGIC: &[u8; 8] = b"FERRYCT1";
 const HEAD: usize = 16;
@@ -175,7 +175,7 @@ impl Container {
                 container: Some(self),
             });
         }
-        let max = crate::MAX_FDS.min(sys::scm::MAX_FDS - self.pallets.len());
+        let max = sys::fds::MAX_FDS.min(sys::scm::MAX_FDS - self.pallets.len());
         if cargo.len() > max {
             return Err(ShipError {
                 error: Error::TooManyFds {
@@ -272,7 +272,7 @@ impl Container {
             return Err(BadDescriptor::TooManyFragments(count as u64).into());
         }
         let ncargo = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes")) as usize;
-        if ncargo > crate::MAX_FDS || count + ncargo > sys::scm::MAX_FDS {
+        if ncargo > sys::fds::MAX_FDS || count + ncargo > sys::scm::MAX_FDS {
             return Err(
                 BadDescriptor::Malformed("more cargo descriptors than a message carries").into(),
             );

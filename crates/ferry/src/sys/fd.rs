@@ -103,8 +103,8 @@ pub fn check_memfd(fd: BorrowedFd<'_>) -> Result<u64, String> {
 /// What kind of file `fd` is, for descriptors received as cargo: from the kernel's cached
 /// attributes ([`statx_cached`]) and the `/proc/self/fd` link only, so that nothing the
 /// file's owner does can make this wait.
-pub fn classify(fd: BorrowedFd<'_>) -> crate::channel::FdKind {
-    use crate::channel::FdKind;
+pub fn classify(fd: BorrowedFd<'_>) -> super::fds::FdKind {
+    use super::fds::FdKind;
     let Ok(st) = statx_cached(fd) else {
         return FdKind::Other;
     };
