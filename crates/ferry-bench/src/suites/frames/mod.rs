@@ -24,7 +24,6 @@
 //!
 //! The processes are `ferry-bench __frames stage|display SYSTEM GROUP FRAMES`, with the
 //! camera in this process; queues of [`DEPTH`], blocking when full, in both systems.
-#![allow(unsafe_code)]
 
 use std::io::{BufRead, BufReader};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
