@@ -179,8 +179,14 @@ mod ice {
         pub node: Node<ipc::Service>,
     }
 
-    pub type Pub = (Publisher<ipc::Service, [u8], ()>, PubSub<ipc::Service, [u8], ()>);
-    pub type Sub = (Subscriber<ipc::Service, [u8], ()>, PubSub<ipc::Service, [u8], ()>);
+    pub type Pub = (
+        Publisher<ipc::Service, [u8], ()>,
+        PubSub<ipc::Service, [u8], ()>,
+    );
+    pub type Sub = (
+        Subscriber<ipc::Service, [u8], ()>,
+        PubSub<ipc::Service, [u8], ()>,
+    );
 
     impl Ends {
         pub fn new() -> Result<Ends> {
@@ -235,10 +241,9 @@ mod ice {
 
     /// Loans a frame, lets `write` fill it, sends it.
     pub fn send(p: &Pub, write: impl FnOnce(&mut [u8])) -> Result<()> {
-        let mut s = p
-            .0
-            .loan_slice_uninit(super::FRAME)
-            .map_err(|e| anyhow!("iceoryx2 loan: {e:?}"))?;
+        let mut s =
+            p.0.loan_slice_uninit(super::FRAME)
+                .map_err(|e| anyhow!("iceoryx2 loan: {e:?}"))?;
         let raw = s.payload_mut();
         // SAFETY: shared memory every byte of which holds a value (zero-filled at first
         // touch or written by earlier samples); `MaybeUninit<u8>` and `u8` have the same
@@ -271,11 +276,19 @@ pub fn worker_main(args: &[String]) -> Result<()> {
     if sys == System::Ice {
         let ends = ice::Ends::new()?;
         let sub = ends.subscriber(if stage { &from } else { &to })?;
-        let publ = if stage { Some(ends.publisher(&to)?) } else { None };
+        let publ = if stage {
+            Some(ends.publisher(&to)?)
+        } else {
+            None
+        };
         println!("ready");
         let deadline = Instant::now() + T;
         while got < frames && Instant::now() < deadline {
-            let Some(s) = sub.0.receive().map_err(|e| anyhow!("iceoryx2 receive: {e:?}"))? else {
+            let Some(s) = sub
+                .0
+                .receive()
+                .map_err(|e| anyhow!("iceoryx2 receive: {e:?}"))?
+            else {
                 std::thread::sleep(Duration::from_micros(100));
                 continue;
             };
@@ -506,7 +519,11 @@ fn one(sys: System, frames: u64) -> Result<Point> {
         sys,
         frames,
         displayed,
-        fps: if secs > 0.0 { displayed as f64 / secs } else { 0.0 },
+        fps: if secs > 0.0 {
+            displayed as f64 / secs
+        } else {
+            0.0
+        },
         lat_median: dsp[2],
         lat_p99: dsp[3],
         cpu: [per(cam_cpu), per(s[4]), per(dsp[4])],
