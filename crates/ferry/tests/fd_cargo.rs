@@ -668,6 +668,53 @@ fn killing_a_subscriber_leaks_nothing_in_the_others() {
     }
 }
 
+/// A hostile sender's descriptor tables are refused with `BadDescriptor`, and nothing
+/// is kept: too many entries, unaligned, outside its lot, a number it has not open, a
+/// negative number.
+fn a_hostile_descriptor_table_is_refused() {
+    use ferry::testing::{push_raw, RawDesc};
+    let (_g, a, _name) = join("fdk-hostile");
+    let b = _g.join().unwrap();
+    let (a2, to) = (a.clone(), b.id());
+    let connecting = std::thread::spawn(move || a2.connect(to, T).unwrap());
+    let mut rx = b.accept(T).unwrap();
+    let tx = connecting.join().unwrap();
+    let path = a.path(ferry::PathConfig::default()).unwrap();
+    let table = |n: i32| {
+        let mut m = path.alloc(8).unwrap();
+        m.write_at(0, &n.to_le_bytes());
+        m.write_at(4, &n.to_le_bytes());
+        let d = m.freeze();
+        let at = d.fragments()[0].lot_span().unwrap().offset;
+        (d, at)
+    };
+    let (_keep1, not_open) = table(1 << 20);
+    let (_keep2, negative) = table(-1);
+    let base = fd_count();
+    let cases: [(u16, u64); 5] = [
+        (MAX_FDS as u16 + 1, not_open),
+        (1, not_open + 2),
+        (1, u64::MAX - 3),
+        (1, not_open),
+        (1, negative),
+    ];
+    for (i, (nfds, cargo)) in cases.into_iter().enumerate() {
+        let d = RawDesc {
+            token: i as u64,
+            nfds,
+            cargo,
+            ..RawDesc::default()
+        };
+        push_raw(&tx, d).unwrap();
+        match rx.recv_with_fds_timeout(T) {
+            Err(Error::BadDescriptor(_)) => {}
+            other => panic!("case {i}: expected BadDescriptor, got {other:?}"),
+        }
+        assert_eq!(fd_count(), base, "case {i}: nothing kept");
+    }
+    assert_eq!(rx.stats().bad_from_peer, cases.len() as u64);
+}
+
 /// A container ships with cargo of every kind to another process, whose duplicates
 /// work; the limit; a receiver that accepts only memfds refuses an eventfd; neither side
 /// keeps a descriptor it should not.
@@ -746,5 +793,9 @@ fn main() {
             killing_a_subscriber_leaks_nothing_in_the_others,
         ),
         ("containers_carry_every_kind", containers_carry_every_kind),
+        (
+            "a_hostile_descriptor_table_is_refused",
+            a_hostile_descriptor_table_is_refused,
+        ),
     ]);
 }
