@@ -122,6 +122,7 @@ fn help_lists_exactly_the_suites_and_all() {
         "genie",
         "python",
         "handover",
+        "frames",
         "all",
         "help",
     ];
