@@ -84,6 +84,12 @@ fn cli() -> Command {
             .arg(Arg::new("args").num_args(0..).action(ArgAction::Append)),
     )
     .subcommand(
+        Command::new("__frames")
+            .about("A stage or display process of `ferry-bench frames`; not for direct use")
+            .hide(true)
+            .arg(Arg::new("args").num_args(0..).action(ArgAction::Append)),
+    )
+    .subcommand(
         Command::new("__drain")
             .about("The subscriber process of `ferry-bench services`; not for direct use")
             .hide(true)
@@ -98,6 +104,15 @@ fn main() -> Result<()> {
     };
     match name {
         "__worker" => worker::run(WorkerArgs::from_arg_matches(sub).unwrap_or_else(|e| e.exit())),
+        "__frames" => {
+            let args: Vec<String> = sub
+                .get_many::<String>("args")
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect();
+            suites::frames::worker_main(&args)
+        }
         "__drain" => {
             let args: Vec<String> = sub
                 .get_many::<String>("args")

@@ -129,6 +129,7 @@ fn help_lists_exactly_the_suites_and_all() {
         "hugepages",
         "adc",
         "bridge",
+        "frames",
         "all",
         "help",
     ];

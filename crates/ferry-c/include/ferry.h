@@ -77,8 +77,43 @@
 // The named service is already offered.
 #define FERRY_ESERVICE_EXISTS -10
 
+// More descriptors than one message carries (`FERRY_MAX_FDS`), or than the caller's
+// array holds.
+#define FERRY_ETOO_MANY_FDS -11
+
+// A received message carried a descriptor of a kind the receiver did not accept.
+#define FERRY_EFD_REFUSED -12
+
+// The sender died before the message's descriptors were taken.
+#define FERRY_EFDS_LOST -13
+
 // Any other error (see `ferry_last_error`).
 #define FERRY_EOTHER -100
+
+// Most descriptors one message carries (`ferry::MAX_FDS`; a test checks they agree).
+#define FERRY_MAX_FDS 64
+
+// Descriptor kinds, as `ferry_fd_kind` returns them and as a mask of accepted kinds in
+// `ferry_recv_fds` (0 there: every kind but `FERRY_FD_OTHER`).
+#define FERRY_FD_MEMFD 1
+
+// A dma-buf (opaque to ferry).
+#define FERRY_FD_DMABUF 2
+
+// A sync_file fence.
+#define FERRY_FD_SYNC_FILE 4
+
+// An eventfd.
+#define FERRY_FD_EVENTFD 8
+
+// A pipe or FIFO end.
+#define FERRY_FD_PIPE 16
+
+// A socket.
+#define FERRY_FD_SOCKET 32
+
+// Anything else (a regular file, a directory, a device, a pidfd, ...).
+#define FERRY_FD_OTHER 64
 
 // An fbuf in its write phase.
 typedef struct FerryBuf FerryBuf;
@@ -257,6 +292,44 @@ int ferry_domain_accept(struct FerryDomain *domain, int64_t timeout_ms, struct F
 // `tx` is a live sender handle; `msg` a live message handle.
 int ferry_send(struct FerrySender *tx, struct FerryMsg *msg, int64_t timeout_ms);
 
+// Like `ferry_send`, with `fds[0..nfds]` as cargo: the receiver gets its own
+// duplicates (`ferry_recv_fds`); the caller keeps its descriptors. At most
+// `FERRY_MAX_FDS` (`FERRY_ETOO_MANY_FDS`).
+//
+// # Safety
+// `tx` is a live sender handle; `msg` a live message handle; `fds` as `nfds` open
+// descriptors (NULL if `nfds` is 0).
+int ferry_send_fds(struct FerrySender *tx,
+                   struct FerryMsg *msg,
+                   const int *fds,
+                   uintptr_t nfds,
+                   int64_t timeout_ms);
+
+// Like `ferry_recv`, and takes the descriptors the message carried: up to `cap` are
+// written to `fds` (each the caller's to close) and their count to `*nfds` (0 if none).
+// `kinds` is a mask of `FERRY_FD_*` accepted (0: all but `FERRY_FD_OTHER`); a message
+// carrying another kind is dropped with `FERRY_EFD_REFUSED`, one carrying more than
+// `cap` with `FERRY_ETOO_MANY_FDS`, and one whose sender died before its descriptors
+// were taken with `FERRY_EFDS_LOST` (nothing is kept of a dropped message).
+//
+// # Safety
+// `rx` is a live receiver handle; `out` and `nfds` are writable; `fds` is writable for
+// `cap` ints (NULL if `cap` is 0).
+int ferry_recv_fds(struct FerryReceiver *rx,
+                   int64_t timeout_ms,
+                   uint32_t kinds,
+                   struct FerryMsg **out,
+                   int *fds,
+                   uintptr_t cap,
+                   uintptr_t *nfds);
+
+// What descriptor `fd` is: one of `FERRY_FD_*` (from the kernel's cached attributes;
+// nothing is opened or read), or `FERRY_EINVAL` for a negative number.
+//
+// # Safety
+// `fd` is an open descriptor.
+int64_t ferry_fd_kind(int fd);
+
 // Lends a fresh fbuf of `len` bytes from `path` (NULL: the sender's own path), its
 // place in the ring held: write it through `ferry_loan_data`, then `ferry_loan_send`
 // (which publishes the descriptor made here with one store) or `ferry_loan_discard`.
@@ -345,6 +418,18 @@ int ferry_publish(struct FerryPublisher *publisher,
                   int64_t timeout_ms,
                   uintptr_t *delivered);
 
+// Like `ferry_publish`, with `fds[0..nfds]` as cargo: each subscriber gets its own
+// duplicates (`ferry_subscriber_recv_fds`).
+//
+// # Safety
+// As `ferry_publish`; `fds` as `nfds` open descriptors (NULL if `nfds` is 0).
+int ferry_publish_fds(struct FerryPublisher *publisher,
+                      struct FerryMsg *msg,
+                      const int *fds,
+                      uintptr_t nfds,
+                      int64_t timeout_ms,
+                      uintptr_t *delivered);
+
 // Lends a fresh fbuf of `len` bytes from `path` (NULL: the publisher's own path), to
 // write once through `ferry_loan_data` and publish to every subscriber with
 // `ferry_loan_send` (one fbuf, one descriptor per subscriber, as `ferry_publish`), or
@@ -420,6 +505,19 @@ int ferry_subscriber_recv(struct FerrySubscriber *sub, int64_t timeout_ms, struc
 // # Safety
 // `sub` is NULL or a live subscriber handle, not used afterwards.
 void ferry_subscriber_close(struct FerrySubscriber *sub);
+
+// Like `ferry_subscriber_recv`, and takes the descriptors the message carried, as
+// `ferry_recv_fds`.
+//
+// # Safety
+// As `ferry_recv_fds`, with a live subscriber handle.
+int ferry_subscriber_recv_fds(struct FerrySubscriber *sub,
+                              int64_t timeout_ms,
+                              uint32_t kinds,
+                              struct FerryMsg **out,
+                              int *fds,
+                              uintptr_t cap,
+                              uintptr_t *nfds);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -68,8 +68,43 @@ pub const FERRY_EBAD_DESCRIPTOR: c_int = -8;
 pub const FERRY_ENO_SUCH_SERVICE: c_int = -9;
 /// The named service is already offered.
 pub const FERRY_ESERVICE_EXISTS: c_int = -10;
+/// More descriptors than one message carries (`FERRY_MAX_FDS`), or than the caller's
+/// array holds.
+pub const FERRY_ETOO_MANY_FDS: c_int = -11;
+/// A received message carried a descriptor of a kind the receiver did not accept.
+pub const FERRY_EFD_REFUSED: c_int = -12;
+/// The sender died before the message's descriptors were taken.
+pub const FERRY_EFDS_LOST: c_int = -13;
 /// Any other error (see `ferry_last_error`).
 pub const FERRY_EOTHER: c_int = -100;
+
+/// Most descriptors one message carries (`ferry::MAX_FDS`; a test checks they agree).
+pub const FERRY_MAX_FDS: usize = 64;
+/// Descriptor kinds, as `ferry_fd_kind` returns them and as a mask of accepted kinds in
+/// `ferry_recv_fds` (0 there: every kind but `FERRY_FD_OTHER`).
+pub const FERRY_FD_MEMFD: u32 = 1;
+/// A dma-buf (opaque to ferry).
+pub const FERRY_FD_DMABUF: u32 = 2;
+/// A sync_file fence.
+pub const FERRY_FD_SYNC_FILE: u32 = 4;
+/// An eventfd.
+pub const FERRY_FD_EVENTFD: u32 = 8;
+/// A pipe or FIFO end.
+pub const FERRY_FD_PIPE: u32 = 16;
+/// A socket.
+pub const FERRY_FD_SOCKET: u32 = 32;
+/// Anything else (a regular file, a directory, a device, a pidfd, ...).
+pub const FERRY_FD_OTHER: u32 = 64;
+
+const FD_KINDS: [(u32, ferry::FdKind); 7] = [
+    (FERRY_FD_MEMFD, ferry::FdKind::Memfd),
+    (FERRY_FD_DMABUF, ferry::FdKind::DmaBuf),
+    (FERRY_FD_SYNC_FILE, ferry::FdKind::SyncFile),
+    (FERRY_FD_EVENTFD, ferry::FdKind::EventFd),
+    (FERRY_FD_PIPE, ferry::FdKind::Pipe),
+    (FERRY_FD_SOCKET, ferry::FdKind::Socket),
+    (FERRY_FD_OTHER, ferry::FdKind::Other),
+];
 
 /// An open group (`/dev/shm/ferry.<name>`).
 pub struct FerryGroup(std::sync::Arc<ferry::Group>);
@@ -126,6 +161,9 @@ fn code(e: Error) -> c_int {
         Error::Timeout => FERRY_ETIMEOUT,
         Error::Full => FERRY_EFULL,
         Error::BadDescriptor(_) => FERRY_EBAD_DESCRIPTOR,
+        Error::TooManyFds { .. } => FERRY_ETOO_MANY_FDS,
+        Error::FdRefused { .. } => FERRY_EFD_REFUSED,
+        Error::FdsLost { .. } => FERRY_EFDS_LOST,
         Error::NoSuchService { .. } => FERRY_ENO_SUCH_SERVICE,
         Error::ServiceExists { .. } => FERRY_ESERVICE_EXISTS,
         _ => FERRY_EOTHER,
@@ -633,6 +671,215 @@ pub unsafe extern "C" fn ferry_send(
     })
 }
 
+/// The caller's descriptors `fds[0..nfds]`, borrowed for one call.
+///
+/// # Safety
+/// `fds` is NULL with `nfds` 0, or points to `nfds` descriptors open for the whole call.
+unsafe fn borrowed_fds<'a>(
+    fds: *const c_int,
+    nfds: usize,
+) -> Result<Vec<std::os::fd::BorrowedFd<'a>>, c_int> {
+    if nfds == 0 {
+        return Ok(Vec::new());
+    }
+    if fds.is_null() {
+        return Err(einval("NULL descriptor array"));
+    }
+    // SAFETY: `nfds` readable ints, as the caller vouches.
+    let raw = unsafe { std::slice::from_raw_parts(fds, nfds) };
+    raw.iter()
+        .map(|&n| {
+            if n < 0 {
+                return Err(einval("negative descriptor"));
+            }
+            // SAFETY: open for the whole call, as the caller vouches.
+            Ok(unsafe { std::os::fd::BorrowedFd::borrow_raw(n) })
+        })
+        .collect()
+}
+
+/// Like `ferry_send`, with `fds[0..nfds]` as cargo: the receiver gets its own
+/// duplicates (`ferry_recv_fds`); the caller keeps its descriptors. At most
+/// `FERRY_MAX_FDS` (`FERRY_ETOO_MANY_FDS`).
+///
+/// # Safety
+/// `tx` is a live sender handle; `msg` a live message handle; `fds` as `nfds` open
+/// descriptors (NULL if `nfds` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn ferry_send_fds(
+    tx: *mut FerrySender,
+    msg: *mut FerryMsg,
+    fds: *const c_int,
+    nfds: usize,
+    timeout_ms: i64,
+) -> c_int {
+    // SAFETY: as the caller vouches.
+    let m = match unsafe { handle(msg) } {
+        Ok(m) => m.0.clone(),
+        Err(c) => return c,
+    };
+    // SAFETY: as the caller vouches.
+    let fds = match unsafe { borrowed_fds(fds, nfds) } {
+        Ok(f) => f,
+        Err(c) => return c,
+    };
+    with!(tx, |t| match timeout(timeout_ms) {
+        Some(Duration::ZERO) => t.0.try_send_with_fds(&m, &fds),
+        _ => t.0.send_with_fds_until(&m, &fds, deadline(timeout_ms)),
+    })
+}
+
+/// The kinds mask `kinds` (0: the default) as `FdKinds`.
+fn fd_kinds(kinds: u32) -> Result<ferry::FdKinds, c_int> {
+    if kinds == 0 {
+        return Ok(ferry::FdKinds::default());
+    }
+    if kinds & !0x7f != 0 {
+        return Err(einval("unknown descriptor kind bits"));
+    }
+    let mut out: Option<ferry::FdKinds> = None;
+    for (bit, k) in FD_KINDS {
+        if kinds & bit != 0 {
+            out = Some(out.map_or(ferry::FdKinds::only(k), |o| o.with(k)));
+        }
+    }
+    Ok(out.expect("a non-zero mask names a kind"))
+}
+
+/// What receives messages with descriptors: a channel's receiver or a subscriber.
+trait RecvFds {
+    fn set_fd_kinds(&mut self, kinds: ferry::FdKinds);
+    fn try_recv_with_fds(&mut self) -> ferry::Result<Option<(IoData, ferry::Fds)>>;
+    fn recv_with_fds_timeout(&mut self, limit: Duration) -> ferry::Result<(IoData, ferry::Fds)>;
+    fn recv_with_fds(&mut self) -> ferry::Result<(IoData, ferry::Fds)> {
+        loop {
+            match self.recv_with_fds_timeout(Duration::from_secs(86_400)) {
+                Err(Error::Timeout) => {}
+                other => return other,
+            }
+        }
+    }
+}
+
+macro_rules! impl_recv_fds {
+    ($($t:ty),*) => {$(
+        impl RecvFds for $t {
+            fn set_fd_kinds(&mut self, kinds: ferry::FdKinds) {
+                <$t>::set_fd_kinds(self, kinds)
+            }
+            fn try_recv_with_fds(&mut self) -> ferry::Result<Option<(IoData, ferry::Fds)>> {
+                <$t>::try_recv_with_fds(self)
+            }
+            fn recv_with_fds_timeout(
+                &mut self,
+                limit: Duration,
+            ) -> ferry::Result<(IoData, ferry::Fds)> {
+                <$t>::recv_with_fds_timeout(self, limit)
+            }
+        }
+    )*};
+}
+impl_recv_fds!(Receiver, Subscriber);
+
+/// Receives `rx`'s next message with its descriptors, as `receive`; the descriptors go
+/// to `fds` (the caller's to close) and their count to `*nfds`.
+///
+/// # Safety
+/// As `receive`; `fds` is writable for `cap` ints; `nfds` is writable.
+unsafe fn receive_fds(
+    rx: &mut impl RecvFds,
+    timeout_ms: i64,
+    kinds: u32,
+    out: *mut *mut FerryMsg,
+    fds: *mut c_int,
+    cap: usize,
+    nfds: *mut usize,
+) -> c_int {
+    use std::os::fd::IntoRawFd;
+    if nfds.is_null() || (cap > 0 && fds.is_null()) {
+        return einval("NULL descriptor array or count");
+    }
+    let kinds = match fd_kinds(kinds) {
+        Ok(k) => k,
+        Err(c) => return c,
+    };
+    rx.set_fd_kinds(kinds);
+    let got = match timeout(timeout_ms) {
+        Some(Duration::ZERO) => rx.try_recv_with_fds(),
+        Some(d) => rx.recv_with_fds_timeout(d).map(Some),
+        None => rx.recv_with_fds().map(Some),
+    };
+    match got {
+        Ok(Some((d, f))) => {
+            if f.len() > cap {
+                // Closed with `f`; the message goes too.
+                return code(Error::TooManyFds {
+                    count: f.len(),
+                    max: cap,
+                });
+            }
+            let all = f.into_vec();
+            // SAFETY: `nfds` is writable and `fds` holds `cap` >= `all.len()` ints, as the
+            // caller vouches.
+            unsafe {
+                nfds.write(all.len());
+                for (i, fd) in all.into_iter().enumerate() {
+                    fds.add(i).write(fd.into_raw_fd());
+                }
+                put(out, FerryMsg(d))
+            }
+        }
+        Ok(None) => FERRY_EMPTY,
+        Err(e) => code(e),
+    }
+}
+
+/// Like `ferry_recv`, and takes the descriptors the message carried: up to `cap` are
+/// written to `fds` (each the caller's to close) and their count to `*nfds` (0 if none).
+/// `kinds` is a mask of `FERRY_FD_*` accepted (0: all but `FERRY_FD_OTHER`); a message
+/// carrying another kind is dropped with `FERRY_EFD_REFUSED`, one carrying more than
+/// `cap` with `FERRY_ETOO_MANY_FDS`, and one whose sender died before its descriptors
+/// were taken with `FERRY_EFDS_LOST` (nothing is kept of a dropped message).
+///
+/// # Safety
+/// `rx` is a live receiver handle; `out` and `nfds` are writable; `fds` is writable for
+/// `cap` ints (NULL if `cap` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn ferry_recv_fds(
+    rx: *mut FerryReceiver,
+    timeout_ms: i64,
+    kinds: u32,
+    out: *mut *mut FerryMsg,
+    fds: *mut c_int,
+    cap: usize,
+    nfds: *mut usize,
+) -> c_int {
+    // SAFETY: as the caller vouches.
+    match unsafe { handle(rx) } {
+        // SAFETY: as the caller vouches.
+        Ok(r) => unsafe { receive_fds(&mut r.0, timeout_ms, kinds, out, fds, cap, nfds) },
+        Err(c) => c,
+    }
+}
+
+/// What descriptor `fd` is: one of `FERRY_FD_*` (from the kernel's cached attributes;
+/// nothing is opened or read), or `FERRY_EINVAL` for a negative number.
+///
+/// # Safety
+/// `fd` is an open descriptor.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_fd_kind(fd: c_int) -> i64 {
+    if fd < 0 {
+        return i64::from(einval("negative descriptor"));
+    }
+    // SAFETY: open for the call, as the caller vouches.
+    let k = ferry::FdKind::of(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) });
+    FD_KINDS
+        .iter()
+        .find(|(_, kind)| *kind == k)
+        .map_or(i64::from(FERRY_FD_OTHER), |(bit, _)| i64::from(*bit))
+}
+
 /// The path a loan's fbuf comes from: `path`, or (NULL) the sender's or publisher's
 /// own.
 ///
@@ -846,6 +1093,42 @@ pub unsafe extern "C" fn ferry_publish(
     }))
 }
 
+/// Like `ferry_publish`, with `fds[0..nfds]` as cargo: each subscriber gets its own
+/// duplicates (`ferry_subscriber_recv_fds`).
+///
+/// # Safety
+/// As `ferry_publish`; `fds` as `nfds` open descriptors (NULL if `nfds` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn ferry_publish_fds(
+    publisher: *mut FerryPublisher,
+    msg: *mut FerryMsg,
+    fds: *const c_int,
+    nfds: usize,
+    timeout_ms: i64,
+    delivered: *mut usize,
+) -> c_int {
+    // SAFETY: as the caller vouches.
+    let m = match unsafe { handle(msg) } {
+        Ok(m) => m.0.clone(),
+        Err(c) => return c,
+    };
+    // SAFETY: as the caller vouches.
+    let fds = match unsafe { borrowed_fds(fds, nfds) } {
+        Ok(f) => f,
+        Err(c) => return c,
+    };
+    let deadline = timeout(timeout_ms).map(|d| Instant::now() + d);
+    with!(publisher, |p| p
+        .0
+        .publish_with_fds_until(&m, &fds, deadline)
+        .map(|n| {
+            if !delivered.is_null() {
+                // SAFETY: non-null and writable, as the caller vouches.
+                unsafe { delivered.write(n) };
+            }
+        }))
+}
+
 /// Lends a fresh fbuf of `len` bytes from `path` (NULL: the publisher's own path), to
 /// write once through `ferry_loan_data` and publish to every subscriber with
 /// `ferry_loan_send` (one fbuf, one descriptor per subscriber, as `ferry_publish`), or
@@ -1020,4 +1303,27 @@ pub unsafe extern "C" fn ferry_subscriber_recv(
 pub unsafe extern "C" fn ferry_subscriber_close(sub: *mut FerrySubscriber) {
     // SAFETY: as the caller vouches.
     unsafe { destroy(sub) }
+}
+
+/// Like `ferry_subscriber_recv`, and takes the descriptors the message carried, as
+/// `ferry_recv_fds`.
+///
+/// # Safety
+/// As `ferry_recv_fds`, with a live subscriber handle.
+#[no_mangle]
+pub unsafe extern "C" fn ferry_subscriber_recv_fds(
+    sub: *mut FerrySubscriber,
+    timeout_ms: i64,
+    kinds: u32,
+    out: *mut *mut FerryMsg,
+    fds: *mut c_int,
+    cap: usize,
+    nfds: *mut usize,
+) -> c_int {
+    // SAFETY: as the caller vouches.
+    match unsafe { handle(sub) } {
+        // SAFETY: as the caller vouches.
+        Ok(s) => unsafe { receive_fds(&mut s.0, timeout_ms, kinds, out, fds, cap, nfds) },
+        Err(c) => c,
+    }
 }

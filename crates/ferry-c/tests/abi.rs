@@ -343,3 +343,8 @@ fn publisher_loans() {
         ferry_group_close(g);
     }
 }
+
+#[test]
+fn max_fds_is_the_librarys() {
+    assert_eq!(FERRY_MAX_FDS, ferry::MAX_FDS);
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds libferry_c, compiles the C examples with the system compiler (against the
 # shared and the static library) and runs them: pingpong (a channel between two
-# processes) and pubsub (a publisher and two subscriber processes), checksums compared.
+# processes), pubsub (a publisher and two subscriber processes), checksums compared, and
+# fds (descriptors as cargo between two processes, descriptors counted).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 cd "$root"
@@ -10,7 +11,7 @@ cargo build --release -p ferry-c
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 cc=${CC:-cc}
-for ex in pingpong pubsub; do
+for ex in pingpong pubsub fds; do
     "$cc" -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I crates/ferry-c/include \
         "crates/ferry-c/examples/$ex.c" -L "$target/release" -lferry_c \
         -Wl,-rpath,"$target/release" -o "$out/$ex"
@@ -38,7 +39,7 @@ if [ "$target" -ef "$root/target" ]; then
 else
     echo "CARGO_TARGET_DIR is not target/: pingpong.c's build comment (which names target/release) not run"
 fi
-for exe in pingpong pingpong-static pubsub pubsub-static; do
+for exe in pingpong pingpong-static pubsub pubsub-static fds fds-static; do
     if "$out/$exe" 50; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 done
 leftover=$(ls /dev/shm | grep -c '^ferry\.c-example-' || true)

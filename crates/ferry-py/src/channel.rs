@@ -105,16 +105,24 @@ closable! {
         /// Sends `message` (a `Message`, or bytes-like data, which is copied into an fbuf),
         /// waiting while the ring is full: at most `timeout` seconds (`None`: no limit), then
         /// `Timeout`. Raises `PeerGone` if the receiver died, `Disconnected` if it closed.
-        #[pyo3(signature = (message, timeout = None))]
+        /// `fds` (ints, or objects with `fileno()`) travel as cargo: the receiver gets its
+        /// own duplicates (`recv_with_fds`); the caller keeps its own. `TooManyFds` past
+        /// `ferry.MAX_FDS`.
+        #[pyo3(signature = (message, timeout = None, *, fds = None))]
         fn send(
             &self,
             py: Python<'_>,
             message: &Bound<'_, PyAny>,
             timeout: Option<f64>,
+            fds: Option<&Bound<'_, PyAny>>,
         ) -> PyResult<()> {
             let data = to_iodata(message)?;
             let tx = self.inner.get()?;
-            blocking(py, timeout, |slice| tx.send_timeout(&data, slice))
+            let given = crate::fds::given(fds)?;
+            let fds = given.borrowed();
+            blocking(py, timeout, |slice| {
+                tx.send_with_fds_until(&data, &fds, Some(Instant::now() + slice))
+            })
         }
 
         /// A message of `size` bytes to write in place and send, for a `with` block:
@@ -242,6 +250,28 @@ closable! {
                 |slice| lock(&rx).recv_timeout(slice),
             )?;
             Ok(PyMessage::new(got))
+        }
+
+        /// Receives the next message and the descriptors it carried, as `(Message, Fds)`,
+        /// waiting as `recv` does. `kinds` (names: "memfd", "dma-buf", "sync_file",
+        /// "eventfd", "pipe", "socket", "other"; default all but "other") are the kinds
+        /// accepted: a message carrying another raises `FdRefused` and is dropped.
+        /// `FdsLost` if the sender died before they were taken.
+        #[pyo3(signature = (timeout = None, *, kinds = None))]
+        fn recv_with_fds(
+            &self,
+            py: Python<'_>,
+            timeout: Option<f64>,
+            kinds: Option<Vec<String>>,
+        ) -> PyResult<(PyMessage, crate::fds::PyFds)> {
+            let kinds = crate::fds::kinds(kinds)?;
+            let rx = self.rx()?;
+            let (d, f) = blocking(py, timeout, |slice| {
+                let mut r = lock(&rx);
+                r.set_fd_kinds(kinds);
+                r.recv_with_fds_timeout(slice)
+            })?;
+            Ok((PyMessage::new(d), crate::fds::PyFds::new(f)))
         }
 
         /// The next message if one is ready, else `None`; never blocks.

@@ -69,6 +69,16 @@ pub(crate) fn raise(e: ferry::Error) -> PyErr {
             ferry::Error::RequestFailed { status } => {
                 make(py, "RequestFailed", msg, &[("status", *status as u64)])
             }
+            ferry::Error::TooManyFds { count, max } => make(
+                py,
+                "TooManyFds",
+                msg,
+                &[("count", *count as u64), ("max", *max as u64)],
+            ),
+            ferry::Error::FdRefused { index, .. } => {
+                make(py, "FdRefused", msg, &[("index", *index as u64)])
+            }
+            ferry::Error::FdsLost { pid } => make(py, "FdsLost", msg, &[("pid", *pid as u64)]),
             _ => make(py, "FerryError", msg, &[]),
         };
         made.unwrap_or_else(|lookup| {

@@ -11,13 +11,17 @@
 //! built without that feature the extension serves the one interpreter that builds it,
 //! CPython 3.9 and 3.10 included.
 //!
-//! `unsafe` is confined to the `buffer` module and the `__getbuffer__` methods that call it.
+//! `unsafe` is confined to the `buffer` module and the `__getbuffer__` methods that call it,
+//! and to `fds`, which duplicates the descriptor numbers a send is given.
 #![deny(unsafe_code)]
 
 #[allow(unsafe_code)]
 mod buffer;
 mod channel;
 mod errors;
+// Borrows the descriptor numbers a send is given, for one duplication each.
+#[allow(unsafe_code)]
+mod fds;
 mod handle;
 mod loan;
 #[allow(unsafe_code)]
@@ -40,6 +44,7 @@ fn _ferry(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<channel::PySender>()?;
     m.add_class::<channel::PyReceiver>()?;
     m.add_class::<loan::PyLoan>()?;
+    m.add_class::<fds::PyFds>()?;
     m.add_class::<service::PyPublisher>()?;
     m.add_class::<service::PySubscriber>()?;
     m.add_class::<service::PyServer>()?;
@@ -47,5 +52,6 @@ fn _ferry(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<service::PyRequest>()?;
     m.add_function(wrap_pyfunction!(message::copy_stats, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("MAX_FDS", ferry::MAX_FDS)?;
     Ok(())
 }

@@ -191,15 +191,27 @@ closable! {
         /// Publishes `message` (a `Message`, or bytes-like data, copied once into the
         /// publisher's lot) to every subscriber; returns how many were handed it. Under
         /// `slow="block"`, waits at most `timeout` seconds for room (`None`: no limit).
-        #[pyo3(signature = (message, timeout = None))]
+        /// `fds` travel as cargo, as for `Sender.send` (each subscriber gets its own
+        /// duplicates; such a publish is not interrupted by Ctrl-C while it waits).
+        #[pyo3(signature = (message, timeout = None, *, fds = None))]
         fn publish(
             &self,
             py: Python<'_>,
             message: &Bound<'_, PyAny>,
             timeout: Option<f64>,
+            fds: Option<&Bound<'_, PyAny>>,
         ) -> PyResult<usize> {
             let data = to_iodata(message)?;
-            publish(py, &self.inner.get()?, &data, timeout)
+            let p = self.inner.get()?;
+            if fds.is_some() {
+                let deadline = crate::wait::deadline(timeout)?;
+                let given = crate::fds::given(fds)?;
+                let fds = given.borrowed();
+                return py
+                    .detach(|| lock(&p).publish_with_fds_until(&data, &fds, deadline))
+                    .map_err(raise);
+            }
+            publish(py, &p, &data, timeout)
         }
 
         /// Waits up to `timeout` seconds (`None`: no limit) until `n` subscribers are
@@ -302,6 +314,24 @@ closable! {
                 |slice| lock(&s).recv_timeout(slice),
             )?;
             Ok(PyMessage::new(got))
+        }
+
+        /// Receives the next message and its descriptors, as `Receiver.recv_with_fds`.
+        #[pyo3(signature = (timeout = None, *, kinds = None))]
+        fn recv_with_fds(
+            &self,
+            py: Python<'_>,
+            timeout: Option<f64>,
+            kinds: Option<Vec<String>>,
+        ) -> PyResult<(PyMessage, crate::fds::PyFds)> {
+            let kinds = crate::fds::kinds(kinds)?;
+            let s = self.inner.get()?;
+            let (d, f) = blocking(py, timeout, |slice| {
+                let mut s = lock(&s);
+                s.set_fd_kinds(kinds);
+                s.recv_with_fds_timeout(slice)
+            })?;
+            Ok((PyMessage::new(d), crate::fds::PyFds::new(f)))
         }
 
         /// The next queued message, or `None`; never blocks.
@@ -415,6 +445,25 @@ closable! {
             request(py, got)
         }
 
+        /// The next request and the descriptors it carried, as `(Request, Fds)` (see
+        /// `Receiver.recv_with_fds` for `kinds`).
+        #[pyo3(signature = (timeout = None, *, kinds = None))]
+        fn recv_with_fds(
+            &self,
+            py: Python<'_>,
+            timeout: Option<f64>,
+            kinds: Option<Vec<String>>,
+        ) -> PyResult<(PyRequest, crate::fds::PyFds)> {
+            let kinds = crate::fds::kinds(kinds)?;
+            let s = self.inner.get()?;
+            let (r, f) = blocking(py, timeout, |slice| {
+                let mut s = lock(&s);
+                s.set_fd_kinds(kinds);
+                s.recv_with_fds_timeout(slice)
+            })?;
+            Ok((request(py, r)?, crate::fds::PyFds::new(f)))
+        }
+
         /// The next request if one is queued, or `None`; never blocks.
         fn try_recv(&self, py: Python<'_>) -> PyResult<Option<PyRequest>> {
             let s = self.inner.get()?;
@@ -422,19 +471,25 @@ closable! {
             got.map(|r| request(py, r)).transpose()
         }
 
-        /// Sends `response` (a `Message` or bytes-like data) to the client of `request`.
+        /// Sends `response` (a `Message` or bytes-like data) to the client of `request`,
+        /// with `fds` as cargo (as for `Sender.send`).
         /// Raises `PeerGone`/`Disconnected` if that client is gone (the server goes on).
+        #[pyo3(signature = (request, response, *, fds = None))]
         fn reply(
             &self,
             py: Python<'_>,
             request: &Bound<'_, PyRequest>,
             response: &Bound<'_, PyAny>,
+            fds: Option<&Bound<'_, PyAny>>,
         ) -> PyResult<()> {
             let data = to_iodata(response)?;
             let s = self.inner.get()?;
             let r = &request.get().request;
+            let given = crate::fds::given(fds)?;
+            let fds = given.borrowed();
             // Never waits: a client's response queue is lossy (`slow="drop"`).
-            py.detach(|| lock(&s).reply(r, &data)).map_err(raise)
+            py.detach(|| lock(&s).reply_with_fds(r, &data, &fds))
+                .map_err(raise)
         }
 
         /// Fails `request` with non-zero `status` (the client's call raises
@@ -520,6 +575,34 @@ closable! {
             // always without the GIL (see `crate::wait`).
             let got = interruptible(py, timeout, |until| lock(&c).call_until(&data, until))?;
             Ok(PyMessage::new(got))
+        }
+
+        /// Like `call`, with `fds` as the request's cargo; returns `(Message, Fds)`, the
+        /// response and the descriptors it carried (see `Receiver.recv_with_fds` for
+        /// `kinds`). Not interrupted by Ctrl-C while it waits.
+        #[pyo3(signature = (request, timeout = 5.0, *, fds = None, kinds = None))]
+        fn call_with_fds(
+            &self,
+            py: Python<'_>,
+            request: &Bound<'_, PyAny>,
+            timeout: Option<f64>,
+            fds: Option<&Bound<'_, PyAny>>,
+            kinds: Option<Vec<String>>,
+        ) -> PyResult<(PyMessage, crate::fds::PyFds)> {
+            let data = to_iodata(request)?;
+            let kinds = crate::fds::kinds(kinds)?;
+            let limit = crate::wait::timeout(timeout)?.unwrap_or(std::time::Duration::from_secs(u32::MAX as u64));
+            let c = self.inner.get()?;
+            let given = crate::fds::given(fds)?;
+            let fds = given.borrowed();
+            let (d, f) = py
+                .detach(|| {
+                    let mut c = lock(&c);
+                    c.set_fd_kinds(kinds);
+                    c.call_with_fds(&data, &fds, limit)
+                })
+                .map_err(raise)?;
+            Ok((PyMessage::new(d), crate::fds::PyFds::new(f)))
         }
 
         /// The server's `(domain id, pid)`.

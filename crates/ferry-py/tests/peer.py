@@ -14,6 +14,12 @@
     peer.py consume GROUP COUNT                    print our id, accept, receive COUNT
                                                    messages and keep them, print
                                                    "held", wait to be killed
+    peer.py fds GROUP PEER                         connect to PEER, send "cargo" with a
+                                                   memfd, an eventfd, a pipe's write end
+                                                   and a socket; print "checked" with
+                                                   what the receiver did through them,
+                                                   "count NOW BASE" (descriptors once
+                                                   released), then send an eventfd alone
     peer.py loan GROUP PEER SIZE COUNT             as produce, writing each message in
                                                    place (with tx.loan(SIZE) as buf),
                                                    and a last one that raises in its
@@ -171,8 +177,38 @@ def scribble(group: str) -> None:
     print("wrote", flush=True)
 
 
+def fds(group: str, peer: str) -> None:
+    import os
+    import socket
+
+    g = ferry.Group(group)
+    d = g.join()
+    tx = d.connect(peer, timeout=10)
+    m = os.memfd_create("py-cargo")
+    os.write(m, b"memfd-cargo")
+    e = os.eventfd(0)
+    r, w = os.pipe()
+    a, b = socket.socketpair()
+    base = len(os.listdir("/proc/self/fd"))
+    tx.send(b"cargo", timeout=10, fds=[m, e, w, b])
+    value = os.eventfd_read(e)
+    pipe = os.read(r, 4).decode()
+    sock = a.recv(4).decode()
+    print("checked", f"efd={value}", f"pipe={pipe}", f"sock={sock}", flush=True)
+    deadline = time.monotonic() + 30
+    while tx.in_flight and time.monotonic() < deadline:
+        tx.collect_releases()
+        time.sleep(0.005)
+    print("count", len(os.listdir("/proc/self/fd")), base, flush=True)
+    tx.send(b"efd", timeout=10, fds=[e])
+    time.sleep(3600)
+
+
 def main() -> None:
     role = sys.argv[1]
+    if role == "fds":
+        fds(sys.argv[2], sys.argv[3])
+        return
     if role == "produce":
         produce(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), "hold" in sys.argv[6:])
     elif role == "publish":

@@ -385,7 +385,7 @@ impl AsyncPublisher {
     /// # Errors
     /// As [`Publisher::publish`].
     pub async fn publish(&mut self, data: &IoData) -> Result<usize> {
-        let mut p = self.publisher.publish_start(data)?;
+        let mut p = self.publisher.publish_start(data, &[])?;
         for i in 0..p.full.len() {
             let r = async {
                 let tx = &p.full[i];

@@ -327,6 +327,27 @@ pub enum Error {
         /// Number of pallets in the container.
         count: usize,
     },
+    /// A message was given more descriptors than one carries ([`crate::MAX_FDS`]).
+    TooManyFds {
+        /// Descriptors given.
+        count: usize,
+        /// Most one message carries.
+        max: usize,
+    },
+    /// A received message carried a descriptor of a kind this receiver does not accept
+    /// (see [`crate::FdKinds`]); the message was dropped and none of its descriptors kept.
+    FdRefused {
+        /// Its position in the message's descriptors.
+        index: usize,
+        /// What it is.
+        kind: crate::FdKind,
+    },
+    /// The sender died before this receiver took the message's descriptors: the kernel
+    /// closed the sender's copies, so they are gone. The message was dropped.
+    FdsLost {
+        /// Process id of the sender.
+        pid: u32,
+    },
 }
 
 impl fmt::Display for Error {
@@ -436,6 +457,18 @@ impl fmt::Display for Error {
             Self::NoSuchPallet { index, count } => {
                 write!(f, "no pallet {index}: the container has {count}")
             }
+            Self::TooManyFds { count, max } => write!(
+                f,
+                "{count} descriptors for one message; a message carries at most {max}"
+            ),
+            Self::FdRefused { index, kind } => write!(
+                f,
+                "the message's descriptor {index} ({kind}) is of a kind this receiver does not accept"
+            ),
+            Self::FdsLost { pid } => write!(
+                f,
+                "the sender (pid {pid}) died before its message's descriptors were taken"
+            ),
         }
     }
 }

@@ -186,7 +186,7 @@ pub use iodata::{AreaLender, AreaRelease, LotArea};
 pub use iodata::{Fragment, IoData, IoDataMut, IoDataReader, Units};
 pub use segment::{LotId, LotSpan, Segment};
 // Point-to-point channels.
-pub use channel::{ChannelConfig, Loan, Receiver, SendSlot, Sender};
+pub use channel::{ChannelConfig, FdKind, FdKinds, Fds, Loan, Receiver, SendSlot, Sender, MAX_FDS};
 // Named services over channels: publish-subscribe and request-response.
 pub use error::{BadDescriptor, Error, Result};
 pub use service::{

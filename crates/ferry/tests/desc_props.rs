@@ -213,10 +213,12 @@ fn random_desc() -> impl Strategy<Value = [u8; 128]> {
             desc_bytes(&RawDesc {
                 token,
                 nfrags,
-                ninline,
+                ninline: ninline as u16,
+                nfds: 0,
                 inline,
                 next,
-                reserved: [0; 2],
+                cargo: 0,
+                reserved: 0,
             })
         });
     prop_oneof![1 => raw, 9 => fields]

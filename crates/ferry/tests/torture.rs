@@ -1341,7 +1341,7 @@ fn garbage(
             d.inline = [valid; 3];
         }
         7 => {
-            d.ninline = 4 + rng.below(1000) as u32;
+            d.ninline = 4 + rng.below(1000) as u16;
             d.nfrags = rng.below(8) as u32;
         }
         8 => {
@@ -1360,7 +1360,7 @@ fn garbage(
         10 => d.inline[0] = frag(k.slot, k.generation, 0, 1 + rng.below(8192)),
         11 => {
             d.nfrags = rng.below(8) as u32;
-            d.ninline = rng.below(5) as u32;
+            d.ninline = rng.below(5) as u16;
             for f in d.inline.iter_mut() {
                 *f = frag(rng.next() as u16, rng.next() as u32, rng.next(), rng.next());
             }

@@ -16,6 +16,7 @@
 //! | [`hugepages`] | `ferry-bench hugepages` | `ferry-bench __huge` ([`hugepages::recv`]) |
 //! | [`adc`] | `ferry-bench adc` | none: threads in two network namespaces |
 //! | [`bridge`] | `ferry-bench bridge` | none: one process (bridges, zenoh sessions and members on threads) |
+//! | [`frames`] | `ferry-bench frames` | `ferry-bench __frames` ([`frames::worker_main`]) |
 //!
 //! Adding a benchmark: write `suites/<name>/mod.rs` with
 //! `pub const BENCH: BenchDef = BenchDef { name, about, run }`, where `run`
@@ -28,6 +29,8 @@ pub mod bridge;
 pub mod container;
 pub mod fbufs;
 pub mod fbufs_path;
+#[allow(unsafe_code)]
+pub mod frames;
 pub mod genie;
 #[allow(unsafe_code)]
 pub mod handover;
@@ -57,4 +60,5 @@ pub const BENCHES: &[BenchDef] = &[
     hugepages::BENCH,
     adc::BENCH,
     bridge::BENCH,
+    frames::BENCH,
 ];

@@ -38,6 +38,7 @@ from ._ferry import (
     Buffer,
     Client,
     Domain,
+    Fds,
     Fragment,
     Group,
     Loan,
@@ -49,6 +50,7 @@ from ._ferry import (
     Sender,
     Server,
     Subscriber,
+    MAX_FDS,
     __version__,
     copy_stats,
 )
@@ -64,6 +66,8 @@ from .errors import (
     BadDescriptor,
     BadGroup,
     Disconnected,
+    FdRefused,
+    FdsLost,
     FerryError,
     Full,
     GroupFull,
@@ -72,12 +76,18 @@ from .errors import (
     PeerGone,
     QuotaExceeded,
     Timeout,
+    TooManyFds,
 )
 
 __all__ = [
     "Buffer",
     "Client",
     "Domain",
+    "Fds",
+    "MAX_FDS",
+    "FdRefused",
+    "FdsLost",
+    "TooManyFds",
     "Publisher",
     "Request",
     "Server",

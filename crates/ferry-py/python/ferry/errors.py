@@ -26,6 +26,9 @@ __all__ = [
     "AlreadyMember",
     "BadServiceTable",
     "RequestFailed",
+    "TooManyFds",
+    "FdRefused",
+    "FdsLost",
 ]
 
 
@@ -122,3 +125,24 @@ class RequestFailed(FerryError):
     """The server's handler failed the request; ``status`` is its non-zero code."""
 
     status: int
+
+
+class TooManyFds(FerryError):
+    """A message was given more descriptors (``count``) than one carries (``max``)."""
+
+    count: int
+    max: int
+
+
+class FdRefused(FerryError):
+    """A received message carried a descriptor (at ``index``) of a kind the receiver
+    does not accept; the message was dropped and none of its descriptors kept."""
+
+    index: int
+
+
+class FdsLost(FerryError):
+    """The sender (``pid``) died before the receiver took the message's descriptors;
+    the message was dropped."""
+
+    pid: int

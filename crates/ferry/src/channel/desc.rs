@@ -5,9 +5,11 @@
 //! ring entry (120 bytes, + 8-byte mark)        continuation block, in some lot (page)
 //! +-------------------------------+           +----------------------------------+
 //! | token u64 | nfrags u32 | ninl |           | count u32 | pad | next: RawRef   |
-//! | inline: RawFrag x 3 (24 each) |   next -> | RawFrag x count                  |
-//! | next: RawRef (slot,gen,off)   |           +----------------------------------+
-//! +-------------------------------+
+//! | u16 | nfds u16                |   next -> | RawFrag x count                  |
+//! | inline: RawFrag x 3 (24 each) |           +----------------------------------+
+//! | next: RawRef (slot,gen,off)   |
+//! | cargo: u64 | reserved: u64    |   cargo -> i32 x nfds, in the sender's lot:
+//! +-------------------------------+             its descriptor numbers (see `fds`)
 //! ```
 //! A message with up to three fragments fits in its ring entry; longer ones continue in a
 //! chain of blocks the sender writes into its own lot. The receiver trusts none of it:
@@ -22,6 +24,7 @@ use crate::region::group::MAX_SLOTS;
 pub const INLINE_FRAGS: usize = 3;
 /// Largest fragment count of one message.
 pub const MAX_FRAGS: u64 = 4096;
+pub use crate::sys::fds::MAX_FDS;
 /// Size of one continuation block; blocks hold at most [`BLOCK_FRAGS`] fragments.
 pub const BLOCK_BYTES: usize = 4096;
 /// Fragments per continuation block.
@@ -97,16 +100,22 @@ pub struct RawDesc {
     /// Total fragments in the message.
     pub nfrags: u32,
     /// Fragments stored inline (the first ones).
-    pub ninline: u32,
+    pub ninline: u16,
+    /// Descriptors the message carries as cargo (at most [`MAX_FDS`]); their numbers in
+    /// the sender's process are the `nfds` little-endian `i32` at [`cargo`](Self::cargo).
+    pub nfds: u16,
     /// The inline fragments.
     pub inline: [RawFrag; INLINE_FRAGS],
     /// First continuation block.
     pub next: RawRef,
+    /// Byte offset in the sender's own lot of the cargo's descriptor numbers (read only
+    /// when `nfds` is non-zero).
+    pub cargo: u64,
     /// Unused, zero: pads the entry to 120 bytes, so that with the ring's 8-byte
     /// publication mark a slot is exactly two cache lines, and a message of one fragment
     /// is written and read in the first line alone (`Entry::write_shared` /
     /// `read_shared` store and load only the fields in use).
-    pub reserved: [u64; 2],
+    pub reserved: u64,
 }
 
 impl crate::channel::ring::Entry for RawDesc {
@@ -119,13 +128,17 @@ impl crate::channel::ring::Entry for RawDesc {
                 token: std::ptr::addr_of!((*p).token).read_volatile(),
                 nfrags: std::ptr::addr_of!((*p).nfrags).read_volatile(),
                 ninline: std::ptr::addr_of!((*p).ninline).read_volatile(),
+                nfds: std::ptr::addr_of!((*p).nfds).read_volatile(),
                 ..RawDesc::default()
             };
+            if d.nfds != 0 {
+                d.cargo = std::ptr::addr_of!((*p).cargo).read_volatile();
+            }
             let used = (d.ninline as usize).min(INLINE_FRAGS);
             for i in 0..used {
                 d.inline[i] = std::ptr::addr_of!((*p).inline[i]).read_volatile();
             }
-            if d.nfrags > d.ninline {
+            if d.nfrags > d.ninline as u32 {
                 d.next = std::ptr::addr_of!((*p).next).read_volatile();
             }
             d
@@ -142,11 +155,15 @@ impl crate::channel::ring::Entry for RawDesc {
             std::ptr::addr_of_mut!((*p).token).write_volatile(v.token);
             std::ptr::addr_of_mut!((*p).nfrags).write_volatile(v.nfrags);
             std::ptr::addr_of_mut!((*p).ninline).write_volatile(v.ninline);
+            std::ptr::addr_of_mut!((*p).nfds).write_volatile(v.nfds);
+            if v.nfds != 0 {
+                std::ptr::addr_of_mut!((*p).cargo).write_volatile(v.cargo);
+            }
             let used = (v.ninline as usize).min(INLINE_FRAGS);
             for i in 0..used {
                 std::ptr::addr_of_mut!((*p).inline[i]).write_volatile(v.inline[i]);
             }
-            if v.nfrags > v.ninline {
+            if v.nfrags > v.ninline as u32 {
                 std::ptr::addr_of_mut!((*p).next).write_volatile(v.next);
             }
         }
@@ -376,7 +393,7 @@ pub fn encode(token: u64, frags: &[RawFrag], blocks: &mut [u8], at: RawRef) -> R
     let mut d = RawDesc {
         token,
         nfrags: frags.len() as u32,
-        ninline: ninline as u32,
+        ninline: ninline as u16,
         ..Default::default()
     };
     d.inline[..ninline].copy_from_slice(&frags[..ninline]);
@@ -416,16 +433,18 @@ pub fn check_span(lot_len: u64, slot: u16, offset: u64, len: u64) -> Result<(), 
 #[cfg(any(test, feature = "testing"))]
 impl RawDesc {
     /// The entry's 128-byte little-endian form, the inverse of [`from_bytes`](Self::from_bytes)
-    /// (the reserved words are not kept).
+    /// (the reserved word is not kept).
     pub fn to_bytes(&self) -> [u8; 128] {
         let mut b = [0u8; 128];
         b[0..8].copy_from_slice(&self.token.to_le_bytes());
         b[8..12].copy_from_slice(&self.nfrags.to_le_bytes());
-        b[12..16].copy_from_slice(&self.ninline.to_le_bytes());
+        b[12..14].copy_from_slice(&self.ninline.to_le_bytes());
+        b[14..16].copy_from_slice(&self.nfds.to_le_bytes());
         for (i, f) in self.inline.iter().enumerate() {
             f.write(&mut b[16 + i * FRAG_BYTES..16 + (i + 1) * FRAG_BYTES]);
         }
         self.next.write(&mut b[88..104]);
+        b[104..112].copy_from_slice(&self.cargo.to_le_bytes());
         b
     }
 
@@ -434,7 +453,9 @@ impl RawDesc {
         let mut d = RawDesc {
             token: le_u64(b),
             nfrags: le_u32(&b[8..]),
-            ninline: le_u32(&b[12..]),
+            ninline: le_u16(&b[12..]),
+            nfds: le_u16(&b[14..]),
+            cargo: le_u64(&b[104..]),
             ..Default::default()
         };
         for i in 0..INLINE_FRAGS {
@@ -474,6 +495,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<RawRef>(), 16);
         assert_eq!(std::mem::size_of::<RawDesc>(), 120);
         assert_eq!(std::mem::offset_of!(RawDesc, next), 88);
+        assert_eq!(std::mem::offset_of!(RawDesc, nfds), 14);
+        assert_eq!(std::mem::offset_of!(RawDesc, cargo), 104);
         // In a ring slot (after the 8-byte mark) the first fragment ends inside the first
         // cache line.
         assert!(8 + std::mem::offset_of!(RawDesc, inline) + FRAG_BYTES <= 64);

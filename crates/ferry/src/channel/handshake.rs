@@ -407,6 +407,7 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Resul
         idle_polls: 0,
         out: Vec::new(),
         spin: Duration::ZERO,
+        fd_kinds: super::fds::FdKinds::default(),
     })
 }
 

@@ -4,6 +4,7 @@
 //! What users need of it is in the docs of [`Sender`] and [`Receiver`].
 
 pub(crate) mod desc;
+mod fds;
 mod layout;
 pub(crate) mod ring;
 
@@ -13,6 +14,9 @@ mod loan;
 mod receiver;
 mod sender;
 
+pub use desc::MAX_FDS;
+pub(crate) use fds::check_count as check_fd_count;
+pub use fds::{FdKind, FdKinds, Fds};
 pub use link::{ChannelConfig, ChannelStats};
 pub(crate) use loan::Draft;
 pub use loan::Loan;

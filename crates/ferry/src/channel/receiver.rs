@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::desc::{self, Lots, RawDesc, RawFrag};
+use super::fds::{self, FdKinds, Fds};
 use super::layout;
 use super::link::{corrupt, ChannelStats, Counters, Link, LIVENESS_PERIOD};
 use super::ring::{Consumer, Producer, Push};
@@ -287,6 +288,8 @@ pub struct Receiver {
     /// How long a blocking receive busy-polls before it sleeps (see
     /// [`Receiver::set_spin`]); zero: not at all.
     pub(super) spin: Duration,
+    /// The kinds of descriptor accepted as cargo (see [`Receiver::set_fd_kinds`]).
+    pub(super) fd_kinds: FdKinds,
 }
 
 /// The epoll set a receiver's [`AsFd`] stands for: the channel's eventfd (a message, a
@@ -322,6 +325,150 @@ impl Receiver {
     /// (the message is dropped and released), [`Error::PeerGone`], or
     /// [`Error::Disconnected`] when the sender closed its end and the ring is empty.
     pub fn try_recv(&mut self) -> Result<Option<IoData>> {
+        self.take(None, FdKinds::ANY)
+    }
+
+    /// Like [`try_recv`](Self::try_recv), and takes the message's descriptors too (an
+    /// empty [`Fds`] if it carried none).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-try-recv-fds-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let mut rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// assert!(rx.try_recv_with_fds()?.is_none());
+    /// let path = a.path(ferry::PathConfig::default())?;
+    /// tx.send(&path.alloc(8)?.freeze())?;
+    /// let (data, fds) = rx.try_recv_with_fds()?.expect("sent above");
+    /// assert_eq!((data.len(), fds.len()), (8, 0));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`try_recv`](Self::try_recv); and, the message then dropped with none of its
+    /// descriptors kept: [`Error::FdRefused`] for a kind not in
+    /// [`fd_kinds`](Self::fd_kinds), [`Error::FdsLost`] if the sender died before they
+    /// were taken, [`Error::BadDescriptor`] for a descriptor table that fails validation,
+    /// [`Error::Io`] if this process has no descriptor numbers left (`EMFILE`).
+    pub fn try_recv_with_fds(&mut self) -> Result<Option<(IoData, Fds)>> {
+        let mut fds = Fds::default();
+        let kinds = self.fd_kinds;
+        Ok(self.take(Some(&mut fds), kinds)?.map(|d| (d, fds)))
+    }
+
+    /// Like [`recv`](Self::recv), and takes the message's descriptors too (see
+    /// [`try_recv_with_fds`](Self::try_recv_with_fds)).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use std::os::fd::AsFd;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-recv-fds-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let mut rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// let (r, _w) = std::io::pipe()?;
+    /// let path = a.path(ferry::PathConfig::default())?;
+    /// tx.send_with_fds(&path.alloc(8)?.freeze(), &[r.as_fd()])?;
+    /// let (_, fds) = rx.recv_with_fds()?;
+    /// assert_eq!(fds.kind(0), Some(ferry::FdKind::Pipe));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`try_recv_with_fds`](Self::try_recv_with_fds).
+    pub fn recv_with_fds(&mut self) -> Result<(IoData, Fds)> {
+        let mut fds = Fds::default();
+        let d = self.recv_until(None, Some(&mut fds))?;
+        Ok((d, fds))
+    }
+
+    /// Like [`recv_timeout`](Self::recv_timeout), and takes the message's descriptors too
+    /// (see [`try_recv_with_fds`](Self::try_recv_with_fds)).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-recv-fds-to-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let mut rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// assert!(matches!(
+    ///     rx.recv_with_fds_timeout(Duration::from_millis(10)),
+    ///     Err(ferry::Error::Timeout)
+    /// ));
+    /// # drop(tx);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`recv_timeout`](Self::recv_timeout) and
+    /// [`try_recv_with_fds`](Self::try_recv_with_fds).
+    pub fn recv_with_fds_timeout(&mut self, timeout: Duration) -> Result<(IoData, Fds)> {
+        let mut fds = Fds::default();
+        let d = self.recv_until(Some(Instant::now() + timeout), Some(&mut fds))?;
+        Ok((d, fds))
+    }
+
+    /// Sets the kinds of descriptor this receiver accepts as cargo; a message carrying
+    /// another is refused with [`Error::FdRefused`] by the receive calls that take
+    /// descriptors. The default accepts all but [`FdKind::Other`](crate::FdKind::Other).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-fd-kinds-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let mut rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// use ferry::{FdKind, FdKinds};
+    /// rx.set_fd_kinds(FdKinds::only(FdKind::Memfd));
+    /// assert_eq!(rx.fd_kinds(), FdKinds::only(FdKind::Memfd));
+    /// # drop(tx);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_fd_kinds(&mut self, kinds: FdKinds) {
+        self.fd_kinds = kinds;
+    }
+
+    /// The kinds of descriptor this receiver accepts (see
+    /// [`set_fd_kinds`](Self::set_fd_kinds)).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-fd-kinds2-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// assert_eq!(rx.fd_kinds(), ferry::FdKinds::default());
+    /// # drop(tx);
+    /// # Ok(()) }
+    /// ```
+    pub fn fd_kinds(&self) -> FdKinds {
+        self.fd_kinds
+    }
+
+    /// Takes the next message if one is ready; with `cargo`, its descriptors too, of
+    /// `kinds` only. A message's descriptors that nobody asked for are never duplicated
+    /// here: the sender closes its copies when the message is released.
+    pub(crate) fn take(
+        &mut self,
+        cargo: Option<&mut Fds>,
+        kinds: FdKinds,
+    ) -> Result<Option<IoData>> {
         // Releases that did not fit the reverse ring go out on every receive call.
         self.core.flush_pending();
         let Some((d, wake)) = self.fwd.try_pop().map_err(corrupt)? else {
@@ -341,6 +488,21 @@ impl Receiver {
             Counters::add(&c.stats.bad, 1);
             c.release(d.token);
             return Err(e.into());
+        }
+        if d.nfds != 0 {
+            if let Some(out) = cargo {
+                let pidfd = c.link.pidfd.as_fd();
+                match fds::take(&d, &mut lots, c.sender, pidfd, c.link.peer_pid, kinds) {
+                    Ok(f) => *out = f,
+                    Err(e) => {
+                        if matches!(e, Error::BadDescriptor(_)) {
+                            Counters::add(&c.stats.bad, 1);
+                        }
+                        c.release(d.token);
+                        return Err(e);
+                    }
+                }
+            }
         }
         if self.frags.is_empty() {
             c.release(d.token);
@@ -545,7 +707,7 @@ impl Receiver {
     /// # Errors
     /// As [`try_recv`](Self::try_recv); never [`Error::Timeout`].
     pub fn recv(&mut self) -> Result<IoData> {
-        self.recv_until(None)
+        self.recv_until(None, None)
     }
 
     /// Receives the next message, blocking at most `timeout`.
@@ -554,7 +716,7 @@ impl Receiver {
     /// [`Error::Timeout`] when `timeout` passes with no message; otherwise as
     /// [`try_recv`](Self::try_recv).
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<IoData> {
-        self.recv_until(Some(Instant::now() + timeout))
+        self.recv_until(Some(Instant::now() + timeout), None)
     }
 
     /// Makes [`recv`](Self::recv) and [`recv_timeout`](Self::recv_timeout) busy-poll
@@ -606,18 +768,29 @@ impl Receiver {
 
     /// Blocks until a message arrives or `deadline` (`None`: never) passes, after
     /// busy-polling for [`spin`](Self::spin).
-    fn recv_until(&mut self, deadline: Option<Instant>) -> Result<IoData> {
+    /// With `cargo`, the message's descriptors too (see
+    /// [`try_recv_with_fds`](Self::try_recv_with_fds)).
+    fn recv_until(
+        &mut self,
+        deadline: Option<Instant>,
+        mut cargo: Option<&mut Fds>,
+    ) -> Result<IoData> {
+        let kinds = if cargo.is_some() {
+            self.fd_kinds
+        } else {
+            FdKinds::ANY
+        };
         if !self.spin.is_zero() {
             let until = Instant::now()
                 .checked_add(self.spin)
                 .map_or(deadline, |s| Some(deadline.map_or(s, |d| d.min(s))));
-            match self.spin_until(until) {
+            match self.spin_until(until, cargo.as_deref_mut()) {
                 Err(Error::Timeout) => {}
                 done => return done,
             }
         }
         loop {
-            if let Some(d) = self.try_recv()? {
+            if let Some(d) = self.take(cargo.as_deref_mut(), kinds)? {
                 return Ok(d);
             }
             let left = match deadline {
@@ -695,14 +868,19 @@ impl Receiver {
     /// [`Error::Timeout`] when `timeout` passes with no message; otherwise as
     /// [`try_recv`](Self::try_recv).
     pub fn recv_spin(&mut self, timeout: Duration) -> Result<IoData> {
-        self.spin_until(Instant::now().checked_add(timeout))
+        self.spin_until(Instant::now().checked_add(timeout), None)
     }
 
     /// Busy-polls until a message arrives or `deadline` (`None`: never) passes; polls
-    /// at least once.
-    fn spin_until(&mut self, deadline: Option<Instant>) -> Result<IoData> {
+    /// at least once. With `cargo`, the message's descriptors too.
+    fn spin_until(
+        &mut self,
+        deadline: Option<Instant>,
+        mut cargo: Option<&mut Fds>,
+    ) -> Result<IoData> {
+        let kinds = self.fd_kinds;
         loop {
-            if let Some(d) = self.try_recv()? {
+            if let Some(d) = self.take(cargo.as_deref_mut(), kinds)? {
                 return Ok(d);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {

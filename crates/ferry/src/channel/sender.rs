@@ -1,7 +1,7 @@
 //! The sending end: descriptors out on the forward ring, releases in from the reverse
 //! ring (and the overflow area), and what happens to a dead receiver's fbufs.
 
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -27,7 +27,20 @@ pub(super) struct InFlight {
     pub(super) generation: u32,
     /// Its position in the forward ring, to tell whether the receiver took it.
     pub(super) pos: u64,
-    pub(super) data: Option<(IoData, Option<Segment>)>,
+    pub(super) data: Option<Kept>,
+}
+
+/// What a message in flight keeps until it is released: its data, its continuation
+/// blocks, and its cargo.
+pub(super) type Kept = (IoData, Option<Segment>, Option<Box<SentFds>>);
+
+/// A message's cargo at the sender: this process's own duplicates of the descriptors,
+/// whose numbers the receiver reads from `table` (in our lot) and takes with
+/// `pidfd_getfd`. Dropped, hence closed, when the message is released, evicted, or
+/// reclaimed from a dead receiver.
+pub(super) struct SentFds {
+    _table: Segment,
+    _fds: Vec<OwnedFd>,
 }
 
 /// A message's name between the two ends: its entry in the sender's table of messages in
@@ -91,8 +104,10 @@ pub(super) struct Sent {
     pub(super) data: IoData,
     /// Its continuation blocks, if it has any.
     pub(super) meta: Option<Segment>,
+    /// Its cargo, if it carries descriptors.
+    pub(super) fds: Option<Box<SentFds>>,
     /// A message evicted to make room (lossy channels), given back after the lock.
-    pub(super) evicted: Option<Option<(IoData, Option<Segment>)>>,
+    pub(super) evicted: Option<Option<Kept>>,
 }
 
 impl SendState {
@@ -247,8 +262,10 @@ impl SendCore {
         self.publish(st);
         let domain = self.domain.upgrade();
         let mut frags = Vec::new();
-        for (data, meta) in all {
+        for (data, meta, fds) in all {
             drop(meta);
+            // Our copies of the descriptors: the dead receiver took its own or none.
+            drop(fds);
             frags.extend(
                 data.fragments()
                     .iter()
@@ -289,7 +306,7 @@ impl SendCore {
     /// Takes back the message at ring position `pos`, which `evict_oldest` just took
     /// from the receiver: its token is free again and its fbufs go back (when the caller
     /// drops what this returns, after unlocking) as if it had been released.
-    fn take_evicted(&self, st: &mut SendState, pos: u64) -> Option<(IoData, Option<Segment>)> {
+    fn take_evicted(&self, st: &mut SendState, pos: u64) -> Option<Kept> {
         let i = st.by_pos[(pos % st.by_pos.len() as u64) as usize] as usize;
         let f = st.inflight.get(i)?;
         if f.data.is_none() || f.pos != pos {
@@ -455,7 +472,7 @@ impl SendSlot<'_> {
     /// allocation errors of the copying fallback.
     pub fn send(self, data: &IoData) -> Result<()> {
         self.tx.open(&self.st)?;
-        self.tx.send_locked(self.st, data, Fence::Fenced).map(drop)
+        self.tx.send_locked(self.st, data, &[], Fence::Fenced).map(drop)
     }
 
     /// Makes `data`'s descriptor now, before its payload is written, and stores it in the
@@ -534,6 +551,7 @@ impl SendSlot<'_> {
             pos,
             data: data.freeze(),
             meta: None,
+            fds: None,
             evicted: None,
         };
         self.tx.finish_send(self.st, sent, Fence::Fenced);
@@ -591,7 +609,7 @@ impl Sender {
     /// # Errors
     /// As [`try_send`](Self::try_send); a lossy channel is never full.
     pub fn try_send_evicting(&self, data: &IoData) -> Result<bool> {
-        self.send_now(data)
+        self.send_now(data, &[], Fence::Fenced)
     }
 
     /// [`try_send_evicting`](Self::try_send_evicting) as one step of a fan-out: the
@@ -608,10 +626,15 @@ impl Sender {
     /// publish pays for about one release per subscriber and none for many (see
     /// [`DRAIN_EVERY`]). The first of the releases' cache lines is then loaded right
     /// after the descriptor's store, so that the two transfers between cores overlap.
-    pub(crate) fn try_send_unfenced(&self, data: &IoData, collect: bool) -> Result<bool> {
+    pub(crate) fn try_send_unfenced(
+        &self,
+        data: &IoData,
+        fds: &[BorrowedFd<'_>],
+        collect: bool,
+    ) -> Result<bool> {
         let st = self.core.lock();
         self.open(&st)?;
-        self.send_locked(st, data, Fence::Unfenced { collect })
+        self.send_locked(st, data, fds, Fence::Unfenced { collect })
     }
 
     /// Finishes the sends of [`try_send_unfenced`](Self::try_send_unfenced): one
@@ -662,7 +685,7 @@ impl Sender {
                 .any(|f| f.segment().on_send().is_err())
         {
             for (tx, o) in senders.iter().zip(out.iter_mut()) {
-                *o = tx.try_send_unfenced(data, false);
+                *o = tx.try_send_unfenced(data, &[], false);
             }
             return;
         }
@@ -715,7 +738,7 @@ impl Sender {
             st.inflight[t.idx as usize] = InFlight {
                 generation: t.generation,
                 pos,
-                data: clones[i].take().map(|d| (d, None)),
+                data: clones[i].take().map(|d| (d, None, None)),
             };
             st.out += 1;
             let slots = st.by_pos.len() as u64;
@@ -728,7 +751,7 @@ impl Sender {
         }
         for (i, tx) in senders.iter().enumerate() {
             if later & 1 << i != 0 {
-                out[i] = tx.try_send_unfenced(data, false);
+                out[i] = tx.try_send_unfenced(data, &[], false);
             }
         }
     }
@@ -919,10 +942,10 @@ impl Sender {
     }
 
     /// Sends if the ring has room.
-    fn send_now(&self, data: &IoData) -> Result<bool> {
+    fn send_now(&self, data: &IoData, fds: &[BorrowedFd<'_>], how: Fence) -> Result<bool> {
         let st = self.core.lock();
         self.open(&st)?;
-        self.send_locked(st, data, Fence::Fenced)
+        self.send_locked(st, data, fds, how)
     }
 
     /// The send itself, under the state lock, the channel checked open. Until the
@@ -934,9 +957,11 @@ impl Sender {
         &self,
         mut st: std::sync::MutexGuard<'_, SendState>,
         data: &IoData,
+        fds: &[BorrowedFd<'_>],
         how: Fence,
     ) -> Result<bool> {
         let c = &*self.core;
+        super::fds::check_count(fds.len())?;
         // Make sure every fragment lies in a lot the receiver can map (else the copying
         // fallback makes an aggregate that does).
         let copied;
@@ -974,8 +999,14 @@ impl Sender {
         }
         let nblocks = desc::blocks_needed(frags.len());
         let mut meta = None;
+        // Our copies of the cargo, kept until the release, and where their numbers are.
+        let cargo = if fds.is_empty() {
+            None
+        } else {
+            Some(self.cargo(fds)?)
+        };
         let token = st.take_token();
-        let entry = if nblocks > 0 {
+        let mut entry = if nblocks > 0 {
             let mut m = match self.core.meta.alloc_segment(nblocks * BLOCK_BYTES) {
                 Ok(m) => m,
                 Err(e) => {
@@ -998,6 +1029,11 @@ impl Sender {
         } else {
             desc::encode(token.word(), frags, &mut [], RawRef::NONE)
         };
+        let cargo = cargo.map(|(kept, at)| {
+            entry.nfds = fds.len() as u16;
+            entry.cargo = at;
+            kept
+        });
         let pos = st.fwd.position();
         let mut evicted = None;
         let pushed = loop {
@@ -1031,6 +1067,7 @@ impl Sender {
                     pos,
                     data: data.clone(),
                     meta,
+                    fds: cargo,
                     evicted,
                 };
                 Ok(self.finish_send(st, sent, how))
@@ -1055,7 +1092,7 @@ impl Sender {
         st.inflight[sent.token.idx as usize] = InFlight {
             generation: sent.token.generation,
             pos: sent.pos,
-            data: Some((sent.data, sent.meta)),
+            data: Some((sent.data, sent.meta, sent.fds)),
         };
         st.out += 1;
         let slots = st.by_pos.len() as u64;
@@ -1090,6 +1127,29 @@ impl Sender {
         lost
     }
 
+    /// Duplicates `fds` for a message and writes their numbers into a table in our lot:
+    /// what the message keeps, and the table's offset for the ring entry.
+    fn cargo(&self, fds: &[BorrowedFd<'_>]) -> Result<(Box<SentFds>, u64)> {
+        let copies = fds
+            .iter()
+            .map(|f| crate::sys::fd::dup(*f))
+            .collect::<std::io::Result<Vec<OwnedFd>>>()?;
+        let mut table = self.core.meta.alloc_segment(4 * copies.len())?;
+        let at = table.lot_span().expect("meta fbufs live in our lot").offset;
+        let bytes = table.as_mut_slice().expect("fresh fbufs are writable");
+        for (b, f) in bytes.chunks_exact_mut(4).zip(&copies) {
+            b.copy_from_slice(&f.as_raw_fd().to_le_bytes());
+        }
+        table.freeze();
+        Ok((
+            Box::new(SentFds {
+                _table: table,
+                _fds: copies,
+            }),
+            at,
+        ))
+    }
+
     /// Copies fragments that are not in any lot into one fbuf (the fallback path).
     pub(super) fn shareable(&self, data: &IoData) -> Result<IoData> {
         let (data, copied) = data.in_lots(&self.core.meta)?;
@@ -1100,18 +1160,116 @@ impl Sender {
     /// Sends `data`, waiting while the ring is full. The receiver wakes this sender when
     /// the ring drains to half.
     pub fn send(&self, data: &IoData) -> Result<()> {
-        self.send_until(data, None)
+        self.send_until(data, &[], None)
     }
 
     /// Like [`send`](Self::send), giving up with [`Error::Timeout`] after `timeout`.
     pub fn send_timeout(&self, data: &IoData, timeout: Duration) -> Result<()> {
-        self.send_until(data, Some(Instant::now() + timeout))
+        self.send_until(data, &[], Some(Instant::now() + timeout))
     }
 
-    /// Sends, waiting for room until `deadline` (`None`: for ever).
-    pub(crate) fn send_until(&self, data: &IoData, deadline: Option<Instant>) -> Result<()> {
+    /// Like [`send`](Self::send), with `fds` as cargo: the receiver gets its own
+    /// duplicates of them (see [`Receiver::recv_with_fds`](super::Receiver::recv_with_fds)
+    /// and [`Fds`](super::Fds)). The caller keeps its descriptors; this sender keeps
+    /// duplicates until the receiver releases the message (or dies, or closes its end).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use std::os::fd::AsFd;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-send-fds-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let mut rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// let (r, w) = std::io::pipe()?;
+    /// let path = a.path(ferry::PathConfig::default())?;
+    /// tx.send_with_fds(&path.alloc(16)?.freeze(), &[r.as_fd(), w.as_fd()])?;
+    /// let (_, fds) = rx.recv_with_fds()?;
+    /// assert_eq!(fds.len(), 2);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`send`](Self::send); [`Error::TooManyFds`] past [`MAX_FDS`](crate::MAX_FDS).
+    pub fn send_with_fds(&self, data: &IoData, fds: &[BorrowedFd<'_>]) -> Result<()> {
+        self.send_until(data, fds, None)
+    }
+
+    /// Like [`send_with_fds`](Self::send_with_fds), never blocking, as
+    /// [`try_send`](Self::try_send).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use std::os::fd::AsFd;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-try-send-fds-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let mut rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// let (r, _w) = std::io::pipe()?;
+    /// let path = a.path(ferry::PathConfig::default())?;
+    /// let too_many = vec![r.as_fd(); ferry::MAX_FDS + 1];
+    /// assert!(matches!(
+    ///     tx.try_send_with_fds(&path.alloc(1)?.freeze(), &too_many),
+    ///     Err(ferry::Error::TooManyFds { .. })
+    /// ));
+    /// tx.try_send_with_fds(&path.alloc(1)?.freeze(), &[r.as_fd()])?;
+    /// # drop(rx);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`try_send`](Self::try_send); [`Error::TooManyFds`].
+    pub fn try_send_with_fds(&self, data: &IoData, fds: &[BorrowedFd<'_>]) -> Result<()> {
+        self.send_now(data, fds, Fence::Fenced).map(drop)
+    }
+
+    /// Like [`send_with_fds`](Self::send_with_fds), waiting for room until `deadline`
+    /// (`None`: for as long as it takes), then [`Error::Timeout`]. For callers that hold
+    /// an optional limit, such as the C and Python bindings.
+    ///
+    /// ```
+    /// # use std::time::{Duration, Instant};
+    /// # use std::os::fd::AsFd;
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-send-fds-until-{}", std::process::id()))?;
+    /// # let (a, b) = (group.join()?, group.join()?);
+    /// # let (a2, to) = (a.clone(), b.id());
+    /// # let connecting = std::thread::spawn(move || a2.connect(to, Duration::from_secs(5)));
+    /// # let mut rx = b.accept(Duration::from_secs(5))?;
+    /// # let tx = connecting.join().unwrap()?;
+    /// let (r, _w) = std::io::pipe()?;
+    /// let path = a.path(ferry::PathConfig::default())?;
+    /// let deadline = Some(Instant::now() + Duration::from_secs(1));
+    /// tx.send_with_fds_until(&path.alloc(1)?.freeze(), &[r.as_fd()], deadline)?;
+    /// assert_eq!(rx.recv_with_fds()?.1.len(), 1);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`send_with_fds`](Self::send_with_fds); [`Error::Timeout`].
+    pub fn send_with_fds_until(
+        &self,
+        data: &IoData,
+        fds: &[BorrowedFd<'_>],
+        deadline: Option<Instant>,
+    ) -> Result<()> {
+        self.send_until(data, fds, deadline)
+    }
+
+    /// Sends, with `fds` as cargo, waiting for room until `deadline` (`None`: for ever).
+    pub(crate) fn send_until(
+        &self,
+        data: &IoData,
+        fds: &[BorrowedFd<'_>],
+        deadline: Option<Instant>,
+    ) -> Result<()> {
         loop {
-            match self.try_send(data) {
+            match self.send_now(data, fds, Fence::Fenced).map(drop) {
                 Err(Error::Full) => self.wait_for_room(deadline)?,
                 other => return other,
             }

@@ -4,11 +4,13 @@
 //! Wire format, all integers little-endian:
 //!
 //! ```text
-//! header   "FERRYCT1" (8 bytes) | pallet count: u32 | reserved: u32 (0)
+//! header   "FERRYCT1" (8 bytes) | pallet count: u32 | cargo count: u32
 //! pallet*  size: u64 | valid start: u64 | valid end: u64 | flags: u64 (bit 0 sealed, bit 1 lent)
 //! ```
 //!
-//! The descriptors, one per pallet in order, ride on the first byte of the header.
+//! The descriptors, one per pallet in order and then the cargo's (see
+//! [`Container::ship_with_fds`]), ride on the first byte of the header. A receiver that
+//! predates cargo refuses a non-zero cargo count as reserved bits set.
 
 use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -19,6 +21,7 @@ use super::pallet::Pallet;
 use super::{Container, MapStats};
 use crate::error::{BadDescriptor, Error, Result};
 use crate::sys;
+use crate::sys::fds::{FdKinds, Fds};
 
 const MAGIC: &[u8; 8] = b"FERRYCT1";
 const HEAD: usize = 16;
@@ -56,12 +59,12 @@ impl From<ShipError> for Error {
     }
 }
 
-/// Encodes the header a container ships with.
-fn encode(c: &Container) -> Vec<u8> {
+/// Encodes the header a container ships with, with `cargo` descriptors besides.
+fn encode(c: &Container, cargo: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEAD + ENTRY * c.pallets.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&(c.pallets.len() as u32).to_le_bytes());
-    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&(cargo as u32).to_le_bytes());
     for p in &c.pallets {
         let flags = if p.sealed { FLAG_SEALED } else { 0 } | if p.lent { FLAG_LENT } else { 0 };
         for v in [
@@ -136,14 +139,59 @@ impl Container {
     /// # Ok(()) }
     /// ```
     pub fn ship(self, sock: &UnixStream) -> std::result::Result<(), ShipError> {
+        self.ship_with_fds(sock, &[])
+    }
+
+    /// Like [`ship`](Self::ship), with `cargo` descriptors besides the pallets' (a
+    /// dma-buf, a sync_file fence, an eventfd, ...): the receiver gets its own, through
+    /// the same `SCM_RIGHTS` message, from [`receive_with_fds`](Self::receive_with_fds).
+    /// The caller keeps its descriptors. At most [`MAX_FDS`](crate::MAX_FDS), and at
+    /// most 253 (the kernel's limit per message) with the pallets'.
+    ///
+    /// ```
+    /// # fn main() -> ferry::Result<()> {
+    /// use std::os::fd::AsFd;
+    /// use std::os::unix::net::UnixStream;
+    /// use ferry::containers::Container;
+    /// let (a, b) = UnixStream::pair()?;
+    /// let (r, _w) = std::io::pipe()?;
+    /// Container::alloc(&[4096])?.ship_with_fds(&a, &[r.as_fd()])?;
+    /// let (c, fds) = Container::receive_with_fds(&b, ferry::FdKinds::default())?;
+    /// assert_eq!((c.len(), fds.kind(0)), (1, Some(ferry::FdKind::Pipe)));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`ship`](Self::ship); [`Error::TooManyFds`] past the limit (the container comes
+    /// back).
+    pub fn ship_with_fds(
+        self,
+        sock: &UnixStream,
+        cargo: &[BorrowedFd<'_>],
+    ) -> std::result::Result<(), ShipError> {
         if let Some(i) = self.pallets.iter().position(|p| p.unloaded) {
             return Err(ShipError {
                 error: Error::PalletUnloaded { pallet: i },
                 container: Some(self),
             });
         }
-        let header = encode(&self);
-        let fds: Vec<BorrowedFd<'_>> = self.pallets.iter().map(|p| p.fd.as_fd()).collect();
+        let max = sys::fds::MAX_FDS.min(sys::scm::MAX_FDS - self.pallets.len());
+        if cargo.len() > max {
+            return Err(ShipError {
+                error: Error::TooManyFds {
+                    count: cargo.len(),
+                    max,
+                },
+                container: Some(self),
+            });
+        }
+        let header = encode(&self, cargo.len());
+        let fds: Vec<BorrowedFd<'_>> = self
+            .pallets
+            .iter()
+            .map(|p| p.fd.as_fd())
+            .chain(cargo.iter().copied())
+            .collect();
         let sent = match sys::scm::send_fds(sock.as_fd(), &header, &fds) {
             Ok(n) => n,
             Err(e) => {
@@ -182,10 +230,40 @@ impl Container {
     /// Bad input is [`Error::BadDescriptor`]; every descriptor that came with it is closed.
     /// A peer that closed the socket gives [`Error::Disconnected`].
     pub fn receive(sock: &UnixStream) -> Result<Container> {
+        // Cargo nobody asked for is closed here, unexamined.
+        Self::receive_inner(sock, None).map(|(c, _)| c)
+    }
+
+    /// Like [`receive`](Self::receive), and takes the cargo descriptors that came with
+    /// the container (see [`ship_with_fds`](Self::ship_with_fds)), each checked to be
+    /// of one of `kinds` as [`Receiver::set_fd_kinds`](crate::Receiver::set_fd_kinds)
+    /// says.
+    ///
+    /// ```
+    /// # fn main() -> ferry::Result<()> {
+    /// use std::os::fd::AsFd;
+    /// use std::os::unix::net::UnixStream;
+    /// use ferry::{containers::Container, FdKind, FdKinds};
+    /// let (a, b) = UnixStream::pair()?;
+    /// let (r, _w) = std::io::pipe()?;
+    /// Container::alloc(&[4096])?.ship_with_fds(&a, &[r.as_fd()])?;
+    /// let refused = Container::receive_with_fds(&b, FdKinds::only(FdKind::Memfd));
+    /// assert!(matches!(refused, Err(ferry::Error::FdRefused { index: 0, kind: FdKind::Pipe })));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`receive`](Self::receive); [`Error::FdRefused`] for a kind not in `kinds`
+    /// (the container and every descriptor are closed).
+    pub fn receive_with_fds(sock: &UnixStream, kinds: FdKinds) -> Result<(Container, Fds)> {
+        Self::receive_inner(sock, Some(kinds))
+    }
+
+    fn receive_inner(sock: &UnixStream, kinds: Option<FdKinds>) -> Result<(Container, Fds)> {
         let sock = sock.as_fd();
         let mut fds = Vec::new();
         let mut head = [0u8; HEAD];
-        read_exact(sock, &mut head, &mut fds, MAX_PALLETS)?;
+        read_exact(sock, &mut head, &mut fds, sys::scm::MAX_FDS)?;
         if &head[..8] != MAGIC {
             return Err(BadDescriptor::Malformed("not a ferry container message").into());
         }
@@ -193,18 +271,26 @@ impl Container {
         if count > MAX_PALLETS {
             return Err(BadDescriptor::TooManyFragments(count as u64).into());
         }
-        if head[12..16] != [0; 4] {
-            return Err(BadDescriptor::Malformed("reserved header bits set").into());
+        let ncargo = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes")) as usize;
+        if ncargo > sys::fds::MAX_FDS || count + ncargo > sys::scm::MAX_FDS {
+            return Err(
+                BadDescriptor::Malformed("more cargo descriptors than a message carries").into(),
+            );
         }
         let mut entries = vec![0u8; count * ENTRY];
-        read_exact(sock, &mut entries, &mut fds, count)?;
-        if fds.len() != count {
+        read_exact(sock, &mut entries, &mut fds, count + ncargo)?;
+        if fds.len() != count + ncargo {
             return Err(BadDescriptor::CountMismatch {
-                expected: count as u64,
+                expected: (count + ncargo) as u64,
                 found: fds.len() as u64,
             }
             .into());
         }
+        let cargo = fds.split_off(count);
+        let cargo = match kinds {
+            Some(kinds) => Fds::checked(cargo, kinds)?,
+            None => Fds::default(),
+        };
         // Named in errors about its descriptors; 0 if the socket cannot tell.
         let pid = rustix::net::sockopt::socket_peercred(sock)
             .ok()
@@ -228,9 +314,12 @@ impl Container {
                 flags & FLAG_LENT != 0,
             )?);
         }
-        Ok(Container {
-            pallets,
-            stats: MapStats::default(),
-        })
+        Ok((
+            Container {
+                pallets,
+                stats: MapStats::default(),
+            },
+            cargo,
+        ))
     }
 }

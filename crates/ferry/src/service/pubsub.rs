@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::door::{Admit, HANDSHAKE_PATIENCE};
 use super::table::Kind;
 use super::{Membership, Offering, ServiceConfig, SlowSubscriber};
-use crate::channel::{ChannelConfig, ChannelStats, Draft, Receiver, Sender, FAN};
+use crate::channel::{ChannelConfig, ChannelStats, Draft, FdKinds, Fds, Receiver, Sender, FAN};
 use crate::error::{Error, Result};
 use crate::iodata::{IoData, IoDataMut};
 use crate::region::group::Member;
@@ -349,11 +349,75 @@ impl Publisher {
     /// # Errors
     /// As [`publish_timeout`](Self::publish_timeout) once `deadline` has passed.
     pub fn publish_until(&mut self, data: &IoData, deadline: Option<Instant>) -> Result<usize> {
-        let mut p = self.publish_start(data)?;
+        self.publish_with_fds_until(data, &[], deadline)
+    }
+
+    /// Like [`publish`](Self::publish), with `fds` as cargo: each subscriber gets its own
+    /// duplicates (see [`Subscriber::recv_with_fds_timeout`] and [`Fds`]), and the
+    /// publisher keeps one set of duplicates per subscriber until that subscriber
+    /// releases the message.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use std::os::fd::AsFd;
+    /// # use ferry::{Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-pub-fds-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// let mut publisher = Publisher::offer(&camera, "frames/fds", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "frames/fds", Duration::from_secs(5))?;
+    /// publisher.wait_for_subscribers(1, Duration::from_secs(5))?;
+    /// let (r, _w) = std::io::pipe()?;
+    /// let meta = publisher.path().alloc(8)?.freeze();
+    /// assert_eq!(publisher.publish_with_fds(&meta, &[r.as_fd()])?, 1);
+    /// let (_, fds) = sub.recv_with_fds_timeout(Duration::from_secs(5))?;
+    /// assert_eq!(fds.kind(0), Some(ferry::FdKind::Pipe));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`publish`](Self::publish); [`Error::TooManyFds`] past
+    /// [`MAX_FDS`](crate::MAX_FDS).
+    pub fn publish_with_fds(&mut self, data: &IoData, fds: &[BorrowedFd<'_>]) -> Result<usize> {
+        self.publish_with_fds_until(data, fds, None)
+    }
+
+    /// Like [`publish_with_fds`](Self::publish_with_fds), waiting for room under
+    /// [`SlowSubscriber::Block`] until `deadline` (`None`: for as long as it takes), as
+    /// [`publish_until`](Self::publish_until).
+    ///
+    /// ```
+    /// # use std::time::{Duration, Instant};
+    /// # use std::os::fd::AsFd;
+    /// # use ferry::{Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-pub-fds-until-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// let mut publisher = Publisher::offer(&camera, "frames/fds2", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "frames/fds2", Duration::from_secs(5))?;
+    /// publisher.wait_for_subscribers(1, Duration::from_secs(5))?;
+    /// let (r, _w) = std::io::pipe()?;
+    /// let meta = publisher.path().alloc(8)?.freeze();
+    /// let deadline = Some(Instant::now() + Duration::from_secs(1));
+    /// assert_eq!(publisher.publish_with_fds_until(&meta, &[r.as_fd()], deadline)?, 1);
+    /// # drop(sub);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`publish_with_fds`](Self::publish_with_fds) and
+    /// [`publish_until`](Self::publish_until).
+    pub fn publish_with_fds_until(
+        &mut self,
+        data: &IoData,
+        fds: &[BorrowedFd<'_>],
+        deadline: Option<Instant>,
+    ) -> Result<usize> {
+        let mut p = self.publish_start(data, fds)?;
         // The waits happen without the subscriber list's lock, so subscribers keep
         // joining (and the door keeps serving them) while a full queue holds us back.
         for i in 0..p.full.len() {
-            let r = p.full[i].send_until(&p.data, deadline);
+            let r = p.full[i].send_until(&p.data, fds, deadline);
             self.settle(&mut p, i, r)?;
         }
         self.publish_end(p)
@@ -369,7 +433,7 @@ impl Publisher {
     /// As [`publish`](Self::publish).
     pub fn begin_publish(&mut self, data: &IoData) -> Result<Publishing> {
         Ok(Publishing {
-            pending: self.publish_start(data)?,
+            pending: self.publish_start(data, &[])?,
             next: 0,
         })
     }
@@ -385,7 +449,7 @@ impl Publisher {
         let deadline = Instant::now() + timeout;
         while p.next < p.pending.full.len() {
             let i = p.next;
-            match p.pending.full[i].send_until(&p.pending.data, Some(deadline)) {
+            match p.pending.full[i].send_until(&p.pending.data, &[], Some(deadline)) {
                 Err(Error::Timeout) => return Err(Error::Timeout),
                 r => self.settle(&mut p.pending, i, r)?,
             }
@@ -412,7 +476,12 @@ impl Publisher {
     /// returned in [`Pending::full`] for the caller to wait on (with [`settle`](Self::settle)
     /// after each) and then [`publish_end`](Self::publish_end). Subscribers that join after
     /// this pass do not get the message; dead ones are dropped here.
-    pub(crate) fn publish_start(&mut self, data: &IoData) -> Result<Pending> {
+    pub(crate) fn publish_start(
+        &mut self,
+        data: &IoData,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<Pending> {
+        crate::channel::check_fd_count(fds.len())?;
         let data = self.shareable(data)?;
         let block = self.shared.config.slow == SlowSubscriber::Block;
         let mut subs = lock(&self.shared.subs);
@@ -434,8 +503,9 @@ impl Publisher {
         };
         // Each queue gets the message without its own fence; the one fence after the
         // loop serves them all (see `Sender::try_send_unfenced`). With several
-        // subscribers, their descriptors are stored together (see `Sender::fan_out`).
-        let fan = subs.len() > 1;
+        // subscribers, their descriptors are stored together (see `Sender::fan_out`), unless
+        // the message carries descriptors of its own.
+        let fan = subs.len() > 1 && fds.is_empty();
         let mut outcome: [Result<bool>; FAN] = [const { Ok(false) }; FAN];
         for (k, chunk) in subs.chunks_mut(FAN).enumerate() {
             let n = chunk.len();
@@ -447,7 +517,7 @@ impl Publisher {
                 Sender::fan_out(&senders[..n], &data, &mut outcome[..n]);
             } else {
                 for (j, (o, s)) in outcome.iter_mut().zip(chunk.iter()).enumerate() {
-                    *o = s.tx.try_send_unfenced(&data, k * FAN + j == turn);
+                    *o = s.tx.try_send_unfenced(&data, fds, k * FAN + j == turn);
                 }
             }
             for (j, (s, r)) in chunk.iter_mut().zip(&mut outcome).enumerate() {
@@ -867,6 +937,71 @@ impl Subscriber {
     /// [`Error::Timeout`] if none arrived in time; otherwise as [`try_recv`](Self::try_recv).
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<IoData> {
         self.rx.recv_timeout(timeout)
+    }
+
+    /// Takes the next message and its descriptors if one is queued, never blocking, as
+    /// [`Receiver::try_recv_with_fds`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-sub-try-fds-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// # let publisher = Publisher::offer(&camera, "frames/try-fds", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "frames/try-fds", Duration::from_secs(5))?;
+    /// assert!(sub.try_recv_with_fds()?.is_none());
+    /// # drop(publisher);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Receiver::try_recv_with_fds`].
+    pub fn try_recv_with_fds(&mut self) -> Result<Option<(IoData, Fds)>> {
+        self.rx.try_recv_with_fds()
+    }
+
+    /// Receives the next message and its descriptors, blocking at most `timeout`, as
+    /// [`Receiver::recv_with_fds_timeout`] (see
+    /// [`Publisher::publish_with_fds`] for an example).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-sub-fds-to-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// # let publisher = Publisher::offer(&camera, "frames/fds-to", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "frames/fds-to", Duration::from_secs(5))?;
+    /// let r = sub.recv_with_fds_timeout(Duration::from_millis(10));
+    /// assert!(matches!(r, Err(ferry::Error::Timeout)));
+    /// # drop(publisher);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Receiver::recv_with_fds_timeout`].
+    pub fn recv_with_fds_timeout(&mut self, timeout: Duration) -> Result<(IoData, Fds)> {
+        self.rx.recv_with_fds_timeout(timeout)
+    }
+
+    /// Sets the kinds of descriptor this subscriber accepts, as
+    /// [`Receiver::set_fd_kinds`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{FdKind, FdKinds, Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-sub-kinds-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// # let publisher = Publisher::offer(&camera, "frames/kinds", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "frames/kinds", Duration::from_secs(5))?;
+    /// sub.set_fd_kinds(FdKinds::only(FdKind::Memfd));
+    /// # drop(publisher);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_fd_kinds(&mut self, kinds: FdKinds) {
+        self.rx.set_fd_kinds(kinds);
     }
 
     /// Busy-polls for the next message (no system call while the publisher lives and

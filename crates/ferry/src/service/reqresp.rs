@@ -17,7 +17,7 @@ use rustix::event::epoll;
 use super::door::{Admit, HANDSHAKE_PATIENCE};
 use super::table::Kind;
 use super::{Handler, Membership, Offering, ServiceConfig};
-use crate::channel::{Receiver, Sender};
+use crate::channel::{FdKinds, Fds, Receiver, Sender};
 use crate::error::{Error, Result};
 use crate::iodata::IoData;
 use crate::region::group::Member;
@@ -165,6 +165,8 @@ pub struct Server {
     path: PathAllocator,
     cursor: usize,
     stats: ServerStats,
+    /// The kinds of descriptor accepted with requests (see [`Server::set_fd_kinds`]).
+    fd_kinds: FdKinds,
 }
 
 impl std::fmt::Debug for Server {
@@ -204,6 +206,7 @@ impl Server {
             shared,
             cursor: 0,
             stats: ServerStats::default(),
+            fd_kinds: FdKinds::default(),
             offering,
         })
     }
@@ -212,13 +215,59 @@ impl Server {
     /// Clients are served in turn. A client that died or left is dropped here
     /// (everything it held is reclaimed) and does not surface as an error.
     pub fn try_recv(&mut self) -> Result<Option<Request>> {
+        self.take(None)
+    }
+
+    /// Like [`recv_timeout`](Self::recv_timeout), and takes the descriptors the request
+    /// carried (see [`Client::call_with_fds`] for an example).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{Server, ServiceConfig};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-srv-fds-{}", std::process::id()))?;
+    /// # let d = group.join()?;
+    /// let mut server = Server::offer(&d, "frames/srv-fds", ServiceConfig::default())?;
+    /// let r = server.recv_with_fds_timeout(Duration::from_millis(10));
+    /// assert!(matches!(r, Err(ferry::Error::Timeout)));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`recv_timeout`](Self::recv_timeout); [`Error::FdRefused`] and
+    /// [`Error::FdsLost`] as [`Receiver::try_recv_with_fds`] (that request is dropped;
+    /// the server goes on serving).
+    pub fn recv_with_fds_timeout(&mut self, timeout: Duration) -> Result<(Request, Fds)> {
+        let mut fds = Fds::default();
+        let r = self.recv_until(timeout, Some(&mut fds))?;
+        Ok((r, fds))
+    }
+
+    /// Sets the kinds of descriptor accepted with requests, as
+    /// [`Receiver::set_fd_kinds`].
+    ///
+    /// ```
+    /// # use ferry::{FdKind, FdKinds, Server, ServiceConfig};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-srv-kinds-{}", std::process::id()))?;
+    /// # let d = group.join()?;
+    /// let mut server = Server::offer(&d, "frames/srv-kinds", ServiceConfig::default())?;
+    /// server.set_fd_kinds(FdKinds::only(FdKind::Memfd));
+    /// # Ok(()) }
+    /// ```
+    pub fn set_fd_kinds(&mut self, kinds: FdKinds) {
+        self.fd_kinds = kinds;
+    }
+
+    fn take(&mut self, mut cargo: Option<&mut Fds>) -> Result<Option<Request>> {
+        let kinds = self.fd_kinds;
         let mut conns = lock(&self.shared.conns);
         let n = conns.len();
         let mut gone = Vec::new();
         let mut found = None;
         for k in 0..n {
             let i = (self.cursor + k) % n;
-            match conns[i].rx.try_recv() {
+            match conns[i].rx.take(cargo.as_deref_mut(), kinds) {
                 Ok(Some(d)) => match unframe(&d, REQ_MAGIC) {
                     Some((_, id, data)) => {
                         self.cursor = i + 1;
@@ -256,9 +305,13 @@ impl Server {
     /// # Errors
     /// [`Error::Timeout`] if none came in time.
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Request> {
+        self.recv_until(timeout, None)
+    }
+
+    fn recv_until(&mut self, timeout: Duration, mut cargo: Option<&mut Fds>) -> Result<Request> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(r) = self.try_recv()? {
+            if let Some(r) = self.take(cargo.as_deref_mut())? {
                 return Ok(r);
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -295,16 +348,57 @@ impl Server {
     /// server goes on serving the others); [`Error::Timeout`] if the client's response
     /// queue stayed full for [`ServiceConfig::reply_timeout`].
     pub fn reply(&mut self, request: &Request, response: &IoData) -> Result<()> {
-        self.respond(request, 0, response)
+        self.respond(request, 0, response, &[])
+    }
+
+    /// Like [`reply`](Self::reply), with `fds` as cargo (see [`Fds`]).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use std::os::fd::AsFd;
+    /// # use ferry::{Client, Server, ServiceConfig};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-reply-fds-{}", std::process::id()))?;
+    /// # let (s, c) = (group.join()?, group.join()?);
+    /// let mut server = Server::offer(&s, "frames/reply-fds", ServiceConfig::default())?;
+    /// let serving = std::thread::spawn(move || -> ferry::Result<()> {
+    ///     let (req, _) = server.recv_with_fds_timeout(Duration::from_secs(5))?;
+    ///     let (r, _w) = std::io::pipe()?;
+    ///     server.reply_with_fds(&req, &req.data, &[r.as_fd()])
+    /// });
+    /// let mut client = Client::open(&c, "frames/reply-fds", Duration::from_secs(5))?;
+    /// let req = c.path(ferry::PathConfig::default())?.alloc(4)?.freeze();
+    /// let (_, fds) = client.call_with_fds(&req, &[], Duration::from_secs(5))?;
+    /// assert_eq!(fds.kind(0), Some(ferry::FdKind::Pipe));
+    /// serving.join().unwrap()?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`reply`](Self::reply); [`Error::TooManyFds`].
+    pub fn reply_with_fds(
+        &mut self,
+        request: &Request,
+        response: &IoData,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<()> {
+        self.respond(request, 0, response, fds)
     }
 
     /// Tells the client of `request` that it failed, with status `status` (non-zero).
     pub fn fail(&mut self, request: &Request, status: u32) -> Result<()> {
         self.stats.failed += 1;
-        self.respond(request, status.max(1), &IoData::new())
+        self.respond(request, status.max(1), &IoData::new(), &[])
     }
 
-    fn respond(&mut self, request: &Request, status: u32, body: &IoData) -> Result<()> {
+    fn respond(
+        &mut self,
+        request: &Request,
+        status: u32,
+        body: &IoData,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<()> {
+        crate::channel::check_fd_count(fds.len())?;
         let msg = framed(&self.path, RSP_MAGIC, status, request.id, body)?;
         let conns = lock(&self.shared.conns);
         let c = conns
@@ -313,7 +407,8 @@ impl Server {
             .ok_or(Error::PeerGone {
                 pid: request.client.pid,
             })?;
-        c.tx.send_timeout(&msg, self.shared.config.reply_timeout)?;
+        let deadline = Instant::now() + self.shared.config.reply_timeout;
+        c.tx.send_until(&msg, fds, Some(deadline))?;
         self.stats.responses += 1;
         Ok(())
     }
@@ -379,6 +474,8 @@ pub struct Client {
     path: PathAllocator,
     member: Membership,
     next_id: u64,
+    /// The kinds of descriptor accepted with responses (see [`Client::set_fd_kinds`]).
+    fd_kinds: FdKinds,
 }
 
 impl std::fmt::Debug for Client {
@@ -435,6 +532,7 @@ impl Client {
             path: domain.path(PathConfig::default())?,
             member,
             next_id: 1,
+            fd_kinds: FdKinds::default(),
         })
     }
 
@@ -486,15 +584,93 @@ impl Client {
     ///
     /// # Errors
     /// As [`call`](Self::call).
-    pub fn call_until(&mut self, request: &IoData, mut until: Until<'_>) -> Result<IoData> {
+    pub fn call_until(&mut self, request: &IoData, until: Until<'_>) -> Result<IoData> {
+        self.call_inner(request, &[], until, None)
+    }
+
+    /// Like [`call`](Self::call), with `fds` as cargo for the request, and takes the
+    /// descriptors the response carried (see [`Fds`]).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use std::os::fd::AsFd;
+    /// # use ferry::{Client, Server, ServiceConfig};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-call-fds-{}", std::process::id()))?;
+    /// # let (s, c) = (group.join()?, group.join()?);
+    /// let mut server = Server::offer(&s, "frames/call-fds", ServiceConfig::default())?;
+    /// let serving = std::thread::spawn(move || -> ferry::Result<usize> {
+    ///     let (req, fds) = server.recv_with_fds_timeout(Duration::from_secs(5))?;
+    ///     server.reply(&req, &req.data)?;
+    ///     Ok(fds.len())
+    /// });
+    /// let mut client = Client::open(&c, "frames/call-fds", Duration::from_secs(5))?;
+    /// let (r, _w) = std::io::pipe()?;
+    /// let req = c.path(ferry::PathConfig::default())?.alloc(4)?.freeze();
+    /// let (_, fds) = client.call_with_fds(&req, &[r.as_fd()], Duration::from_secs(5))?;
+    /// assert!(fds.is_empty());
+    /// assert_eq!(serving.join().unwrap()?, 1);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`call`](Self::call); [`Error::TooManyFds`]; [`Error::FdRefused`] and
+    /// [`Error::FdsLost`] for the response's descriptors, as
+    /// [`Receiver::try_recv_with_fds`].
+    pub fn call_with_fds(
+        &mut self,
+        request: &IoData,
+        fds: &[BorrowedFd<'_>],
+        timeout: Duration,
+    ) -> Result<(IoData, Fds)> {
+        let mut out = Fds::default();
+        let d = self.call_inner(request, fds, Until::timeout(timeout), Some(&mut out))?;
+        Ok((d, out))
+    }
+
+    /// Sets the kinds of descriptor accepted with responses, as
+    /// [`Receiver::set_fd_kinds`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{Client, FdKind, FdKinds, Server, ServiceConfig};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-client-kinds-{}", std::process::id()))?;
+    /// # let (s, c) = (group.join()?, group.join()?);
+    /// # let server = Server::offer(&s, "frames/client-kinds", ServiceConfig::default())?;
+    /// let mut client = Client::open(&c, "frames/client-kinds", Duration::from_secs(5))?;
+    /// client.set_fd_kinds(FdKinds::only(FdKind::Memfd));
+    /// # drop(server);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_fd_kinds(&mut self, kinds: FdKinds) {
+        self.fd_kinds = kinds;
+    }
+
+    fn call_inner(
+        &mut self,
+        request: &IoData,
+        fds: &[BorrowedFd<'_>],
+        mut until: Until<'_>,
+        mut cargo: Option<&mut Fds>,
+    ) -> Result<IoData> {
+        crate::channel::check_fd_count(fds.len())?;
         let id = self.next_id;
         let msg = framed(&self.path, REQ_MAGIC, 0, id, request)?;
         until
             .part()
-            .sliced(|slice| self.tx.send_timeout(&msg, slice))?;
+            .sliced(|slice| self.tx.send_until(&msg, fds, Some(Instant::now() + slice)))?;
         self.next_id += 1;
+        self.rx.set_fd_kinds(self.fd_kinds);
         until.sliced(|slice| {
-            let d = self.rx.recv_timeout(slice)?;
+            let d = match cargo.as_deref_mut() {
+                None => self.rx.recv_timeout(slice)?,
+                Some(out) => {
+                    let (d, f) = self.rx.recv_with_fds_timeout(slice)?;
+                    *out = f;
+                    d
+                }
+            };
             match unframe(&d, RSP_MAGIC) {
                 Some((0, rid, body)) if rid == id => Ok(body),
                 Some((status, rid, _)) if rid == id => Err(Error::RequestFailed { status }),

@@ -7,6 +7,7 @@
 //! the steady-state data path makes none.
 
 pub mod fd;
+pub mod fds;
 pub mod futex;
 pub mod mem;
 #[cfg(feature = "containers")]
