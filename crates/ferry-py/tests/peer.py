@@ -37,6 +37,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import time
 
@@ -177,6 +178,33 @@ def scribble(group: str) -> None:
     print("wrote", flush=True)
 
 
+def eventfd(initval: int = 0) -> int:
+    """`os.eventfd`, which CPython has from 3.10 on; through libc before that."""
+    import os
+
+    if hasattr(os, "eventfd"):
+        return os.eventfd(initval)
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.eventfd(initval, 0)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "eventfd")
+    return fd
+
+
+def eventfd_read(fd: int) -> int:
+    import os
+    import struct
+
+    return struct.unpack("=Q", os.read(fd, 8))[0]
+
+
+def eventfd_write(fd: int, value: int) -> None:
+    import os
+    import struct
+
+    os.write(fd, struct.pack("=Q", value))
+
+
 def fds(group: str, peer: str) -> None:
     import os
     import socket
@@ -186,12 +214,12 @@ def fds(group: str, peer: str) -> None:
     tx = d.connect(peer, timeout=10)
     m = os.memfd_create("py-cargo")
     os.write(m, b"memfd-cargo")
-    e = os.eventfd(0)
+    e = eventfd(0)
     r, w = os.pipe()
     a, b = socket.socketpair()
     base = len(os.listdir("/proc/self/fd"))
     tx.send(b"cargo", timeout=10, fds=[m, e, w, b])
-    value = os.eventfd_read(e)
+    value = eventfd_read(e)
     pipe = os.read(r, 4).decode()
     sock = a.recv(4).decode()
     print("checked", f"efd={value}", f"pipe={pipe}", f"sock={sock}", flush=True)

@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 import ferry
+from peer import eventfd_write
 from test_processes import kill, read_line, spawn
 
 
@@ -27,7 +28,7 @@ def test_every_kind_crosses_processes_and_nothing_leaks(group_name):
             assert fd_count() == base + 4
             # The duplicates work.
             assert os.pread(fds[0], 64, 0) == b"memfd-cargo"
-            os.eventfd_write(fds[1], 5)
+            eventfd_write(fds[1], 5)
             os.write(fds[2], b"pong")
             os.write(fds[3], b"sock")
             assert read_line(peer, "checked") == ["efd=5", "pipe=pong", "sock=sock"]
