@@ -472,7 +472,9 @@ impl SendSlot<'_> {
     /// allocation errors of the copying fallback.
     pub fn send(self, data: &IoData) -> Result<()> {
         self.tx.open(&self.st)?;
-        self.tx.send_locked(self.st, data, &[], Fence::Fenced).map(drop)
+        self.tx
+            .send_locked(self.st, data, &[], Fence::Fenced)
+            .map(drop)
     }
 
     /// Makes `data`'s descriptor now, before its payload is written, and stores it in the
