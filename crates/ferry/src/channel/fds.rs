@@ -16,7 +16,6 @@ use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 use super::desc::{Lots, RawDesc, MAX_FDS};
-use super::receiver::DomainLots;
 use crate::error::{BadDescriptor, Error, Result};
 use crate::region::group::DomainId;
 use crate::sys::fd::{dup_from, wait_readable};
@@ -32,7 +31,7 @@ const EXIT_GRACE: Duration = Duration::from_millis(200);
 /// closed).
 pub(super) fn take(
     d: &RawDesc,
-    lots: &mut DomainLots<'_>,
+    lots: &mut impl Lots,
     sender: DomainId,
     pidfd: BorrowedFd<'_>,
     pid: u32,

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use super::group::{DomainId, Group, Member};
-use super::lot::Pages;
+use super::pages::Pages;
 
 /// Most collapse fallbacks a path entry can show (24 bits).
 const FALLBACKS_MAX: u32 = (1 << 24) - 1;

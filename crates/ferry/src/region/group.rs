@@ -98,7 +98,7 @@ use super::access::{open_named, refused, Admission, GroupAccess, Ids};
 use super::layout::{ActivityRaw, GroupHeader, LedgerRaw};
 pub(crate) use super::layout::{SlotRaw, SLOT_CLAIMING, SLOT_FREE, SLOT_LIVE};
 pub use super::layout::{LOT_WINDOWS, MAX_SLOTS, SERVICE_WORDS};
-use super::lot::{Pages, HUGE_PAGE};
+use super::pages::{Pages, HUGE_PAGE};
 use crate::error::{Error, Result};
 use crate::segment::LotId;
 use crate::sys::fd::{

@@ -8,6 +8,7 @@ pub(crate) mod inspect;
 pub(crate) mod layout;
 pub(crate) mod ledger;
 pub(crate) mod lot;
+pub(crate) mod pages;
 pub(crate) mod path;
 pub(crate) mod rendezvous;
 
@@ -18,5 +19,5 @@ pub use activity::{
 pub use domain::Domain;
 pub use group::{DomainId, Group, GroupConfig, Member};
 pub use inspect::{Cleaned, GroupFile, GroupFileState, GroupView};
-pub use lot::{Pages, HUGE_PAGE};
+pub use pages::{Pages, HUGE_PAGE};
 pub use path::{PathAllocator, PathConfig, PathStats};

@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 use super::activity::Entry;
 use super::domain::{Domain, DomainInner};
-use super::lot::{class_of, min_class, Lot, Pages, CLASSES, HUGE_PAGE};
+use super::lot::{class_of, min_class, Lot, CLASSES};
+use super::pages::{Pages, HUGE_PAGE};
 use crate::error::{Error, Result};
 use crate::segment::{Keep, LotSpan, Segment};
 use crate::sync::lock;

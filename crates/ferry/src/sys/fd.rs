@@ -118,7 +118,7 @@ fn memfd_dev() -> io::Result<(u32, u32)> {
 /// `statx(2)` of `fd` itself, from the attributes the kernel has cached
 /// (`AT_STATX_DONT_SYNC`): a network or FUSE file system is not asked, so a file whose
 /// server another process runs cannot make this wait.
-fn statx_cached(fd: BorrowedFd<'_>) -> io::Result<rustix::fs::Statx> {
+pub(crate) fn statx_cached(fd: BorrowedFd<'_>) -> io::Result<rustix::fs::Statx> {
     use rustix::fs::{statx, AtFlags, StatxFlags};
     count();
     Ok(statx(
@@ -179,37 +179,6 @@ pub fn check_memfd_of(fd: BorrowedFd<'_>, huge: bool) -> Result<u64, String> {
         return Err("a file on another file system, not a memfd on shmem".into());
     }
     Ok(st.stx_size)
-}
-
-/// What kind of file `fd` is, for descriptors received as cargo: from the kernel's cached
-/// attributes ([`statx_cached`]) and the `/proc/self/fd` link only, so that nothing the
-/// file's owner does can make this wait.
-pub fn classify(fd: BorrowedFd<'_>) -> super::fds::FdKind {
-    use super::fds::FdKind;
-    let Ok(st) = statx_cached(fd) else {
-        return FdKind::Other;
-    };
-    let mode = st.stx_mode as u32;
-    match mode & libc::S_IFMT {
-        libc::S_IFIFO => return FdKind::Pipe,
-        libc::S_IFSOCK => return FdKind::Socket,
-        libc::S_IFREG if check_memfd(fd).is_ok() => return FdKind::Memfd,
-        _ => {}
-    }
-    count();
-    let Ok(link) = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) else {
-        return FdKind::Other;
-    };
-    let link = link.as_os_str().as_encoded_bytes();
-    if link == b"anon_inode:[eventfd]" {
-        FdKind::EventFd
-    } else if link == b"anon_inode:sync_file" {
-        FdKind::SyncFile
-    } else if link.starts_with(b"/dmabuf:") {
-        FdKind::DmaBuf
-    } else {
-        FdKind::Other
-    }
 }
 
 /// A close-on-exec duplicate of `fd` (`fcntl(F_DUPFD_CLOEXEC)`): a new number for the same

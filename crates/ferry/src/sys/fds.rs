@@ -74,7 +74,7 @@ impl FdKind {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn of(fd: BorrowedFd<'_>) -> FdKind {
-        crate::sys::fd::classify(fd)
+        classify(fd)
     }
 }
 
@@ -260,5 +260,35 @@ impl Fds {
     /// ```
     pub fn into_vec(self) -> Vec<OwnedFd> {
         self.fds.into_iter().filter_map(|(_, f)| f).collect()
+    }
+}
+
+/// What kind of file `fd` is, for descriptors received as cargo: from the kernel's cached
+/// attributes ([`statx_cached`](super::fd::statx_cached)) and the `/proc/self/fd` link only, so that nothing the
+/// file's owner does can make this wait.
+pub fn classify(fd: BorrowedFd<'_>) -> FdKind {
+    let Ok(st) = super::fd::statx_cached(fd) else {
+        return FdKind::Other;
+    };
+    let mode = st.stx_mode as u32;
+    match mode & libc::S_IFMT {
+        libc::S_IFIFO => return FdKind::Pipe,
+        libc::S_IFSOCK => return FdKind::Socket,
+        libc::S_IFREG if super::fd::check_memfd(fd).is_ok() => return FdKind::Memfd,
+        _ => {}
+    }
+    super::count();
+    let Ok(link) = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) else {
+        return FdKind::Other;
+    };
+    let link = link.as_os_str().as_encoded_bytes();
+    if link == b"anon_inode:[eventfd]" {
+        FdKind::EventFd
+    } else if link == b"anon_inode:sync_file" {
+        FdKind::SyncFile
+    } else if link.starts_with(b"/dmabuf:") {
+        FdKind::DmaBuf
+    } else {
+        FdKind::Other
     }
 }
