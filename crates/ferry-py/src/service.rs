@@ -70,10 +70,13 @@ fn publish(
     py: Python<'_>,
     p: &Shared<Publisher>,
     data: &ferry::IoData,
+    fds: &[std::os::fd::BorrowedFd<'_>],
     timeout: Option<f64>,
 ) -> PyResult<usize> {
     let deadline = crate::wait::deadline(timeout)?;
-    let mut publishing = py.detach(|| lock(p).begin_publish(data)).map_err(raise)?;
+    let mut publishing = py
+        .detach(|| lock(p).begin_publish_with_fds(data, fds))
+        .map_err(raise)?;
     if publishing.waiting() > 0 {
         // In slices (the lock is taken with the GIL held by `stats` and the like); the
         // queues still full at the deadline do not get the message.
@@ -102,7 +105,7 @@ impl Deliver for OpenLoan {
         data: &ferry::IoData,
         timeout: Option<f64>,
     ) -> PyResult<usize> {
-        publish(py, &self.publisher, data, timeout)
+        publish(py, &self.publisher, data, &[], timeout)
     }
 }
 
@@ -192,7 +195,7 @@ closable! {
         /// publisher's lot) to every subscriber; returns how many were handed it. Under
         /// `slow="block"`, waits at most `timeout` seconds for room (`None`: no limit).
         /// `fds` travel as cargo, as for `Sender.send` (each subscriber gets its own
-        /// duplicates; such a publish is not interrupted by Ctrl-C while it waits).
+        /// duplicates).
         #[pyo3(signature = (message, timeout = None, *, fds = None))]
         fn publish(
             &self,
@@ -203,15 +206,8 @@ closable! {
         ) -> PyResult<usize> {
             let data = to_iodata(message)?;
             let p = self.inner.get()?;
-            if fds.is_some() {
-                let deadline = crate::wait::deadline(timeout)?;
-                let given = crate::fds::given(fds)?;
-                let fds = given.borrowed();
-                return py
-                    .detach(|| lock(&p).publish_with_fds_until(&data, &fds, deadline))
-                    .map_err(raise);
-            }
-            publish(py, &p, &data, timeout)
+            let given = crate::fds::given(fds)?;
+            publish(py, &p, &data, &given.borrowed(), timeout)
         }
 
         /// Waits up to `timeout` seconds (`None`: no limit) until `n` subscribers are
@@ -579,7 +575,7 @@ closable! {
 
         /// Like `call`, with `fds` as the request's cargo; returns `(Message, Fds)`, the
         /// response and the descriptors it carried (see `Receiver.recv_with_fds` for
-        /// `kinds`). Not interrupted by Ctrl-C while it waits.
+        /// `kinds`).
         #[pyo3(signature = (request, timeout = 5.0, *, fds = None, kinds = None))]
         fn call_with_fds(
             &self,
@@ -591,17 +587,15 @@ closable! {
         ) -> PyResult<(PyMessage, crate::fds::PyFds)> {
             let data = to_iodata(request)?;
             let kinds = crate::fds::kinds(kinds)?;
-            let limit = crate::wait::timeout(timeout)?.unwrap_or(std::time::Duration::from_secs(u32::MAX as u64));
             let c = self.inner.get()?;
             let given = crate::fds::given(fds)?;
             let fds = given.borrowed();
-            let (d, f) = py
-                .detach(|| {
-                    let mut c = lock(&c);
-                    c.set_fd_kinds(kinds);
-                    c.call_with_fds(&data, &fds, limit)
-                })
-                .map_err(raise)?;
+            // Under the client's lock, as `call`.
+            let (d, f) = interruptible(py, timeout, |until| {
+                let mut c = lock(&c);
+                c.set_fd_kinds(kinds);
+                c.call_with_fds_until(&data, &fds, until)
+            })?;
             Ok((PyMessage::new(d), crate::fds::PyFds::new(f)))
         }
 

@@ -11,6 +11,7 @@ GROUP that never answer), prints "ready", and makes the call with `timeout=TIMEO
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 from typing import Callable, Optional
@@ -138,6 +139,25 @@ def publish(es, g, t):
     return lambda: pub.publish(b"2", timeout=t)
 
 
+def publish_with_fds(es, g, t):
+    pub = full_publisher(es, g)
+    r, w = os.pipe()
+    es.callback(os.close, r)
+    es.callback(os.close, w)
+    return lambda: pub.publish(b"2", timeout=t, fds=[r])
+
+
+def call_with_fds(es, g, t):
+    sd = es.enter_context(g.join())
+    cd = es.enter_context(g.join())
+    es.enter_context(ferry.Server(sd, "deaf-fds"))  # takes clients in, never answers
+    c = es.enter_context(ferry.Client(cd, "deaf-fds", timeout=30))
+    r, w = os.pipe()
+    es.callback(os.close, r)
+    es.callback(os.close, w)
+    return lambda: c.call_with_fds(b"hello", timeout=t, fds=[w])
+
+
 def publisher_loan(es, g, t):
     pub = full_publisher(es, g)
 
@@ -164,6 +184,8 @@ CASES: dict[str, Setup] = {
         subscriber_recv,
         server_recv,
         publish,
+        publish_with_fds,
+        call_with_fds,
         publisher_loan,
     )
 }

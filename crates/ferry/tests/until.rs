@@ -149,3 +149,44 @@ fn stepwise_publish_waits_in_parts() {
         Err(Error::Timeout)
     ));
 }
+
+/// A stepwise publish with descriptors: the queue that was full gets them too, though
+/// the caller closed its own before the wait.
+#[test]
+fn stepwise_publish_carries_descriptors_to_the_full_queue() {
+    use std::io::{Read, Write};
+    use std::os::fd::AsFd;
+    let g = group("publish-fds");
+    let (pd, sd) = (g.join().unwrap(), g.join().unwrap());
+    let config = ServiceConfig {
+        depth: 2,
+        slow: SlowSubscriber::Block,
+        ..ServiceConfig::default()
+    };
+    let mut p = Publisher::offer(&pd, "steps-fds", config).unwrap();
+    let mut s = Subscriber::open(&sd, "steps-fds", LONG).unwrap();
+    p.wait_for_subscribers(1, LONG).unwrap();
+    let m = |b: &[u8]| IoData::from_vec(b.to_vec());
+    assert_eq!(p.publish(&m(b"0")).unwrap(), 1);
+    assert_eq!(p.publish(&m(b"1")).unwrap(), 1);
+    let (mut r, w) = std::io::pipe().unwrap();
+    let mut publishing = p.begin_publish_with_fds(&m(b"2"), &[w.as_fd()]).unwrap();
+    assert_eq!(publishing.waiting(), 1);
+    drop(w);
+    assert!(s.recv_timeout(LONG).unwrap().eq_bytes(b"0"));
+    p.wait_publish(&mut publishing, LONG).unwrap();
+    assert_eq!(p.end_publish(publishing).unwrap(), 1);
+    assert!(s.recv_timeout(LONG).unwrap().eq_bytes(b"1"));
+    let (d, mut fds) = s.recv_with_fds_timeout(LONG).unwrap();
+    assert!(d.eq_bytes(b"2"));
+    assert_eq!(fds.len(), 1, "the full queue got the descriptor");
+    let mut w = std::fs::File::from(fds.take(0).unwrap());
+    drop(fds);
+    drop(d);
+    w.write_all(b"x").unwrap();
+    // One byte, not to the end: the publisher keeps its duplicates until it collects
+    // the subscriber's release.
+    let mut got = [0u8; 1];
+    r.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"x", "the received duplicate is the pipe's write end");
+}

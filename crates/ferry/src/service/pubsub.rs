@@ -2,7 +2,7 @@
 //! [`MAX_MEMBERS`](super::MAX_MEMBERS) [`Subscriber`]s, each reached through a channel of
 //! its own from the publisher's domain.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -70,6 +70,9 @@ pub struct Publishing {
     pending: Pending,
     /// The full queues before this one were settled.
     next: usize,
+    /// Duplicates of the cargo, for the full queues: the caller's descriptors are only
+    /// borrowed for [`Publisher::begin_publish_with_fds`].
+    fds: Vec<OwnedFd>,
 }
 
 impl Publishing {
@@ -432,9 +435,53 @@ impl Publisher {
     /// # Errors
     /// As [`publish`](Self::publish).
     pub fn begin_publish(&mut self, data: &IoData) -> Result<Publishing> {
+        self.begin_publish_with_fds(data, &[])
+    }
+
+    /// [`begin_publish`](Self::begin_publish) with `fds` as cargo, as
+    /// [`publish_with_fds`](Self::publish_with_fds): the publish keeps its own
+    /// duplicates of them for the queues still full, so the caller's may be closed
+    /// before [`wait_publish`](Self::wait_publish).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use std::os::fd::AsFd;
+    /// # use ferry::{Publisher, ServiceConfig, Subscriber};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-begin-fds-{}", std::process::id()))?;
+    /// # let (camera, viewer) = (group.join()?, group.join()?);
+    /// let mut publisher = Publisher::offer(&camera, "frames/begin-fds", ServiceConfig::default())?;
+    /// let mut sub = Subscriber::open(&viewer, "frames/begin-fds", Duration::from_secs(5))?;
+    /// publisher.wait_for_subscribers(1, Duration::from_secs(5))?;
+    /// let (r, _w) = std::io::pipe()?;
+    /// let meta = publisher.path().alloc(8)?.freeze();
+    /// let mut p = publisher.begin_publish_with_fds(&meta, &[r.as_fd()])?;
+    /// drop(r);
+    /// publisher.wait_publish(&mut p, Duration::from_secs(1))?;
+    /// assert_eq!(publisher.end_publish(p)?, 1);
+    /// let (_, fds) = sub.recv_with_fds_timeout(Duration::from_secs(5))?;
+    /// assert_eq!(fds.kind(0), Some(ferry::FdKind::Pipe));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`publish_with_fds`](Self::publish_with_fds); [`Error::Io`] if the
+    /// duplicates cannot be made (out of descriptors).
+    pub fn begin_publish_with_fds(
+        &mut self,
+        data: &IoData,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<Publishing> {
+        crate::channel::check_fd_count(fds.len())?;
+        // Made before the first pass, which cannot be undone if they then failed.
+        let owned = fds
+            .iter()
+            .map(|f| f.try_clone_to_owned())
+            .collect::<std::io::Result<Vec<_>>>()?;
         Ok(Publishing {
-            pending: self.publish_start(data, &[])?,
+            pending: self.publish_start(data, fds)?,
             next: 0,
+            fds: owned,
         })
     }
 
@@ -449,7 +496,8 @@ impl Publisher {
         let deadline = Instant::now() + timeout;
         while p.next < p.pending.full.len() {
             let i = p.next;
-            match p.pending.full[i].send_until(&p.pending.data, &[], Some(deadline)) {
+            let fds: Vec<BorrowedFd<'_>> = p.fds.iter().map(|f| f.as_fd()).collect();
+            match p.pending.full[i].send_until(&p.pending.data, &fds, Some(deadline)) {
                 Err(Error::Timeout) => return Err(Error::Timeout),
                 r => self.settle(&mut p.pending, i, r)?,
             }

@@ -623,8 +623,42 @@ impl Client {
         fds: &[BorrowedFd<'_>],
         timeout: Duration,
     ) -> Result<(IoData, Fds)> {
+        self.call_with_fds_until(request, fds, Until::timeout(timeout))
+    }
+
+    /// Like [`call_with_fds`](Self::call_with_fds), waiting as `until` says, as
+    /// [`call_until`](Self::call_until).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use ferry::{Client, Server, ServiceConfig, Until};
+    /// # fn main() -> ferry::Result<()> {
+    /// # let group = ferry::Group::open(&format!("doc-call-fds-until-{}", std::process::id()))?;
+    /// # let (s, c) = (group.join()?, group.join()?);
+    /// # let _server = Server::offer(&s, "frames/call-fds-until", ServiceConfig::default())?;
+    /// let mut client = Client::open(&c, "frames/call-fds-until", Duration::from_secs(5))?;
+    /// let req = c.path(ferry::PathConfig::default())?.alloc(4)?.freeze();
+    /// // Nobody answers; the stop check gives up at once.
+    /// let mut stop = || true;
+    /// let until = Until::timeout(Duration::from_secs(60)).with_stop(&mut stop);
+    /// assert!(matches!(
+    ///     client.call_with_fds_until(&req, &[], until),
+    ///     Err(ferry::Error::Interrupted)
+    /// ));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`call_with_fds`](Self::call_with_fds); [`Error::Interrupted`] as
+    /// [`call_until`](Self::call_until).
+    pub fn call_with_fds_until(
+        &mut self,
+        request: &IoData,
+        fds: &[BorrowedFd<'_>],
+        until: Until<'_>,
+    ) -> Result<(IoData, Fds)> {
         let mut out = Fds::default();
-        let d = self.call_inner(request, fds, Until::timeout(timeout), Some(&mut out))?;
+        let d = self.call_inner(request, fds, until, Some(&mut out))?;
         Ok((d, out))
     }
 
