@@ -715,6 +715,48 @@ fn a_hostile_descriptor_table_is_refused() {
     assert_eq!(rx.stats().bad_from_peer, cases.len() as u64);
 }
 
+/// Under `SlowSubscriber::Drop` a stuck subscriber's oldest messages are evicted; the
+/// publisher's duplicates of their descriptors close with them, so a publisher that
+/// keeps publishing with cargo to a subscriber that never receives holds at most a
+/// queue's worth of descriptors, and none once both are gone.
+fn lossy_eviction_closes_the_evicted_cargo() {
+    let (g, a, _name) = join("fdk-evict");
+    let b = g.join().unwrap();
+    let config = ServiceConfig {
+        depth: 4,
+        ..ServiceConfig::default()
+    };
+    let base = fd_count();
+    let mut p = Publisher::offer(&a, "evict", config.clone()).unwrap();
+    let sub = Subscriber::open(&b, "evict", T).unwrap();
+    p.wait_for_subscribers(1, T).unwrap();
+    let with_both = fd_count();
+    let (r, _w) = pipe();
+    for i in 0..200u32 {
+        let mut m = p.path().alloc(4).unwrap();
+        m.write_at(0, &i.to_le_bytes());
+        assert_eq!(p.publish_with_fds(&m.freeze(), &[r.as_fd()]).unwrap(), 1);
+    }
+    // The pipe's two ends, and one duplicate per queued message at most.
+    let held = fd_count() - with_both;
+    assert!(
+        held <= 2 + config.depth as usize,
+        "{held} descriptors held after 200 evicting publishes into a queue of {}: {:?}",
+        config.depth,
+        fd_links()
+    );
+    drop(sub);
+    drop(p);
+    drop(r);
+    drop(_w);
+    assert!(
+        within(10, || fd_count() == base),
+        "{} descriptors, {base} before: {:?}",
+        fd_count(),
+        fd_links()
+    );
+}
+
 /// A container ships with cargo of every kind to another process, whose duplicates
 /// work; the limit; a receiver that accepts only memfds refuses an eventfd; neither side
 /// keeps a descriptor it should not.
@@ -791,6 +833,10 @@ fn main() {
         (
             "killing_a_subscriber_leaks_nothing_in_the_others",
             killing_a_subscriber_leaks_nothing_in_the_others,
+        ),
+        (
+            "lossy_eviction_closes_the_evicted_cargo",
+            lossy_eviction_closes_the_evicted_cargo,
         ),
         ("containers_carry_every_kind", containers_carry_every_kind),
         (
