@@ -13,7 +13,7 @@ use crate::errors::raise;
 use crate::handle::{closable, Handle};
 use crate::loan::{Deliver, PyLoan};
 use crate::message::PyMessage;
-use crate::region::PyPath;
+use crate::path::PyPath;
 use crate::wait::{blocking, timeout};
 
 pub(crate) fn stats_dict(py: Python<'_>, s: ChannelStats) -> PyResult<Bound<'_, PyDict>> {

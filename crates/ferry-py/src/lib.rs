@@ -26,6 +26,7 @@ mod handle;
 mod loan;
 #[allow(unsafe_code)]
 mod message;
+mod path;
 mod region;
 mod service;
 mod wait;
@@ -37,7 +38,7 @@ use pyo3::prelude::*;
 fn _ferry(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<region::PyGroup>()?;
     m.add_class::<region::PyDomain>()?;
-    m.add_class::<region::PyPath>()?;
+    m.add_class::<path::PyPath>()?;
     m.add_class::<message::PyBuffer>()?;
     m.add_class::<message::PyMessage>()?;
     m.add_class::<message::PyFragment>()?;

@@ -9,7 +9,7 @@ use pyo3::types::PyDict;
 use crate::channel::{PyReceiver, PySender};
 use crate::errors::raise;
 use crate::handle::{closable, Handle};
-use crate::message::PyBuffer;
+use crate::path::PyPath;
 use crate::wait::interruptible;
 
 /// The domain behind a Python `Domain` argument.
@@ -86,7 +86,7 @@ closable! {
         /// (`"pubsub"` or `"reqresp"`), `owner` and `members` (`(domain id, pid)`), `depth`,
         /// `slow`.
         fn services<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-            crate::service::services(py, &*self.inner.get()?)
+            services(py, &*self.inner.get()?)
         }
 
         /// Makes this process a member: claims a slot and creates its lot.
@@ -205,41 +205,40 @@ closable! {
     }
 }
 
-/// A per-path fbuf allocator.
-#[pyclass(module = "ferry._ferry", name = "Path", frozen)]
-pub struct PyPath {
-    pub(crate) inner: ferry::PathAllocator,
+/// A member as Python sees it: `(domain id, pid)`.
+pub(crate) fn member(m: ferry::Member) -> (String, u32) {
+    (m.id.to_string(), m.pid)
 }
 
-#[pymethods]
-impl PyPath {
-    /// A writable fbuf of `size` bytes in its write phase. Fill it through the buffer
-    /// protocol (`memoryview(buf)`, `numpy.frombuffer(buf, ...)`) or `write`, then
-    /// `freeze()` it into a `Message`. Raises `QuotaExceeded` when the path's receivers
-    /// hold its quota.
-    fn alloc(&self, size: usize) -> PyResult<PyBuffer> {
-        let m = self.inner.alloc(size).map_err(raise)?;
-        Ok(PyBuffer::new(m))
-    }
-
-    /// Bytes allocated on this path and not yet returned.
-    #[getter]
-    fn outstanding(&self) -> usize {
-        self.inner.outstanding()
-    }
-
-    /// The path's counters.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.inner.stats();
-        let d = PyDict::new(py);
-        d.set_item("allocs", s.allocs)?;
-        d.set_item("cached", s.cached)?;
-        d.set_item("quota_refusals", s.quota_refusals)?;
-        d.set_item("outstanding", s.outstanding)?;
-        Ok(d)
-    }
-
-    fn __repr__(&self) -> String {
-        format!("<ferry.Path outstanding={}>", self.inner.outstanding())
-    }
+/// `group.services()`: the services offered in the group.
+fn services<'py>(py: Python<'py>, g: &ferry::Group) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    g.services()
+        .into_iter()
+        .map(|s| {
+            let d = PyDict::new(py);
+            d.set_item("name", s.name)?;
+            d.set_item(
+                "kind",
+                match s.kind {
+                    ferry::ServiceKind::PubSub => "pubsub",
+                    _ => "reqresp",
+                },
+            )?;
+            d.set_item("owner", member(s.owner))?;
+            d.set_item(
+                "members",
+                s.subscribers.into_iter().map(member).collect::<Vec<_>>(),
+            )?;
+            d.set_item("depth", s.depth)?;
+            d.set_item(
+                "slow",
+                if s.slow == ferry::SlowSubscriber::Block {
+                    "block"
+                } else {
+                    "drop"
+                },
+            )?;
+            Ok(d)
+        })
+        .collect()
 }

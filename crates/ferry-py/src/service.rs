@@ -16,17 +16,14 @@ use crate::errors::raise;
 use crate::handle::{closable, Handle};
 use crate::loan::{Deliver, PyLoan};
 use crate::message::PyMessage;
-use crate::region::{domain_of, PyPath};
+use crate::path::PyPath;
+use crate::region::{domain_of, member};
 use crate::wait::{blocking, interruptible, timeout};
 
 type Shared<T> = Arc<Mutex<T>>;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn member(m: Member) -> (String, u32) {
-    (m.id.to_string(), m.pid)
 }
 
 fn config(depth: Option<u32>, slow: &str, reply_timeout: Option<f64>) -> PyResult<ServiceConfig> {
@@ -605,40 +602,4 @@ closable! {
             member(self.server)
         }
     }
-}
-
-/// `group.services()`: the services offered in the group.
-pub(crate) fn services<'py>(
-    py: Python<'py>,
-    g: &ferry::Group,
-) -> PyResult<Vec<Bound<'py, PyDict>>> {
-    g.services()
-        .into_iter()
-        .map(|s| {
-            let d = PyDict::new(py);
-            d.set_item("name", s.name)?;
-            d.set_item(
-                "kind",
-                match s.kind {
-                    ferry::ServiceKind::PubSub => "pubsub",
-                    _ => "reqresp",
-                },
-            )?;
-            d.set_item("owner", member(s.owner))?;
-            d.set_item(
-                "members",
-                s.subscribers.into_iter().map(member).collect::<Vec<_>>(),
-            )?;
-            d.set_item("depth", s.depth)?;
-            d.set_item(
-                "slow",
-                if s.slow == SlowSubscriber::Block {
-                    "block"
-                } else {
-                    "drop"
-                },
-            )?;
-            Ok(d)
-        })
-        .collect()
 }

@@ -6,10 +6,12 @@
 //! - [`chain`] runs a source, stages and a sink joined by one transport (and holds those
 //!   roles' worker side);
 //! - [`points`] summarises a chain's samples;
+//! - [`probe`] reads this process's counters (page faults);
 //! - [`watchdog`] ends a run whose benchmark takes far longer than it should.
 
 pub mod chain;
 pub mod points;
+pub mod probe;
 pub mod watchdog;
 
 pub use ferry_measure::harness::*;

@@ -1,14 +1,14 @@
 //! What every benchmark gets: the mode, progress output, the machine and
-//! the CPUs to pin to, and the memcpy reference measured once per run.
+//! the CPUs to pin to, and what earlier suites of the run measured (such as the memcpy
+//! reference, see `memcpy.rs`).
 
 use std::any::{Any, TypeId};
-use std::cell::{OnceCell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use anyhow::Result;
 
 use super::machine::Machine;
-use super::memcpy::Memcpy;
 use super::progress::Progress;
 use crate::sys;
 
@@ -17,7 +17,6 @@ pub struct BenchCtx {
     pub quick: bool,
     pub progress: Progress,
     pub machine: Machine,
-    memcpy: OnceCell<Memcpy>,
     /// Results one suite measures and later suites of the same run reuse, by type.
     shared: RefCell<HashMap<TypeId, &'static dyn Any>>,
 }
@@ -31,7 +30,6 @@ impl BenchCtx {
             quick,
             progress: Progress::new(),
             machine: Machine::probe(pinned),
-            memcpy: OnceCell::new(),
             shared: RefCell::new(HashMap::new()),
         }
     }
@@ -39,22 +37,6 @@ impl BenchCtx {
     /// The CPU for process `i` of a chain: alternating between the two pinned CPUs.
     pub fn cpu(&self, i: usize) -> usize {
         self.machine.pinned_cpus[i % 2]
-    }
-
-    /// This run's memcpy bandwidth, measured on first use.
-    pub fn memcpy(&self) -> Result<&Memcpy> {
-        if let Some(m) = self.memcpy.get() {
-            return Ok(m);
-        }
-        self.progress
-            .phase("memcpy: 64 MiB copies (the physical reference)");
-        let m = Memcpy::measure(self)?;
-        Ok(self.memcpy.get_or_init(|| m))
-    }
-
-    /// The memcpy reference, if some benchmark has measured it.
-    pub fn memcpy_if_measured(&self) -> Option<&Memcpy> {
-        self.memcpy.get()
     }
 
     /// The run's one value of type `T`, made by `make` on first use: how a suite shares
@@ -67,6 +49,12 @@ impl BenchCtx {
         let v: &'static T = Box::leak(Box::new(make(self)?));
         self.shared.borrow_mut().insert(TypeId::of::<T>(), v);
         Ok(v)
+    }
+
+    /// The run's value of type `T` if a suite has made it.
+    pub fn shared_if_made<T: Any>(&self) -> Option<&'static T> {
+        let v: &'static dyn Any = *self.shared.borrow().get(&TypeId::of::<T>())?;
+        v.downcast_ref()
     }
 
     /// Picks between the quick and the thorough value.

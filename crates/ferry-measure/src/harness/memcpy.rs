@@ -24,6 +24,22 @@ pub struct Memcpy {
     pub cpu: usize,
 }
 
+impl BenchCtx {
+    /// This run's memcpy bandwidth, measured on first use.
+    pub fn memcpy(&self) -> Result<&Memcpy> {
+        self.shared(|ctx| {
+            ctx.progress
+                .phase("memcpy: 64 MiB copies (the physical reference)");
+            Memcpy::measure(ctx)
+        })
+    }
+
+    /// The memcpy reference, if some benchmark has measured it.
+    pub fn memcpy_if_measured(&self) -> Option<&Memcpy> {
+        self.shared_if_made()
+    }
+}
+
 impl Memcpy {
     /// Runs a worker pinned to the first CPU that copies between two
     /// prefaulted 64 MiB buffers.

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use ferry::{Group, Publisher, ServiceConfig, SlowSubscriber, Subscriber};
 
+use crate::harness::chain::touch::read_all;
 use crate::harness::ctx::BenchCtx;
 use crate::harness::output::{BenchOutput, Table};
 use crate::harness::stats::median;
@@ -96,13 +97,6 @@ fn header(b: &mut [u8], seq: u64, t: u64) {
 fn read_header(b: &[u8]) -> (u64, u64) {
     let w = |i: usize| u64::from_ne_bytes(b[i..i + 8].try_into().expect("8 bytes"));
     (w(0), w(8))
-}
-
-/// Reads every word of a frame (what a filter or a display does with it, at least).
-fn read_all(b: &[u8]) -> u64 {
-    b.chunks_exact(8).fold(0u64, |a, c| {
-        a.wrapping_add(u64::from_ne_bytes(c.try_into().expect("8 bytes")))
-    })
 }
 
 /// This process's CPU time so far (user + system), seconds.

@@ -18,7 +18,7 @@ use iceoryx2::port::subscriber::Subscriber;
 use iceoryx2::prelude::*;
 use iceoryx2::service::port_factory::publish_subscribe::PortFactory as PubSub;
 
-use super::worker::{read_header, write_header};
+use super::stamp::{read_header, write_header};
 use crate::sys::now_ns;
 
 fn node() -> Result<Node<ipc::Service>> {
@@ -78,7 +78,7 @@ impl Tx {
         for i in (0..p.len()).step_by(4096) {
             p[i] = MaybeUninit::new(seq as u8);
         }
-        super::worker::settle();
+        super::stamp::settle();
         let t0 = now_ns();
         let mut head = [0u8; 16];
         write_header(&mut head, seq, t0);
@@ -215,7 +215,7 @@ impl Rx {
         if p.len() != size {
             return Err(anyhow!("iceoryx2: expected {size} bytes, got {}", p.len()));
         }
-        std::hint::black_box(crate::suites::hugepages::read_all(p));
+        std::hint::black_box(crate::harness::chain::touch::read_all(p));
         let (seq, t0) = read_header(p);
         if p[size - 1] != seq as u8 {
             return Err(anyhow!("iceoryx2 message {seq}: wrong last byte"));

@@ -18,6 +18,7 @@
 
 pub(crate) mod ice;
 mod report;
+pub mod stamp;
 pub mod worker;
 
 use std::os::fd::AsRawFd;

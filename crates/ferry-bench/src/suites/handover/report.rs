@@ -135,13 +135,13 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
             .collect::<Vec<_>>()
             .join(", "),
     );
-    if super::worker::settling() {
+    if super::stamp::settling() {
         let _ = writeln!(
             md,
             "**Diagnostic protocol ({} set):** both senders issue a SeqCst fence after writing the \
              pages and before the stamp, so the payload's stores are complete when the timed \
              hand-over starts. Not the protocol the bars are set on.\n",
-            super::worker::SETTLE_VAR
+            super::stamp::SETTLE_VAR
         );
     }
     if super::worker::plain_try_send() {

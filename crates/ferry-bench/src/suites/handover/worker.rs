@@ -36,6 +36,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use ferry::{Domain, IoData, IoDataMut, PathAllocator, PathConfig, Receiver, Sender};
 
 use super::ice;
+use super::stamp::{read_header, settle, write_header};
 use crate::protocol::{Plan, Role, Sample, SampleKind, WorkerArgs};
 use crate::sys::{self, now_ns, PrivateBuf, SharedLines};
 use crate::transport::ferry::{accept, connect, err};
@@ -184,29 +185,6 @@ pub fn touch_pages(s: &mut [u8], v: u8) {
     }
 }
 
-/// The environment variable that makes both senders [`settle`] before the stamp.
-pub const SETTLE_VAR: &str = "FERRY_HANDOVER_SETTLE";
-
-/// True when [`SETTLE_VAR`] is set (read once).
-pub fn settling() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os(SETTLE_VAR).is_some())
-}
-
-/// A diagnostic, off unless [`SETTLE_VAR`] is set: a SeqCst fence between the payload
-/// writes and the stamp, for ferry and iceoryx2 alike, so that the timed hand-over starts
-/// with the sender's stores complete. Without it, a store of the page-writing loop that
-/// still waits for its cache line when the stamp is taken (the header line of a reused
-/// buffer, which the receiver read last time, is owned by the receiver's core) finishes
-/// inside the timed window: with one page written there is nothing to hide it behind,
-/// and in the far placement that added about 0.1 µs to a one-page hand-over (see
-/// docs/benchmarks.md). Off by default: the bars are judged on the protocol without it.
-pub fn settle() {
-    if settling() {
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
 /// The environment variable that makes ferry's sender use the plain `try_send` (no
 /// loan before the payload writes): a diagnostic, to compare the two.
 pub const TRY_SEND_VAR: &str = "FERRY_HANDOVER_TRY_SEND";
@@ -239,17 +217,6 @@ pub fn fault_log() -> Option<&'static std::path::Path> {
     static ON: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
     ON.get_or_init(|| std::env::var_os(FAULTS_VAR).map(Into::into))
         .as_deref()
-}
-
-/// The header: sequence number and the stamp taken just before the hand-over.
-pub fn write_header(s: &mut [u8], seq: u64, t0: u64) {
-    s[0..8].copy_from_slice(&seq.to_ne_bytes());
-    s[8..16].copy_from_slice(&t0.to_ne_bytes());
-}
-
-pub fn read_header(s: &[u8]) -> (u64, u64) {
-    let w = |i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().expect("8 bytes"));
-    (w(0), w(8))
 }
 
 /// Fbuf paths of the sender, one per size, each with room for a few fbufs.
@@ -454,7 +421,7 @@ fn run_blocks(
         let (mut f0, mut c0) = (0, 0);
         for k in 0..b.warm + b.timed {
             if k == b.warm && fault_log().is_some() {
-                f0 = crate::suites::hugepages::minor_faults();
+                f0 = crate::harness::probe::minor_faults();
                 c0 = involuntary_switches();
             }
             seq += 1;
@@ -465,7 +432,7 @@ fn run_blocks(
         }
         if let Some(path) = fault_log() {
             use std::io::Write as _;
-            let f = crate::suites::hugepages::minor_faults() - f0;
+            let f = crate::harness::probe::minor_faults() - f0;
             let c = involuntary_switches() - c0;
             // Values over 5 µs: outliers of a hand-over (the receiver's one-way) or of a
             // send call (the sender's).

@@ -29,6 +29,7 @@ use ferry::{Domain, Group, GroupConfig, Pages, PathAllocator, PathConfig, Sender
 
 use crate::harness::ctx::BenchCtx;
 use crate::harness::output::{bytes, num, ratio, BenchOutput, Table};
+use crate::harness::probe::minor_faults;
 use crate::harness::record::Record;
 use crate::harness::stats::{median, Summary};
 use crate::harness::BenchDef;
@@ -134,25 +135,6 @@ fn ferry_free_huge() -> u64 {
                 .and_then(|v| v.trim().parse().ok())
         })
         .unwrap_or(0)
-}
-
-/// Minor page faults of this process so far (field 10 of `/proc/self/stat`, what
-/// `getrusage` reports as `ru_minflt`).
-pub fn minor_faults() -> u64 {
-    std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(7)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// Reads every byte of `s` (sums its words); the receiver's whole-frame read.
-pub fn read_all(s: &[u8]) -> u64 {
-    s.chunks_exact(8).fold(0u64, |a, c| {
-        a.wrapping_add(u64::from_ne_bytes(c.try_into().expect("8 bytes")))
-    })
 }
 
 /// What one (round, system, size) block measured.

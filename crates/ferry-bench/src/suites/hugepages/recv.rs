@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use super::{minor_faults, read_all, Sys, ACK, BLOCK, CTL, FAILED, LINES, READY, RX_ID_A};
+use super::{Sys, ACK, BLOCK, CTL, FAILED, LINES, READY, RX_ID_A};
 use super::{RX_ID_B, STOP, SYSTEMS, WARM};
+use crate::harness::chain::touch::read_all;
+use crate::harness::probe::minor_faults;
 use crate::suites::handover::ice;
 use crate::sys::{self, now_ns, SharedLines};
 
