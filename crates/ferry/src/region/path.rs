@@ -77,7 +77,9 @@ pub struct PathStats {
 pub(crate) struct PathInner {
     lot: Arc<Lot>,
     domain: Weak<DomainInner>,
-    free: Mutex<Vec<Vec<u64>>>,
+    /// Inline, not a vector of vectors: a pop or push reaches its class's list without
+    /// first loading the outer list from another line of the heap.
+    free: Mutex<[Vec<u64>; CLASSES]>,
     outstanding: AtomicUsize,
     quota: usize,
     secure: bool,
@@ -116,8 +118,8 @@ impl PathInner {
 
 impl Drop for PathInner {
     fn drop(&mut self) {
-        let free = std::mem::take(self.free.get_mut().unwrap_or_else(|p| p.into_inner()));
-        for (k, offs) in free.into_iter().enumerate() {
+        let free = self.free.get_mut().unwrap_or_else(|p| p.into_inner());
+        for (k, offs) in free.iter_mut().map(std::mem::take).enumerate() {
             self.lot.give(k, offs);
         }
     }
@@ -205,7 +207,7 @@ impl PathAllocator {
             inner: Arc::new(PathInner {
                 lot,
                 domain,
-                free: Mutex::new(vec![Vec::new(); CLASSES]),
+                free: Mutex::new(std::array::from_fn(|_| Vec::new())),
                 outstanding: AtomicUsize::new(0),
                 quota: config.quota,
                 secure: config.secure,
