@@ -47,8 +47,9 @@ pub struct Segment {
 /// What keeps a segment's memory valid, and what happens to it when the segment goes.
 pub(crate) trait Keep: Send + Sync {
     /// Write-protects the owner's pages until the memory is released (a no-op for memory
-    /// that is not an fbuf of this domain).
-    fn secure(&self) -> crate::Result<()> {
+    /// that is not an fbuf of this domain). `tag` is the segment's (see
+    /// [`Segment::with_tag`]).
+    fn secure(&self, _tag: Option<u64>) -> crate::Result<()> {
         Ok(())
     }
 
@@ -145,7 +146,14 @@ impl Segment {
 
     /// Write-protects this segment's pages in the domain that owns them, until released.
     pub(crate) fn secure(&self) -> crate::Result<()> {
-        self.keep.secure()
+        self.keep.secure(self.tag)
+    }
+
+    /// Tags the segment: its keeper is told [`segment_dropped(tag)`](Keep::segment_dropped)
+    /// when it goes, so that one keeper shared by many segments acts for each.
+    pub(crate) fn with_tag(mut self, tag: u64) -> Self {
+        self.tag = Some(tag);
+        self
     }
 
     /// Whether sending this segment runs its keeper's [`Keep::on_send`].

@@ -1218,3 +1218,55 @@ fn loan_on_a_lossy_channel_evicts_the_oldest() {
     }
     assert!(rx.try_recv().unwrap().is_none());
 }
+
+/// The permissions of the mapping that holds `addr`, from `/proc/self/maps` ("rw-p").
+fn perms_at(addr: usize) -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (range, perms) = (f.next().unwrap(), f.next().unwrap());
+        let (lo, hi) = range.split_once('-').unwrap();
+        let (lo, hi) = (
+            usize::from_str_radix(lo, 16).unwrap(),
+            usize::from_str_radix(hi, 16).unwrap(),
+        );
+        if (lo..hi).contains(&addr) {
+            return perms.to_owned();
+        }
+    }
+    panic!("{addr:#x} is not mapped");
+}
+
+/// `IoData::secure` on an fbuf of a plain path (not `PathConfig::secure`) write-protects
+/// its pages until every holder (here a receiver) released it; then the span is writable
+/// again and back on the path's free list, reused by the next allocation.
+#[test]
+fn securing_a_plain_fbuf_protects_it_until_released() {
+    let g = group("secure-plain");
+    let (a, _b, tx, mut rx) = pair(&g);
+    let path = a.path(PathConfig::default()).unwrap();
+    let mut m = path.alloc(3 * 4096).unwrap();
+    m.write_at(0, b"guarded");
+    let data = m.freeze();
+    let addr = data.fragments()[0].as_slice().as_ptr() as usize;
+    data.secure().unwrap();
+    data.secure().unwrap();
+    assert_eq!(&perms_at(addr)[..2], "r-", "secured pages are read-only");
+    assert_eq!(&perms_at(addr + 2 * 4096)[..2], "r-");
+    tx.send(&data).unwrap();
+    drop(data);
+    let got = rx.recv_timeout(T).unwrap();
+    assert!(got.slice(0..7).eq_bytes(b"guarded"));
+    tx.collect_releases().unwrap();
+    assert_eq!(&perms_at(addr)[..2], "r-", "still held by the receiver");
+    assert!(path.outstanding() > 0);
+    drop(got);
+    tx.collect_releases().unwrap();
+    assert_eq!(path.outstanding(), 0, "released: back on the free list");
+    assert_eq!(&perms_at(addr)[..2], "rw", "writable again once released");
+    let mut again = path.alloc(3 * 4096).unwrap();
+    again.write_at(0, b"rewrite");
+    let again = again.freeze();
+    assert_eq!(again.fragments()[0].as_slice().as_ptr() as usize, addr);
+    assert!(again.slice(0..7).eq_bytes(b"rewrite"));
+}

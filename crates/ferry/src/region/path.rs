@@ -77,7 +77,9 @@ pub struct PathStats {
 pub(crate) struct PathInner {
     lot: Arc<Lot>,
     domain: Weak<DomainInner>,
-    free: Mutex<Vec<Vec<u64>>>,
+    /// Inline, not a vector of vectors: a pop or push reaches its class's list without
+    /// first loading the outer list from another line of the heap.
+    free: Mutex<[Vec<u64>; CLASSES]>,
     outstanding: AtomicUsize,
     quota: usize,
     secure: bool,
@@ -92,6 +94,11 @@ pub(crate) struct PathInner {
     /// Where the path publishes its outstanding fbufs in the control block (`None` for
     /// a channel's private path for descriptor blocks).
     entry: Option<Entry>,
+    /// Offsets of this path's plain fbufs write-protected by `IoData::secure` and not yet
+    /// released (their keeper is the path itself, which has no per-fbuf state); a count
+    /// beside it so that a release looks at the list only when it is not empty.
+    secured: Mutex<Vec<u64>>,
+    any_secured: AtomicUsize,
 }
 
 impl PathInner {
@@ -111,8 +118,8 @@ impl PathInner {
 
 impl Drop for PathInner {
     fn drop(&mut self) {
-        let free = std::mem::take(self.free.get_mut().unwrap_or_else(|p| p.into_inner()));
-        for (k, offs) in free.into_iter().enumerate() {
+        let free = self.free.get_mut().unwrap_or_else(|p| p.into_inner());
+        for (k, offs) in free.iter_mut().map(std::mem::take).enumerate() {
             self.lot.give(k, offs);
         }
     }
@@ -200,7 +207,7 @@ impl PathAllocator {
             inner: Arc::new(PathInner {
                 lot,
                 domain,
-                free: Mutex::new(vec![Vec::new(); CLASSES]),
+                free: Mutex::new(std::array::from_fn(|_| Vec::new())),
                 outstanding: AtomicUsize::new(0),
                 quota: config.quota,
                 secure: config.secure,
@@ -212,6 +219,8 @@ impl PathAllocator {
                 cached: AtomicU64::new(0),
                 refusals: AtomicU64::new(0),
                 entry,
+                secured: Mutex::new(Vec::new()),
+                any_secured: AtomicUsize::new(0),
             }),
         }
     }
@@ -287,6 +296,22 @@ impl PathAllocator {
         let allocs = p.allocs.fetch_add(1, Ordering::Relaxed) + 1;
         let bytes = p.outstanding.fetch_add(size, Ordering::Relaxed) + size;
         p.publish(allocs, bytes);
+        let ptr =
+            NonNull::new(p.lot.base().wrapping_add(off as usize)).expect("lot base is non-null");
+        let span = LotSpan {
+            lot: p.lot.id,
+            offset: off,
+        };
+        if !p.secure {
+            // The path itself is the keeper, told the span (the tag) when the segment
+            // goes: no keeper allocated per fbuf, and none freed per release.
+            // SAFETY: `off..off+size` is a span of our lot that this path just took, so
+            // no one else writes it until the segment's drop returns it; the path holds
+            // the lot (and so the mapping) alive. `len <= size`.
+            let seg =
+                unsafe { Segment::from_raw(ptr, len, Some(span), true, self.inner.clone() as _) };
+            return Ok(seg.with_tag(tag_of(off, k)));
+        }
         let fbuf = Fbuf {
             path: self.inner.clone(),
             off,
@@ -294,18 +319,12 @@ impl PathAllocator {
             secure_on_send: p.secure,
             secured: AtomicBool::new(false),
         };
-        let ptr =
-            NonNull::new(p.lot.base().wrapping_add(off as usize)).expect("lot base is non-null");
-        let span = LotSpan {
-            lot: p.lot.id,
-            offset: off,
-        };
         // SAFETY: `off..off+size` is a span of our lot that this path just took, so no
         // one else writes it until `fbuf` returns it; `fbuf` holds the lot (and so the
         // mapping) alive. `len <= size`.
         let seg = unsafe { Segment::from_raw(ptr, len, Some(span), true, Arc::new(fbuf)) };
         // Only secured fbufs have work to do when sent (write-protect).
-        Ok(if p.secure { seg.with_send_hook() } else { seg })
+        Ok(seg.with_send_hook())
     }
 
     /// The lot this path carves fbufs from.
@@ -362,6 +381,79 @@ impl PathAllocator {
     }
 }
 
+/// The tag of a plain fbuf's segment: its offset in the lot (page-aligned) and its size
+/// class in the low bits.
+fn tag_of(off: u64, class: usize) -> u64 {
+    debug_assert!(off % crate::sys::page_size() as u64 == 0 && class < CLASSES);
+    off | class as u64
+}
+
+/// The offset and class a tag names.
+fn untag(tag: u64) -> (u64, usize) {
+    let low = crate::sys::page_size() as u64 - 1;
+    (tag & !low, (tag & low) as usize)
+}
+
+impl PathInner {
+    fn size_of(class: usize) -> usize {
+        crate::sys::page_size() << class
+    }
+
+    /// Puts a released fbuf back on the free list.
+    fn give_back(&self, off: u64, class: usize) {
+        let size = Self::size_of(class);
+        {
+            let mut free = lock(&self.free);
+            free[class].push(off);
+            // Under the lock: the only writer, so a plain load and store.
+            self.frees
+                .store(self.frees.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        }
+        let bytes = self.outstanding.fetch_sub(size, Ordering::Relaxed) - size;
+        self.publish(self.allocs.load(Ordering::Relaxed), bytes);
+    }
+}
+
+/// The keeper of a plain (not `secure`) path's fbufs: each segment's tag names its span.
+impl Keep for PathInner {
+    fn secure(&self, tag: Option<u64>) -> Result<()> {
+        let Some((off, class)) = tag.map(untag) else {
+            return Ok(());
+        };
+        let mut secured = lock(&self.secured);
+        if !secured.contains(&off) {
+            self.lot
+                .mapping()
+                .protect(off as usize, Self::size_of(class), Access::Read)?;
+            secured.push(off);
+            self.any_secured.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn segment_dropped(&self, tag: u64) {
+        let (off, class) = untag(tag);
+        if self.any_secured.load(Ordering::Relaxed) != 0 {
+            let mut secured = lock(&self.secured);
+            if let Some(i) = secured.iter().position(|&o| o == off) {
+                secured.swap_remove(i);
+                self.any_secured.fetch_sub(1, Ordering::Relaxed);
+                // Every receiver has released it: the originator may write again. If
+                // this fails the span stays read-only, so keep it out of circulation.
+                if self
+                    .lot
+                    .mapping()
+                    .protect(off as usize, Self::size_of(class), Access::ReadWrite)
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        }
+        self.give_back(off, class);
+    }
+}
+
 /// One fbuf; returns to its path's free list when the last reference goes.
 struct Fbuf {
     path: Arc<PathInner>,
@@ -379,7 +471,7 @@ impl Fbuf {
 }
 
 impl Keep for Fbuf {
-    fn secure(&self) -> Result<()> {
+    fn secure(&self, _tag: Option<u64>) -> Result<()> {
         if !self.secured.swap(true, Ordering::AcqRel) {
             self.path
                 .lot
@@ -391,7 +483,7 @@ impl Keep for Fbuf {
 
     fn on_send(&self) -> Result<()> {
         if self.secure_on_send {
-            self.secure()?;
+            self.secure(None)?;
         }
         Ok(())
     }
@@ -412,15 +504,6 @@ impl Drop for Fbuf {
                 return;
             }
         }
-        let p = &*self.path;
-        {
-            let mut free = lock(&p.free);
-            free[self.class].push(self.off);
-            // Under the lock: the only writer, so a plain load and store.
-            p.frees
-                .store(p.frees.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        }
-        let bytes = p.outstanding.fetch_sub(self.size(), Ordering::Relaxed) - self.size();
-        p.publish(p.allocs.load(Ordering::Relaxed), bytes);
+        self.path.give_back(self.off, self.class);
     }
 }
