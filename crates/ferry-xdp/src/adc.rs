@@ -36,6 +36,20 @@ pub struct AdcConfig {
     pub frames: u32,
     /// Frame size and ring entries.
     pub geometry: Geometry,
+    /// How the fallback path receives.
+    pub fallback: Fallback,
+}
+
+/// How the fallback (UDP socket) path receives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fallback {
+    /// `recvmmsg` batches of up to 64 datagrams into fbufs of the lot.
+    #[default]
+    Recvmmsg,
+    /// io_uring: 64 receive requests kept in flight, each into an fbuf of the lot,
+    /// completions reaped in batches (feature `uring`).
+    #[cfg(feature = "uring")]
+    Uring,
 }
 
 impl AdcConfig {
@@ -52,6 +66,7 @@ impl AdcConfig {
                 frame: 4096,
                 ring: 512,
             },
+            fallback: Fallback::default(),
         }
     }
 }
@@ -95,7 +110,7 @@ impl Packet {
 /// Counters of a receiver.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AdcStats {
-    /// "xdp" or "udp".
+    /// "xdp", "udp" (`recvmmsg`) or "uring" (io_uring receives).
     pub path: &'static str,
     /// Datagrams delivered.
     pub packets: u64,
@@ -120,6 +135,12 @@ enum Imp {
         sock: UdpSocket,
         path: PathAllocator,
         lens: Vec<usize>,
+    },
+    #[cfg(feature = "uring")]
+    Uring {
+        ring: crate::sys::UringRecv,
+        path: PathAllocator,
+        bufs: Vec<IoData>,
     },
 }
 
@@ -283,12 +304,21 @@ impl AdcRx {
     ) -> io::Result<AdcRx> {
         let sock = UdpSocket::bind(SocketAddrV4::new(cfg.bind, cfg.port))?;
         sock.set_nonblocking(true)?;
-        Ok(AdcRx {
-            imp: Imp::Udp {
+        let imp = match cfg.fallback {
+            Fallback::Recvmmsg => Imp::Udp {
                 sock,
                 path: path.clone(),
                 lens: Vec::new(),
             },
+            #[cfg(feature = "uring")]
+            Fallback::Uring => Imp::Uring {
+                ring: crate::sys::UringRecv::new(sock, 64, 2048)?,
+                path: path.clone(),
+                bufs: Vec::new(),
+            },
+        };
+        Ok(AdcRx {
+            imp,
             path: RxPath::Udp { reason, refused },
             port: cfg.port,
             packets: 0,
@@ -361,6 +391,19 @@ impl AdcRx {
                     });
                 }
             }
+            #[cfg(feature = "uring")]
+            Imp::Uring { ring, path, bufs } => {
+                bufs.clear();
+                ring.recv(path, bufs, max, timeout)?;
+                for d in bufs.drain(..) {
+                    let len = d.len();
+                    self.bytes += len as u64;
+                    out.push(Packet {
+                        data: d,
+                        payload: 0..len,
+                    });
+                }
+            }
         }
         let n = out.len() - before;
         self.packets += n as u64;
@@ -375,6 +418,8 @@ impl AdcRx {
                 ("xdp", s.kernel_drops, s.lent)
             }
             Imp::Udp { .. } => ("udp", 0, 0),
+            #[cfg(feature = "uring")]
+            Imp::Uring { .. } => ("uring", 0, 0),
         };
         AdcStats {
             path,
@@ -390,7 +435,7 @@ impl AdcRx {
     pub fn xsk(&self) -> Option<&XskRx> {
         match &self.imp {
             Imp::Xdp { rx, .. } => Some(rx),
-            Imp::Udp { .. } => None,
+            _ => None,
         }
     }
 }

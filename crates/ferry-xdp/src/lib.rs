@@ -9,6 +9,7 @@
 //! - [`broker`]: the `ferry-adc` broker (policy, grants, revocation by pidfd).
 //! - [`proto`]: its wire protocol.
 //! - [`AdcRx`]: the application API, AF_XDP or UDP.
+//! - [`testnet`]: namespaces and a veth pair for tests and benchmarks.
 //!
 //! Every `unsafe` of the crate is in its private `sys` module.
 #![deny(unsafe_code)]
@@ -20,9 +21,10 @@ pub mod broker;
 pub mod proto;
 #[allow(unsafe_code)]
 mod sys;
+pub mod testnet;
 pub mod xsk;
 
-pub use adc::{ask, AdcConfig, AdcRx, AdcStats, Packet, RxPath};
+pub use adc::{ask, AdcConfig, AdcRx, AdcStats, Fallback, Packet, RxPath};
 pub use broker::{Broker, Policy};
 
 use std::io;

@@ -483,3 +483,147 @@ pub fn ifindex(name: &str) -> io::Result<u32> {
         Ok(i)
     }
 }
+
+/// Receives on a UDP socket with io_uring: `depth` receive requests kept in flight, each
+/// into its own fbuf of the lot, reaped in batches.
+#[cfg(feature = "uring")]
+pub struct UringRecv {
+    ring: io_uring::IoUring,
+    /// Declared after the ring and dropped after the requests are cancelled (`Drop`).
+    sock: std::net::UdpSocket,
+    /// The buffer each slot's request receives into (`None`: no request in flight).
+    slots: Vec<Option<ferry::IoDataMut>>,
+    buf_len: usize,
+}
+
+#[cfg(feature = "uring")]
+impl UringRecv {
+    /// A ring of `depth` requests on `sock`, each into a buffer of `buf_len` bytes.
+    pub fn new(sock: std::net::UdpSocket, depth: usize, buf_len: usize) -> io::Result<UringRecv> {
+        let ring = io_uring::IoUring::new((depth as u32).next_power_of_two())?;
+        Ok(UringRecv {
+            ring,
+            sock,
+            slots: (0..depth).map(|_| None).collect(),
+            buf_len,
+        })
+    }
+
+    /// Puts a request in flight for every idle slot, with a fresh fbuf of `path`.
+    fn arm(&mut self, path: &ferry::PathAllocator) -> io::Result<()> {
+        use io_uring::{opcode, types};
+        let fd = types::Fd(self.sock.as_raw_fd());
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if slot.is_some() {
+                continue;
+            }
+            let mut b = path
+                .alloc(self.buf_len)
+                .map_err(|e| io::Error::other(format!("fbuf: {e}")))?;
+            let (ptr, len) = {
+                let f = b.fragments_mut().next().expect("one fragment");
+                (f.as_mut_ptr(), f.len())
+            };
+            let sqe = opcode::Recv::new(fd, ptr, len as u32)
+                .build()
+                .user_data(i as u64);
+            // SAFETY: the buffer is an fbuf of the lot that `slots[i]` owns until the
+            // request's completion is reaped (or, at drop, cancelled and reaped): its
+            // memory stays valid and is written by nothing else meanwhile.
+            if unsafe { self.ring.submission().push(&sqe) }.is_err() {
+                break;
+            }
+            *slot = Some(b);
+        }
+        Ok(())
+    }
+
+    /// Receives up to `max` datagrams into `out`, waiting up to `timeout` for the first
+    /// (`None`: for ever).
+    pub fn recv(
+        &mut self,
+        path: &ferry::PathAllocator,
+        out: &mut Vec<ferry::IoData>,
+        max: usize,
+        timeout: Option<std::time::Duration>,
+    ) -> io::Result<usize> {
+        self.arm(path)?;
+        let ready = self.ring.completion().len();
+        let r = if ready > 0 || timeout == Some(std::time::Duration::ZERO) {
+            self.ring.submit()
+        } else if let Some(t) = timeout {
+            let ts = io_uring::types::Timespec::new()
+                .sec(t.as_secs())
+                .nsec(t.subsec_nanos());
+            let args = io_uring::types::SubmitArgs::new().timespec(&ts);
+            self.ring.submitter().submit_with_args(1, &args)
+        } else {
+            self.ring.submit_and_wait(1)
+        };
+        match r {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                ) => {}
+            Err(e) => return Err(e),
+        }
+        let mut n = 0;
+        let mut err = None;
+        let mut cq = self.ring.completion();
+        while n < max {
+            let Some(c) = cq.next() else { break };
+            let slot = &mut self.slots[c.user_data() as usize];
+            let Some(mut b) = slot.take() else { continue };
+            match c.result() {
+                r if r >= 0 => {
+                    b.truncate(r as usize);
+                    out.push(b.freeze());
+                    n += 1;
+                }
+                r if r == -libc::EAGAIN || r == -libc::EINTR => {}
+                r => err = Some(io::Error::from_raw_os_error(-r)),
+            }
+        }
+        drop(cq);
+        match err {
+            Some(e) if n == 0 => Err(e),
+            _ => Ok(n),
+        }
+    }
+}
+
+#[cfg(feature = "uring")]
+impl Drop for UringRecv {
+    fn drop(&mut self) {
+        use io_uring::{opcode, types};
+        // Every request in flight is cancelled and its completion reaped before the
+        // buffers go back to the path: the kernel must not write them afterwards.
+        let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::any())
+            .build()
+            .user_data(u64::MAX);
+        // SAFETY: a cancel request carries no buffer.
+        let _ = unsafe { self.ring.submission().push(&cancel) };
+        let t0 = std::time::Instant::now();
+        while self.slots.iter().any(Option::is_some)
+            && t0.elapsed() < std::time::Duration::from_secs(5)
+        {
+            let ts = io_uring::types::Timespec::new().nsec(10_000_000);
+            let args = io_uring::types::SubmitArgs::new().timespec(&ts);
+            let _ = self.ring.submitter().submit_with_args(1, &args);
+            for c in self.ring.completion() {
+                if let Some(s) = self.slots.get_mut(c.user_data() as usize) {
+                    *s = None;
+                }
+            }
+        }
+        // Requests that did not complete in time keep their buffers: leaked out of the
+        // path rather than handed to someone else while the kernel may write them.
+        for s in &mut self.slots {
+            if let Some(b) = s.take() {
+                std::mem::forget(b);
+            }
+        }
+    }
+}

@@ -17,7 +17,7 @@ use ferry::{Group, PathConfig};
 use ferry_xdp::bpf::{AttachMode, Redirect, Steer};
 use ferry_xdp::proto::{Reply, Request, Status};
 use ferry_xdp::xsk::{Geometry, XskRx};
-use ferry_xdp::{AdcConfig, AdcRx, RxPath};
+use ferry_xdp::{testnet, AdcConfig, AdcRx, RxPath};
 
 const RX_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 const T: Duration = Duration::from_secs(20);
@@ -26,95 +26,27 @@ const T: Duration = Duration::from_secs(20);
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
-fn sh(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{}: {e}", args[0]))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
+/// Two network namespaces joined by a veth pair (`ferry_xdp::testnet`): `rx` (interface
+/// `adc0`, 10.77.0.1) and `tx` (`adc1`, 10.77.0.2). Deleted on drop, also when a test
+/// fails.
+struct Net(testnet::Net);
 
-/// Two network namespaces joined by a veth pair: `rx` (interface `adc0`, 10.77.0.1) and
-/// `tx` (`adc1`, 10.77.0.2). Deleted on drop, also when a test fails.
-struct Net {
-    rx: String,
-    tx: String,
+impl std::ops::Deref for Net {
+    type Target = testnet::Net;
+    fn deref(&self) -> &testnet::Net {
+        &self.0
+    }
 }
 
 impl Net {
     fn new() -> Net {
         let n = SEQ.fetch_add(1, Ordering::Relaxed);
-        let base = format!("ferryadc-{}-{n}", std::process::id());
-        let net = Net {
-            rx: format!("{base}-rx"),
-            tx: format!("{base}-tx"),
-        };
-        let (rx, tx) = (net.rx.as_str(), net.tx.as_str());
-        for step in [
-            vec!["ip", "netns", "add", rx],
-            vec!["ip", "netns", "add", tx],
-            vec![
-                "ip", "-n", rx, "link", "add", "adc0", "type", "veth", "peer", "name", "adc1",
-                "netns", tx,
-            ],
-            vec!["ip", "-n", rx, "addr", "add", "10.77.0.1/24", "dev", "adc0"],
-            vec!["ip", "-n", tx, "addr", "add", "10.77.0.2/24", "dev", "adc1"],
-            vec!["ip", "-n", rx, "link", "set", "adc0", "up"],
-            vec!["ip", "-n", tx, "link", "set", "adc1", "up"],
-            vec!["ip", "-n", rx, "link", "set", "lo", "up"],
-            // Known neighbours: no datagram waits on ARP (which passes the program
-            // anyway).
-            vec![
-                "ip",
-                "-n",
-                rx,
-                "link",
-                "set",
-                "adc0",
-                "address",
-                "02:00:00:77:00:01",
-            ],
-            vec![
-                "ip",
-                "-n",
-                tx,
-                "neigh",
-                "add",
-                "10.77.0.1",
-                "lladdr",
-                "02:00:00:77:00:01",
-                "dev",
-                "adc1",
-                "nud",
-                "permanent",
-            ],
-        ] {
-            sh(&step).unwrap();
-        }
-        net
+        Net(testnet::Net::new(&format!("ferryadc-{}-{n}", std::process::id()), 77).unwrap())
     }
 
     /// Runs `f` on a thread inside namespace `ns`.
     fn within<R: Send + 'static>(ns: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
-        let path = format!("/run/netns/{ns}");
-        std::thread::spawn(move || {
-            let fd = std::fs::File::open(&path).unwrap();
-            rustix::thread::move_into_link_name_space(
-                fd.as_fd(),
-                Some(rustix::thread::LinkNameSpaceType::Network),
-            )
-            .unwrap();
-            f()
-        })
-        .join()
-        .unwrap()
+        testnet::Net::within(ns, f).unwrap()
     }
 
     /// Sends `count` patterned datagrams of `len` bytes to `port` from the `tx` side.
@@ -129,20 +61,6 @@ impl Net {
                 }
             }
         })
-    }
-
-    /// A command run inside the `rx` namespace.
-    fn cmd_rx(&self, exe: &Path) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.rx]).arg(exe);
-        c
-    }
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "netns", "del", &self.rx]);
-        let _ = sh(&["ip", "netns", "del", &self.tx]);
     }
 }
 
@@ -359,6 +277,10 @@ fn child_app() {
         port,
     );
     cfg.frames = 256;
+    #[cfg(feature = "uring")]
+    if std::env::var("ADC_FALLBACK").as_deref() == Ok("uring") {
+        cfg.fallback = ferry_xdp::Fallback::Uring;
+    }
     let mut rx = AdcRx::open(&path, &cfg).unwrap();
     match rx.path() {
         RxPath::Xdp { queue, zerocopy } => println!("path xdp queue={queue} zerocopy={zerocopy}"),
@@ -640,6 +562,28 @@ fn fallback_when_no_queue() {
     assert!(c.expect("ok").starts_with("20 path=udp"));
 }
 
+/// The fallback receiving with io_uring: every datagram arrives intact in an fbuf of the
+/// lot (checked in the child), through the same API.
+#[cfg(feature = "uring")]
+fn fallback_with_io_uring() {
+    let net = Net::new();
+    let g = group_name("uring");
+    let mut c = app(
+        &net,
+        None,
+        &g,
+        7304,
+        50,
+        &[("ADC_FALLBACK", "uring".into())],
+    );
+    let p = c.expect("path");
+    assert!(p.starts_with("udp None no broker"), "{p}");
+    c.expect("ready");
+    net.send(7304, 50, 1000);
+    let ok = c.expect("ok");
+    assert!(ok.starts_with("50 path=uring"), "{ok}");
+}
+
 /// kill -9 of the application: the broker revokes (the port's traffic returns to the
 /// normal stack), holds no more descriptors than before, and grants the queue again.
 fn kill9_returns_the_queue() {
@@ -825,18 +769,7 @@ fn recv_reply(c: &OwnedFd) -> Reply {
 
 /// Deletes every namespace this process made (after a hang, when no destructor runs).
 fn cleanup_namespaces() {
-    let prefix = format!("ferryadc-{}-", std::process::id());
-    if let Ok(o) = Command::new("ip").args(["netns", "list"]).output() {
-        for l in String::from_utf8_lossy(&o.stdout).lines() {
-            if let Some(n) = l
-                .split_whitespace()
-                .next()
-                .filter(|n| n.starts_with(&prefix))
-            {
-                let _ = sh(&["ip", "netns", "del", n]);
-            }
-        }
-    }
+    testnet::cleanup(&format!("ferryadc-{}-", std::process::id()));
 }
 
 fn main() {
@@ -849,12 +782,8 @@ fn main() {
         }
         return;
     }
-    if !rustix::process::geteuid().is_root() {
-        println!("SKIP adc: needs root (network namespaces, BPF, AF_XDP)");
-        return;
-    }
-    if sh(&["ip", "-V"]).is_err() {
-        println!("SKIP adc: needs `ip` (iproute2)");
+    if let Some(why) = testnet::unavailable() {
+        println!("SKIP adc: {why}");
         return;
     }
     let tests: &[(&str, fn())] = &[
@@ -871,6 +800,8 @@ fn main() {
             forwarded_frame_is_read_in_place,
         ),
         ("fallback_when_no_queue", fallback_when_no_queue),
+        #[cfg(feature = "uring")]
+        ("fallback_with_io_uring", fallback_with_io_uring),
         ("kill9_returns_the_queue", kill9_returns_the_queue),
         ("malformed_requests_refused", malformed_requests_refused),
     ];
