@@ -24,7 +24,9 @@ mod sys;
 pub mod testnet;
 pub mod xsk;
 
-pub use adc::{ask, AdcConfig, AdcRx, AdcStats, Fallback, Packet, RxPath};
+pub use adc::{
+    ask, AdcConfig, AdcRx, AdcStats, AdcTx, AdcTxStats, Fallback, Packet, RxPath, TxBuf,
+};
 pub use broker::{Broker, Policy};
 
 use std::io;

@@ -277,6 +277,10 @@ fn child_app() {
         port,
     );
     cfg.frames = 256;
+    let tx_spec = std::env::var("ADC_TX").ok();
+    if tx_spec.is_some() {
+        cfg.tx_frames = 64;
+    }
     #[cfg(feature = "uring")]
     if std::env::var("ADC_FALLBACK").as_deref() == Ok("uring") {
         cfg.fallback = ferry_xdp::Fallback::Uring;
@@ -288,6 +292,39 @@ fn child_app() {
     }
     println!("ready");
     let lot = domain.lot_addr()..domain.lot_addr() + group.lot_size();
+    if let Some(spec) = tx_spec {
+        // "count len port": `count` patterned datagrams (0: for ever) to the tx side.
+        let v: Vec<usize> = spec.split(' ').map(|w| w.parse().unwrap()).collect();
+        let (count, len, port) = (v[0] as u32, v[1], v[2] as u16);
+        let mut tx = rx.take_tx().expect("a sender");
+        let s = tx.stats();
+        println!("tx-path {}", s.path);
+        let to = SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 2), port);
+        let mut i = 0u32;
+        while count == 0 || i < count {
+            let Some(mut b) = tx.alloc(len).unwrap() else {
+                tx.complete();
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            };
+            let p = b.payload_mut();
+            let ptr = p.as_ptr() as usize;
+            assert!(lot.contains(&ptr), "the payload is written in the lot");
+            p.copy_from_slice(&pattern(i, len));
+            tx.send(b, to).unwrap();
+            i += 1;
+            if i % 8 == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+                tx.complete();
+            }
+        }
+        let t0 = Instant::now();
+        while tx.stats().path == "xdp" && tx.stats().completed < i as u64 && t0.elapsed() < T {
+            tx.complete();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        println!("tx-done {i} completed={}", tx.stats().completed);
+    }
     let mut got = vec![false; count as usize];
     let mut n = 0;
     let mut pkts = Vec::new();
@@ -629,6 +666,118 @@ fn kill9_returns_the_queue() {
     assert!(b.expect("ok").starts_with("5 path=xdp"));
 }
 
+/// A UDP socket on `port` in the tx namespace, bound before this returns: the numbers of
+/// the intact datagrams it hears until `want` distinct ones came or it heard nothing for
+/// 3 s; any corrupt one fails the test.
+fn tx_listener(net: &Net, port: u16, want: usize) -> std::thread::JoinHandle<Vec<u32>> {
+    let ns = net.tx.clone();
+    let (tx, rxc) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        Net::within(&ns, move || {
+            let s = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 2), port)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            tx.send(()).unwrap();
+            let mut seen = std::collections::BTreeSet::new();
+            let mut b = [0u8; 2048];
+            while seen.len() < want {
+                let Ok(k) = s.recv(&mut b) else { break };
+                let i = check(&b[..k])
+                    .unwrap_or_else(|| panic!("a corrupt datagram: {:?}", &b[..k.min(16)]));
+                seen.insert(i);
+            }
+            seen.into_iter().collect()
+        })
+    });
+    rxc.recv().unwrap();
+    h
+}
+
+/// Datagrams written in place in the lot and sent (through the AF_XDP socket the broker
+/// granted, and on the UDP fallback) arrive intact at a UDP socket on the other side.
+fn tx_from_the_lot_arrives_intact() {
+    let net = Net::new();
+    let broker = BrokerProc::start(&net, &policy("grant uid=0 queues=0 ports=7600"));
+    let g = group_name("tx");
+    let count = 100u32;
+    for (port, with_broker, path) in [(7610u16, true, "xdp"), (7611, false, "udp")] {
+        let l = tx_listener(&net, port, count as usize);
+        let mut a = app(
+            &net,
+            with_broker.then_some(&broker),
+            &g,
+            7600,
+            0,
+            &[("ADC_TX", format!("{count} 700 {port}"))],
+        );
+        assert!(a.expect("path").starts_with(path));
+        assert_eq!(a.expect("tx-path"), path);
+        let done = a.expect("tx-done");
+        if path == "xdp" {
+            assert_eq!(
+                done,
+                format!("{count} completed={count}"),
+                "every frame back"
+            );
+        }
+        let got = l.join().unwrap();
+        assert_eq!(
+            got,
+            (0..count).collect::<Vec<_>>(),
+            "{path}: every datagram, intact"
+        );
+    }
+}
+
+/// kill -9 of an application while it sends from the lot: the broker revokes, holds no
+/// more descriptors than before, and the queue is granted again to a sender whose
+/// datagrams arrive intact.
+fn kill9_mid_send_leaks_nothing() {
+    let net = Net::new();
+    let broker = BrokerProc::start(&net, &policy("grant uid=0 queues=0 ports=7700"));
+    std::thread::sleep(Duration::from_millis(100));
+    let before = broker.fds();
+    let g = group_name("txkill");
+    let l = tx_listener(&net, 7710, 30);
+    let mut a = app(
+        &net,
+        Some(&broker),
+        &g,
+        7700,
+        0,
+        &[("ADC_TX", "0 300 7710".into())],
+    );
+    assert_eq!(a.expect("tx-path"), "xdp");
+    assert!(l.join().unwrap().len() >= 30, "the sender is sending");
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_raw(a.pid() as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    );
+    let _ = a.child.wait();
+    broker.wait_log("revoked pid");
+    let t0 = Instant::now();
+    while broker.fds() != before && t0.elapsed() < T {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        broker.fds(),
+        before,
+        "the broker holds nothing of the dead sender"
+    );
+    let l = tx_listener(&net, 7711, 40);
+    let mut b = app(
+        &net,
+        Some(&broker),
+        &g,
+        7700,
+        0,
+        &[("ADC_TX", "40 300 7711".into())],
+    );
+    let p = b.expect("path");
+    assert!(p.starts_with("xdp queue=0"), "the queue is free again: {p}");
+    assert_eq!(b.expect("tx-done"), "40 completed=40");
+    assert_eq!(l.join().unwrap(), (0..40).collect::<Vec<_>>());
+}
+
 /// A normal UDP socket on `port` in the rx namespace: the number of the first datagram
 /// it hears while `n` are sent, or `None`.
 fn udp_hears(net: &Net, port: u16, n: u32) -> Option<u32> {
@@ -803,6 +952,11 @@ fn main() {
         #[cfg(feature = "uring")]
         ("fallback_with_io_uring", fallback_with_io_uring),
         ("kill9_returns_the_queue", kill9_returns_the_queue),
+        (
+            "tx_from_the_lot_arrives_intact",
+            tx_from_the_lot_arrives_intact,
+        ),
+        ("kill9_mid_send_leaks_nothing", kill9_mid_send_leaks_nothing),
         ("malformed_requests_refused", malformed_requests_refused),
     ];
     let filter: Vec<String> = args[1..]
