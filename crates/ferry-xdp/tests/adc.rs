@@ -300,8 +300,13 @@ fn child_app() {
         let s = tx.stats();
         println!("tx-path {}", s.path);
         let to = SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 2), port);
+        let parent = rustix::process::getppid();
         let mut i = 0u32;
         while count == 0 || i < count {
+            // A test that failed without killing us (a hang exits the harness): stop.
+            if rustix::process::getppid() != parent {
+                std::process::exit(1);
+            }
             let Some(mut b) = tx.alloc(len).unwrap() else {
                 tx.complete();
                 std::thread::sleep(Duration::from_millis(1));
@@ -921,6 +926,19 @@ fn cleanup_namespaces() {
     testnet::cleanup(&format!("ferryadc-{}-", std::process::id()));
 }
 
+/// The groups' control files outlive children that were killed: removes this run's.
+fn remove_group_files() {
+    let suffix = format!("-{}", std::process::id());
+    if let Ok(dir) = std::fs::read_dir("/dev/shm") {
+        for e in dir.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with("ferry.adctest-") && n.ends_with(&suffix) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--child") {
@@ -974,6 +992,7 @@ fn main() {
             if !name.is_empty() && since.elapsed() > Duration::from_secs(120) {
                 println!("test {name} ... FAILED (hung for 120 s)");
                 cleanup_namespaces();
+                remove_group_files();
                 std::process::exit(1);
             }
         });
@@ -993,16 +1012,7 @@ fn main() {
             }
         }
     }
-    // The groups' control files outlive children that were killed: remove ours.
-    let suffix = format!("-{}", std::process::id());
-    if let Ok(dir) = std::fs::read_dir("/dev/shm") {
-        for e in dir.flatten() {
-            let n = e.file_name().to_string_lossy().into_owned();
-            if n.starts_with("ferry.adctest-") && n.ends_with(&suffix) {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
+    remove_group_files();
     std::io::stdout().flush().unwrap();
     if failed > 0 {
         std::process::exit(1);
