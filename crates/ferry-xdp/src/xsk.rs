@@ -477,3 +477,8 @@ pub fn neighbour(ip: std::net::Ipv4Addr) -> Option<[u8; 6]> {
 pub fn interface_addrs(name: &str) -> io::Result<([u8; 6], std::net::Ipv4Addr)> {
     sys::if_addrs(name)
 }
+
+/// The index of interface `name` in the calling thread's namespace.
+pub fn interface_index(name: &str) -> io::Result<u32> {
+    sys::ifindex(name)
+}
