@@ -303,7 +303,7 @@ impl AdcRx {
                 };
                 Some(AdcTx {
                     imp: TxImp::Xdp {
-                        tx,
+                        tx: Box::new(tx),
                         src_mac: mac,
                         src: SocketAddrV4::new(ip, cfg.port),
                         neighbours: Vec::new(),
@@ -539,7 +539,7 @@ impl TxBuf {
 
 enum TxImp {
     Xdp {
-        tx: XskTx,
+        tx: Box<XskTx>,
         src_mac: [u8; 6],
         src: SocketAddrV4,
         /// Neighbours' MAC addresses looked up so far.

@@ -530,13 +530,19 @@ fn measure(
         ));
         if *r < 2.0 {
             md.push_str(&format!(
-                " Floor: the sender offered {} pps to AF_XDP and {} to recvmmsg; recvmmsg took {} of what it was offered, \
-                 so 2x its rate would need {} pps offered, {} the offered rate this run reached.",
+                " Floor: AF_XDP received {} of the {} pps offered to it, recvmmsg {} of {}; 2x recvmmsg's rate is {} pps, \
+                 {} the rate the sender offered AF_XDP{}.",
+                ratio(x / o),
                 num(*o),
-                num(*po),
                 ratio(p / po),
+                num(*po),
                 num(2.0 * p),
-                if 2.0 * p > o.max(*po) { "above" } else { "within" }
+                if 2.0 * p > *o { "above" } else { "within" },
+                if 2.0 * p > *o {
+                    ": the sender bounds it"
+                } else {
+                    ", so the frames AF_XDP lost on the way (veth's queue to the peer, run on the sender's CPU, or the RX ring) bound it"
+                }
             ));
         }
         md.push_str("\n\n");
