@@ -130,7 +130,7 @@ pub struct AdcStats {
 
 enum Imp {
     Xdp {
-        rx: XskRx,
+        rx: Box<XskRx>,
         /// The broker connection: the grant lasts while it is open.
         _conn: Arc<OwnedFd>,
         frames: Vec<IoData>,
@@ -318,7 +318,7 @@ impl AdcRx {
         };
         Ok(Ok(AdcRx {
             imp: Imp::Xdp {
-                rx,
+                rx: Box::new(rx),
                 _conn: conn,
                 frames: Vec::new(),
             },
@@ -493,7 +493,7 @@ impl AdcRx {
     /// The AF_XDP receiver, on that path.
     pub fn xsk(&self) -> Option<&XskRx> {
         match &self.imp {
-            Imp::Xdp { rx, .. } => Some(rx),
+            Imp::Xdp { rx, .. } => Some(&**rx),
             _ => None,
         }
     }
