@@ -142,7 +142,7 @@ enum Imp {
     },
     #[cfg(feature = "uring")]
     Uring {
-        ring: crate::sys::UringRecv,
+        ring: Box<crate::sys::UringRecv>,
         path: PathAllocator,
         bufs: Vec<IoData>,
     },
@@ -364,7 +364,7 @@ impl AdcRx {
             },
             #[cfg(feature = "uring")]
             Fallback::Uring => Imp::Uring {
-                ring: crate::sys::UringRecv::new(sock, 64, 2048)?,
+                ring: Box::new(crate::sys::UringRecv::new(sock, 64, 2048)?),
                 path: path.clone(),
                 bufs: Vec::new(),
             },
