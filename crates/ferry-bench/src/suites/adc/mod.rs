@@ -232,7 +232,8 @@ fn blaster(
     })
 }
 
-/// Receives for `dur` while a sender offers load: (received pps, offered pps).
+/// Receives for `dur` while a sender offers load: (received pps, offered pps, frames per
+/// second the kernel dropped for the AF_XDP socket: no fill frame or a full RX ring).
 #[allow(clippy::too_many_arguments)]
 fn pps(
     net: &Net,
@@ -242,8 +243,9 @@ fn pps(
     dur: Duration,
     ctx: &BenchCtx,
     path: &ferry::PathAllocator,
-) -> Result<(f64, f64)> {
+) -> Result<(f64, f64, f64)> {
     let stop = Arc::new(AtomicBool::new(false));
+    let drops0 = rx.stats().kernel_drops;
     let h = blaster(net, sender, frame, stop.clone(), ctx.cpu(0), path.clone());
     let mut pk = Vec::new();
     let t_start = Instant::now();
@@ -262,7 +264,8 @@ fn pps(
     let all = t_start.elapsed().as_secs_f64();
     // Drain what is queued so the next measurement starts empty.
     while recv_batch(rx, &mut pk, Duration::from_millis(20))?.0 > 0 {}
-    Ok((n as f64 / el, sent as f64 / all))
+    let drops = rx.stats().kernel_drops - drops0;
+    Ok((n as f64 / el, sent as f64 / all, drops as f64 / all))
 }
 
 /// One-way latency samples (µs): one datagram at a time, stamped when sent.
@@ -383,14 +386,16 @@ fn measure(
         "max",
         "offered pps (median)",
         "received / offered",
+        "XSK drops/s",
         "vs recvmmsg (plain)",
     ]);
     let mut lat_tab = Table::new(&["frame", "receiver", "median µs", "p99 µs"]);
     let mut verdicts = Vec::new();
     let senders = [Sender::Udp, Sender::Xdp];
     for frame in [64usize, 1500] {
-        // (series, sender, received, offered)
-        let mut per: Vec<(Series, Sender, Vec<f64>, Vec<f64>)> = Vec::new();
+        // (series, sender, received, offered, socket drops)
+        #[allow(clippy::type_complexity)]
+        let mut per: Vec<(Series, Sender, Vec<f64>, Vec<f64>, Vec<f64>)> = Vec::new();
         let mut lats: Vec<(Series, Vec<f64>)> = Vec::new();
         for series in [
             Series::Xdp,
@@ -426,12 +431,14 @@ fn measure(
             for &sender in &senders {
                 let mut got = Vec::new();
                 let mut offered = Vec::new();
+                let mut dropped = Vec::new();
                 for _ in 0..trials {
-                    let (p, o) = pps(net, &mut rx, sender, frame, dur, ctx, &path)?;
+                    let (p, o, d) = pps(net, &mut rx, sender, frame, dur, ctx, &path)?;
                     got.push(p);
                     offered.push(o);
+                    dropped.push(d);
                 }
-                per.push((series, sender, got, offered));
+                per.push((series, sender, got, offered, dropped));
             }
             let l = latency(net, &mut rx, frame, lat_n, ctx)?;
             lats.push((series, l));
@@ -444,7 +451,7 @@ fn measure(
                 .find(|p| p.0 == Series::UdpPlain && p.1 == sender)
                 .map(|p| Summary::of(&p.2).median)
                 .unwrap_or(f64::NAN);
-            for (series, _, got, offered) in per.iter().filter(|p| p.1 == sender) {
+            for (series, _, got, offered, dropped) in per.iter().filter(|p| p.1 == sender) {
                 let s = Summary::of(got);
                 let o = Summary::of(offered).median;
                 let spread = (s.max - s.min) / s.median;
@@ -468,6 +475,11 @@ fn measure(
                     num(s.max),
                     num(o),
                     ratio(s.median / o),
+                    if *series == Series::Xdp {
+                        num(Summary::of(dropped).median)
+                    } else {
+                        "-".into()
+                    },
                     ratio(s.median / plain),
                 ]);
                 if *series == Series::Xdp && frame == 64 {
@@ -513,7 +525,8 @@ fn measure(
          each frame once into the lot. UDP: `recvmmsg` into fbufs of the same lot, with the program attached (the port not \
          steered, the fallback's situation) and with no program; io_uring: 64 receive requests in flight, each into an fbuf \
          of the lot, completions reaped in batches. Offered: datagrams the sender got out (AF_XDP: frames the kernel \
-         completed) per second. Latency: one datagram in flight from the UDP sender, stamped at `send`, read from the lot \
+         completed) per second; XSK drops: frames the kernel dropped at the AF_XDP socket (no fill frame or a full RX \
+         ring); for AF_XDP the rest of the gap between offered and received is lost before the socket (veth's queue to the peer). Latency: one datagram in flight from the UDP sender, stamped at `send`, read from the lot \
          (or the fbuf) after the receiver wakes.\n\n",
     );
     md.push_str("### Packets per second\n\n");
