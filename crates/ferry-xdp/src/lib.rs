@@ -8,7 +8,8 @@
 //!   [`ferry::IoData`] and returned to the fill ring when released everywhere.
 //! - [`broker`]: the `ferry-adc` broker (policy, grants, revocation by pidfd).
 //! - [`proto`]: its wire protocol.
-//! - [`AdcRx`]: the application API, AF_XDP or UDP.
+//! - [`AdcRx`]: the application API, AF_XDP or UDP (`recvmmsg`, or io_uring with the
+//!   `uring` feature); [`AdcTx`]: sending from the lot on the same path.
 //! - [`testnet`]: namespaces and a veth pair for tests and benchmarks.
 //!
 //! Every `unsafe` of the crate is in its private `sys` module.
