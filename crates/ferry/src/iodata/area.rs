@@ -210,7 +210,11 @@ mod tests {
         let page = rustix::param::page_size();
         let area = path.area(3 * page + 1).unwrap();
         assert!(area.len() > 3 * page);
-        assert_eq!(area.lot_offset() % page as u64, 0, "page-aligned in the lot");
+        assert_eq!(
+            area.lot_offset() % page as u64,
+            0,
+            "page-aligned in the lot"
+        );
         assert_eq!(
             area.as_ptr() as usize,
             a.lot_addr() + area.lot_offset() as usize,
@@ -229,7 +233,10 @@ mod tests {
         let d = unsafe { lender.lend(page, 12, 7) }.unwrap();
         assert!(d.eq_bytes(b"device bytes"));
         let f = &d.fragments()[0];
-        assert_eq!(f.as_slice().as_ptr() as usize, area.as_ptr() as usize + page);
+        assert_eq!(
+            f.as_slice().as_ptr() as usize,
+            area.as_ptr() as usize + page
+        );
         assert_eq!(
             f.lot_span(),
             Some(LotSpan {
