@@ -8,16 +8,17 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::ops::Range;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use ferry::{IoData, PathAllocator};
+use ferry::{IoData, IoDataMut, PathAllocator};
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags,
 };
 
 use crate::proto::{Reply, Request, Status, REPLY_MAX};
-use crate::xsk::{udp_payload, Geometry, XskRx};
+use crate::xsk::{udp_payload, Geometry, TxFrame, XskRx, XskTx};
 
 /// What to ask for.
 #[derive(Clone, Debug)]
@@ -36,6 +37,22 @@ pub struct AdcConfig {
     pub frames: u32,
     /// Frame size and ring entries.
     pub geometry: Geometry,
+    /// How the fallback path receives.
+    pub fallback: Fallback,
+    /// UMEM frames kept for sending (of `frames`); 0: no sender ([`AdcRx::take_tx`]).
+    pub tx_frames: u32,
+}
+
+/// How the fallback (UDP socket) path receives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fallback {
+    /// `recvmmsg` batches of up to 64 datagrams into fbufs of the lot.
+    #[default]
+    Recvmmsg,
+    /// io_uring: 64 receive requests kept in flight, each into an fbuf of the lot,
+    /// completions reaped in batches (feature `uring`).
+    #[cfg(feature = "uring")]
+    Uring,
 }
 
 impl AdcConfig {
@@ -52,6 +69,8 @@ impl AdcConfig {
                 frame: 4096,
                 ring: 512,
             },
+            fallback: Fallback::default(),
+            tx_frames: 0,
         }
     }
 }
@@ -95,7 +114,7 @@ impl Packet {
 /// Counters of a receiver.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AdcStats {
-    /// "xdp" or "udp".
+    /// "xdp", "udp" (`recvmmsg`) or "uring" (io_uring receives).
     pub path: &'static str,
     /// Datagrams delivered.
     pub packets: u64,
@@ -111,9 +130,9 @@ pub struct AdcStats {
 
 enum Imp {
     Xdp {
-        rx: XskRx,
+        rx: Box<XskRx>,
         /// The broker connection: the grant lasts while it is open.
-        _conn: OwnedFd,
+        _conn: Arc<OwnedFd>,
         frames: Vec<IoData>,
     },
     Udp {
@@ -121,12 +140,19 @@ enum Imp {
         path: PathAllocator,
         lens: Vec<usize>,
     },
+    #[cfg(feature = "uring")]
+    Uring {
+        ring: Box<crate::sys::UringRecv>,
+        path: PathAllocator,
+        bufs: Vec<IoData>,
+    },
 }
 
 /// A receiver on one UDP port: AF_XDP into the lot when the broker grants it, UDP
 /// otherwise.
 pub struct AdcRx {
     imp: Imp,
+    tx: Option<AdcTx>,
     path: RxPath,
     port: u16,
     packets: u64,
@@ -243,7 +269,12 @@ impl AdcRx {
         let Some((xsk, conn)) = got else {
             return Ok(Err(reply));
         };
-        let rx = XskRx::new(xsk, area, cfg.geometry)?;
+        let (rx, tx) = if cfg.tx_frames > 0 {
+            let (rx, tx) = XskRx::with_tx(xsk, area, cfg.geometry, cfg.tx_frames)?;
+            (rx, Some(tx))
+        } else {
+            (XskRx::new(xsk, area, cfg.geometry)?, None)
+        };
         // The fill ring is stocked: now the broker may steer the flow here.
         rustix::net::send(&conn, &[crate::proto::ARMED], SendFlags::NOSIGNAL).map_err(errno)?;
         if !crate::wait_readable(conn.as_fd(), Some(Duration::from_secs(10)))? {
@@ -257,16 +288,42 @@ impl AdcRx {
         if n != 1 || b[0] != crate::proto::ARMED {
             return Err(io::Error::other("the broker could not steer the flow"));
         }
+        let conn = Arc::new(conn);
+        let path = RxPath::Xdp {
+            queue: reply.queue,
+            zerocopy: reply.zerocopy,
+        };
+        let tx = match tx {
+            Some(tx) => {
+                let (mac, ip) = crate::xsk::interface_addrs(&cfg.interface)?;
+                let ip = if cfg.bind.is_unspecified() {
+                    ip
+                } else {
+                    cfg.bind
+                };
+                Some(AdcTx {
+                    imp: TxImp::Xdp {
+                        tx: Box::new(tx),
+                        src_mac: mac,
+                        src: SocketAddrV4::new(ip, cfg.port),
+                        neighbours: Vec::new(),
+                        _conn: conn.clone(),
+                    },
+                    path: path.clone(),
+                    sent: 0,
+                    bytes: 0,
+                })
+            }
+            None => None,
+        };
         Ok(Ok(AdcRx {
             imp: Imp::Xdp {
-                rx,
+                rx: Box::new(rx),
                 _conn: conn,
                 frames: Vec::new(),
             },
-            path: RxPath::Xdp {
-                queue: reply.queue,
-                zerocopy: reply.zerocopy,
-            },
+            tx,
+            path,
             port: cfg.port,
             packets: 0,
             bytes: 0,
@@ -283,12 +340,38 @@ impl AdcRx {
     ) -> io::Result<AdcRx> {
         let sock = UdpSocket::bind(SocketAddrV4::new(cfg.bind, cfg.port))?;
         sock.set_nonblocking(true)?;
-        Ok(AdcRx {
-            imp: Imp::Udp {
+        let path_now = RxPath::Udp {
+            reason: reason.clone(),
+            refused,
+        };
+        let tx = match cfg.tx_frames {
+            0 => None,
+            _ => Some(AdcTx {
+                imp: TxImp::Udp {
+                    sock: sock.try_clone()?,
+                    path: path.clone(),
+                },
+                path: path_now,
+                sent: 0,
+                bytes: 0,
+            }),
+        };
+        let imp = match cfg.fallback {
+            Fallback::Recvmmsg => Imp::Udp {
                 sock,
                 path: path.clone(),
                 lens: Vec::new(),
             },
+            #[cfg(feature = "uring")]
+            Fallback::Uring => Imp::Uring {
+                ring: Box::new(crate::sys::UringRecv::new(sock, 64, 2048)?),
+                path: path.clone(),
+                bufs: Vec::new(),
+            },
+        };
+        Ok(AdcRx {
+            imp,
+            tx,
             path: RxPath::Udp { reason, refused },
             port: cfg.port,
             packets: 0,
@@ -300,6 +383,12 @@ impl AdcRx {
     /// The path in use.
     pub fn path(&self) -> &RxPath {
         &self.path
+    }
+
+    /// The sender on the same path (AF_XDP through the same socket, or the UDP socket),
+    /// once; `None` when `AdcConfig::tx_frames` was 0 or it was taken already.
+    pub fn take_tx(&mut self) -> Option<AdcTx> {
+        self.tx.take()
     }
 
     /// Receives up to `max` (at most 64) datagrams into `out`, waiting up to `timeout`
@@ -361,6 +450,19 @@ impl AdcRx {
                     });
                 }
             }
+            #[cfg(feature = "uring")]
+            Imp::Uring { ring, path, bufs } => {
+                bufs.clear();
+                ring.recv(path, bufs, max, timeout)?;
+                for d in bufs.drain(..) {
+                    let len = d.len();
+                    self.bytes += len as u64;
+                    out.push(Packet {
+                        data: d,
+                        payload: 0..len,
+                    });
+                }
+            }
         }
         let n = out.len() - before;
         self.packets += n as u64;
@@ -375,6 +477,8 @@ impl AdcRx {
                 ("xdp", s.kernel_drops, s.lent)
             }
             Imp::Udp { .. } => ("udp", 0, 0),
+            #[cfg(feature = "uring")]
+            Imp::Uring { .. } => ("uring", 0, 0),
         };
         AdcStats {
             path,
@@ -389,8 +493,213 @@ impl AdcRx {
     /// The AF_XDP receiver, on that path.
     pub fn xsk(&self) -> Option<&XskRx> {
         match &self.imp {
-            Imp::Xdp { rx, .. } => Some(rx),
-            Imp::Udp { .. } => None,
+            Imp::Xdp { rx, .. } => Some(&**rx),
+            _ => None,
+        }
+    }
+}
+
+/// A buffer to send: on the AF_XDP path a frame of the UMEM (the lot area) with room for
+/// the headers before the payload, on the fallback an fbuf of the lot.
+pub struct TxBuf {
+    imp: TxBufImp,
+    len: usize,
+}
+
+enum TxBufImp {
+    Frame(TxFrame),
+    Fbuf(IoDataMut),
+}
+
+impl std::fmt::Debug for TxBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxBuf").field("len", &self.len).finish()
+    }
+}
+
+impl TxBuf {
+    /// The payload's bytes, to fill in place.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        match &mut self.imp {
+            TxBufImp::Frame(f) => &mut f.as_mut_slice()[42..42 + self.len],
+            TxBufImp::Fbuf(b) => b.fragments_mut().next().unwrap_or_default(),
+        }
+    }
+
+    /// The payload's length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the payload is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+enum TxImp {
+    Xdp {
+        tx: Box<XskTx>,
+        src_mac: [u8; 6],
+        src: SocketAddrV4,
+        /// Neighbours' MAC addresses looked up so far.
+        neighbours: Vec<(Ipv4Addr, [u8; 6])>,
+        /// The grant lasts while the receiver or the sender holds the connection.
+        _conn: Arc<OwnedFd>,
+    },
+    Udp {
+        sock: UdpSocket,
+        path: PathAllocator,
+    },
+}
+
+/// Counters of a sender.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AdcTxStats {
+    /// "xdp" or "udp".
+    pub path: &'static str,
+    /// Datagrams handed to the kernel.
+    pub sent: u64,
+    /// Payload bytes handed to the kernel.
+    pub bytes: u64,
+    /// Frames sent and given back to the free list (AF_XDP path).
+    pub completed: u64,
+    /// Frames free to send with (AF_XDP path).
+    pub free: u64,
+}
+
+/// Sends UDP datagrams from the lot: on the AF_XDP path frames of the UMEM queued on the
+/// socket's TX ring (each back on the free list once the kernel reports it sent), on the
+/// fallback fbufs of the lot sent on the UDP socket. Get one with [`AdcRx::take_tx`].
+pub struct AdcTx {
+    imp: TxImp,
+    path: RxPath,
+    sent: u64,
+    bytes: u64,
+}
+
+impl std::fmt::Debug for AdcTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdcTx").field("path", &self.path).finish()
+    }
+}
+
+impl AdcTx {
+    /// The path in use (the receiver's).
+    pub fn path(&self) -> &RxPath {
+        &self.path
+    }
+
+    /// A buffer for a payload of `len` bytes, or `None` while every frame is on its way
+    /// out (AF_XDP path; call again after the kernel completes some).
+    pub fn alloc(&mut self, len: usize) -> io::Result<Option<TxBuf>> {
+        match &mut self.imp {
+            TxImp::Xdp { tx, .. } => {
+                let Some(f) = tx.alloc() else {
+                    return Ok(None);
+                };
+                let mut f = f;
+                if 42 + len > f.as_mut_slice().len() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("a payload of {len} bytes does not fit a frame"),
+                    ));
+                }
+                Ok(Some(TxBuf {
+                    imp: TxBufImp::Frame(f),
+                    len,
+                }))
+            }
+            TxImp::Udp { path, .. } => {
+                let b = path
+                    .alloc(len.max(1))
+                    .map_err(|e| io::Error::other(format!("fbuf: {e}")))?;
+                let mut b = b;
+                b.truncate(len);
+                Ok(Some(TxBuf {
+                    imp: TxBufImp::Fbuf(b),
+                    len,
+                }))
+            }
+        }
+    }
+
+    /// Sends `buf`'s payload to `to`. On the AF_XDP path the destination must be a
+    /// neighbour on the interface's link with a known MAC address.
+    pub fn send(&mut self, buf: TxBuf, to: SocketAddrV4) -> io::Result<()> {
+        let len = buf.len;
+        match (&mut self.imp, buf.imp) {
+            (
+                TxImp::Xdp {
+                    tx,
+                    src_mac,
+                    src,
+                    neighbours,
+                    ..
+                },
+                TxBufImp::Frame(mut f),
+            ) => {
+                let ip = *to.ip();
+                let mac = match neighbours.iter().find(|n| n.0 == ip) {
+                    Some(n) => n.1,
+                    None => {
+                        let m = crate::xsk::neighbour(ip).ok_or_else(|| {
+                            io::Error::new(
+                                io::ErrorKind::NotFound,
+                                format!("no neighbour entry for {ip}"),
+                            )
+                        })?;
+                        neighbours.push((ip, m));
+                        m
+                    }
+                };
+                let n =
+                    crate::xsk::write_udp_headers(f.as_mut_slice(), *src_mac, mac, *src, to, len);
+                if tx.send([(f, n)])? == 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        "the TX ring is full",
+                    ));
+                }
+            }
+            (TxImp::Udp { sock, .. }, TxBufImp::Fbuf(b)) => {
+                let d = b.freeze();
+                let frag = d.fragments().first().map(|f| f.as_slice()).unwrap_or(&[]);
+                sock.send_to(frag, to)?;
+            }
+            _ => return Err(io::Error::other("a buffer from another sender")),
+        }
+        self.sent += 1;
+        self.bytes += len as u64;
+        Ok(())
+    }
+
+    /// Takes back the frames the kernel has sent (AF_XDP path); returns how many.
+    pub fn complete(&mut self) -> usize {
+        match &mut self.imp {
+            TxImp::Xdp { tx, .. } => {
+                let _ = tx.kick();
+                tx.complete()
+            }
+            TxImp::Udp { .. } => 0,
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> AdcTxStats {
+        let (path, completed, free) = match &self.imp {
+            TxImp::Xdp { tx, .. } => {
+                let s = tx.stats();
+                ("xdp", s.completed, s.free)
+            }
+            TxImp::Udp { .. } => ("udp", self.sent, 0),
+        };
+        AdcTxStats {
+            path,
+            sent: self.sent,
+            bytes: self.bytes,
+            completed,
+            free,
         }
     }
 }

@@ -8,7 +8,9 @@
 //!   [`ferry::IoData`] and returned to the fill ring when released everywhere.
 //! - [`broker`]: the `ferry-adc` broker (policy, grants, revocation by pidfd).
 //! - [`proto`]: its wire protocol.
-//! - [`AdcRx`]: the application API, AF_XDP or UDP.
+//! - [`AdcRx`]: the application API, AF_XDP or UDP (`recvmmsg`, or io_uring with the
+//!   `uring` feature); [`AdcTx`]: sending from the lot on the same path.
+//! - [`testnet`]: namespaces and a veth pair for tests and benchmarks.
 //!
 //! Every `unsafe` of the crate is in its private `sys` module.
 #![deny(unsafe_code)]
@@ -20,9 +22,12 @@ pub mod broker;
 pub mod proto;
 #[allow(unsafe_code)]
 mod sys;
+pub mod testnet;
 pub mod xsk;
 
-pub use adc::{ask, AdcConfig, AdcRx, AdcStats, Packet, RxPath};
+pub use adc::{
+    ask, AdcConfig, AdcRx, AdcStats, AdcTx, AdcTxStats, Fallback, Packet, RxPath, TxBuf,
+};
 pub use broker::{Broker, Policy};
 
 use std::io;

@@ -306,6 +306,10 @@ pub enum RingKind {
     Fill,
     /// Frames received.
     Rx,
+    /// Frames the kernel has sent, given back.
+    Completion,
+    /// Frames to send.
+    Tx,
 }
 
 impl<T> Ring<T> {
@@ -328,6 +332,8 @@ impl<T> Ring<T> {
         let (o, pgoff) = match kind {
             RingKind::Fill => (off.fr, libc::XDP_UMEM_PGOFF_FILL_RING as libc::off_t),
             RingKind::Rx => (off.rx, libc::XDP_PGOFF_RX_RING),
+            RingKind::Completion => (off.cr, libc::XDP_UMEM_PGOFF_COMPLETION_RING as libc::off_t),
+            RingKind::Tx => (off.tx, libc::XDP_PGOFF_TX_RING),
         };
         let map_len = o.desc as usize + size as usize * std::mem::size_of::<T>();
         // SAFETY: a fresh shared mapping of the socket's ring, placed by the kernel.
@@ -367,8 +373,8 @@ impl<T> Ring<T> {
     }
 }
 
-impl Ring<u64> {
-    /// Free entries for the producer (us, on the fill ring).
+impl<T: Copy> Ring<T> {
+    /// Free entries for the producer (us, on the fill and TX rings).
     pub fn free(&self) -> u32 {
         let size = self.mask + 1;
         let prod = self.prod().load(Ordering::Relaxed);
@@ -377,7 +383,7 @@ impl Ring<u64> {
     }
 
     /// Produces `addrs` (no more than [`free`](Self::free)).
-    pub fn produce(&mut self, addrs: impl IntoIterator<Item = u64>) {
+    pub fn produce(&mut self, addrs: impl IntoIterator<Item = T>) {
         let mut prod = self.prod().load(Ordering::Relaxed);
         for a in addrs {
             // SAFETY: `prod & mask` indexes the ring's entries, which lie in the mapping;
@@ -387,6 +393,24 @@ impl Ring<u64> {
             prod = prod.wrapping_add(1);
         }
         self.prod().store(prod, Ordering::Release);
+    }
+}
+
+impl Ring<u64> {
+    /// Takes up to `max` frame addresses the kernel gave back (completion ring).
+    pub fn consume_addrs(&mut self, max: usize, out: &mut Vec<u64>) -> usize {
+        let prod = self.prod().load(Ordering::Acquire);
+        let mut cons = self.cons().load(Ordering::Relaxed);
+        let mut n = 0;
+        while cons != prod && n < max {
+            // SAFETY: entries between consumer and producer are published by the kernel
+            // (acquire above) and ours to read until we move the consumer index.
+            out.push(unsafe { self.desc.add((cons & self.mask) as usize).read_volatile() });
+            cons = cons.wrapping_add(1);
+            n += 1;
+        }
+        self.cons().store(cons, Ordering::Release);
+        n
     }
 }
 
@@ -435,6 +459,114 @@ pub fn lend_frame(
     unsafe { lender.lend(off, len, tag) }
 }
 
+/// A frame of the UMEM area to be filled and sent: writable only through this value,
+/// which owns the frame from the TX free list until it is queued on the TX ring
+/// ([`TxFrame::into_addr`]) or dropped (then it goes back to `back`).
+pub struct TxFrame {
+    ptr: std::ptr::NonNull<u8>,
+    cap: usize,
+    addr: u64,
+    back: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+    queued: bool,
+    /// Keeps the area mapped and allocated.
+    _keep: ferry::AreaLender,
+}
+
+// SAFETY: the frame's bytes are this value's alone (see `TxFrame::new`); the pointer is
+// into the lot mapping, valid in every thread.
+unsafe impl Send for TxFrame {}
+
+impl TxFrame {
+    /// The frame at `addr` (`cap` bytes) of the area whose first byte is `base`, kept by
+    /// `keep`. Only `xsk::XskTx` calls this, for a frame it takes off its free list: a
+    /// frame no ring holds and of which nothing is lent, so this value is its only user.
+    pub fn new(
+        keep: &ferry::AreaLender,
+        base: usize,
+        addr: u64,
+        cap: usize,
+        back: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+    ) -> TxFrame {
+        TxFrame {
+            ptr: std::ptr::NonNull::new((base + addr as usize) as *mut u8).expect("non-null"),
+            cap,
+            addr,
+            back,
+            queued: false,
+            _keep: keep.clone(),
+        }
+    }
+
+    /// The frame's bytes.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `cap` bytes in the area (XskTx hands out whole frames of it), which
+        // `_keep` holds mapped; exclusively ours (see `new`), borrowed mutably from `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.cap) }
+    }
+
+    /// The frame's address in the UMEM, giving up access to it (it goes on the TX ring).
+    pub fn into_addr(mut self) -> u64 {
+        self.queued = true;
+        self.addr
+    }
+}
+
+impl Drop for TxFrame {
+    fn drop(&mut self) {
+        if !self.queued {
+            self.back
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(self.addr);
+        }
+    }
+}
+
+/// The hardware (MAC) address and the IPv4 address of interface `name` in the calling
+/// thread's network namespace (no address: `0.0.0.0`).
+pub fn if_addrs(name: &str) -> io::Result<([u8; 6], std::net::Ipv4Addr)> {
+    let sock = rustix::net::socket(
+        rustix::net::AddressFamily::INET,
+        rustix::net::SocketType::DGRAM,
+        None,
+    )
+    .map_err(|e| io::Error::from_raw_os_error(e.raw_os_error()))?;
+    let bytes = name.as_bytes();
+    if bytes.len() >= libc::IFNAMSIZ {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    let ask = |req: libc::c_ulong| -> io::Result<libc::ifreq> {
+        // SAFETY: an all-zero ifreq is valid.
+        let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (d, &b) in ifr.ifr_name.iter_mut().zip(bytes) {
+            *d = b as libc::c_char;
+        }
+        // SAFETY: `ifr` is a valid, writable ifreq for these two requests.
+        let r = unsafe { libc::ioctl(sock.as_raw_fd(), req as _, &mut ifr) };
+        cvt(r as libc::c_long).map(|_| ifr)
+    };
+    let hw = ask(libc::SIOCGIFHWADDR)?;
+    // SAFETY: SIOCGIFHWADDR filled the `ifru_hwaddr` member.
+    let sa = unsafe { hw.ifr_ifru.ifru_hwaddr };
+    let mut mac = [0u8; 6];
+    for (m, &b) in mac.iter_mut().zip(sa.sa_data.iter()) {
+        *m = b as u8;
+    }
+    let ip = match ask(libc::SIOCGIFADDR) {
+        Ok(a) => {
+            // SAFETY: SIOCGIFADDR filled `ifru_addr` with a sockaddr_in (AF_INET).
+            let sin: libc::sockaddr_in = unsafe {
+                std::ptr::read_unaligned(
+                    &a.ifr_ifru.ifru_addr as *const libc::sockaddr as *const libc::sockaddr_in,
+                )
+            };
+            std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))
+        }
+        Err(_) => std::net::Ipv4Addr::UNSPECIFIED,
+    };
+    Ok((mac, ip))
+}
+
 /// `recvmmsg` into `bufs` (one datagram each); returns the lengths received.
 pub fn recvmmsg(
     fd: BorrowedFd<'_>,
@@ -481,5 +613,149 @@ pub fn ifindex(name: &str) -> io::Result<u32> {
         Err(io::Error::last_os_error())
     } else {
         Ok(i)
+    }
+}
+
+/// Receives on a UDP socket with io_uring: `depth` receive requests kept in flight, each
+/// into its own fbuf of the lot, reaped in batches.
+#[cfg(feature = "uring")]
+pub struct UringRecv {
+    ring: io_uring::IoUring,
+    /// Declared after the ring and dropped after the requests are cancelled (`Drop`).
+    sock: std::net::UdpSocket,
+    /// The buffer each slot's request receives into (`None`: no request in flight).
+    slots: Vec<Option<ferry::IoDataMut>>,
+    buf_len: usize,
+}
+
+#[cfg(feature = "uring")]
+impl UringRecv {
+    /// A ring of `depth` requests on `sock`, each into a buffer of `buf_len` bytes.
+    pub fn new(sock: std::net::UdpSocket, depth: usize, buf_len: usize) -> io::Result<UringRecv> {
+        let ring = io_uring::IoUring::new((depth as u32).next_power_of_two())?;
+        Ok(UringRecv {
+            ring,
+            sock,
+            slots: (0..depth).map(|_| None).collect(),
+            buf_len,
+        })
+    }
+
+    /// Puts a request in flight for every idle slot, with a fresh fbuf of `path`.
+    fn arm(&mut self, path: &ferry::PathAllocator) -> io::Result<()> {
+        use io_uring::{opcode, types};
+        let fd = types::Fd(self.sock.as_raw_fd());
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if slot.is_some() {
+                continue;
+            }
+            let mut b = path
+                .alloc(self.buf_len)
+                .map_err(|e| io::Error::other(format!("fbuf: {e}")))?;
+            let (ptr, len) = {
+                let f = b.fragments_mut().next().expect("one fragment");
+                (f.as_mut_ptr(), f.len())
+            };
+            let sqe = opcode::Recv::new(fd, ptr, len as u32)
+                .build()
+                .user_data(i as u64);
+            // SAFETY: the buffer is an fbuf of the lot that `slots[i]` owns until the
+            // request's completion is reaped (or, at drop, cancelled and reaped): its
+            // memory stays valid and is written by nothing else meanwhile.
+            if unsafe { self.ring.submission().push(&sqe) }.is_err() {
+                break;
+            }
+            *slot = Some(b);
+        }
+        Ok(())
+    }
+
+    /// Receives up to `max` datagrams into `out`, waiting up to `timeout` for the first
+    /// (`None`: for ever).
+    pub fn recv(
+        &mut self,
+        path: &ferry::PathAllocator,
+        out: &mut Vec<ferry::IoData>,
+        max: usize,
+        timeout: Option<std::time::Duration>,
+    ) -> io::Result<usize> {
+        self.arm(path)?;
+        let ready = self.ring.completion().len();
+        let r = if ready > 0 || timeout == Some(std::time::Duration::ZERO) {
+            self.ring.submit()
+        } else if let Some(t) = timeout {
+            let ts = io_uring::types::Timespec::new()
+                .sec(t.as_secs())
+                .nsec(t.subsec_nanos());
+            let args = io_uring::types::SubmitArgs::new().timespec(&ts);
+            self.ring.submitter().submit_with_args(1, &args)
+        } else {
+            self.ring.submit_and_wait(1)
+        };
+        match r {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                ) => {}
+            Err(e) => return Err(e),
+        }
+        let mut n = 0;
+        let mut err = None;
+        let mut cq = self.ring.completion();
+        while n < max {
+            let Some(c) = cq.next() else { break };
+            let slot = &mut self.slots[c.user_data() as usize];
+            let Some(mut b) = slot.take() else { continue };
+            match c.result() {
+                r if r >= 0 => {
+                    b.truncate(r as usize);
+                    out.push(b.freeze());
+                    n += 1;
+                }
+                r if r == -libc::EAGAIN || r == -libc::EINTR => {}
+                r => err = Some(io::Error::from_raw_os_error(-r)),
+            }
+        }
+        drop(cq);
+        match err {
+            Some(e) if n == 0 => Err(e),
+            _ => Ok(n),
+        }
+    }
+}
+
+#[cfg(feature = "uring")]
+impl Drop for UringRecv {
+    fn drop(&mut self) {
+        use io_uring::{opcode, types};
+        // Every request in flight is cancelled and its completion reaped before the
+        // buffers go back to the path: the kernel must not write them afterwards.
+        let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::any())
+            .build()
+            .user_data(u64::MAX);
+        // SAFETY: a cancel request carries no buffer.
+        let _ = unsafe { self.ring.submission().push(&cancel) };
+        let t0 = std::time::Instant::now();
+        while self.slots.iter().any(Option::is_some)
+            && t0.elapsed() < std::time::Duration::from_secs(5)
+        {
+            let ts = io_uring::types::Timespec::new().nsec(10_000_000);
+            let args = io_uring::types::SubmitArgs::new().timespec(&ts);
+            let _ = self.ring.submitter().submit_with_args(1, &args);
+            for c in self.ring.completion() {
+                if let Some(s) = self.slots.get_mut(c.user_data() as usize) {
+                    *s = None;
+                }
+            }
+        }
+        // Requests that did not complete in time keep their buffers: leaked out of the
+        // path rather than handed to someone else while the kernel may write them.
+        for s in &mut self.slots {
+            if let Some(b) = s.take() {
+                std::mem::forget(b);
+            }
+        }
     }
 }

@@ -17,7 +17,7 @@ use ferry::{Group, PathConfig};
 use ferry_xdp::bpf::{AttachMode, Redirect, Steer};
 use ferry_xdp::proto::{Reply, Request, Status};
 use ferry_xdp::xsk::{Geometry, XskRx};
-use ferry_xdp::{AdcConfig, AdcRx, RxPath};
+use ferry_xdp::{testnet, AdcConfig, AdcRx, RxPath};
 
 const RX_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 const T: Duration = Duration::from_secs(20);
@@ -26,95 +26,27 @@ const T: Duration = Duration::from_secs(20);
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
-fn sh(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{}: {e}", args[0]))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
+/// Two network namespaces joined by a veth pair (`ferry_xdp::testnet`): `rx` (interface
+/// `adc0`, 10.77.0.1) and `tx` (`adc1`, 10.77.0.2). Deleted on drop, also when a test
+/// fails.
+struct Net(testnet::Net);
 
-/// Two network namespaces joined by a veth pair: `rx` (interface `adc0`, 10.77.0.1) and
-/// `tx` (`adc1`, 10.77.0.2). Deleted on drop, also when a test fails.
-struct Net {
-    rx: String,
-    tx: String,
+impl std::ops::Deref for Net {
+    type Target = testnet::Net;
+    fn deref(&self) -> &testnet::Net {
+        &self.0
+    }
 }
 
 impl Net {
     fn new() -> Net {
         let n = SEQ.fetch_add(1, Ordering::Relaxed);
-        let base = format!("ferryadc-{}-{n}", std::process::id());
-        let net = Net {
-            rx: format!("{base}-rx"),
-            tx: format!("{base}-tx"),
-        };
-        let (rx, tx) = (net.rx.as_str(), net.tx.as_str());
-        for step in [
-            vec!["ip", "netns", "add", rx],
-            vec!["ip", "netns", "add", tx],
-            vec![
-                "ip", "-n", rx, "link", "add", "adc0", "type", "veth", "peer", "name", "adc1",
-                "netns", tx,
-            ],
-            vec!["ip", "-n", rx, "addr", "add", "10.77.0.1/24", "dev", "adc0"],
-            vec!["ip", "-n", tx, "addr", "add", "10.77.0.2/24", "dev", "adc1"],
-            vec!["ip", "-n", rx, "link", "set", "adc0", "up"],
-            vec!["ip", "-n", tx, "link", "set", "adc1", "up"],
-            vec!["ip", "-n", rx, "link", "set", "lo", "up"],
-            // Known neighbours: no datagram waits on ARP (which passes the program
-            // anyway).
-            vec![
-                "ip",
-                "-n",
-                rx,
-                "link",
-                "set",
-                "adc0",
-                "address",
-                "02:00:00:77:00:01",
-            ],
-            vec![
-                "ip",
-                "-n",
-                tx,
-                "neigh",
-                "add",
-                "10.77.0.1",
-                "lladdr",
-                "02:00:00:77:00:01",
-                "dev",
-                "adc1",
-                "nud",
-                "permanent",
-            ],
-        ] {
-            sh(&step).unwrap();
-        }
-        net
+        Net(testnet::Net::new(&format!("ferryadc-{}-{n}", std::process::id()), 77).unwrap())
     }
 
     /// Runs `f` on a thread inside namespace `ns`.
     fn within<R: Send + 'static>(ns: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
-        let path = format!("/run/netns/{ns}");
-        std::thread::spawn(move || {
-            let fd = std::fs::File::open(&path).unwrap();
-            rustix::thread::move_into_link_name_space(
-                fd.as_fd(),
-                Some(rustix::thread::LinkNameSpaceType::Network),
-            )
-            .unwrap();
-            f()
-        })
-        .join()
-        .unwrap()
+        testnet::Net::within(ns, f).unwrap()
     }
 
     /// Sends `count` patterned datagrams of `len` bytes to `port` from the `tx` side.
@@ -129,20 +61,6 @@ impl Net {
                 }
             }
         })
-    }
-
-    /// A command run inside the `rx` namespace.
-    fn cmd_rx(&self, exe: &Path) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.rx]).arg(exe);
-        c
-    }
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "netns", "del", &self.rx]);
-        let _ = sh(&["ip", "netns", "del", &self.tx]);
     }
 }
 
@@ -359,6 +277,14 @@ fn child_app() {
         port,
     );
     cfg.frames = 256;
+    let tx_spec = std::env::var("ADC_TX").ok();
+    if tx_spec.is_some() {
+        cfg.tx_frames = 64;
+    }
+    #[cfg(feature = "uring")]
+    if std::env::var("ADC_FALLBACK").as_deref() == Ok("uring") {
+        cfg.fallback = ferry_xdp::Fallback::Uring;
+    }
     let mut rx = AdcRx::open(&path, &cfg).unwrap();
     match rx.path() {
         RxPath::Xdp { queue, zerocopy } => println!("path xdp queue={queue} zerocopy={zerocopy}"),
@@ -366,6 +292,44 @@ fn child_app() {
     }
     println!("ready");
     let lot = domain.lot_addr()..domain.lot_addr() + group.lot_size();
+    if let Some(spec) = tx_spec {
+        // "count len port": `count` patterned datagrams (0: for ever) to the tx side.
+        let v: Vec<usize> = spec.split(' ').map(|w| w.parse().unwrap()).collect();
+        let (count, len, port) = (v[0] as u32, v[1], v[2] as u16);
+        let mut tx = rx.take_tx().expect("a sender");
+        let s = tx.stats();
+        println!("tx-path {}", s.path);
+        let to = SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 2), port);
+        let parent = rustix::process::getppid();
+        let mut i = 0u32;
+        while count == 0 || i < count {
+            // A test that failed without killing us (a hang exits the harness): stop.
+            if rustix::process::getppid() != parent {
+                std::process::exit(1);
+            }
+            let Some(mut b) = tx.alloc(len).unwrap() else {
+                tx.complete();
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            };
+            let p = b.payload_mut();
+            let ptr = p.as_ptr() as usize;
+            assert!(lot.contains(&ptr), "the payload is written in the lot");
+            p.copy_from_slice(&pattern(i, len));
+            tx.send(b, to).unwrap();
+            i += 1;
+            if i % 8 == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+                tx.complete();
+            }
+        }
+        let t0 = Instant::now();
+        while tx.stats().path == "xdp" && tx.stats().completed < i as u64 && t0.elapsed() < T {
+            tx.complete();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        println!("tx-done {i} completed={}", tx.stats().completed);
+    }
     let mut got = vec![false; count as usize];
     let mut n = 0;
     let mut pkts = Vec::new();
@@ -640,6 +604,28 @@ fn fallback_when_no_queue() {
     assert!(c.expect("ok").starts_with("20 path=udp"));
 }
 
+/// The fallback receiving with io_uring: every datagram arrives intact in an fbuf of the
+/// lot (checked in the child), through the same API.
+#[cfg(feature = "uring")]
+fn fallback_with_io_uring() {
+    let net = Net::new();
+    let g = group_name("uring");
+    let mut c = app(
+        &net,
+        None,
+        &g,
+        7304,
+        50,
+        &[("ADC_FALLBACK", "uring".into())],
+    );
+    let p = c.expect("path");
+    assert!(p.starts_with("udp None no broker"), "{p}");
+    c.expect("ready");
+    net.send(7304, 50, 1000);
+    let ok = c.expect("ok");
+    assert!(ok.starts_with("50 path=uring"), "{ok}");
+}
+
 /// kill -9 of the application: the broker revokes (the port's traffic returns to the
 /// normal stack), holds no more descriptors than before, and grants the queue again.
 fn kill9_returns_the_queue() {
@@ -683,6 +669,118 @@ fn kill9_returns_the_queue() {
     b.expect("ready");
     net.send(7400, 5, 300);
     assert!(b.expect("ok").starts_with("5 path=xdp"));
+}
+
+/// A UDP socket on `port` in the tx namespace, bound before this returns: the numbers of
+/// the intact datagrams it hears until `want` distinct ones came or it heard nothing for
+/// 3 s; any corrupt one fails the test.
+fn tx_listener(net: &Net, port: u16, want: usize) -> std::thread::JoinHandle<Vec<u32>> {
+    let ns = net.tx.clone();
+    let (tx, rxc) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        Net::within(&ns, move || {
+            let s = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 2), port)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            tx.send(()).unwrap();
+            let mut seen = std::collections::BTreeSet::new();
+            let mut b = [0u8; 2048];
+            while seen.len() < want {
+                let Ok(k) = s.recv(&mut b) else { break };
+                let i = check(&b[..k])
+                    .unwrap_or_else(|| panic!("a corrupt datagram: {:?}", &b[..k.min(16)]));
+                seen.insert(i);
+            }
+            seen.into_iter().collect()
+        })
+    });
+    rxc.recv().unwrap();
+    h
+}
+
+/// Datagrams written in place in the lot and sent (through the AF_XDP socket the broker
+/// granted, and on the UDP fallback) arrive intact at a UDP socket on the other side.
+fn tx_from_the_lot_arrives_intact() {
+    let net = Net::new();
+    let broker = BrokerProc::start(&net, &policy("grant uid=0 queues=0 ports=7600"));
+    let g = group_name("tx");
+    let count = 100u32;
+    for (port, with_broker, path) in [(7610u16, true, "xdp"), (7611, false, "udp")] {
+        let l = tx_listener(&net, port, count as usize);
+        let mut a = app(
+            &net,
+            with_broker.then_some(&broker),
+            &g,
+            7600,
+            0,
+            &[("ADC_TX", format!("{count} 700 {port}"))],
+        );
+        assert!(a.expect("path").starts_with(path));
+        assert_eq!(a.expect("tx-path"), path);
+        let done = a.expect("tx-done");
+        if path == "xdp" {
+            assert_eq!(
+                done,
+                format!("{count} completed={count}"),
+                "every frame back"
+            );
+        }
+        let got = l.join().unwrap();
+        assert_eq!(
+            got,
+            (0..count).collect::<Vec<_>>(),
+            "{path}: every datagram, intact"
+        );
+    }
+}
+
+/// kill -9 of an application while it sends from the lot: the broker revokes, holds no
+/// more descriptors than before, and the queue is granted again to a sender whose
+/// datagrams arrive intact.
+fn kill9_mid_send_leaks_nothing() {
+    let net = Net::new();
+    let broker = BrokerProc::start(&net, &policy("grant uid=0 queues=0 ports=7700"));
+    std::thread::sleep(Duration::from_millis(100));
+    let before = broker.fds();
+    let g = group_name("txkill");
+    let l = tx_listener(&net, 7710, 30);
+    let mut a = app(
+        &net,
+        Some(&broker),
+        &g,
+        7700,
+        0,
+        &[("ADC_TX", "0 300 7710".into())],
+    );
+    assert_eq!(a.expect("tx-path"), "xdp");
+    assert!(l.join().unwrap().len() >= 30, "the sender is sending");
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_raw(a.pid() as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    );
+    let _ = a.child.wait();
+    broker.wait_log("revoked pid");
+    let t0 = Instant::now();
+    while broker.fds() != before && t0.elapsed() < T {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        broker.fds(),
+        before,
+        "the broker holds nothing of the dead sender"
+    );
+    let l = tx_listener(&net, 7711, 40);
+    let mut b = app(
+        &net,
+        Some(&broker),
+        &g,
+        7700,
+        0,
+        &[("ADC_TX", "40 300 7711".into())],
+    );
+    let p = b.expect("path");
+    assert!(p.starts_with("xdp queue=0"), "the queue is free again: {p}");
+    assert_eq!(b.expect("tx-done"), "40 completed=40");
+    assert_eq!(l.join().unwrap(), (0..40).collect::<Vec<_>>());
 }
 
 /// A normal UDP socket on `port` in the rx namespace: the number of the first datagram
@@ -825,15 +923,17 @@ fn recv_reply(c: &OwnedFd) -> Reply {
 
 /// Deletes every namespace this process made (after a hang, when no destructor runs).
 fn cleanup_namespaces() {
-    let prefix = format!("ferryadc-{}-", std::process::id());
-    if let Ok(o) = Command::new("ip").args(["netns", "list"]).output() {
-        for l in String::from_utf8_lossy(&o.stdout).lines() {
-            if let Some(n) = l
-                .split_whitespace()
-                .next()
-                .filter(|n| n.starts_with(&prefix))
-            {
-                let _ = sh(&["ip", "netns", "del", n]);
+    testnet::cleanup(&format!("ferryadc-{}-", std::process::id()));
+}
+
+/// The groups' control files outlive children that were killed: removes this run's.
+fn remove_group_files() {
+    let suffix = format!("-{}", std::process::id());
+    if let Ok(dir) = std::fs::read_dir("/dev/shm") {
+        for e in dir.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with("ferry.adctest-") && n.ends_with(&suffix) {
+                let _ = std::fs::remove_file(e.path());
             }
         }
     }
@@ -849,12 +949,8 @@ fn main() {
         }
         return;
     }
-    if !rustix::process::geteuid().is_root() {
-        println!("SKIP adc: needs root (network namespaces, BPF, AF_XDP)");
-        return;
-    }
-    if sh(&["ip", "-V"]).is_err() {
-        println!("SKIP adc: needs `ip` (iproute2)");
+    if let Some(why) = testnet::unavailable() {
+        println!("SKIP adc: {why}");
         return;
     }
     let tests: &[(&str, fn())] = &[
@@ -871,7 +967,14 @@ fn main() {
             forwarded_frame_is_read_in_place,
         ),
         ("fallback_when_no_queue", fallback_when_no_queue),
+        #[cfg(feature = "uring")]
+        ("fallback_with_io_uring", fallback_with_io_uring),
         ("kill9_returns_the_queue", kill9_returns_the_queue),
+        (
+            "tx_from_the_lot_arrives_intact",
+            tx_from_the_lot_arrives_intact,
+        ),
+        ("kill9_mid_send_leaks_nothing", kill9_mid_send_leaks_nothing),
         ("malformed_requests_refused", malformed_requests_refused),
     ];
     let filter: Vec<String> = args[1..]
@@ -889,6 +992,7 @@ fn main() {
             if !name.is_empty() && since.elapsed() > Duration::from_secs(120) {
                 println!("test {name} ... FAILED (hung for 120 s)");
                 cleanup_namespaces();
+                remove_group_files();
                 std::process::exit(1);
             }
         });
@@ -908,16 +1012,7 @@ fn main() {
             }
         }
     }
-    // The groups' control files outlive children that were killed: remove ours.
-    let suffix = format!("-{}", std::process::id());
-    if let Ok(dir) = std::fs::read_dir("/dev/shm") {
-        for e in dir.flatten() {
-            let n = e.file_name().to_string_lossy().into_owned();
-            if n.starts_with("ferry.adctest-") && n.ends_with(&suffix) {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
+    remove_group_files();
     std::io::stdout().flush().unwrap();
     if failed > 0 {
         std::process::exit(1);

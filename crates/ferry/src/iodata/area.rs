@@ -174,3 +174,118 @@ impl AreaLender {
         Ok(IoData::from_segment(Arc::new(seg)))
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::region::{Group, PathConfig};
+
+    #[derive(Default)]
+    struct Log(Mutex<Vec<u64>>);
+
+    impl AreaRelease for Log {
+        fn released(&self, tag: u64) {
+            self.0.lock().unwrap().push(tag);
+        }
+    }
+
+    impl Log {
+        fn tags(&self) -> Vec<u64> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    /// An area is a page-aligned span of the domain's lot, the same bytes through the
+    /// lot's memfd and the mapping, held out of its path until dropped; a piece lent from
+    /// it is read in place, refused outside the area, and reported released (with its
+    /// tag) only when its last reference, here or in a domain it was sent to, is gone.
+    #[test]
+    fn area_lends_in_place_and_reports_each_release_once() {
+        let g = Group::open(&format!("unit-area-{}", std::process::id())).unwrap();
+        let (a, b) = (g.join().unwrap(), g.join().unwrap());
+        let path = a.path(PathConfig::default()).unwrap();
+        let page = rustix::param::page_size();
+        let area = path.area(3 * page + 1).unwrap();
+        assert!(area.len() > 3 * page);
+        assert_eq!(
+            area.lot_offset() % page as u64,
+            0,
+            "page-aligned in the lot"
+        );
+        assert_eq!(
+            area.as_ptr() as usize,
+            a.lot_addr() + area.lot_offset() as usize,
+            "in this domain's lot mapping"
+        );
+        assert!(path.outstanding() >= area.len(), "held out of its path");
+        assert!(path.area(0).is_err());
+
+        // Written through the memfd (as a device or the kernel would), read in place.
+        let at = area.lot_offset() + page as u64;
+        rustix::io::pwrite(area.lot_fd(), b"device bytes", at).unwrap();
+        let log = Arc::new(Log::default());
+        let lender = area.lender(log.clone());
+        // SAFETY: nothing writes the area while the pieces live (the test writes it
+        // only before lending).
+        let d = unsafe { lender.lend(page, 12, 7) }.unwrap();
+        assert!(d.eq_bytes(b"device bytes"));
+        let f = &d.fragments()[0];
+        assert_eq!(
+            f.as_slice().as_ptr() as usize,
+            area.as_ptr() as usize + page
+        );
+        assert_eq!(
+            f.lot_span(),
+            Some(LotSpan {
+                lot: area.lot(),
+                offset: at
+            })
+        );
+        // SAFETY: refused before anything is lent.
+        assert!(unsafe { lender.lend(area.len() - 4, 5, 8) }.is_err());
+        // SAFETY: as above.
+        assert!(unsafe { lender.lend(usize::MAX, 2, 8) }.is_err());
+
+        // Clones: one release, when the last goes.
+        let c = d.clone();
+        drop(d);
+        assert!(log.tags().is_empty());
+        drop(c);
+        assert_eq!(log.tags(), vec![7]);
+
+        // Sent to another domain: released when the receiver drops it.
+        let (a2, bid) = (a.clone(), b.id());
+        let t = std::thread::spawn(move || a2.connect(bid, Duration::from_secs(5)).unwrap());
+        let mut rx = b.accept(Duration::from_secs(5)).unwrap();
+        let tx = t.join().unwrap();
+        // SAFETY: as above.
+        let d = unsafe { lender.lend(2 * page, 100, 9) }.unwrap();
+        tx.send(&d).unwrap();
+        drop(d);
+        let r = rx.recv().unwrap();
+        assert_eq!(
+            r.fragments()[0].as_slice().as_ptr() as usize,
+            area.as_ptr() as usize + 2 * page,
+            "a descriptor, read in place"
+        );
+        tx.collect_releases().unwrap();
+        assert_eq!(log.tags(), vec![7], "still held by the receiver");
+        drop(r);
+        let t0 = Instant::now();
+        while log.tags().len() < 2 && t0.elapsed() < Duration::from_secs(5) {
+            tx.collect_releases().unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(log.tags(), vec![7, 9]);
+
+        // The area goes back to its path only when the area and its lenders are gone.
+        let held = path.outstanding();
+        drop(area);
+        assert_eq!(path.outstanding(), held, "the lender keeps the area");
+        drop(lender);
+        assert_eq!(path.outstanding(), 0, "returned to its path");
+    }
+}
