@@ -715,7 +715,7 @@ fn bridge_subscribes_only_for_far_subscribers() {
     bb.expect("importing lazy/x", T);
     p.wait_for_subscribers(1, T)
         .expect("A's bridge never subscribed for B's import");
-    let mut left = |p: &mut Publisher| {
+    let left = |p: &mut Publisher| {
         (0..1500).any(|_| {
             std::thread::sleep(Duration::from_millis(20));
             p.collect_releases();
