@@ -486,13 +486,14 @@ fn spawn_import(ctx: &Arc<Ctx>, name: &str, zid: &str, shape: Shape) -> Worker {
 
 /// The token and configuration queryable of one exported service; dropping them tells
 /// the other bridges it is gone.
-struct Announcement {
+struct Announcement<Q> {
     _token: zenoh::liveliness::LivelinessToken,
-    _config: zenoh::query::Queryable<()>,
+    config: zenoh::query::Queryable<Q>,
 }
 
-fn announce(ctx: &Ctx, name: &str, shape: Shape) -> Result<Announcement> {
-    let answer = format!(
+/// What a service's configuration queryable answers.
+fn config_answer(ctx: &Ctx, shape: Shape) -> String {
+    format!(
         "kind={} depth={} slow={} max={}",
         if shape.kind == ServiceKind::PubSub {
             "ps"
@@ -506,14 +507,20 @@ fn announce(ctx: &Ctx, name: &str, shape: Shape) -> Result<Announcement> {
             "drop"
         },
         ctx.max_message
-    );
+    )
+}
+
+/// Declares the service's configuration queryable (with `handler`), then its token.
+fn announce<H>(ctx: &Ctx, name: &str, shape: Shape, handler: H) -> Result<Announcement<H::Handler>>
+where
+    H: zenoh::handlers::IntoHandler<zenoh::query::Query> + Send,
+    H::Handler: Send,
+{
     let config = ctx
         .session
         .declare_queryable(config_key(&ctx.scope, &ctx.zid, name))
         .allowed_origin(Locality::Remote)
-        .callback(move |q| {
-            let _ = q.reply(q.key_expr().clone(), answer.clone()).wait();
-        })
+        .with(handler)
         .wait()
         .map_err(|e| anyhow!("declaring the config queryable of {name}: {e}"))?;
     let token = ctx
@@ -529,8 +536,21 @@ fn announce(ctx: &Ctx, name: &str, shape: Shape) -> Result<Announcement> {
         .map_err(|e| anyhow!("declaring the token of {name}: {e}"))?;
     Ok(Announcement {
         _token: token,
-        _config: config,
+        config,
     })
+}
+
+/// [`announce`] with a queryable that answers at once, from zenoh's own threads.
+fn announce_answering(ctx: &Ctx, name: &str, shape: Shape) -> Result<Announcement<()>> {
+    let answer = config_answer(ctx, shape);
+    announce(
+        ctx,
+        name,
+        shape,
+        zenoh::handlers::Callback::from(move |q: zenoh::query::Query| {
+            let _ = q.reply(q.key_expr().clone(), answer.clone()).wait();
+        }),
+    )
 }
 
 /// Asks the far bridge for the service's configuration. Being a round trip after any
@@ -583,9 +603,18 @@ fn to_zbytes(d: IoData) -> ZBytes {
     w.finish()
 }
 
+/// How long after answering a configuration query an export stays subscribed even
+/// though zenoh does not (yet) report the asking bridge's subscription.
+const HOLD: Duration = Duration::from_secs(5);
+
+/// Exports a publish-subscribe service. The bridge subscribes locally only while a far
+/// bridge subscribes to the service's key (zenoh's matching status of the publisher,
+/// which counts remote subscribers only), so a host whose services nobody imports
+/// pays nothing for its bridge: its publishers store to and wake no extra queue. A far
+/// bridge asks for the configuration after it subscribed and before it offers the
+/// service in its group; the query is answered here, once this bridge is subscribed,
+/// so that everything published after the far end offers the service reaches it.
 fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Result<End> {
-    let mut sub = Subscriber::open(&ctx.domain, name, Duration::from_secs(1))
-        .with_context(|| format!("subscribing to {name}"))?;
     let zpub = ctx
         .session
         .declare_publisher(data_key(&ctx.scope, name))
@@ -596,14 +625,58 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
         .allowed_destination(Locality::Remote)
         .wait()
         .map_err(|e| anyhow!("declaring the publisher of {name}: {e}"))?;
-    let announced = announce(ctx, name, shape)?;
+    let matching = zpub
+        .matching_listener()
+        .with(FifoChannel::new(64))
+        .wait()
+        .map_err(|e| anyhow!("watching {name}'s far subscribers: {e}"))?;
+    let mut wanted = zpub
+        .matching_status()
+        .wait()
+        .map_err(|e| anyhow!("{name}'s far subscribers: {e}"))?
+        .matching();
+    let announced = announce(ctx, name, shape, FifoChannel::new(64))?;
+    let answer = config_answer(ctx, shape);
     say!(ctx, "exporting {name} ({})", shape.tag());
+    let mut sub: Option<Subscriber> = None;
+    let mut hold_until: Option<Instant> = None;
     let mut too_large = 0u64;
     let end = loop {
         if stop.load(Ordering::Relaxed) {
             break End::Stopped;
         }
-        match sub.recv_timeout(POLL) {
+        while let Ok(Some(m)) = matching.try_recv() {
+            wanted = m.matching();
+        }
+        let mut queries = Vec::new();
+        while let Ok(Some(q)) = announced.config.try_recv() {
+            queries.push(q);
+        }
+        if !queries.is_empty() {
+            hold_until = Some(Instant::now() + HOLD);
+        }
+        let held = hold_until.is_some_and(|t| Instant::now() < t);
+        if sub.is_none() && (wanted || held) {
+            sub = Some(
+                Subscriber::open(&ctx.domain, name, Duration::from_secs(1))
+                    .with_context(|| format!("subscribing to {name}"))?,
+            );
+            say!(ctx, "{name}: a far bridge subscribes; carrying");
+        } else if sub.is_some() && !wanted && !held {
+            sub = None;
+            say!(ctx, "{name}: no far subscriber; not carrying");
+        }
+        for q in queries {
+            let _ = q.reply(q.key_expr().clone(), answer.clone()).wait();
+        }
+        let Some(s) = sub.as_mut() else {
+            // Nothing to carry: wait for a far subscriber (or a query) to come.
+            if let Ok(Some(m)) = matching.recv_timeout(POLL) {
+                wanted = m.matching();
+            }
+            continue;
+        };
+        match s.recv_timeout(POLL) {
             Ok(d) => {
                 if d.len() > ctx.max_message {
                     too_large += 1;
@@ -786,7 +859,7 @@ fn export_reqresp(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Res
         .with(FifoChannel::new(shape.depth as usize))
         .wait()
         .map_err(|e| anyhow!("declaring the queryable of {name}: {e}"))?;
-    let announced = announce(ctx, name, shape)?;
+    let announced = announce_answering(ctx, name, shape)?;
     say!(ctx, "exporting {name} ({})", shape.tag());
     let end = loop {
         if stop.load(Ordering::Relaxed) {

@@ -692,6 +692,56 @@ fn denied_service_never_arrives() {
     h.assert_no_leftovers();
 }
 
+/// A's bridge subscribes to A's publisher only while a far bridge imports the service:
+/// with no other bridge it exports the service (token, configuration) without
+/// subscribing, so the publisher stores to and wakes no queue of its; B's import makes
+/// it subscribe; once B's bridge is gone (killed, or stopped) it leaves again.
+fn bridge_subscribes_only_for_far_subscribers() {
+    let h = Hosts::new("m");
+    let group = Group::open(h.group('A')).unwrap();
+    let domain = group.join().unwrap();
+    let mut p = Publisher::offer(&domain, "lazy/x", ServiceConfig::default()).unwrap();
+    let mut ba = h.bridge('A', &[]);
+    ba.expect("exporting lazy/x", T);
+    // Several of the bridge's scans later, still no subscriber.
+    std::thread::sleep(Duration::from_millis(500));
+    p.collect_releases();
+    assert_eq!(
+        p.subscriber_count(),
+        0,
+        "A's bridge subscribed with no far bridge importing the service"
+    );
+    let mut bb = h.bridge('B', &[]);
+    bb.expect("importing lazy/x", T);
+    p.wait_for_subscribers(1, T)
+        .expect("A's bridge never subscribed for B's import");
+    let left = |p: &mut Publisher| {
+        (0..1500).any(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            p.collect_releases();
+            p.subscriber_count() == 0
+        })
+    };
+    bb.kill9();
+    assert!(
+        left(&mut p),
+        "A's bridge stayed subscribed after B's bridge died"
+    );
+    // A restarted B subscribes it again; B stopping cleanly lets it go again.
+    let mut bb = h.bridge('B', &[]);
+    bb.expect("importing lazy/x", T);
+    p.wait_for_subscribers(1, T)
+        .expect("A's bridge never subscribed for the restarted B");
+    bb.stop();
+    assert!(
+        left(&mut p),
+        "A's bridge stayed subscribed after B's bridge stopped"
+    );
+    drop((p, domain, group));
+    ba.stop();
+    h.assert_no_leftovers();
+}
+
 fn main() {
     if let Ok(role) = std::env::var("FZ_ROLE") {
         child_main(&role);
@@ -709,6 +759,10 @@ fn main() {
             bridge_killed_midstream_and_restarted,
         ),
         ("denied_service_never_arrives", denied_service_never_arrives),
+        (
+            "bridge_subscribes_only_for_far_subscribers",
+            bridge_subscribes_only_for_far_subscribers,
+        ),
     ];
     let filter: Vec<String> = std::env::args()
         .skip(1)

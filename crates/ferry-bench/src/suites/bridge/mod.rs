@@ -10,11 +10,16 @@
 //!
 //! - Latency: one message at a time, the sender's `CLOCK_MONOTONIC` stamp in its first
 //!   8 bytes, the receiver's stamp on arrival; the next message leaves once it arrived.
+//!   Each wait is for the message with the stamp just sent: messages of an earlier phase
+//!   that the bridges still carry are skipped (counting them as the awaited one made
+//!   1 MiB look like ~17 ms).
 //! - Throughput: as many messages as fit in the budget, back to back (blocking
 //!   congestion control on both, so none is lost), timed from the first send to the last
-//!   arrival.
+//!   arrival of this phase's messages.
 //! - Local hand-over on A: the latency above, A's publisher to A's subscriber, before
-//!   the bridges start and again with A's bridge subscribed to the service.
+//!   the bridges start; with A's bridge attached but no far subscriber (B's bridge not
+//!   yet started); and with B's subscriber, the bridge carrying every message (the next
+//!   message leaves once it reached both subscribers).
 //!
 //! The bars (issue 24): through the bridges at least 0.9x zenoh's throughput at 64 KiB
 //! and above, at most 1.2x its latency at every size; the local hand-over with the
@@ -62,17 +67,17 @@ fn stamp_of(b: &[u8]) -> u64 {
     u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))
 }
 
-/// A thread that receives with `recv` until stopped, reporting each message's one-way
-/// latency in ns.
+/// A thread that receives with `recv` until stopped, reporting each message's send
+/// stamp and its arrival (ns).
 fn receiver(
     stop: Arc<AtomicBool>,
     mut recv: impl FnMut() -> Option<u64> + Send + 'static,
-) -> (Receiver<u64>, JoinHandle<()>) {
-    let (tx, rx): (Sender<u64>, _) = channel();
+) -> (Receiver<(u64, u64)>, JoinHandle<()>) {
+    let (tx, rx): (Sender<(u64, u64)>, _) = channel();
     let h = std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
             if let Some(stamp) = recv() {
-                if tx.send(now_ns().saturating_sub(stamp)).is_err() {
+                if tx.send((stamp, now_ns())).is_err() {
                     break;
                 }
             }
@@ -81,36 +86,60 @@ fn receiver(
     (rx, h)
 }
 
-/// Latencies (µs) of `n` messages sent one at a time by `send`, each waited for on `rx`.
+/// Waits on `rx` for the message stamped `stamp`: its one-way latency in ns. Messages
+/// of earlier phases still in flight (a backlog the bridges are still carrying) are
+/// skipped, never counted as this one.
+fn arrival(rx: &Receiver<(u64, u64)>, stamp: u64) -> Result<u64> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (s, at) = rx.recv_timeout(left).context("a message did not arrive")?;
+        if s == stamp {
+            return Ok(at.saturating_sub(s));
+        }
+    }
+}
+
+/// Latencies (µs) on `rxs[0]` of `n` messages sent one at a time by `send`, each waited
+/// for on every one of `rxs` before the next leaves.
 fn latencies(
     n: usize,
-    rx: &Receiver<u64>,
+    rxs: &[&Receiver<(u64, u64)>],
     mut send: impl FnMut(u64) -> Result<()>,
 ) -> Result<Vec<f64>> {
-    while rx.try_recv().is_ok() {}
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        send(now_ns())?;
-        let ns = rx.recv_timeout(WAIT).context("a message did not arrive")?;
-        out.push(ns as f64 / 1e3);
+        let stamp = now_ns();
+        send(stamp)?;
+        out.push(arrival(rxs[0], stamp)? as f64 / 1e3);
+        for rx in &rxs[1..] {
+            arrival(rx, stamp)?;
+        }
     }
     Ok(out)
 }
 
-/// MB/s of `n` messages of `size` bytes sent back to back by `send`, all counted on `rx`.
+/// MB/s of `n` messages of `size` bytes sent back to back by `send`, all counted on `rx`
+/// (earlier phases' messages still in flight are not).
 fn throughput(
     n: usize,
     size: usize,
-    rx: &Receiver<u64>,
+    rx: &Receiver<(u64, u64)>,
     mut send: impl FnMut(u64) -> Result<()>,
 ) -> Result<f64> {
-    while rx.try_recv().is_ok() {}
     let t0 = Instant::now();
+    let first = now_ns();
     for _ in 0..n {
         send(now_ns())?;
     }
-    for _ in 0..n {
-        rx.recv_timeout(WAIT).context("a message did not arrive")?;
+    let deadline = Instant::now() + WAIT;
+    let mut got = 0;
+    while got < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (s, _) = rx.recv_timeout(left).context("a message did not arrive")?;
+        if s >= first {
+            got += 1;
+        }
     }
     Ok((n * size) as f64 / t0.elapsed().as_secs_f64() / 1e6)
 }
@@ -128,6 +157,9 @@ struct Row {
     bridge_mbs: f64,
     zenoh_mbs: f64,
     local_without: Summary,
+    /// The bridge attached and exporting, no far subscriber.
+    local_idle: Summary,
+    /// A far subscriber on B, the bridge carrying every message.
     local_with: Summary,
 }
 
@@ -175,16 +207,15 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
             "bridge: local hand-over without the bridge, {size} B"
         ));
         let s = send(size);
-        local_without.push(latencies(lat_n, &local_rx, |t| s(&mut publisher, t))?);
+        local_without.push(latencies(lat_n, &[&local_rx], |t| s(&mut publisher, t))?);
     }
 
-    // The bridges, then host B's subscriber (which waits for the import).
-    ctx.progress.phase("bridge: starting the bridges");
+    // A's bridge alone: attached, exporting the service, but with no far subscriber.
+    ctx.progress.phase("bridge: starting A's bridge");
     let port = free_port()?;
     let ep = format!("tcp/127.0.0.1:{port}");
     let group_b = Group::open(&gb)?;
-    let mut bridges = Vec::new();
-    for (g, listen) in [(group_a.clone(), true), (group_b.clone(), false)] {
+    let bridge = |g: Arc<Group>, listen: bool| {
         let mut c = BridgeConfig::new(g.name());
         c.scope = Some(scope.clone());
         c.log = std::env::var_os("FERRY_BENCH_BRIDGE_LOG").is_some();
@@ -194,8 +225,24 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
             c.connect.push(ep.clone());
         }
         let s = stop.clone();
-        bridges.push(std::thread::spawn(move || run_in(g, &c, &s)));
+        std::thread::spawn(move || run_in(g, &c, &s))
+    };
+    let mut bridges = vec![bridge(group_a.clone(), true)];
+    // Time for the bridge to find the service and export it (it scans every 100 ms).
+    std::thread::sleep(Duration::from_millis(1000));
+    let idle_subscribed = publisher.subscriber_count() > 1;
+    let mut local_idle = Vec::new();
+    for &size in sizes {
+        ctx.progress.phase(&format!(
+            "bridge: local hand-over, bridge attached, no far subscriber, {size} B"
+        ));
+        let s = send(size);
+        local_idle.push(latencies(lat_n, &[&local_rx], |t| s(&mut publisher, t))?);
     }
+
+    // Host B's bridge, then its subscriber (which waits for the import).
+    ctx.progress.phase("bridge: starting B's bridge");
+    bridges.push(bridge(group_b.clone(), false));
     let bd = group_b.join()?;
     let mut remote = Subscriber::open(&bd, SERVICE, WAIT).context("the service never reached B")?;
     publisher.wait_for_subscribers(2, WAIT)?;
@@ -210,8 +257,8 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         ctx.progress
             .phase(&format!("bridge: through the bridges, {size} B"));
         let s = send(size);
-        let lat = latencies(lat_n, &remote_rx, |t| s(&mut publisher, t))?;
-        let with = latencies(lat_n, &local_rx, |t| s(&mut publisher, t))?;
+        let lat = latencies(lat_n, &[&remote_rx], |t| s(&mut publisher, t))?;
+        let with = latencies(lat_n, &[&local_rx, &remote_rx], |t| s(&mut publisher, t))?;
         let mbs = throughput(count(size), size, &remote_rx, |t| s(&mut publisher, t))?;
         bridged.push((i, lat, with, mbs));
     }
@@ -274,7 +321,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         let size = sizes[i];
         ctx.progress
             .phase(&format!("bridge: zenoh alone, {size} B"));
-        let zl = latencies(lat_n, &z_rx, zsend(size))?;
+        let zl = latencies(lat_n, &[&z_rx], zsend(size))?;
         let zt = throughput(count(size), size, &z_rx, zsend(size))?;
         rows.push(Row {
             size,
@@ -283,6 +330,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
             bridge_mbs: mbs,
             zenoh_mbs: zt,
             local_without: Summary::of(&local_without[i]),
+            local_idle: Summary::of(&local_idle[i]),
             local_with: Summary::of(&with),
         });
     }
@@ -294,30 +342,31 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         b.join().map_err(|_| anyhow!("a bridge panicked"))??;
     }
     drop((zpub, za, zb));
-    Ok(report(&rows, ctx.quick))
+    Ok(report(&rows, idle_subscribed, ctx.quick))
 }
 
-fn report(rows: &[Row], quick: bool) -> BenchOutput {
+fn report(rows: &[Row], idle_subscribed: bool, quick: bool) -> BenchOutput {
     let mut md = String::new();
     md.push_str(&format!(
         "## bridge: two hosts through ferry-bridge vs zenoh pub/sub (loopback{})\n\n",
         if quick { ", quick" } else { "" }
     ));
-    md.push_str("| size | latency bridge µs | zenoh µs | ratio (bar <= 1.2) | MB/s bridge | zenoh | ratio (bar >= 0.9 at >= 64 KiB) | local hand-over µs without | with bridge | ratio (bar <= 1.1) |\n");
-    md.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| size | latency bridge µs | zenoh µs | ratio (bar <= 1.2) | MB/s bridge | zenoh | ratio (bar >= 0.9 at >= 64 KiB) | local hand-over µs without bridge | bridge, no far sub | ratio (bar <= 1.1) | bridge carrying to B | ratio (bar <= 1.1) |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut records = Vec::new();
     let verdict = |ok: bool| if ok { "ok" } else { "MISSED" };
     for r in rows {
         let lr = r.bridge_lat.median / r.zenoh_lat.median;
         let tr = r.bridge_mbs / r.zenoh_mbs;
         let loc = r.local_with.median / r.local_without.median;
+        let idle = r.local_idle.median / r.local_without.median;
         let tbar = if r.size >= 64 << 10 {
             verdict(tr >= BAR_THROUGHPUT)
         } else {
             "-"
         };
         md.push_str(&format!(
-            "| {} | {:.1} | {:.1} | {lr:.2} {} | {:.0} | {:.0} | {tr:.2} {tbar} | {:.1} | {:.1} | {loc:.2} {} |\n",
+            "| {} | {:.1} | {:.1} | {lr:.2} {} | {:.0} | {:.0} | {tr:.2} {tbar} | {:.1} | {:.1} | {idle:.2} {} | {:.1} | {loc:.2} {} |\n",
             r.size,
             r.bridge_lat.median,
             r.zenoh_lat.median,
@@ -325,6 +374,8 @@ fn report(rows: &[Row], quick: bool) -> BenchOutput {
             r.bridge_mbs,
             r.zenoh_mbs,
             r.local_without.median,
+            r.local_idle.median,
+            verdict(idle <= BAR_LOCAL),
             r.local_with.median,
             verdict(loc <= BAR_LOCAL),
         ));
@@ -332,6 +383,7 @@ fn report(rows: &[Row], quick: bool) -> BenchOutput {
             ("bridge latency", r.bridge_lat),
             ("zenoh latency", r.zenoh_lat),
             ("local without bridge", r.local_without),
+            ("local with bridge, no far subscriber", r.local_idle),
             ("local with bridge", r.local_with),
         ] {
             let mut rec = Record::new("bridge", series, "us", s, 1, 0.0);
@@ -339,6 +391,14 @@ fn report(rows: &[Row], quick: bool) -> BenchOutput {
             records.push(rec);
         }
     }
+    md.push_str(&format!(
+        "\nWith no far subscriber, A's bridge {} the service locally.\n",
+        if idle_subscribed {
+            "was subscribed to"
+        } else {
+            "was not subscribed to"
+        }
+    ));
     md.push_str("\nLatency: medians of one-way stamps, one message at a time. Throughput: back to back, blocking congestion control.\n");
     BenchOutput {
         records,
