@@ -26,14 +26,12 @@ from typing import Iterator, Optional
 import pytest
 
 from conftest import HERE, unique_name
+from service_peer import payload
 
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 BRIDGE = os.environ.get("FERRY_BRIDGE") or os.path.join(ROOT, "target", "release", "ferry-bridge")
 SERVICE_PEER = os.path.join(HERE, "service_peer.py")
 T = 60.0  # set-up steps on a loaded machine; a hang shows as a failure after it
-
-sys.path.insert(0, HERE)
-from service_peer import payload  # noqa: E402
 
 
 class Proc:
@@ -148,6 +146,10 @@ class Hosts:
         else:
             for ns in (na, nb):
                 del_netns(ns)
+            try:  # the veth pair, if it was made but not moved
+                subprocess.run(["ip", "link", "del", na], capture_output=True)
+            except OSError:
+                pass
             print(f"note: no network namespaces ({why}): both bridges on loopback", file=sys.stderr)
             self.ns = None
             self.endpoint = f"tcp/127.0.0.1:{free_port()}"
