@@ -137,8 +137,8 @@ class Hosts:
         base = unique_name()
         self.groups = {"A": f"{base}-a", "B": f"{base}-b"}
         self.scope = f"fp{os.getpid()}-{base.rsplit('-', 1)[1]}"
-        tag = f"fp{os.getpid()}-{base.rsplit('-', 1)[1]}"  # interface names: 15 bytes
-        na, nb = f"{tag}a", f"{tag}b"
+        # Also the namespaces' and veth ends' names, which must fit 15 bytes.
+        na, nb = f"{self.scope}a", f"{self.scope}b"
         why = make_namespaces(na, nb)
         if why is None:
             self.ns: Optional[dict[str, str]] = {"A": na, "B": nb}
