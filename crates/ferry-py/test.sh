@@ -10,7 +10,7 @@
 # the venvs, target/py-venv and target/py39-venv, which are reused between runs).
 # FERRY_PY39=skip skips the 3.9 run (it says so); where python39.sh cannot work (no
 # dpkg-deb, not amd64, no Debian mirror) the run fails unless FERRY_PY39=skip.
-# Unattended-safe (CI=true).
+# Builds ferry-bridge (crates/ferry-zenoh) for tests/test_bridge.py. Unattended-safe (CI=true).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -41,6 +41,14 @@ install_and_test() {
         "$venv/bin/python" -m pytest -q -p no:cacheprovider tests "$@"
     )
 }
+
+# tests/test_bridge.py runs two ferry-bridge processes: build the binary (a no-op after
+# `cargo test --workspace --release`, which builds it too) unless FERRY_BRIDGE names one.
+if [ -z "${FERRY_BRIDGE:-}" ]; then
+    (cd "$root" && CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target} \
+        cargo build --release --quiet -p ferry-zenoh --bin ferry-bridge)
+    export FERRY_BRIDGE=${CARGO_TARGET_DIR:-$root/target}/release/ferry-bridge
+fi
 
 echo "--- CPython $("$venv/bin/python" -c 'import platform; print(platform.python_version())'), abi3 build"
 # Build with the workspace's target dir, so the Rust part is not compiled twice.
