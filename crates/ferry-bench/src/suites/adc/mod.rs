@@ -189,15 +189,28 @@ fn blaster(
                 let frames = 1024usize;
                 let area = path.area(frames * 2048)?;
                 let ifindex = ferry_xdp::xsk::interface_index("adc1")?;
-                let (fd, _) = ferry_xdp::direct::make_socket(
-                    ifindex,
-                    0,
-                    area.lot_fd(),
-                    area.lot_offset(),
-                    (frames * 2048) as u64,
-                    geometry,
-                    false,
-                )?;
+                // The previous round's socket lets go of the queue in deferred kernel
+                // work after it closed: a bind in between is refused with EBUSY.
+                let t0 = std::time::Instant::now();
+                let (fd, _) = loop {
+                    match ferry_xdp::direct::make_socket(
+                        ifindex,
+                        0,
+                        area.lot_fd(),
+                        area.lot_offset(),
+                        (frames * 2048) as u64,
+                        geometry,
+                        false,
+                    ) {
+                        Err(e)
+                            if e.raw_os_error() == Some(libc::EBUSY)
+                                && t0.elapsed() < std::time::Duration::from_secs(2) =>
+                        {
+                            std::thread::sleep(std::time::Duration::from_millis(10));
+                        }
+                        other => break other?,
+                    }
+                };
                 let mut tx = XskTx::new(fd, area, geometry)?;
                 let pl = payload_len(frame);
                 let mut all = Vec::new();
