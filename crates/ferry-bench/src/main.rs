@@ -102,35 +102,19 @@ fn main() -> Result<()> {
     let Some((name, sub)) = matches.subcommand() else {
         unreachable!("a subcommand is required");
     };
+    // A hidden worker's positional arguments.
+    let args = || -> Vec<String> {
+        sub.get_many::<String>("args")
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
+    };
     match name {
         "__worker" => worker::run(WorkerArgs::from_arg_matches(sub).unwrap_or_else(|e| e.exit())),
-        "__frames" => {
-            let args: Vec<String> = sub
-                .get_many::<String>("args")
-                .into_iter()
-                .flatten()
-                .cloned()
-                .collect();
-            suites::frames::worker_main(&args)
-        }
-        "__drain" => {
-            let args: Vec<String> = sub
-                .get_many::<String>("args")
-                .into_iter()
-                .flatten()
-                .cloned()
-                .collect();
-            suites::services::drain_main(&args)
-        }
-        "__huge" => {
-            let args: Vec<String> = sub
-                .get_many::<String>("args")
-                .into_iter()
-                .flatten()
-                .cloned()
-                .collect();
-            suites::hugepages::recv::main(&args)
-        }
+        "__frames" => suites::frames::worker_main(&args()),
+        "__drain" => suites::services::drain_main(&args()),
+        "__huge" => suites::hugepages::recv::main(&args()),
         _ => run(
             name,
             RunArgs::from_arg_matches(sub).unwrap_or_else(|e| e.exit()),

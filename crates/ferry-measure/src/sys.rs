@@ -142,6 +142,37 @@ impl SharedLines {
     }
 }
 
+/// [`SharedLines`] in a named file of this run's own, `/dev/shm/ferry-bench-TAG-lines`,
+/// for a worker started with its path rather than an inherited descriptor; the file is
+/// removed when this is dropped.
+pub struct LinesFile {
+    pub path: std::path::PathBuf,
+    pub lines: SharedLines,
+}
+
+impl LinesFile {
+    /// Creates the file afresh (a stale one of the same name is replaced), `lines`
+    /// cache lines long, and maps it.
+    pub fn create(tag: &str, lines: usize) -> io::Result<LinesFile> {
+        let path = std::path::PathBuf::from(format!("/dev/shm/ferry-bench-{tag}-lines"));
+        let _ = std::fs::remove_file(&path);
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        f.set_len((lines * 64) as u64)?;
+        let lines = SharedLines::map(&f, lines)?;
+        Ok(LinesFile { path, lines })
+    }
+}
+
+impl Drop for LinesFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 impl Drop for SharedLines {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `map`, unmapped once; no reference into it

@@ -17,6 +17,10 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+// The same runner as the core crate's re-executing tests (`harness = false`).
+#[path = "../../ferry/tests/runner/mod.rs"]
+mod runner;
+
 use ferry::{
     Client, Error, Group, IoData, Publisher, Server, ServiceConfig, SlowSubscriber, Subscriber,
 };
@@ -764,32 +768,5 @@ fn main() {
             bridge_subscribes_only_for_far_subscribers,
         ),
     ];
-    let filter: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let (mut passed, mut failed) = (0, 0);
-    for (name, f) in tests {
-        if !filter.is_empty() && !filter.iter().any(|p| name.contains(p.as_str())) {
-            continue;
-        }
-        let t0 = Instant::now();
-        match std::panic::catch_unwind(f) {
-            Ok(()) => {
-                passed += 1;
-                println!("test {name} ... ok ({:.1} s)", t0.elapsed().as_secs_f64());
-            }
-            Err(_) => {
-                failed += 1;
-                println!("test {name} ... FAILED");
-            }
-        }
-    }
-    println!(
-        "\ntest result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; 0 filtered out",
-        if failed == 0 { "ok" } else { "FAILED" }
-    );
-    if failed > 0 {
-        std::process::exit(101);
-    }
+    runner::run(tests);
 }

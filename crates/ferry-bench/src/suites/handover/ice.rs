@@ -155,27 +155,35 @@ impl Rx {
         })
     }
 
-    /// Busy-polls for the next sample; returns (sequence, t0, t1) and drops the sample.
-    pub fn recv(
+    /// Busy-polls for the next sample, calling `check` every 65536 empty polls.
+    fn next(
         &self,
-        size: usize,
         check: &mut dyn FnMut() -> Result<()>,
-    ) -> Result<(u64, u64, u64)> {
+    ) -> Result<iceoryx2::sample::Sample<ipc::Service, [u8], ()>> {
         let mut n = 0u32;
-        let s = loop {
+        loop {
             if let Some(s) = self
                 .subscriber
                 .receive()
                 .map_err(|e| anyhow!("iceoryx2 receive: {e:?}"))?
             {
-                break s;
+                return Ok(s);
             }
             n = n.wrapping_add(1);
             if n % 65536 == 0 {
                 check()?;
             }
             std::hint::spin_loop();
-        };
+        }
+    }
+
+    /// Busy-polls for the next sample; returns (sequence, t0, t1) and drops the sample.
+    pub fn recv(
+        &self,
+        size: usize,
+        check: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<(u64, u64, u64)> {
+        let s = self.next(check)?;
         let (seq, t0) = read_header(s.payload());
         let t1 = now_ns();
         if s.payload().len() != size {
@@ -196,21 +204,7 @@ impl Rx {
         size: usize,
         check: &mut dyn FnMut() -> Result<()>,
     ) -> Result<(u64, u64, u64)> {
-        let mut n = 0u32;
-        let s = loop {
-            if let Some(s) = self
-                .subscriber
-                .receive()
-                .map_err(|e| anyhow!("iceoryx2 receive: {e:?}"))?
-            {
-                break s;
-            }
-            n = n.wrapping_add(1);
-            if n % 65536 == 0 {
-                check()?;
-            }
-            std::hint::spin_loop();
-        };
+        let s = self.next(check)?;
         let p = s.payload();
         if p.len() != size {
             return Err(anyhow!("iceoryx2: expected {size} bytes, got {}", p.len()));

@@ -34,7 +34,7 @@ use crate::harness::record::Record;
 use crate::harness::stats::{median, Summary};
 use crate::harness::BenchDef;
 use crate::suites::handover::ice;
-use crate::sys::{now_ns, SharedLines};
+use crate::sys::{now_ns, LinesFile, SharedLines};
 
 pub const BENCH: BenchDef = BenchDef {
     name: "hugepages",
@@ -146,36 +146,6 @@ pub struct Block {
     pub us: Vec<f64>,
     pub tx_faults: u64,
     pub rx_faults: u64,
-}
-
-/// The shared lines file, removed when dropped.
-struct LinesFile {
-    path: std::path::PathBuf,
-    lines: SharedLines,
-}
-
-impl LinesFile {
-    fn create() -> Result<LinesFile> {
-        let path = std::path::PathBuf::from(format!(
-            "/dev/shm/ferry-bench-hugepages-{}-lines",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_file(&path);
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
-        f.set_len((LINES * 64) as u64)?;
-        let lines = SharedLines::map(&f, LINES)?;
-        Ok(LinesFile { path, lines })
-    }
-}
-
-impl Drop for LinesFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
 }
 
 /// The receiver process, killed if still running when dropped.
@@ -294,7 +264,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
     };
     let ice_name = format!("ferry-bench-hugepages-{pid}");
     let ice_ok = ice::probe(&format!("{ice_name}-probe")).map_err(|e| format!("{e:#}"));
-    let lines = LinesFile::create()?;
+    let lines = LinesFile::create(&format!("hugepages-{}", std::process::id()), LINES)?;
     let l = &lines.lines;
     let mut child = Child(Some(
         std::process::Command::new(std::env::current_exe()?)

@@ -44,7 +44,7 @@ use crate::harness::ctx::BenchCtx;
 use crate::harness::output::BenchOutput;
 use crate::harness::stats::{median, Summary};
 use crate::harness::BenchDef;
-use crate::sys::{self, now_ns, SharedLines};
+use crate::sys::{self, now_ns, LinesFile};
 use sub::{CTL, DONE, FAILED, LINES, PING, PONG, PROBING, READY, STOP};
 
 pub const BENCH: BenchDef = BenchDef {
@@ -197,33 +197,6 @@ fn clock_cost() -> u64 {
     v[v.len() / 2]
 }
 
-/// The subscriber process's shared lines, in a file of this run's own.
-struct LinesFile {
-    path: std::path::PathBuf,
-    lines: SharedLines,
-}
-
-impl LinesFile {
-    fn create(tag: &str) -> Result<LinesFile> {
-        let path = std::path::PathBuf::from(format!("/dev/shm/ferry-bench-{tag}-lines"));
-        let _ = std::fs::remove_file(&path);
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
-        f.set_len((LINES * 64) as u64)?;
-        let lines = SharedLines::map(&f, LINES)?;
-        Ok(LinesFile { path, lines })
-    }
-}
-
-impl Drop for LinesFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
 /// Both systems' publishers to N subscribers, and the subscriber process.
 struct Block {
     publisher: Publisher,
@@ -255,7 +228,7 @@ impl Block {
         let publisher = Publisher::offer(domain, &service, config)?;
         let ice_name = format!("ferry-bench-services-{}-{n}", std::process::id());
         let ice = ice::Pub::create(&ice_name, n, sizes, DEPTH)?;
-        let lines = LinesFile::create(&format!("services-{}-{n}", std::process::id()))?;
+        let lines = LinesFile::create(&format!("services-{}-{n}", std::process::id()), LINES)?;
         let child = Drain(
             Command::new(std::env::current_exe()?)
                 .args(["__drain", group, &service, &n.to_string()])
