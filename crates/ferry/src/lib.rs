@@ -190,8 +190,8 @@ pub use channel::{ChannelConfig, FdKind, FdKinds, Fds, Loan, Receiver, SendSlot,
 // Named services over channels: publish-subscribe and request-response.
 pub use error::{BadDescriptor, Error, Result};
 pub use service::{
-    run_server, Caller, Client, Handler, Placement, Publisher, PublisherLoan, Publishing, Request,
-    Response, Server, ServiceConfig, ServiceInfo, ServiceKind, SlowSubscriber, Subscriber,
-    MAX_MEMBERS, MAX_NAME, MAX_SERVICES, STATUS_HANDLER_FAILED,
+    run_server, Caller, Client, Handler, Origin, Placement, Publisher, PublisherLoan, Publishing,
+    Request, Response, Server, ServiceConfig, ServiceInfo, ServiceKind, SlowSubscriber, Subscriber,
+    MAX_FAR, MAX_MEMBERS, MAX_NAME, MAX_SERVICES, STATUS_HANDLER_FAILED,
 };
 pub use until::Until;

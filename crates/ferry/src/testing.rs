@@ -10,8 +10,8 @@
 //!   the fuzz target.
 //! - [`push_raw`]: a sender that writes any descriptor, for tests of how receivers treat
 //!   a faulty or hostile peer.
-//! - [`table_span`] and [`activity_span`]: where the service table and a member's
-//!   activity area lie in the control memfd.
+//! - [`table_span`], [`bridge_note_at`] and [`activity_span`]: where the service table,
+//!   a service's bridge note and a member's activity area lie in the control memfd.
 //! - [`set_map_per_transfer`]: the fbuf paper's "uncached" receive, a benchmark baseline.
 
 use crate::channel::desc::{check_span, Lots};
@@ -38,6 +38,14 @@ pub fn push_raw(tx: &Sender, d: RawDesc) -> Result<()> {
 /// play a hostile member.
 pub fn table_span() -> (usize, usize) {
     crate::region::layout::service_area_span()
+}
+
+/// Byte offset (inside the control memfd) of the bridge note of live service `name`,
+/// and the entry's version, for tests that forge notes as a hostile member would; the
+/// note's words are: seq, role (1 imported, 2 carried), writer's member word, writer's
+/// generation, entry version, length, then the text.
+pub fn bridge_note_at(group: &crate::Group, name: &str) -> Option<(usize, u32)> {
+    crate::service::note_at(group, name)
 }
 
 /// Byte offset and length of slot `slot`'s activity area inside the control memfd.

@@ -50,10 +50,10 @@ pub use pubsub::{
     Publisher, PublisherLoan, PublisherStats, Publishing, Subscriber, SubscriberInfo,
 };
 pub use reqresp::{Client, Request, Response, Server, ServerStats, STATUS_HANDLER_FAILED};
-pub use table::{Kind as ServiceKind, MAX_MEMBERS, MAX_NAME, MAX_SERVICES};
+pub use table::{Kind as ServiceKind, MAX_FAR, MAX_MEMBERS, MAX_NAME, MAX_SERVICES};
 
 use door::{Admit, DoorThread};
-use table::{EntryView, Kind, Table};
+use table::{check_far, EntryView, Kind, Note, Role, Table};
 
 use crate::error::{Error, Result};
 use crate::region::group::Member;
@@ -110,6 +110,66 @@ impl Default for ServiceConfig {
     }
 }
 
+/// Where a service lives, as [`ServiceInfo::origin`] says: here, or on another host
+/// whose messages a bridge (`ferry-bridge`) republishes here.
+///
+/// What a bridge records about a service is a claim for people to read (`ferry stat`),
+/// never used to decide anything: any member of the group can write the service table,
+/// so a note is only counted while its writer is alive and entitled to it (the owner
+/// for [`Bridged`](Self::Bridged), a member for [`Carried`](Self::Carried)), and one
+/// that fails the checks (length, UTF-8, control characters) reads as
+/// [`Damaged`](Self::Damaged).
+///
+/// The owner of an imported service says where it comes from
+/// ([`Publisher::set_bridged_from`], [`Server::set_bridged_from`]); a member that
+/// carries a service to other hosts says to which ([`Subscriber::set_carried_to`],
+/// [`Client::set_carried_to`]):
+///
+/// ```
+/// use std::time::Duration;
+/// use ferry::{Group, Origin, Publisher, ServiceConfig, Subscriber};
+///
+/// # fn main() -> ferry::Result<()> {
+/// # let name = format!("doc-origin-{}", std::process::id());
+/// let group = Group::open(&name)?;
+/// let (bridge, viewer) = (group.join()?, group.join()?);   // two processes, in real use
+/// let publisher = Publisher::offer(&bridge, "camera/front", ServiceConfig::default())?;
+/// assert_eq!(group.services()[0].origin, Origin::Local);
+///
+/// publisher.set_bridged_from("host-a (zenoh 1f2e)")?;
+/// let info = &group.services()[0];
+/// assert_eq!(info.origin, Origin::Bridged { far: "host-a (zenoh 1f2e)".into() });
+///
+/// let sub = Subscriber::open(&viewer, "camera/front", Duration::from_secs(5))?;
+/// publisher.set_bridged_from("")?;                       // local again
+/// sub.set_carried_to("host-b")?;
+/// let Origin::Carried { by, to } = &group.services()[0].origin else { panic!() };
+/// assert_eq!((by.id, to.as_str()), (viewer.id(), "host-b"));
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Offered on this host, and no bridge says it carries it elsewhere.
+    Local,
+    /// Offered here by a bridge that imports it from another host: `far` is how the
+    /// bridge names that host (its host name and zenoh id).
+    Bridged {
+        /// The far end, as the owner recorded it (at most [`MAX_FAR`] bytes).
+        far: String,
+    },
+    /// Offered on this host; the bridge `by`, one of its members, carries it to other
+    /// hosts.
+    Carried {
+        /// The member that carries it.
+        by: Member,
+        /// The far ends, as that member recorded them (at most [`MAX_FAR`] bytes).
+        to: String,
+    },
+    /// The service's bridge note fails validation (a buggy or hostile member wrote
+    /// it): where the service lives is not known.
+    Damaged,
+}
+
 /// A service as listed by [`Group::services`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceInfo {
@@ -126,6 +186,9 @@ pub struct ServiceInfo {
     pub depth: u32,
     /// Slow-subscriber policy.
     pub slow: SlowSubscriber,
+    /// Whether it lives here or a bridge imports it from another host, or carries it to
+    /// others (see [`Origin`]).
+    pub origin: Origin,
 }
 
 impl Group {
@@ -136,17 +199,27 @@ impl Group {
         t.entries()
             .0
             .into_iter()
-            .map(|e| ServiceInfo {
-                subscribers: t.members(e.index),
-                name: e.name,
-                kind: e.kind,
-                owner: e.owner,
-                depth: e.depth,
-                slow: if e.block {
-                    SlowSubscriber::Block
-                } else {
-                    SlowSubscriber::Drop
-                },
+            .map(|e| {
+                let subscribers = t.members(e.index);
+                let origin = match t.note(&e, &subscribers) {
+                    Note::None => Origin::Local,
+                    Note::Imported { far } => Origin::Bridged { far },
+                    Note::Carried { by, to } => Origin::Carried { by, to },
+                    Note::Damaged => Origin::Damaged,
+                };
+                ServiceInfo {
+                    subscribers,
+                    name: e.name,
+                    kind: e.kind,
+                    owner: e.owner,
+                    depth: e.depth,
+                    slow: if e.block {
+                        SlowSubscriber::Block
+                    } else {
+                        SlowSubscriber::Drop
+                    },
+                    origin,
+                }
             })
             .collect()
     }
@@ -170,6 +243,15 @@ impl crate::region::GroupView {
     pub fn service_table_damage(&self) -> usize {
         self.group().service_table_damage()
     }
+}
+
+/// Where service `name`'s bridge note lies in the control memfd, and its entry's
+/// version (for `ferry::testing`).
+#[cfg(feature = "testing")]
+pub(crate) fn note_at(group: &Group, name: &str) -> Option<(usize, u32)> {
+    let e = Table::new(group).find(name)?;
+    let (area, _) = crate::region::layout::service_area_span();
+    Some((area + 4 * table::note_offset(e.index), e.version))
 }
 
 fn check_name(name: &str) -> Result<()> {
@@ -231,6 +313,22 @@ impl Offering {
         o.door = Some(DoorThread::spawn(o.group.clone(), index, me, admit)?);
         Ok(o)
     }
+
+    /// Records (or, with `""`, clears) that the owner imports this service from `far`.
+    fn set_bridged_from(&self, far: &str) -> Result<()> {
+        check_far(far)?;
+        let t = Table::new(&self.group);
+        if !t.owned(self.entry.index, self.entry.version, self.me) {
+            return Err(Error::BadServiceTable("the service's entry was taken over"));
+        }
+        let role = if far.is_empty() {
+            Role::None
+        } else {
+            Role::Imported
+        };
+        t.write_note(self.entry.index, self.entry.version, self.me, role, far);
+        Ok(())
+    }
 }
 
 impl Drop for Offering {
@@ -288,8 +386,35 @@ impl Membership {
     }
 }
 
+impl Membership {
+    /// Records (or, with `""`, clears) that this member carries the service to `far`.
+    fn set_carried_to(&self, far: &str) -> Result<()> {
+        check_far(far)?;
+        let role = if far.is_empty() {
+            Role::None
+        } else {
+            Role::Carried
+        };
+        let t = Table::new(self.domain.group());
+        // An entry claimed again (the owner died) is no longer ours to write on.
+        if t.current(self.entry.index, self.entry.version) {
+            t.write_note(
+                self.entry.index,
+                self.entry.version,
+                self.domain.id(),
+                role,
+                far,
+            );
+        }
+        Ok(())
+    }
+}
+
 impl Drop for Membership {
     fn drop(&mut self) {
-        Table::new(self.domain.group()).leave(self.entry.index, self.index, self.domain.id());
+        let t = Table::new(self.domain.group());
+        // Before leaving: a member that left has no say about the service.
+        t.clear_note(self.entry.index, self.entry.version, self.domain.id());
+        t.leave(self.entry.index, self.index, self.domain.id());
     }
 }

@@ -450,6 +450,20 @@ impl Server {
     pub fn name(&self) -> &str {
         &self.offering.entry.name
     }
+
+    /// Records that this service is imported from another host, `far` naming it (its
+    /// host name and zenoh id, at most [`MAX_FAR`](crate::MAX_FAR) bytes, no control
+    /// characters): [`ServiceInfo::origin`](crate::ServiceInfo::origin) then says
+    /// [`Origin::Bridged`](crate::Origin::Bridged), as `ferry stat` shows. `""` clears
+    /// it. For bridges; a claim shown to people, never used to decide anything (see
+    /// [`Origin`](crate::Origin)).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a description too long or with control
+    /// characters, [`Error::BadServiceTable`] if the service's entry was taken over.
+    pub fn set_bridged_from(&self, far: &str) -> Result<()> {
+        self.offering.set_bridged_from(far)
+    }
 }
 
 impl AsFd for Server {
@@ -751,6 +765,19 @@ impl Client {
     /// The service's name.
     pub fn name(&self) -> &str {
         &self.member.entry.name
+    }
+
+    /// Records that this member carries the service to other hosts, `far` naming them
+    /// (at most [`MAX_FAR`](crate::MAX_FAR) bytes, no control characters):
+    /// [`ServiceInfo::origin`](crate::ServiceInfo::origin) then says
+    /// [`Origin::Carried`](crate::Origin::Carried), as `ferry stat` shows, until this
+    /// member leaves. `""` clears it. For bridges; a claim shown to people, never used to
+    /// decide anything (see [`Origin`](crate::Origin)).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a description too long or with control characters.
+    pub fn set_carried_to(&self, far: &str) -> Result<()> {
+        self.member.set_carried_to(far)
     }
 }
 

@@ -17,6 +17,14 @@
 //!     +8  name_len    1..=64
 //!     +9..+25         name, UTF-8, 64 bytes
 //!     +32..+96        members: MAX_MEMBERS member words, 0 when free
+//!  word NOTES + i * NOTE_WORDS   entry i's bridge note (see below):
+//!     +0  seq         odd while its writer writes it
+//!     +1  role        0 none, 1 imported (written by the owner), 2 carried (by a member)
+//!     +2  writer      member word of the domain that wrote it
+//!     +3  writer_gen  its full generation
+//!     +4  version     the entry's version it was written for
+//!     +5  len         0..=MAX_FAR
+//!     +6..+31         the far end, UTF-8 without control characters, 100 bytes
 //! ```
 //!
 //! A *member word* names a domain in one 32-bit word: `slot + 1` in bits 0..8 and the low
@@ -35,6 +43,15 @@
 //! times, then skipped), a lock that stays held by a live domain gives
 //! [`Error::BadServiceTable`] after [`LOCK_PATIENCE`], and waits are bounded by the
 //! caller's timeout. Nothing read here is ever used as an index or a length unchecked.
+//!
+//! A *bridge note* says what a bridge (`ferry-bridge`) does with a service: its owner
+//! imports it from another host, or one of its members carries it to others. It is
+//! only ever shown ([`ServiceInfo::origin`](super::ServiceInfo::origin)), never used
+//! to decide anything. A note counts only while the entry is the one it was written
+//! for and its writer is alive and the entry's owner (imported) or one of its members
+//! (carried): a stale note (its writer died or left, the name was offered again) is
+//! no note. One whose writer is entitled but whose fields fail the checks (role,
+//! length, UTF-8, control characters, a write that never ends) reads as damaged.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -71,12 +88,77 @@ const E_MEMBERS: usize = 32;
 const FREE: u32 = 0;
 const LIVE: u32 = 2;
 
+/// Where the bridge notes start: one per entry, after the entries.
+const NOTES: usize = FIRST + MAX_SERVICES * ENTRY_WORDS;
+const NOTE_WORDS: usize = 31;
+const N_SEQ: usize = 0;
+const N_ROLE: usize = 1;
+const N_WRITER: usize = 2;
+const N_WRITER_GEN: usize = 3;
+const N_VERSION: usize = 4;
+const N_LEN: usize = 5;
+const N_TEXT: usize = 6;
+/// Longest far-end description a bridge note holds, in bytes.
+pub const MAX_FAR: usize = (NOTE_WORDS - N_TEXT) * 4;
+
 /// How long offering or withdrawing waits for the table lock.
 pub(crate) const LOCK_PATIENCE: Duration = Duration::from_secs(2);
 
 const _: () = assert!(FIRST + MAX_SERVICES * ENTRY_WORDS <= SERVICE_WORDS);
 const _: () = assert!(E_NAME + MAX_NAME / 4 <= E_MEMBERS);
 const _: () = assert!(E_MEMBERS + MAX_MEMBERS <= ENTRY_WORDS);
+const _: () = assert!(NOTES + MAX_SERVICES * NOTE_WORDS <= SERVICE_WORDS);
+
+/// What a bridge note says (see the module docs).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// No note (clears one).
+    None,
+    /// The owner imports the service from the far end.
+    Imported,
+    /// The writer, a member, carries the service to the far end.
+    Carried,
+}
+
+impl Role {
+    fn word(self) -> u32 {
+        match self {
+            Role::None => 0,
+            Role::Imported => 1,
+            Role::Carried => 2,
+        }
+    }
+}
+
+/// A bridge note as read and validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Note {
+    /// No note, or a stale one.
+    None,
+    /// The owner imports the service from `far`.
+    Imported { far: String },
+    /// Member `by` carries it to `to`.
+    Carried { by: Member, to: String },
+    /// A note by an entitled writer that fails validation.
+    Damaged,
+}
+
+/// Word offset of entry `i`'s bridge note inside the service area.
+#[cfg(feature = "testing")]
+pub(crate) fn note_offset(i: usize) -> usize {
+    NOTES + i * NOTE_WORDS
+}
+
+/// Checks a far-end description before it is written: at most [`MAX_FAR`] bytes, no
+/// control characters (it ends up on terminals).
+pub(crate) fn check_far(far: &str) -> Result<()> {
+    if far.len() > MAX_FAR || far.chars().any(char::is_control) {
+        return Err(Error::InvalidArgument(
+            "a far end is at most 100 bytes of UTF-8 without control characters",
+        ));
+    }
+    Ok(())
+}
 
 /// What a service carries.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -136,6 +218,108 @@ impl<'g> Table<'g> {
 
     fn word(&self, entry: usize, field: usize) -> &'g AtomicU32 {
         &self.w[FIRST + entry * ENTRY_WORDS + field]
+    }
+
+    fn note_word(&self, entry: usize, field: usize) -> &'g AtomicU32 {
+        &self.w[NOTES + entry * NOTE_WORDS + field]
+    }
+
+    /// Writes entry `i`'s bridge note as `me` (its owner or a member: readers check),
+    /// for the entry's `version`. `far` was checked ([`check_far`]).
+    pub fn write_note(&self, i: usize, version: u32, me: DomainId, role: Role, far: &str) {
+        let seq = self.note_word(i, N_SEQ);
+        // Odd while written; a writer that died half-way left it odd, which is taken over.
+        let odd = seq.load(Ordering::Relaxed) | 1;
+        seq.store(odd, Ordering::Relaxed);
+        // SYNC: the odd seq is visible before any field below (seqlock writer).
+        std::sync::atomic::fence(Ordering::Release);
+        let put = |f: usize, v: u32| self.note_word(i, f).store(v, Ordering::Relaxed);
+        put(N_ROLE, role.word());
+        put(N_WRITER, member_word(me));
+        put(N_WRITER_GEN, me.generation);
+        put(N_VERSION, version);
+        let mut bytes = [0u8; MAX_FAR];
+        let len = far.len().min(MAX_FAR);
+        bytes[..len].copy_from_slice(&far.as_bytes()[..len]);
+        for (k, chunk) in bytes.chunks_exact(4).enumerate() {
+            put(
+                N_TEXT + k,
+                u32::from_ne_bytes(chunk.try_into().expect("4 bytes")),
+            );
+        }
+        put(N_LEN, len as u32);
+        // SYNC: pairs with the Acquire load of seq in `note`: the fields are visible
+        // before the even seq.
+        seq.store(odd.wrapping_add(1), Ordering::Release);
+    }
+
+    /// Clears entry `i`'s bridge note if `me` wrote it for `version`.
+    pub fn clear_note(&self, i: usize, version: u32, me: DomainId) {
+        if self.note_word(i, N_WRITER).load(Ordering::Acquire) == member_word(me)
+            && self.note_word(i, N_VERSION).load(Ordering::Relaxed) == version
+        {
+            self.write_note(i, version, me, Role::None, "");
+        }
+    }
+
+    /// Entry `e`'s bridge note, checked against the entry and its live `members`.
+    pub fn note(&self, e: &EntryView, members: &[Member]) -> Note {
+        let get = |f: usize| self.note_word(e.index, f).load(Ordering::Relaxed);
+        for _ in 0..4 {
+            // SYNC: pairs with the Release store of the even seq in `write_note`.
+            let s1 = self.note_word(e.index, N_SEQ).load(Ordering::Acquire);
+            if s1 & 1 == 1 {
+                std::thread::yield_now();
+                continue;
+            }
+            let (role, writer, writer_gen, version) = (
+                get(N_ROLE),
+                get(N_WRITER),
+                get(N_WRITER_GEN),
+                get(N_VERSION),
+            );
+            let len = get(N_LEN) as usize;
+            let mut bytes = [0u8; MAX_FAR];
+            for (k, chunk) in bytes.chunks_exact_mut(4).enumerate() {
+                chunk.copy_from_slice(&get(N_TEXT + k).to_ne_bytes());
+            }
+            // SYNC: the fields above were read before this second load of seq.
+            std::sync::atomic::fence(Ordering::Acquire);
+            if self.note_word(e.index, N_SEQ).load(Ordering::Relaxed) != s1 {
+                continue;
+            }
+            if role == Role::None.word() || version != e.version {
+                return Note::None;
+            }
+            // A writer that is gone (or never was) leaves no note.
+            let Some(by) = self
+                .resolve(writer)
+                .filter(|m| m.id.generation == writer_gen)
+            else {
+                return Note::None;
+            };
+            if !(1..=MAX_FAR).contains(&len) {
+                return Note::Damaged;
+            }
+            let Some(far) = std::str::from_utf8(&bytes[..len])
+                .ok()
+                .filter(|t| !t.chars().any(char::is_control))
+                .map(str::to_owned)
+            else {
+                return Note::Damaged;
+            };
+            return match role {
+                1 if by.id == e.owner.id => Note::Imported { far },
+                2 if members.contains(&by) => Note::Carried { by, to: far },
+                _ => Note::Damaged,
+            };
+        }
+        // Still being written: a note of an older claim of the entry is no note.
+        if get(N_VERSION) != e.version {
+            Note::None
+        } else {
+            Note::Damaged
+        }
     }
 
     /// The live domain a member word names, if any.
@@ -317,10 +501,17 @@ impl<'g> Table<'g> {
         for m in 0..MAX_MEMBERS {
             put(E_MEMBERS + m, 0);
         }
+        self.write_note(i, version, me, Role::None, "");
         // SYNC: pairs with the Acquire loads of state and version in `read`.
         self.word(i, E_STATE).store(LIVE, Ordering::Release);
         self.bump_seq();
         Ok((i, version))
+    }
+
+    /// True if entry `i` is live and still the claim `version`.
+    pub fn current(&self, i: usize, version: u32) -> bool {
+        self.word(i, E_VERSION).load(Ordering::Acquire) == version
+            && self.word(i, E_STATE).load(Ordering::Acquire) == LIVE
     }
 
     /// True if entry `i` is still the one `me` claimed as `version`.
