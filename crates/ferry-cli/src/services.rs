@@ -20,7 +20,7 @@ use ferry::{
     Domain, Group, GroupAccess, GroupConfig, PathConfig, Publisher, ServiceConfig, SlowSubscriber,
     Subscriber,
 };
-use ferry::{ServiceKind, MAX_MEMBERS};
+use ferry::{Origin, ServiceKind, MAX_MEMBERS};
 
 use crate::cli_util::parse_secs;
 use crate::sys::{catch_stop_signals, stop_signal};
@@ -494,8 +494,18 @@ pub fn stat(a: StatArgs) -> Result<()> {
                 ServiceKind::ReqResp => "req-resp".to_owned(),
             };
             let pids: Vec<String> = s.subscribers.iter().map(|m| m.pid.to_string()).collect();
+            // What a bridge recorded: checked by the library (writer alive and entitled,
+            // no control characters), still only the writer's claim.
+            let origin = match &s.origin {
+                Origin::Local => String::new(),
+                Origin::Bridged { far } => format!(", bridged from {far:?} (by its owner)"),
+                Origin::Carried { by, to } => {
+                    format!(", carried to {to:?} by bridge {} pid {}", by.id, by.pid)
+                }
+                Origin::Damaged => ", bridge note damaged (fails validation)".to_owned(),
+            };
             println!(
-                "  service {:?}: {kind}, depth {}, owner {} pid {}, {} members [{}]",
+                "  service {:?}: {kind}, depth {}, owner {} pid {}, {} members [{}]{origin}",
                 s.name,
                 s.depth,
                 s.owner.id,

@@ -15,6 +15,15 @@
 //!   service is withdrawn) the bridge drops that publisher, and local subscribers see
 //!   the end exactly as they see a local publisher go.
 //!
+//! - **Who is where.** The bridge records, in the service table, what `ferry stat`
+//!   shows: on the importing host, the service's owner (the bridge) says which host it
+//!   comes from ([`Publisher::set_bridged_from`]); on the exporting host, the bridge's
+//!   subscription (or client) says which hosts it carries the service to
+//!   ([`Subscriber::set_carried_to`]). An importing bridge holds a token
+//!   (`ferry-uses/<scope>/<exporter zid>/<its zid>/<its host>/<service>`) while it
+//!   imports, so the exporter knows its far ends, and a configuration answer names the
+//!   exporter's host. These records are only shown, never used to decide anything.
+//!
 //! The scope names the set of bridges that see each other's services; it defaults to the
 //! group's name, so that two hosts running a group of the same name are bridged as they
 //! are.
@@ -143,6 +152,56 @@ fn config_key(scope: &str, zid: &str, service: &str) -> String {
     format!("ferry-config/{scope}/{zid}/{service}")
 }
 
+fn uses_prefix(scope: &str, exporter: &str) -> String {
+    format!("ferry-uses/{scope}/{exporter}/")
+}
+
+/// This host's name as one zenoh key chunk (letters, digits, `.`, `-`, `_`; others
+/// become `_`), for the other bridges to show.
+fn host_name() -> String {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let name: String = raw
+        .trim()
+        .chars()
+        .take(40)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if name.is_empty() {
+        "unknown".to_owned()
+    } else {
+        name
+    }
+}
+
+/// How a far bridge is named in the service table: `host (zid)`.
+fn far_name(host: &str, zid: &str) -> String {
+    format!("{host} ({zid})")
+}
+
+/// The far ends a service is carried to, as one note of at most [`ferry::MAX_FAR`]
+/// bytes: as many as fit, then how many more.
+fn far_list(far: &std::collections::BTreeMap<String, String>) -> String {
+    let mut out = String::new();
+    for (k, (zid, host)) in far.iter().enumerate() {
+        let next = far_name(host, zid);
+        let sep = if out.is_empty() { "" } else { ", " };
+        let more = format!(" +{} more", far.len() - k);
+        if out.len() + sep.len() + next.len() + more.len() + 8 > ferry::MAX_FAR {
+            out.push_str(&more);
+            break;
+        }
+        out.push_str(sep);
+        out.push_str(&next);
+    }
+    out
+}
+
 /// Whether `name` can be a run of zenoh key chunks as it is: no wildcard or reserved
 /// characters, no empty chunk, no verbatim (`@`) chunk. Other names are not bridged.
 pub fn bridgeable(name: &str) -> bool {
@@ -202,6 +261,8 @@ struct Ctx {
     session: Session,
     scope: String,
     zid: String,
+    /// This host's name, as the other bridges show it.
+    host: String,
     max_message: usize,
     call_timeout: Duration,
     /// For the copies from the network into fbufs of request-response traffic.
@@ -296,15 +357,17 @@ pub fn run_in(group: Arc<Group>, config: &BridgeConfig, stop: &AtomicBool) -> Re
         session,
         scope,
         zid,
+        host: host_name(),
         max_message: config.max_message,
         call_timeout: config.call_timeout,
         log: config.log,
     });
     say!(
         ctx,
-        "scope {} zid {} listen {:?} connect {:?}",
+        "scope {} zid {} host {} listen {:?} connect {:?}",
         ctx.scope,
         ctx.zid,
+        ctx.host,
         config.listen,
         config.connect
     );
@@ -494,7 +557,7 @@ struct Announcement<Q> {
 /// What a service's configuration queryable answers.
 fn config_answer(ctx: &Ctx, shape: Shape) -> String {
     format!(
-        "kind={} depth={} slow={} max={}",
+        "kind={} depth={} slow={} max={} host={}",
         if shape.kind == ServiceKind::PubSub {
             "ps"
         } else {
@@ -506,8 +569,84 @@ fn config_answer(ctx: &Ctx, shape: Shape) -> String {
         } else {
             "drop"
         },
-        ctx.max_message
+        ctx.max_message,
+        ctx.host
     )
+}
+
+/// The far bridge's name for the service table, from its configuration answer.
+fn far_from_config(zid: &str, answer: &str) -> String {
+    let host = answer
+        .split(' ')
+        .find_map(|kv| kv.strip_prefix("host="))
+        .filter(|h| !h.is_empty())
+        .unwrap_or("unknown");
+    far_name(host, zid)
+}
+
+/// The token an importing bridge holds while it imports `name` from `zid`, so that
+/// the exporter can say where it carries it.
+fn declare_use(ctx: &Ctx, zid: &str, name: &str) -> Result<zenoh::liveliness::LivelinessToken> {
+    ctx.session
+        .liveliness()
+        .declare_token(format!(
+            "{}{}/{}/{name}",
+            uses_prefix(&ctx.scope, zid),
+            ctx.zid,
+            ctx.host
+        ))
+        .wait()
+        .map_err(|e| anyhow!("declaring the use of {name}: {e}"))
+}
+
+/// The importing bridges of one exported service, from their tokens: zid to host.
+struct FarEnds {
+    watch: zenoh::pubsub::Subscriber<zenoh::handlers::FifoChannelHandler<zenoh::sample::Sample>>,
+    prefix: String,
+    name: String,
+    far: std::collections::BTreeMap<String, String>,
+}
+
+impl FarEnds {
+    fn watch(ctx: &Ctx, name: &str) -> Result<FarEnds> {
+        let prefix = uses_prefix(&ctx.scope, &ctx.zid);
+        let watch = ctx
+            .session
+            .liveliness()
+            .declare_subscriber(format!("{prefix}*/*/{name}"))
+            .history(true)
+            .with(FifoChannel::new(64))
+            .wait()
+            .map_err(|e| anyhow!("watching {name}'s importers: {e}"))?;
+        Ok(FarEnds {
+            watch,
+            prefix,
+            name: name.to_owned(),
+            far: Default::default(),
+        })
+    }
+
+    /// Takes in the tokens that came and went; true if the set changed.
+    fn update(&mut self) -> bool {
+        let mut changed = false;
+        while let Ok(Some(s)) = self.watch.try_recv() {
+            let Some((zid, host)) = s
+                .key_expr()
+                .as_str()
+                .strip_prefix(&self.prefix)
+                .and_then(|r| r.strip_suffix(self.name.as_str()))
+                .and_then(|r| r.strip_suffix('/'))
+                .and_then(|r| r.split_once('/'))
+            else {
+                continue;
+            };
+            changed |= match s.kind() {
+                SampleKind::Put => self.far.insert(zid.to_owned(), host.to_owned()).is_none(),
+                SampleKind::Delete => self.far.remove(zid).is_some(),
+            };
+        }
+        changed
+    }
 }
 
 /// Declares the service's configuration queryable (with `handler`), then its token.
@@ -637,6 +776,7 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
         .matching();
     let announced = announce(ctx, name, shape, FifoChannel::new(64))?;
     let answer = config_answer(ctx, shape);
+    let mut far_ends = FarEnds::watch(ctx, name)?;
     say!(ctx, "exporting {name} ({})", shape.tag());
     let mut sub: Option<Subscriber> = None;
     let mut hold_until: Option<Instant> = None;
@@ -662,9 +802,14 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
                     .with_context(|| format!("subscribing to {name}"))?,
             );
             say!(ctx, "{name}: a far bridge subscribes; carrying");
+            far_ends.update();
+            note_carried(ctx, name, sub.as_ref(), &far_ends);
         } else if sub.is_some() && !wanted && !held {
             sub = None;
             say!(ctx, "{name}: no far subscriber; not carrying");
+        }
+        if far_ends.update() {
+            note_carried(ctx, name, sub.as_ref(), &far_ends);
         }
         for q in queries {
             let _ = q.reply(q.key_expr().clone(), answer.clone()).wait();
@@ -705,6 +850,15 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
     Ok(end)
 }
 
+/// Records in the service table which far ends `sub` carries the service to.
+fn note_carried(ctx: &Ctx, name: &str, sub: Option<&Subscriber>, far: &FarEnds) {
+    if let Some(s) = sub {
+        if let Err(e) = s.set_carried_to(&far_list(&far.far)) {
+            say!(ctx, "{name}: recording its far ends: {e}");
+        }
+    }
+}
+
 fn import_pubsub(ctx: &Ctx, name: &str, zid: &str, shape: Shape, stop: &AtomicBool) -> Result<End> {
     let key = data_key(&ctx.scope, name);
     let depth = shape.depth as usize;
@@ -734,9 +888,11 @@ fn import_pubsub(ctx: &Ctx, name: &str, zid: &str, shape: Shape, stop: &AtomicBo
             &|t| fifo.recv_timeout(t).ok().flatten()
         }
     };
-    far_config(ctx, zid, name)?;
+    let far = far_from_config(zid, &far_config(ctx, zid, name)?);
     let mut publisher = Publisher::offer(&ctx.domain, name, shape.service_config())
         .with_context(|| format!("offering {name} locally"))?;
+    publisher.set_bridged_from(&far)?;
+    let _using = declare_use(ctx, zid, name)?;
     say!(ctx, "importing {name} from {zid} ({})", shape.tag());
     loop {
         if stop.load(Ordering::Relaxed) {
@@ -860,10 +1016,16 @@ fn export_reqresp(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Res
         .wait()
         .map_err(|e| anyhow!("declaring the queryable of {name}: {e}"))?;
     let announced = announce_answering(ctx, name, shape)?;
+    let mut far_ends = FarEnds::watch(ctx, name)?;
     say!(ctx, "exporting {name} ({})", shape.tag());
     let end = loop {
         if stop.load(Ordering::Relaxed) {
             break End::Stopped;
+        }
+        if far_ends.update() {
+            if let Err(e) = client.set_carried_to(&far_list(&far_ends.far)) {
+                say!(ctx, "{name}: recording its far ends: {e}");
+            }
         }
         let Ok(Some(q)) = calls.recv_timeout(POLL) else {
             continue;
@@ -897,9 +1059,11 @@ fn import_reqresp(
     stop: &AtomicBool,
 ) -> Result<End> {
     let key = data_key(&ctx.scope, name);
-    far_config(ctx, zid, name)?;
+    let far = far_from_config(zid, &far_config(ctx, zid, name)?);
     let mut server = Server::offer(&ctx.domain, name, shape.service_config())
         .with_context(|| format!("offering {name} locally"))?;
+    server.set_bridged_from(&far)?;
+    let _using = declare_use(ctx, zid, name)?;
     say!(ctx, "importing {name} from {zid} ({})", shape.tag());
     // Requests are answered one at a time, as a local server serves its clients in turn.
     loop {

@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 mod runner;
 
 use ferry::{
-    Client, Error, Group, IoData, Publisher, Server, ServiceConfig, SlowSubscriber, Subscriber,
+    Client, Error, Group, IoData, Origin, Publisher, Server, ServiceConfig, ServiceInfo,
+    SlowSubscriber, Subscriber,
 };
 
 /// Long enough for set-up steps on a loaded machine; a hang shows as a failure after it.
@@ -746,6 +747,140 @@ fn bridge_subscribes_only_for_far_subscribers() {
     h.assert_no_leftovers();
 }
 
+/// The bridge's zid, from its first line (`scope S zid Z host H ...`).
+fn bridge_zid(b: &mut Proc) -> String {
+    let l = b.expect("scope", T);
+    let words: Vec<&str> = l.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "zid").unwrap();
+    words[at + 1].to_owned()
+}
+
+/// Group `g`'s services as `ferry stat` reads them: through a read-only view, not as a
+/// member.
+fn inspected(g: &str) -> Vec<ServiceInfo> {
+    match Group::inspect(g).state {
+        ferry::stats::GroupFileState::Live(v) => v.services(),
+        _ => Vec::new(),
+    }
+}
+
+/// `ferry stat GROUP`'s output, if the `ferry` binary (ferry-cli) was built beside
+/// `ferry-bridge`, as `cargo test --workspace` does.
+fn ferry_stat(g: &str) -> Option<String> {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_ferry-bridge")).with_file_name("ferry");
+    if !bin.exists() {
+        return None;
+    }
+    let out = Command::new(&bin).args(["stat", g]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "ferry stat {g} failed: {text}");
+    Some(text)
+}
+
+/// Our groups' files in /dev/shm.
+fn our_files(h: &Hosts) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.contains(&h.a) || n.contains(&h.b))
+        .collect();
+    v.sort();
+    v
+}
+
+/// `ferry stat` on B shows the services B's bridge imports as bridged from A (A's host
+/// and zenoh id), and on A the bridge carrying them to B; once B's bridge is gone, A's
+/// services are local again. `stat` stays read-only throughout: it joins neither group
+/// (the members are the same before and after) and makes no file.
+fn stat_shows_bridged_services_and_their_far_end() {
+    let h = Hosts::new("s");
+    let mut ba = h.bridge('A', &[]);
+    let zid_a = bridge_zid(&mut ba);
+    let mut bb = h.bridge('B', &[]);
+    let zid_b = bridge_zid(&mut bb);
+    let mut p = Proc::role("pub", h.group('A'), "cam/stat|drop|stream");
+    p.expect("offered", T);
+    let mut srv = Proc::role("server", h.group('A'), "calc/stat");
+    srv.expect("offered", T);
+    let mut sb = Proc::role("sub", h.group('B'), "cam/stat|stream|60");
+    sb.expect("got 50", T);
+    let origin = |g: &str, name: &str| {
+        inspected(g)
+            .into_iter()
+            .find(|s| s.name == name)
+            .map(|s| s.origin)
+    };
+    let settle = |what: &str, ok: &dyn Fn() -> bool| {
+        assert!(
+            (0..1500).any(|_| {
+                std::thread::sleep(Duration::from_millis(20));
+                ok()
+            }),
+            "{what}"
+        );
+    };
+    for name in ["cam/stat", "calc/stat"] {
+        settle(&format!("B never showed {name} bridged from A"), &|| {
+            matches!(origin(h.group('B'), name),
+                Some(Origin::Bridged { far }) if far.contains(&zid_a))
+        });
+        settle(&format!("A never showed {name} carried to B"), &|| {
+            matches!(origin(h.group('A'), name),
+                Some(Origin::Carried { by, to }) if to.contains(&zid_b) && by.pid == ba.child.id())
+        });
+    }
+    let members = |g: &str| match Group::inspect(g).state {
+        ferry::stats::GroupFileState::Live(v) => v.members(),
+        _ => Vec::new(),
+    };
+    let before = (members(h.group('A')), members(h.group('B')), our_files(&h));
+    match (ferry_stat(h.group('A')), ferry_stat(h.group('B'))) {
+        (Some(a), Some(b)) => {
+            let line = |text: &str, name: &str| {
+                text.lines()
+                    .find(|l| l.contains(&format!("service {name:?}")))
+                    .unwrap_or_else(|| panic!("no line for {name}: {text}"))
+                    .to_owned()
+            };
+            for name in ["cam/stat", "calc/stat"] {
+                let lb = line(&b, name);
+                assert!(
+                    lb.contains("bridged from") && lb.contains(&zid_a),
+                    "stat on B: {lb}"
+                );
+                let la = line(&a, name);
+                assert!(
+                    la.contains("carried to")
+                        && la.contains(&zid_b)
+                        && la.contains(&format!("pid {}", ba.child.id())),
+                    "stat on A: {la}"
+                );
+                eprintln!("    stat on A: {la}\n    stat on B: {lb}");
+            }
+        }
+        _ => eprintln!(
+            "    note: no `ferry` binary beside ferry-bridge (cargo build --release -p \
+             ferry-cli): checked through the library's read-only view only"
+        ),
+    }
+    let after = (members(h.group('A')), members(h.group('B')), our_files(&h));
+    assert_eq!(before, after, "ferry stat changed the members or the files");
+
+    // B's bridge gone: nothing is carried to B any more.
+    sb.kill9();
+    bb.stop();
+    for name in ["cam/stat", "calc/stat"] {
+        settle(&format!("A still shows {name} carried"), &|| {
+            origin(h.group('A'), name) == Some(Origin::Local)
+        });
+    }
+    p.kill9();
+    srv.tell("exit");
+    srv.wait(T);
+    ba.stop();
+    h.assert_no_leftovers();
+}
+
 fn main() {
     if let Ok(role) = std::env::var("FZ_ROLE") {
         child_main(&role);
@@ -766,6 +901,10 @@ fn main() {
         (
             "bridge_subscribes_only_for_far_subscribers",
             bridge_subscribes_only_for_far_subscribers,
+        ),
+        (
+            "stat_shows_bridged_services_and_their_far_end",
+            stat_shows_bridged_services_and_their_far_end,
         ),
     ];
     runner::run(tests);
