@@ -486,6 +486,13 @@ impl Hosts {
 
 impl Drop for Hosts {
     fn drop(&mut self) {
+        // A test that failed killed its processes (their `Proc`s dropped first): their
+        // groups' files have no live member left and go.
+        if std::thread::panicking() {
+            for g in [&self.a, &self.b] {
+                let _ = Group::clean(g);
+            }
+        }
         if let Some((a, b)) = &self.ns {
             let _ = run_ip(&["netns", "del", a]);
             let _ = run_ip(&["netns", "del", b]);
