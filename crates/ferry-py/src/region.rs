@@ -84,7 +84,9 @@ closable! {
 
         /// The services offered in the group by live domains, as dicts: `name`, `kind`
         /// (`"pubsub"` or `"reqresp"`), `owner` and `members` (`(domain id, pid)`), `depth`,
-        /// `slow`.
+        /// `slow`, and where it lives: `origin` (`"local"`, `"bridged"` from another host,
+        /// `"carried"` to others by a bridge, or `"damaged"`), `far` (the far end(s) the
+        /// bridge recorded, or None) and `bridge` (the carrying member, or None).
         fn services<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
             services(py, &*self.inner.get()?)
         }
@@ -238,6 +240,17 @@ fn services<'py>(py: Python<'py>, g: &ferry::Group) -> PyResult<Vec<Bound<'py, P
                     "drop"
                 },
             )?;
+            // Where it lives: `origin`, the far end(s) a bridge recorded, the carrying
+            // bridge (see ferry::Origin).
+            let (origin, far, bridge) = match s.origin {
+                ferry::Origin::Local => ("local", None, None),
+                ferry::Origin::Bridged { far } => ("bridged", Some(far), None),
+                ferry::Origin::Carried { by, to } => ("carried", Some(to), Some(member(by))),
+                ferry::Origin::Damaged => ("damaged", None, None),
+            };
+            d.set_item("origin", origin)?;
+            d.set_item("far", far)?;
+            d.set_item("bridge", bridge)?;
             Ok(d)
         })
         .collect()

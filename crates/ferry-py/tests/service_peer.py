@@ -49,7 +49,8 @@ def publish(group: str, name: str, sizes: list[int]) -> None:
 
 
 def subscribe(group: str, name: str, count: int, open_timeout: float) -> None:
-    d = ferry.Group(group).join()
+    g = ferry.Group(group)
+    d = g.join()
     try:
         sub = ferry.Subscriber(d, name, timeout=open_timeout)
         print("joined", flush=True)
@@ -60,6 +61,10 @@ def subscribe(group: str, name: str, count: int, open_timeout: float) -> None:
         print("end", type(e).__name__, flush=True)
         return
     print("done", flush=True)
+    # Where the service lives, as the group lists it (for the tests; the code above
+    # needs to know nothing of it).
+    (svc,) = [s for s in g.services() if s["name"] == name]
+    print("origin", svc["origin"], svc["far"], flush=True)
 
 
 def serve(group: str, name: str) -> None:

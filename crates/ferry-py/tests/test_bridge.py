@@ -223,7 +223,8 @@ def digests(sizes: list[int]) -> list[str]:
 def test_bridge_python_pubsub_and_calls_cross_hosts(hosts: Hosts) -> None:
     """A Python publisher on A reaches a Python subscriber on B byte-identical (1 B to
     4 MiB, in order), and a Python client on B calls a Python server on A (answers
-    byte-identical, a failure's status as it is locally), through two bridges."""
+    byte-identical, a failure's status as it is locally), through two bridges; B's
+    group.services() says the service is bridged from A."""
     ba = hosts.bridge("A")
     bb = hosts.bridge("B")
     pub = hosts.python("A", "publish", "py/cam", ",".join(map(str, SIZES)))
@@ -236,6 +237,10 @@ def test_bridge_python_pubsub_and_calls_cross_hosts(hosts: Hosts) -> None:
     for want in digests(SIZES):
         assert sub.expect("") == want
     assert sub.expect("") == "done"
+    # group.services() on B says where py/cam lives: bridged from A's bridge.
+    zid_a = next(line.split(" zid ")[1].split()[0] for line in ba.seen if " zid " in line)
+    origin = sub.expect("origin")
+    assert origin.startswith("origin bridged ") and f"({zid_a})" in origin, origin
     pub.expect("published")
     call_sizes = [1, 100, 64 << 10, 4 << 20]
     cli = hosts.python("B", "call", "py/calc", ",".join(map(str, call_sizes)))

@@ -32,6 +32,7 @@ def test_publish_subscribe_zero_copy(group, np):
         assert not np.frombuffer(a, dtype=np.uint8).flags.writeable
         (svc,) = group.services()
         assert svc["name"] == "camera/front" and svc["kind"] == "pubsub"
+        assert (svc["origin"], svc["far"], svc["bridge"]) == ("local", None, None)
         assert len(svc["members"]) == 2
         with pytest.raises(ferry.ServiceExists):
             ferry.Publisher(v1, "camera/front")

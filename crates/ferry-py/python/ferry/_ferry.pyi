@@ -31,7 +31,9 @@ class Group:
     def lot_addr(self, slot: int) -> int:
         """Address of slot ``slot``'s lot, the same in every process."""
     def services(self) -> list[dict[str, object]]:
-        """Services offered by live domains: name, kind, owner, members, depth, slow."""
+        """Services offered by live domains: name, kind, owner, members, depth, slow,
+        origin ("local", "bridged", "carried" or "damaged"), far (str or None) and
+        bridge (the carrying member or None)."""
     def members(self) -> list[tuple[str, int]]:
         """Live members as ``(domain id, pid)``."""
     def join(self) -> Domain:
