@@ -156,10 +156,14 @@ fn uses_prefix(scope: &str, exporter: &str) -> String {
     format!("ferry-uses/{scope}/{exporter}/")
 }
 
-/// This host's name as one zenoh key chunk (letters, digits, `.`, `-`, `_`; others
-/// become `_`), for the other bridges to show.
+/// This host's name as one zenoh key chunk, for the other bridges to show.
 fn host_name() -> String {
-    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    clean_host(&std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default())
+}
+
+/// A host name as this bridge writes and shows it: at most 40 letters, digits, `.`,
+/// `-` or `_` (anything else becomes `_`), whatever a far bridge sent.
+fn clean_host(raw: &str) -> String {
     let name: String = raw
         .trim()
         .chars()
@@ -179,9 +183,10 @@ fn host_name() -> String {
     }
 }
 
-/// How a far bridge is named in the service table: `host (zid)`.
+/// How a far bridge is named in the service table: `host (zid)`, both cleaned as
+/// host names are (a far bridge chose them).
 fn far_name(host: &str, zid: &str) -> String {
-    format!("{host} ({zid})")
+    format!("{} ({})", clean_host(host), clean_host(zid))
 }
 
 /// The far ends a service is carried to, as one note of at most [`ferry::MAX_FAR`]
@@ -579,8 +584,7 @@ fn far_from_config(zid: &str, answer: &str) -> String {
     let host = answer
         .split(' ')
         .find_map(|kv| kv.strip_prefix("host="))
-        .filter(|h| !h.is_empty())
-        .unwrap_or("unknown");
+        .unwrap_or("");
     far_name(host, zid)
 }
 
@@ -1105,6 +1109,29 @@ fn import_reqresp(
         match answered {
             Ok(()) | Err(Error::PeerGone { .. } | Error::Disconnected | Error::Timeout) => {}
             Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn far_names_are_clean_and_fit_a_note() {
+        assert_eq!(clean_host(" host-a.lan\n"), "host-a.lan");
+        assert_eq!(clean_host("a\u{1b}[2J/b*"), "a__2J_b_");
+        assert_eq!(clean_host(""), "unknown");
+        assert_eq!(far_from_config("z1", "kind=ps host=cam\u{7}"), "cam_ (z1)");
+        assert_eq!(far_from_config("z1", "kind=ps"), "unknown (z1)");
+        let mut far = std::collections::BTreeMap::new();
+        for k in 0..10 {
+            far.insert(format!("{k:032x}"), "x".repeat(40));
+            let list = far_list(&far);
+            assert!(list.len() <= ferry::MAX_FAR, "{list}");
+            if k >= 2 {
+                assert!(list.ends_with(" more"), "{list}");
+            }
         }
     }
 }
