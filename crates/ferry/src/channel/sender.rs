@@ -97,7 +97,8 @@ pub(super) struct SendState {
     /// Sends since the reverse ring was last drained (see [`DRAIN_EVERY`]).
     pub(super) undrained: u32,
     /// The token of the message at each forward ring position, indexed by position
-    /// modulo the ring's capacity: an evicted position finds its message at once.
+    /// modulo the ring's capacity: an evicted position finds its message at once
+    /// (kept on lossy channels only, the only ones that evict).
     pub(super) by_pos: Vec<u32>,
 }
 
@@ -864,8 +865,11 @@ impl Sender {
                 early: false,
             };
             st.out += 1;
-            let slots = st.by_pos.len() as u64;
-            st.by_pos[(pos % slots) as usize] = t.idx;
+            if c.lossy {
+                // Only eviction looks a message up by its position.
+                let slots = st.by_pos.len() as u64;
+                st.by_pos[(pos % slots) as usize] = t.idx;
+            }
             // Under the state lock: the only writer.
             Counters::bump(&c.stats.messages, 1);
             Counters::bump(&c.stats.bytes, len);
@@ -1274,8 +1278,11 @@ impl Sender {
             early: false,
         };
         st.out += 1;
-        let slots = st.by_pos.len() as u64;
-        st.by_pos[(sent.pos % slots) as usize] = sent.token.idx;
+        if c.lossy {
+            // Only eviction looks a message up by its position.
+            let slots = st.by_pos.len() as u64;
+            st.by_pos[(sent.pos % slots) as usize] = sent.token.idx;
+        }
         // Dekker, as in `Producer::try_push`: publication, fence, then the consumer's
         // `sleeping` flag (unfenced sends leave both to `wake_after_unfenced`).
         let wake = matches!(how, Fence::Fenced) && {

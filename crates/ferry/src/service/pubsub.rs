@@ -23,8 +23,9 @@ use crate::until::Until;
 struct Sub {
     member: Member,
     /// Shared with a publish that waits for room in this queue without the list's lock.
+    /// Its counters say how many messages it was handed (including those later evicted):
+    /// every push on it is one.
     tx: Arc<Sender>,
-    delivered: u64,
     dropped: u64,
 }
 
@@ -57,7 +58,6 @@ impl Admit for PubShared {
         subs.push(Sub {
             member: m,
             tx: Arc::new(tx),
-            delivered: 0,
             dropped: 0,
         });
         Ok(())
@@ -385,12 +385,12 @@ impl Publisher {
                 .map(|(_, c)| &**c.sender()),
         );
         let delivered = ok.count_ones() as usize;
-        {
+        if failed != 0 {
             // The list's order is the claims' (the door only appends and removes).
             let mut subs = lock(&self.shared.subs);
             let mut at = 0;
             let before = subs.len();
-            subs.retain_mut(|s| {
+            subs.retain(|s| {
                 let Some(k) = claims.ahead[at..]
                     .iter()
                     .position(|c| Arc::ptr_eq(c.sender(), &s.tx))
@@ -399,9 +399,6 @@ impl Publisher {
                 };
                 let i = at + k;
                 at = i + 1;
-                if ok & 1 << i != 0 {
-                    s.delivered += 1;
-                }
                 failed & 1 << i == 0
             });
             self.stats.departed += (before - subs.len()) as u64;
@@ -692,7 +689,6 @@ impl Publisher {
                 match std::mem::replace(r, Ok(false)) {
                     Ok(evicted) => {
                         sent |= 1 << i;
-                        s.delivered += 1;
                         delivered += 1;
                         if evicted {
                             s.dropped += 1;
@@ -752,12 +748,6 @@ impl Publisher {
             Ok(()) => {
                 p.delivered += 1;
                 self.stats.delivered += 1;
-                if let Some(s) = lock(&self.shared.subs)
-                    .iter_mut()
-                    .find(|s| Arc::ptr_eq(&s.tx, tx))
-                {
-                    s.delivered += 1;
-                }
                 Ok(())
             }
             Err(Error::Timeout) => {
@@ -832,7 +822,7 @@ impl Publisher {
             .iter()
             .map(|s| SubscriberInfo {
                 member: s.member,
-                delivered: s.delivered,
+                delivered: s.tx.stats().messages,
                 dropped: s.dropped,
                 in_flight: s.tx.in_flight(),
             })
