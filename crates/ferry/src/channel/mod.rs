@@ -21,5 +21,5 @@ pub use link::{ChannelConfig, ChannelStats};
 pub(crate) use loan::Draft;
 pub use loan::Loan;
 pub use receiver::Receiver;
-pub(crate) use sender::FAN;
+pub(crate) use sender::{Claimed, FAN};
 pub use sender::{SendSlot, Sender};

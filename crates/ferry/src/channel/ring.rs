@@ -309,6 +309,38 @@ impl<T: Entry> Producer<T> {
         self.tail = next;
     }
 
+    /// Takes the position `r` holds for a value [`write_reserved`](Self::write_reserved)
+    /// wrote there, without publishing it: the producer moves past it, and the value is
+    /// published later by [`publish_claimed`](Self::publish_claimed), which touches only
+    /// the slot, or given back by [`unclaim`](Self::unclaim). The consumer sees nothing
+    /// until then; the producer's own view (room, positions) counts the position taken.
+    pub fn claim(&mut self, r: &Reserved<T>) {
+        debug_assert_eq!(self.tail, r.pos, "a claim after another push");
+        self.tail = r.pos.wrapping_add(1);
+    }
+
+    /// Publishes the value at a position [`claim`](Self::claim) took: one store, the
+    /// slot's sequence number, and nothing of the producer's state.
+    ///
+    /// Publish only a position claimed and neither published nor given back since:
+    /// anything else garbles the ring's marks (which the consumer checks, as it checks
+    /// everything a peer writes).
+    ///
+    /// # Safety
+    /// `r`'s ring is still mapped.
+    pub unsafe fn publish_claimed(r: &Reserved<T>) {
+        // SYNC: pairs with the consumer's Acquire load of `seq`, as in `publish_written`.
+        // SAFETY: `seq` is an atomic in the mapped slot (the caller's contract).
+        unsafe { &(*r.slot).seq }.store(r.pos.wrapping_add(1), Ordering::Release);
+    }
+
+    /// Gives back a position [`claim`](Self::claim) took and that was not published:
+    /// the next push takes it again.
+    pub fn unclaim(&mut self, r: &Reserved<T>) {
+        debug_assert_eq!(self.tail, r.pos.wrapping_add(1), "an unclaim after a push");
+        self.tail = r.pos;
+    }
+
     /// Stores `v` if there is room, never blocking.
     pub fn try_push(&mut self, v: T) -> Result<Push<T>, Corrupt> {
         let pushed = self.try_push_unfenced(v)?;

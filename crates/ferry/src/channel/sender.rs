@@ -28,6 +28,11 @@ pub(super) struct InFlight {
     /// Its position in the forward ring, to tell whether the receiver took it.
     pub(super) pos: u64,
     pub(super) data: Option<Kept>,
+    /// Claimed by [`Sender::claim`] and not on record yet: the message may already be
+    /// published, and so taken and released before `Sender::record_claimed` runs.
+    pub(super) claimed: bool,
+    /// A claimed message's release came first: its record lets it go at once.
+    pub(super) early: bool,
 }
 
 /// What a message in flight keeps until it is released: its data, its continuation
@@ -92,7 +97,8 @@ pub(super) struct SendState {
     /// Sends since the reverse ring was last drained (see [`DRAIN_EVERY`]).
     pub(super) undrained: u32,
     /// The token of the message at each forward ring position, indexed by position
-    /// modulo the ring's capacity: an evicted position finds its message at once.
+    /// modulo the ring's capacity: an evicted position finds its message at once
+    /// (kept on lossy channels only, the only ones that evict).
     pub(super) by_pos: Vec<u32>,
 }
 
@@ -124,6 +130,8 @@ impl SendState {
                     generation: 0,
                     pos: 0,
                     data: None,
+                    claimed: false,
+                    early: false,
                 });
                 Token {
                     idx: self.inflight.len() as u32 - 1,
@@ -209,6 +217,11 @@ impl SendCore {
                     free_tokens.push(t.idx);
                     n += 1;
                 }
+                // Published by `Sender::publish_claimed`, taken and released before its
+                // `record_claimed`, which then lets it go.
+                Some(f) if f.generation == t.generation && f.claimed && !f.early => {
+                    f.early = true;
+                }
                 _ => bad += 1,
             }
         };
@@ -255,7 +268,11 @@ impl SendCore {
         let all: Vec<_> = st
             .inflight
             .iter_mut()
-            .filter_map(|f| f.data.take())
+            .filter_map(|f| {
+                f.claimed = false;
+                f.early = false;
+                f.data.take()
+            })
             .collect();
         st.free_tokens = (0..st.inflight.len() as u32).collect();
         st.out = 0;
@@ -560,6 +577,109 @@ impl SendSlot<'_> {
     }
 }
 
+/// A message's descriptor stored in a ring place that [`Sender::claim`] took, not yet
+/// published.
+pub(crate) struct Claimed {
+    /// The sender whose ring holds the place: kept, so that its mapping is.
+    tx: Arc<Sender>,
+    place: Reserved<RawDesc>,
+    token: Token,
+    /// As in [`Prepared`]: what the descriptor describes.
+    len: usize,
+    seg: *const Segment,
+}
+
+impl Claimed {
+    /// Whether the descriptor still describes `data`: same length, same one segment.
+    #[inline]
+    pub(crate) fn describes(&self, data: &IoDataMut) -> bool {
+        self.len == data.len() && data.sole_segment() == Some(self.seg)
+    }
+
+    /// The sender it was claimed on.
+    pub(crate) fn sender(&self) -> &Arc<Sender> {
+        &self.tx
+    }
+
+    /// Publishes the claimed descriptor: one store to its ring slot, nothing else read or
+    /// written (the application's writes since the claim may have pushed the sender's
+    /// state out of the caches and the TLB). The receiver may take the message at once;
+    /// [`record`](Self::record) must follow (a release that comes first waits for it,
+    /// see `SendCore::drain`). Publishing a claim twice, or after another push on its
+    /// sender, garbles that ring's marks, which the receiver checks as it checks
+    /// anything a peer writes.
+    pub(crate) fn publish(&self) {
+        // SAFETY: the slot lies in the ring mapping that `self.tx` keeps mapped, and its
+        // mark is an atomic.
+        unsafe { Producer::publish_claimed(&self.place) };
+    }
+
+    /// Puts the message, just [`publish`](Self::publish)ed, on record under its token as
+    /// [`Sender::try_send_unfenced`] does (the caller then calls
+    /// [`Sender::wake_after_unfenced`] for every sender that returned `Ok`). A receiver
+    /// that died meanwhile had everything reclaimed: the message is not kept
+    /// ([`Error::PeerGone`]). One that closed meanwhile gets it on record all the same,
+    /// so that it comes back as messages pushed after a close do
+    /// ([`Error::Disconnected`]).
+    pub(crate) fn record(&self, data: &IoData) -> Result<()> {
+        let c = &*self.tx.core;
+        let mut st = c.lock();
+        if c.gone.load(Ordering::Acquire) {
+            // `reclaim_all` freed every token, this one included.
+            return Err(Error::PeerGone {
+                pid: c.link.peer_pid,
+            });
+        }
+        let idx = self.token.idx as usize;
+        st.inflight[idx].claimed = false;
+        if std::mem::take(&mut st.inflight[idx].early) {
+            // Taken and released already (a drain saw its release first): nothing to
+            // keep, the token is free again.
+            st.free_tokens.push(self.token.idx);
+            // Under the state lock: the only writer.
+            Counters::bump(&c.stats.messages, 1);
+            Counters::bump(&c.stats.bytes, data.len() as u64);
+            Counters::bump(&c.stats.releases, 1);
+            c.publish(&st);
+            return Ok(());
+        }
+        let sent = Sent {
+            token: self.token,
+            pos: self.place.position(),
+            data: data.clone(),
+            meta: None,
+            fds: None,
+            evicted: None,
+        };
+        self.tx
+            .finish_send(st, sent, Fence::Unfenced { collect: false });
+        if c.link.header().rx_closed.load(Ordering::Acquire) != 0 {
+            return Err(Error::Disconnected);
+        }
+        Ok(())
+    }
+
+    /// Gives back a claim that was not published: its ring place and its token.
+    pub(crate) fn unclaim(&self) {
+        let c = &*self.tx.core;
+        let mut st = c.lock();
+        if c.gone.load(Ordering::Acquire) {
+            // `reclaim_all` freed every token already.
+            return;
+        }
+        st.fwd.unclaim(&self.place);
+        st.inflight[self.token.idx as usize].claimed = false;
+        st.untake_token(self.token);
+    }
+}
+
+// SAFETY: `seg` is an address compared, never dereferenced; `place` points into the
+// ring's shared mapping, which `tx` keeps, and is written only by the claim and
+// `publish`.
+unsafe impl Send for Claimed {}
+// SAFETY: as above (a shared `Claimed` gives no access to `place`).
+unsafe impl Sync for Claimed {}
+
 /// A message's descriptor made and stored in its ring place ahead of the payload (see
 /// [`SendSlot::prepare`]), not yet published.
 pub(super) struct Prepared {
@@ -741,10 +861,15 @@ impl Sender {
                 generation: t.generation,
                 pos,
                 data: clones[i].take().map(|d| (d, None, None)),
+                claimed: false,
+                early: false,
             };
             st.out += 1;
-            let slots = st.by_pos.len() as u64;
-            st.by_pos[(pos % slots) as usize] = t.idx;
+            if c.lossy {
+                // Only eviction looks a message up by its position.
+                let slots = st.by_pos.len() as u64;
+                st.by_pos[(pos % slots) as usize] = t.idx;
+            }
             // Under the state lock: the only writer.
             Counters::bump(&c.stats.messages, 1);
             Counters::bump(&c.stats.bytes, len);
@@ -756,6 +881,60 @@ impl Sender {
                 out[i] = tx.try_send_unfenced(data, &[], false);
             }
         }
+    }
+
+    /// Makes `data`'s descriptor now, before its payload is written, stores it in this
+    /// ring's next place and claims that place, unpublished (see [`Producer::claim`]):
+    /// a publisher's loan does this for every subscriber, so that its send publishes
+    /// each descriptor with one store before it touches anything else. Unlike
+    /// [`SendSlot::prepare`], the state lock is not held until then: only the owner of
+    /// this sender pushes on it (a publisher, which its loan borrows), and what other
+    /// threads do under the lock (collect releases, reclaim a dead receiver's messages)
+    /// does not push. The message's token is taken.
+    ///
+    /// `None` (nothing claimed) unless the fast path can take the message: one segment
+    /// in a lot and without a send hook, a channel that is open, not lossy, and has room.
+    /// The claim then ends in exactly one of [`Claimed::publish`] followed by
+    /// [`Claimed::record`], or [`Claimed::unclaim`], with nothing pushed on this sender
+    /// in between.
+    pub(crate) fn claim(self: &Arc<Self>, data: &IoDataMut) -> Option<Claimed> {
+        let c = &*self.core;
+        if c.lossy {
+            return None;
+        }
+        let seg = data.sole_segment()?;
+        let frag = match data.frozen_spans().next() {
+            Some((span, len)) => {
+                let s = span?;
+                Some(RawFrag::new(
+                    s.lot.slot,
+                    s.lot.generation,
+                    s.offset,
+                    len as u64,
+                ))
+            }
+            None => None,
+        };
+        let mut st = c.lock();
+        self.open(&st).ok()?;
+        let place = st.fwd.reserve().ok().flatten()?;
+        let token = st.take_token();
+        let f = &mut st.inflight[token.idx as usize];
+        f.generation = token.generation;
+        f.claimed = true;
+        f.early = false;
+        let d: RawDesc = desc::encode(token.word(), frag.as_slice(), &mut [], RawRef::NONE);
+        // SAFETY: reserved just above, under the state lock; the receiver does not read
+        // the slot before its sequence number is published.
+        unsafe { Producer::write_reserved(&place, d) };
+        st.fwd.claim(&place);
+        Some(Claimed {
+            tx: self.clone(),
+            place,
+            token,
+            len: data.len(),
+            seg,
+        })
     }
 
     /// Collects this sender's releases now (all of them, with one fence) unless another
@@ -1095,10 +1274,15 @@ impl Sender {
             generation: sent.token.generation,
             pos: sent.pos,
             data: Some((sent.data, sent.meta, sent.fds)),
+            claimed: false,
+            early: false,
         };
         st.out += 1;
-        let slots = st.by_pos.len() as u64;
-        st.by_pos[(sent.pos % slots) as usize] = sent.token.idx;
+        if c.lossy {
+            // Only eviction looks a message up by its position.
+            let slots = st.by_pos.len() as u64;
+            st.by_pos[(sent.pos % slots) as usize] = sent.token.idx;
+        }
         // Dekker, as in `Producer::try_push`: publication, fence, then the consumer's
         // `sleeping` flag (unfenced sends leave both to `wake_after_unfenced`).
         let wake = matches!(how, Fence::Fenced) && {
@@ -1425,6 +1609,7 @@ impl Drop for Sender {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::channel::Receiver;
     use crate::region::{Group, PathConfig};
 
     /// A message pushed after the receiver closed and released what was in its ring
@@ -1461,5 +1646,61 @@ mod tests {
         tx.collect_releases().unwrap();
         assert_eq!(tx.stats().bad_from_peer, 2);
         assert_eq!(tx.in_flight(), 0);
+    }
+
+    /// A sender and its receiver between two domains of a new group.
+    fn pair(name: &str) -> (Arc<Group>, Arc<Sender>, Receiver, PathAllocator) {
+        let g = Group::open(&format!("unit-{name}-{}", std::process::id())).unwrap();
+        let (a, b) = (g.join().unwrap(), g.join().unwrap());
+        let (a2, bid) = (a.clone(), b.id());
+        let t = std::thread::spawn(move || a2.connect(bid, Duration::from_secs(5)).unwrap());
+        let rx = b.accept(Duration::from_secs(5)).unwrap();
+        let tx = Arc::new(t.join().unwrap());
+        let path = a.path(PathConfig::default()).unwrap();
+        (g, tx, rx, path)
+    }
+
+    /// A claimed message that the receiver takes and releases before the sender records
+    /// it (another thread of the sender's domain drained the release in between) is let
+    /// go when recorded: nothing stays in flight, no release counts as bad.
+    #[test]
+    fn a_claimed_message_released_before_its_record_is_let_go() {
+        let (_g, tx, mut rx, path) = pair("claim-early");
+        let m = path.alloc(100).unwrap();
+        let cl = tx.claim(&m).expect("an open channel with room");
+        let data = m.freeze();
+        cl.publish();
+        drop(rx.try_recv().unwrap().expect("published"));
+        tx.collect_releases().unwrap();
+        cl.record(&data).unwrap();
+        drop(data);
+        assert_eq!(tx.stats().bad_from_peer, 0);
+        assert_eq!(tx.in_flight(), 0);
+        assert_eq!(path.outstanding(), 0);
+        // The token and the ring go on as usual.
+        tx.send(&path.alloc(7).unwrap().freeze()).unwrap();
+        assert_eq!(rx.try_recv().unwrap().expect("sent").len(), 7);
+    }
+
+    /// A claim given back leaves the ring as it was: the next message takes its place
+    /// and the receiver gets it, and nothing is in flight for the claim.
+    #[test]
+    fn an_unclaimed_place_is_taken_by_the_next_message() {
+        let (_g, tx, mut rx, path) = pair("unclaim");
+        let m = path.alloc(100).unwrap();
+        let cl = tx.claim(&m).expect("an open channel with room");
+        assert!(
+            rx.try_recv().unwrap().is_none(),
+            "a claim publishes nothing"
+        );
+        cl.unclaim();
+        drop(m);
+        tx.send(&path.alloc(5).unwrap().freeze()).unwrap();
+        let got = rx.try_recv().unwrap().expect("sent");
+        assert_eq!(got.len(), 5);
+        assert_eq!(tx.in_flight(), 1);
+        drop(got);
+        assert_eq!(tx.in_flight(), 0);
+        assert_eq!(tx.stats().bad_from_peer, 0);
     }
 }

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use super::door::{Admit, HANDSHAKE_PATIENCE};
 use super::table::Kind;
 use super::{Membership, Offering, ServiceConfig, SlowSubscriber};
-use crate::channel::{ChannelConfig, ChannelStats, Draft, FdKinds, Fds, Receiver, Sender, FAN};
+use crate::channel::{
+    ChannelConfig, ChannelStats, Claimed, Draft, FdKinds, Fds, Receiver, Sender, FAN,
+};
 use crate::error::{Error, Result};
 use crate::iodata::{IoData, IoDataMut};
 use crate::region::group::Member;
@@ -21,8 +23,9 @@ use crate::until::Until;
 struct Sub {
     member: Member,
     /// Shared with a publish that waits for room in this queue without the list's lock.
+    /// Its counters say how many messages it was handed (including those later evicted):
+    /// every push on it is one.
     tx: Arc<Sender>,
-    delivered: u64,
     dropped: u64,
 }
 
@@ -55,7 +58,6 @@ impl Admit for PubShared {
         subs.push(Sub {
             member: m,
             tx: Arc::new(tx),
-            delivered: 0,
             dropped: 0,
         });
         Ok(())
@@ -183,6 +185,35 @@ pub struct Publisher {
     turn: usize,
     /// A loan collected them since the last publish (which then does not).
     collected: bool,
+    /// Kept between loans so that a loan allocates nothing (see [`Claims`]).
+    claims: Claims,
+}
+
+/// A loan's claims on its subscribers' ring places (see [`Sender::claim`]), given back
+/// if the loan is dropped unsent.
+#[derive(Default)]
+struct Claims {
+    /// Each subscriber whose ring place was claimed, in the list's order.
+    ahead: Vec<Claimed>,
+    /// The subscribers whose place could not be claimed (a full queue): the send hands
+    /// them the message after the others.
+    later: Vec<Arc<Sender>>,
+}
+
+impl Claims {
+    /// Gives every claim back.
+    fn unclaim(&mut self) {
+        for c in self.ahead.drain(..) {
+            c.unclaim();
+        }
+        self.later.clear();
+    }
+}
+
+impl Drop for Claims {
+    fn drop(&mut self) {
+        self.unclaim();
+    }
 }
 
 impl std::fmt::Debug for Publisher {
@@ -215,6 +246,7 @@ impl Publisher {
             stats: PublisherStats::default(),
             turn: 0,
             collected: false,
+            claims: Claims::default(),
             offering,
         })
     }
@@ -298,12 +330,96 @@ impl Publisher {
         self.collected = true;
     }
 
-    /// A loan of `data`, one fbuf fresh from a path.
+    /// A loan of `data`, one fbuf fresh from a path. Under [`SlowSubscriber::Block`],
+    /// every subscriber's ring place is claimed and the message's descriptor stored
+    /// there now, unpublished, so that the send publishes each with one store (as
+    /// [`Sender::loan`] does for one receiver). The subscribers are those of now: one
+    /// that joins while the loan is written gets the messages after it.
     fn lend(&mut self, data: IoDataMut) -> PublisherLoan<'_> {
+        let draft = Draft::new(data);
+        let mut claims = std::mem::take(&mut self.claims);
+        if self.shared.config.slow == SlowSubscriber::Block {
+            let subs = lock(&self.shared.subs);
+            for s in subs.iter() {
+                match s.tx.claim(draft.get()) {
+                    Some(c) => claims.ahead.push(c),
+                    None => claims.later.push(s.tx.clone()),
+                }
+            }
+        }
+        if claims.ahead.is_empty() {
+            // Nothing claimed: the send takes the general path for everyone.
+            claims.later.clear();
+        }
         PublisherLoan {
-            draft: Draft::new(data),
+            draft,
+            claims,
             publisher: self,
         }
+    }
+
+    /// The send of a loan whose claims were all just published (`data` is the message
+    /// they describe): each claimed subscriber's message goes on record, one fence wakes
+    /// those that sleep, then the subscribers whose queues were full get it as
+    /// [`publish_until`](Self::publish_until) hands it to full queues.
+    fn send_claimed(
+        &mut self,
+        mut claims: Claims,
+        data: IoData,
+        deadline: Option<Instant>,
+    ) -> Result<usize> {
+        let mut ok = 0u64;
+        let mut failed = 0u64;
+        for (i, c) in claims.ahead.iter().enumerate() {
+            match c.record(&data) {
+                Ok(()) => ok |= 1 << i,
+                Err(_) => failed |= 1 << i,
+            }
+        }
+        Sender::wake_after_unfenced(
+            claims
+                .ahead
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| ok & 1 << i != 0)
+                .map(|(_, c)| &**c.sender()),
+        );
+        let delivered = ok.count_ones() as usize;
+        if failed != 0 {
+            // The list's order is the claims' (the door only appends and removes).
+            let mut subs = lock(&self.shared.subs);
+            let mut at = 0;
+            let before = subs.len();
+            subs.retain(|s| {
+                let Some(k) = claims.ahead[at..]
+                    .iter()
+                    .position(|c| Arc::ptr_eq(c.sender(), &s.tx))
+                else {
+                    return true;
+                };
+                let i = at + k;
+                at = i + 1;
+                failed & 1 << i == 0
+            });
+            self.stats.departed += (before - subs.len()) as u64;
+        }
+        // Ended: nothing to give back.
+        claims.ahead.clear();
+        let full = std::mem::take(&mut claims.later);
+        self.claims = claims;
+        self.collected = false;
+        self.stats.delivered += delivered as u64;
+        let mut p = Pending {
+            data,
+            delivered,
+            full,
+            timed_out: false,
+        };
+        for i in 0..p.full.len() {
+            let r = p.full[i].send_until(&p.data, &[], deadline);
+            self.settle(&mut p, i, r)?;
+        }
+        self.publish_end(p)
     }
 
     /// The path [`loan`](Self::loan) allocates from (a message published with fragments
@@ -573,7 +689,6 @@ impl Publisher {
                 match std::mem::replace(r, Ok(false)) {
                     Ok(evicted) => {
                         sent |= 1 << i;
-                        s.delivered += 1;
                         delivered += 1;
                         if evicted {
                             s.dropped += 1;
@@ -633,12 +748,6 @@ impl Publisher {
             Ok(()) => {
                 p.delivered += 1;
                 self.stats.delivered += 1;
-                if let Some(s) = lock(&self.shared.subs)
-                    .iter_mut()
-                    .find(|s| Arc::ptr_eq(&s.tx, tx))
-                {
-                    s.delivered += 1;
-                }
                 Ok(())
             }
             Err(Error::Timeout) => {
@@ -713,7 +822,7 @@ impl Publisher {
             .iter()
             .map(|s| SubscriberInfo {
                 member: s.member,
-                delivered: s.delivered,
+                delivered: s.tx.stats().messages,
                 dropped: s.dropped,
                 in_flight: s.tx.in_flight(),
             })
@@ -755,6 +864,8 @@ pub struct PublisherLoan<'a> {
     publisher: &'a mut Publisher,
     /// One fbuf of the publisher's path: one run of bytes, always.
     draft: Draft,
+    /// Its subscribers' ring places, claimed at the loan (given back if it is dropped).
+    claims: Claims,
 }
 
 impl std::fmt::Debug for PublisherLoan<'_> {
@@ -930,8 +1041,28 @@ impl PublisherLoan<'_> {
     /// # Errors
     /// As [`Publisher::publish_until`].
     pub fn send_until(self, deadline: Option<Instant>) -> Result<usize> {
-        let data = self.draft.into_data().freeze();
-        self.publisher.publish_until(&data, deadline)
+        let PublisherLoan {
+            publisher: p,
+            draft,
+            mut claims,
+        } = self;
+        let data = draft.into_data();
+        if claims.ahead.is_empty() || !claims.ahead.iter().all(|c| c.describes(&data)) {
+            // Nothing claimed, or the message is no longer the one described.
+            claims.unclaim();
+            p.claims = claims;
+            return p.publish_until(&data.freeze(), deadline);
+        }
+        // Every descriptor published first, one store each, before anything else is
+        // touched: those stores travel to the subscribers' cores together, and with the
+        // payload's.
+        // Each claim is published once, with nothing pushed since it was made: the loan
+        // borrows the publisher, the only one to push on its subscribers' senders, and
+        // only this send or the loan's drop ends the claims.
+        for c in &claims.ahead {
+            c.publish();
+        }
+        p.send_claimed(claims, data.freeze(), deadline)
     }
 }
 
