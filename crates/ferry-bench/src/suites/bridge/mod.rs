@@ -17,7 +17,9 @@
 //! attached), `bench/idle` (B's bridge denies it: A's bridge exports it but has no far
 //! subscriber), `bench/two` (denied by A's bridge, with a second plain local
 //! subscriber that copies every byte out, as the bridge's local half does) and
-//! `bench/carry` (carried to B's subscriber). Latency: one message at a time, the
+//! `bench/carry` (carried to B's subscriber; A's subscriber joined before the bridge)
+//! and `bench/early` (the same, but A's subscriber joins after the bridge, which so comes
+//! first in the publisher's list of subscribers). Latency: one message at a time, the
 //! sender's `CLOCK_MONOTONIC` stamp in its header, each receiver's stamp on arrival; the
 //! next message leaves once every receiver of the case has it. The cases take turns
 //! message by message (zenoh's reference among them, each turn in another of their
@@ -47,7 +49,7 @@ use crate::harness::output::BenchOutput;
 use crate::harness::record::Record;
 use crate::harness::stats::Summary;
 use crate::harness::BenchDef;
-use worker::{Plan, Results, Role, Spec, Who, ALONE, CARRY, IDLE, TWO};
+use worker::{Plan, Results, Role, Spec, Who, ALONE, CARRY, EARLY, IDLE, TWO};
 
 pub const BENCH: BenchDef = BenchDef {
     name: "bridge",
@@ -232,6 +234,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         (IDLE.to_owned(), Who::Idle, false),
         (TWO.to_owned(), Who::Two, false),
         (CARRY.to_owned(), Who::Carry, false),
+        (EARLY.to_owned(), Who::Early, false),
     ];
     spawn(
         &mut procs,
@@ -268,7 +271,10 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         &on(&ns_b, &gb, None, bridge_b),
         inherit(),
     )?;
-    let remote = vec![(CARRY.to_owned(), Who::Remote, false)];
+    let remote = vec![
+        (CARRY.to_owned(), Who::Remote, false),
+        (EARLY.to_owned(), Who::EarlyRemote, false),
+    ];
     spawn(
         &mut procs,
         "B's subscriber",
@@ -369,22 +375,25 @@ fn report(r: &Results, place: &str, quick: bool) -> BenchOutput {
         ));
     }
     md.push_str("\nA's local subscriber's hand-over (µs). Floor: the same subscriber with a second plain local subscriber process (it copies every byte out, as the bridge's local half does) instead of the bridge, measured in the same rounds: what one more subscriber costs the publisher and the CPUs, bridge or not.\n\n");
-    md.push_str("| size | without bridge | bridge, no far sub | ratio (bar <= 1.1) | bridge carrying to B | ratio (bar <= 1.1) | second plain sub | ratio (floor) | carrying / second sub |\n");
-    md.push_str("|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| size | without bridge | bridge, no far sub | ratio (bar <= 1.1) | bridge carrying to B | ratio (bar <= 1.1) | the bridge subscribed first | ratio (bar <= 1.1) | second plain sub | ratio (floor) | carrying / second sub |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (size, s) in r.sizes.iter().zip(&r.series) {
-        let (alone, idle, carry, two) = (
+        let (alone, idle, carry, early, two) = (
             median(&s.alone),
             median(&s.idle),
             median(&s.carry),
+            median(&s.early),
             median(&s.two),
         );
         let floor = two / alone;
         md.push_str(&format!(
-            "| {size} | {alone:.1} | {idle:.1} | {:.2} {} | {carry:.1} | {:.2} {} | {two:.1} | {floor:.2} | {:.2} |\n",
+            "| {size} | {alone:.1} | {idle:.1} | {:.2} {} | {carry:.1} | {:.2} {} | {early:.1} | {:.2} {} | {two:.1} | {floor:.2} | {:.2} |\n",
             idle / alone,
             verdict(idle / alone <= BAR_LOCAL, floor),
             carry / alone,
             verdict(carry / alone <= BAR_LOCAL, floor),
+            early / alone,
+            verdict(early / alone <= BAR_LOCAL, floor),
             carry / two,
         ));
         for (series, v, unit) in [
@@ -393,6 +402,11 @@ fn report(r: &Results, place: &str, quick: bool) -> BenchOutput {
             ("local without bridge", &s.alone, "us"),
             ("local with bridge, no far subscriber", &s.idle, "us"),
             ("local with bridge carrying", &s.carry, "us"),
+            (
+                "local with bridge carrying, bridge subscribed first",
+                &s.early,
+                "us",
+            ),
             ("local with a second plain subscriber", &s.two, "us"),
             ("bridge throughput", &s.remote_mbs, "MB/s"),
             ("zenoh throughput", &s.zenoh_mbs, "MB/s"),

@@ -31,6 +31,9 @@ pub const ALONE: &str = "bench/alone";
 pub const IDLE: &str = "bench/idle";
 pub const TWO: &str = "bench/two";
 pub const CARRY: &str = "bench/carry";
+/// As [`CARRY`], but A's local subscriber subscribes only once A's bridge has: the
+/// bridge comes first in the publisher's list of subscribers.
+pub const EARLY: &str = "bench/early";
 
 /// Who reports an arrival.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,14 +53,28 @@ pub enum Who {
     Remote = 5,
     /// zenoh's own subscriber on B.
     Zenoh = 6,
+    /// A's subscriber of [`EARLY`], which joined after the bridge.
+    Early = 7,
+    /// B's subscriber of [`EARLY`].
+    EarlyRemote = 8,
 }
 
 impl Who {
     fn from(v: u64) -> Option<Who> {
         use Who::*;
-        [Alone, Idle, Two, Second, Carry, Remote, Zenoh]
-            .into_iter()
-            .find(|w| *w as u64 == v)
+        [
+            Alone,
+            Idle,
+            Two,
+            Second,
+            Carry,
+            Remote,
+            Zenoh,
+            Early,
+            EarlyRemote,
+        ]
+        .into_iter()
+        .find(|w| *w as u64 == v)
     }
 }
 
@@ -110,6 +127,8 @@ pub struct Series {
     pub two: Vec<f64>,
     pub carry: Vec<f64>,
     pub remote: Vec<f64>,
+    /// A's subscriber of [`EARLY`] (the bridge woken before it).
+    pub early: Vec<f64>,
     pub zenoh: Vec<f64>,
     /// MB/s, one per round.
     pub remote_mbs: Vec<f64>,
@@ -210,7 +229,22 @@ fn run_subs(spec: &Spec, subs: &[(String, Who, bool)]) -> Result<()> {
     for (service, who, copy) in subs.iter().cloned() {
         let domain = group.join()?;
         let mut fifo = open_fifo_writer(&spec.fifo)?;
+        let group = group.clone();
         threads.push(std::thread::spawn(move || -> Result<()> {
+            if who == Who::Early {
+                // After the bridge: once the service has a subscriber.
+                let deadline = Instant::now() + WAIT;
+                while !group
+                    .services()
+                    .iter()
+                    .any(|s| s.name == service && !s.subscribers.is_empty())
+                {
+                    if Instant::now() > deadline {
+                        bail!("A's bridge never subscribed to {service}");
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
             let mut s = Subscriber::open(&domain, &service, WAIT)
                 .with_context(|| format!("subscribing to {service}"))?;
             let mut out = Vec::new();
@@ -395,13 +429,18 @@ impl ZPub<'_> {
     }
 }
 
-/// The `i`-th (mod 120) order of the five cases (its Lehmer code).
-fn order(i: usize) -> [usize; 5] {
-    let mut left = vec![0, 1, 2, 3, 4];
-    let mut code = i % 120;
-    let mut out = [0; 5];
+/// The cases: the hand-overs on A (alone, idle, two, carry, early) and zenoh's.
+const CASES: usize = 6;
+
+/// An order of the [`CASES`] for turn `i`: successive turns take orders far apart in
+/// the list of all 720 (a Lehmer code; 397 is prime to 720), so that every case comes
+/// first, and after every other, about as often.
+fn order(i: usize) -> [usize; CASES] {
+    let mut left: Vec<usize> = (0..CASES).collect();
+    let mut code = i * 397 % 720;
+    let mut out = [0; CASES];
     for (k, o) in out.iter_mut().enumerate() {
-        let f = [24, 6, 2, 1, 1][k];
+        let f = [120, 24, 6, 2, 1, 1][k];
         *o = left.remove(code / f);
         code %= f;
     }
@@ -415,6 +454,7 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
     let mut idle = offer(&domain, IDLE)?;
     let mut two = offer(&domain, TWO)?;
     let mut carry = offer(&domain, CARRY)?;
+    let mut early = offer(&domain, EARLY)?;
     let mut arrivals = Arrivals::open(&spec.fifo)?;
     let session = zopen(&[zenoh_listen.to_owned()], &[])?;
     let mut zpub = ZPub {
@@ -435,6 +475,7 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
     idle.wait_for_subscribers(1, WAIT)?;
     two.wait_for_subscribers(2, WAIT)?;
     carry.wait_for_subscribers(2, WAIT)?;
+    early.wait_for_subscribers(2, WAIT)?;
     let warm = |send: &mut dyn FnMut() -> Result<u64>, a: &mut Arrivals, who: Who| {
         let t0 = Instant::now();
         loop {
@@ -452,6 +493,11 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
         &mut arrivals,
         Who::Remote,
     )?;
+    warm(
+        &mut || send_ferry(&mut early, 64, true),
+        &mut arrivals,
+        Who::EarlyRemote,
+    )?;
     warm(&mut || zpub.send(64, true), &mut arrivals, Who::Zenoh)?;
     let idle_subscribers = idle.subscriber_count();
     pin(spec)?;
@@ -468,7 +514,7 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
         for (si, &size) in plan.sizes.iter().enumerate() {
             progress(&format!("round {}/{}, {size} B", round + 1, plan.rounds));
             let s = &mut series[si];
-            // The cases in turns, message by message, each turn in another of their 120
+            // The cases in turns, message by message, each turn in another of their
             // orders: a disturbance of the machine, or what a case leaves behind for the
             // one after it (zenoh's threads still winding down, its buffers in the
             // cache), falls on all of them alike.
@@ -499,6 +545,13 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
                             })?;
                             s.carry.push(l[0]);
                             s.remote.push(l[1]);
+                        }
+                        4 => {
+                            let l =
+                                one(&mut arrivals, &[Who::Early, Who::EarlyRemote], &mut || {
+                                    send_ferry(&mut early, size, true)
+                                })?;
+                            s.early.push(l[0]);
                         }
                         _ => {
                             let l =
