@@ -90,6 +90,12 @@ fn cli() -> Command {
             .arg(Arg::new("args").num_args(0..).action(ArgAction::Append)),
     )
     .subcommand(
+        Command::new("__bridge")
+            .about("A process of `ferry-bench bridge`; not for direct use")
+            .hide(true)
+            .arg(Arg::new("args").num_args(0..).action(ArgAction::Append)),
+    )
+    .subcommand(
         Command::new("__drain")
             .about("The subscriber process of `ferry-bench services`; not for direct use")
             .hide(true)
@@ -114,6 +120,7 @@ fn main() -> Result<()> {
         "__worker" => worker::run(WorkerArgs::from_arg_matches(sub).unwrap_or_else(|e| e.exit())),
         "__frames" => suites::frames::worker_main(&args()),
         "__drain" => suites::services::drain_main(&args()),
+        "__bridge" => suites::bridge::worker::main(&args()),
         "__huge" => suites::hugepages::recv::main(&args()),
         _ => run(
             name,

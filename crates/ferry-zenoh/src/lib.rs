@@ -801,10 +801,11 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
         }
         let held = hold_until.is_some_and(|t| Instant::now() < t);
         if sub.is_none() && (wanted || held) {
-            sub = Some(
-                Subscriber::open(&ctx.domain, name, Duration::from_secs(1))
-                    .with_context(|| format!("subscribing to {name}"))?,
-            );
+            let mut s = Subscriber::open(&ctx.domain, name, Duration::from_secs(1))
+                .with_context(|| format!("subscribing to {name}"))?;
+            // A local subscriber's hand-over must not wait for the bridge's wake-up.
+            s.set_wake_last(true);
+            sub = Some(s);
             say!(ctx, "{name}: a far bridge subscribes; carrying");
             far_ends.update();
             note_carried(ctx, name, sub.as_ref(), &far_ends);

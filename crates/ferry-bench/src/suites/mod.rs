@@ -15,7 +15,7 @@
 //! | [`handover`] | `ferry-bench handover` | [`handover::worker`] |
 //! | [`hugepages`] | `ferry-bench hugepages` | `ferry-bench __huge` ([`hugepages::recv`]) |
 //! | [`adc`] | `ferry-bench adc` | none: threads in two network namespaces |
-//! | [`bridge`] | `ferry-bench bridge` | none: one process (bridges, zenoh sessions and members on threads) |
+//! | [`bridge`] | `ferry-bench bridge` | `ferry-bench __bridge` ([`bridge::worker`]): bridges, members and zenoh's reference, each a process in its host's namespace |
 //! | [`frames`] | `ferry-bench frames` | `ferry-bench __frames` ([`frames::worker_main`]) |
 //!
 //! Adding a benchmark: write `suites/<name>/mod.rs` with

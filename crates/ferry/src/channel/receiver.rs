@@ -746,6 +746,15 @@ impl Receiver {
         self.spin = spin;
     }
 
+    /// Asks a sender that wakes several sleeping receivers after one message (a
+    /// publisher with several subscribers) to wake this one after those that did not ask
+    /// the same: for a receiver that only relays messages elsewhere (a bridge to other
+    /// hosts), so that it does not delay the wake-ups of the consumers on this host.
+    /// Off by default; it changes only the order of the wake-ups.
+    pub fn set_wake_last(&mut self, last: bool) {
+        self.fwd.set_wake_last(last);
+    }
+
     /// How long a blocking receive busy-polls before it sleeps (see
     /// [`set_spin`](Self::set_spin)).
     ///

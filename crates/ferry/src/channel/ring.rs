@@ -5,7 +5,7 @@
 //!  +-------------------------+              +-----------------------------+
 //!  | head      (consumer)    |              | seq (u64) | value T         |  slot p % cap
 //!  | wait_tail (producer)    |              +-----------------------------+
-//!  | sleeping  (consumer=1)  |
+//!  | sleeping  (consumer=1|2)|
 //!  | waiting   (producer=1)  |
 //!  +-------------------------+
 //! ```
@@ -19,7 +19,10 @@
 //!
 //! The producer wakes the consumer only when the consumer has said it sleeps, which it
 //! does only after seeing the ring empty: a wake-up happens only on an empty to non-empty
-//! transition, never while the consumer is busy. A producer that finds the ring full
+//! transition, never while the consumer is busy. A consumer that relays what it gets
+//! elsewhere (a bridge) may say it sleeps with 2 instead of 1: a producer that wakes
+//! several consumers after one publication wakes those first that said 1 (see
+//! [`RingCtl::take_sleeper_first`]). A producer that finds the ring full
 //! records its position in `wait_tail`, says it waits, and is woken by the consumer once at
 //! most half the ring is in use. Both sleep handshakes are the Dekker pattern: each side
 //! stores its flag (or publication), issues a SeqCst fence, then loads the other side's
@@ -59,15 +62,38 @@ pub(crate) struct RingCtl {
     waiting: Padded<AtomicU32>,
 }
 
+/// `sleeping`: the consumer sleeps and wants to be woken among the first.
+const SLEEPS: u32 = 1;
+/// `sleeping`: the consumer sleeps and may be woken after the others.
+const SLEEPS_LAST: u32 = 2;
+
 impl RingCtl {
     /// After the producer's publication and a SeqCst fence: true if the consumer said
     /// it sleeps, which this clears (so exactly one producer call wakes it).
     pub(crate) fn take_sleeper(&self) -> bool {
-        self.sleeping.0.load(Ordering::Relaxed) != 0
+        let v = self.sleeping.0.load(Ordering::Relaxed);
+        v != 0
             && self
                 .sleeping
                 .0
-                .compare_exchange(1, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// Whether the consumer said it sleeps (either way).
+    pub(crate) fn sleeps(&self) -> bool {
+        self.sleeping.0.load(Ordering::Relaxed) != 0
+    }
+
+    /// [`take_sleeper`](Self::take_sleeper), but only for a consumer that did not ask to
+    /// be woken last: the first of a producer's two passes over several rings; the
+    /// second pass takes the rest with `take_sleeper`.
+    pub(crate) fn take_sleeper_first(&self) -> bool {
+        self.sleeping.0.load(Ordering::Relaxed) == SLEEPS
+            && self
+                .sleeping
+                .0
+                .compare_exchange(SLEEPS, 0, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
     }
 }
@@ -168,6 +194,8 @@ pub(crate) struct Consumer<T> {
     head: u64,
     /// The producer may evict: take entries with a compare-and-swap of `head`.
     lossy: bool,
+    /// What [`prepare_sleep`](Consumer::prepare_sleep) stores in `sleeping`.
+    sleep_mark: u32,
 }
 
 // SAFETY: each side is used by one thread at a time (`&mut self`), and the memory it
@@ -219,6 +247,7 @@ pub(crate) unsafe fn consumer<T: Entry>(
         ring: Ring { ctl, slots, cap },
         head: 0,
         lossy: false,
+        sleep_mark: SLEEPS,
     }
 }
 
@@ -645,7 +674,11 @@ impl<T: Entry> Consumer<T> {
     /// data arrived meanwhile (do not block). After true, block until woken, then call
     /// [`cancel_sleep`](Self::cancel_sleep) and retry.
     pub fn prepare_sleep(&mut self) -> Result<bool, Corrupt> {
-        self.ring.ctl().sleeping.0.store(1, Ordering::Relaxed);
+        self.ring
+            .ctl()
+            .sleeping
+            .0
+            .store(self.sleep_mark, Ordering::Relaxed);
         // Dekker: sleeping store, fence, seq load (see `Producer::try_push`).
         fence(Ordering::SeqCst);
         if self.has_data()? {
@@ -653,6 +686,12 @@ impl<T: Entry> Consumer<T> {
             return Ok(false);
         }
         Ok(true)
+    }
+
+    /// Asks a producer that wakes several consumers at once to wake this one after the
+    /// others (or, with false, among the first: the default).
+    pub fn set_wake_last(&mut self, last: bool) {
+        self.sleep_mark = if last { SLEEPS_LAST } else { SLEEPS };
     }
 
     /// Clears the sleeping flag.

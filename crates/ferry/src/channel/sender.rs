@@ -765,13 +765,34 @@ impl Sender {
         // Dekker, as in `Producer::try_push`: every publication before this fence, every
         // load of a consumer's `sleeping` after it.
         crate::sync::fence(crate::sync::Ordering::SeqCst);
+        // Two passes: consumers that relay elsewhere (asked to be woken last) wait for the
+        // wake-up system calls of those that consume here.
+        let mut last: [Option<&Sender>; FAN] = [None; FAN];
+        let mut n_last = 0;
         for tx in senders {
-            let c = &*tx.core;
-            if c.link.fwd_ctl().take_sleeper() {
-                Counters::add(&c.stats.wakeups, 1);
-                c.link.rx_efd.notify();
+            let ctl = tx.core.link.fwd_ctl();
+            if ctl.take_sleeper_first() {
+                tx.wake();
+            } else if ctl.sleeps() {
+                if n_last < FAN {
+                    last[n_last] = Some(tx);
+                    n_last += 1;
+                } else if ctl.take_sleeper() {
+                    tx.wake();
+                }
             }
         }
+        for tx in last.iter().flatten() {
+            if tx.core.link.fwd_ctl().take_sleeper() {
+                tx.wake();
+            }
+        }
+    }
+
+    /// Wakes the consumer, whose sleeping flag this sender took.
+    fn wake(&self) {
+        Counters::add(&self.core.stats.wakeups, 1);
+        self.core.link.rx_efd.notify();
     }
 
     /// [`try_send_unfenced`](Self::try_send_unfenced) to each of `senders` (at most

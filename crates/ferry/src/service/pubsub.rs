@@ -1230,6 +1230,15 @@ impl Subscriber {
         self.rx.set_spin(spin);
     }
 
+    /// Asks the publisher to wake this subscriber, when several sleep, after the
+    /// subscribers that did not ask the same: for a subscriber that only relays the
+    /// messages elsewhere (`ferry-bridge` to other hosts), so that it does not delay the
+    /// hand-over to the consumers on this host. Off by default; see
+    /// [`Receiver::set_wake_last`](crate::Receiver::set_wake_last).
+    pub fn set_wake_last(&mut self, last: bool) {
+        self.rx.set_wake_last(last);
+    }
+
     /// How long a blocking receive busy-polls before it sleeps (see
     /// [`set_spin`](Self::set_spin)).
     ///

@@ -1,53 +1,59 @@
 //! `ferry-bench bridge`: the cost of carrying a service to another host through two
 //! `ferry-bridge`s (crate `ferry-zenoh`), against zenoh's own publish-subscribe between
-//! the same two endpoints, and what an attached bridge costs the local subscribers.
+//! the same two hosts, and what an attached bridge costs the local subscribers.
 //!
-//! One process holds everything, each part on its own thread: host A is ferry group A
-//! with its bridge (listening on a loopback port), host B is group B with its bridge
-//! (connecting to it); a publisher on A, a subscriber on A and one on B. The baseline is
-//! two zenoh sessions on another loopback port, one putting and one subscribing (FIFO
-//! channel, read by its own thread as an application would), both remote-only.
+//! Two "hosts" are two network namespaces joined by a veth pair
+//! (`ferry_xdp::testnet`; on loopback, with the reason printed, where namespaces cannot
+//! be made), and two ferry groups (A and B). Every part is its own process
+//! (`ferry-bench __bridge`, [`worker`]):
 //!
-//! - Latency: one message at a time, the sender's `CLOCK_MONOTONIC` stamp in its first
-//!   8 bytes, the receiver's stamp on arrival; the next message leaves once it arrived.
-//!   Each wait is for the message with the stamp just sent: messages of an earlier phase
-//!   that the bridges still carry are skipped (counting them as the awaited one made
-//!   1 MiB look like ~17 ms).
-//! - Throughput: as many messages as fit in the budget, back to back (blocking
-//!   congestion control on both, so none is lost), timed from the first send to the last
-//!   arrival of this phase's messages.
-//! - Local hand-over on A: the latency above, A's publisher to A's subscriber, before
-//!   the bridges start; with A's bridge attached but no far subscriber (B's bridge not
-//!   yet started); and with B's subscriber, the bridge carrying every message (the next
-//!   message leaves once it reached both subscribers).
+//! - on A: the publisher (which drives the run), a process of local subscribers, a
+//!   second plain subscriber, and A's bridge (listening);
+//! - on B: B's bridge (connecting to A's), a subscriber, and zenoh's own subscriber,
+//!   connected to a zenoh publisher in A's publisher process.
+//!
+//! A's publisher offers one service per case, and the bridges' deny lists decide which
+//! cross: `bench/alone` (A's bridge denies it: ferry's own hand-over, nothing else
+//! attached), `bench/idle` (B's bridge denies it: A's bridge exports it but has no far
+//! subscriber), `bench/two` (denied by A's bridge, with a second plain local
+//! subscriber that copies every byte out, as the bridge's local half does) and
+//! `bench/carry` (carried to B's subscriber; A's subscriber joined before the bridge)
+//! and `bench/early` (the same, but A's subscriber joins after the bridge, which so comes
+//! first in the publisher's list of subscribers). Latency: one message at a time, the
+//! sender's `CLOCK_MONOTONIC` stamp in its header, each receiver's stamp on arrival; the
+//! next message leaves once every receiver of the case has it. The cases take turns
+//! message by message (zenoh's reference among them, each turn in another of their
+//! orders), so that a disturbance of the
+//! shared machine falls on all alike. Throughput: back to back (blocking congestion
+//! control on both), timed from the first send to the last arrival, alternating which
+//! goes first per round.
 //!
 //! The bars (issue 24): through the bridges at least 0.9x zenoh's throughput at 64 KiB
 //! and above, at most 1.2x its latency at every size; the local hand-over with the
-//! bridge attached at most 1.1x of without.
+//! bridge attached at most 1.1x of without. Beside a missed bar the report prints a
+//! floor measured in the same rounds: for latency zenoh's plus two of ferry's hand-overs
+//! (the bridge path's two more process hops: publisher to A's bridge, B's bridge to the
+//! subscriber); for the local cost, the hand-over with a second plain subscriber
+//! instead of the bridge (what one more subscriber process costs, bridge or not).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, OnceLock};
-use std::thread::JoinHandle;
+pub mod worker;
+
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context, Result};
-use ferry::{Group, Publisher, ServiceConfig, SlowSubscriber, Subscriber};
-use ferry_zenoh::{run_in, zenoh_config, BridgeConfig};
-use zenoh::handlers::FifoChannel;
-use zenoh::qos::CongestionControl;
-use zenoh::sample::Locality;
-use zenoh::Wait;
+use anyhow::{bail, Context, Result};
+use ferry_xdp::testnet::{self, Net};
 
 use crate::harness::ctx::BenchCtx;
 use crate::harness::output::BenchOutput;
 use crate::harness::record::Record;
 use crate::harness::stats::Summary;
 use crate::harness::BenchDef;
+use worker::{Plan, Results, Role, Spec, Who, ALONE, CARRY, EARLY, IDLE, TWO};
 
 pub const BENCH: BenchDef = BenchDef {
     name: "bridge",
-    about: "two hosts through ferry-bridge (zenoh) vs zenoh pub/sub: latency, throughput, local hand-over with the bridge attached",
+    about: "two hosts (network namespaces) through ferry-bridge (zenoh) vs zenoh pub/sub: latency, throughput, local hand-over with the bridge attached",
     run,
 };
 
@@ -55,351 +61,372 @@ pub const BAR_THROUGHPUT: f64 = 0.9;
 pub const BAR_LATENCY: f64 = 1.2;
 pub const BAR_LOCAL: f64 = 1.1;
 
-const SERVICE: &str = "bench/stream";
-const WAIT: Duration = Duration::from_secs(30);
+/// The second octet of the namespaces' addresses.
+const NET: u8 = 83;
 
-fn now_ns() -> u64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_nanos() as u64
-}
+/// The run's processes: on drop, each still running gets SIGTERM, then SIGKILL.
+struct Procs(Vec<(String, Child)>);
 
-fn stamp_of(b: &[u8]) -> u64 {
-    u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))
-}
-
-/// A thread that receives with `recv` until stopped, reporting each message's send
-/// stamp and its arrival (ns).
-fn receiver(
-    stop: Arc<AtomicBool>,
-    mut recv: impl FnMut() -> Option<u64> + Send + 'static,
-) -> (Receiver<(u64, u64)>, JoinHandle<()>) {
-    let (tx, rx): (Sender<(u64, u64)>, _) = channel();
-    let h = std::thread::spawn(move || {
-        while !stop.load(Ordering::Relaxed) {
-            if let Some(stamp) = recv() {
-                if tx.send((stamp, now_ns())).is_err() {
-                    break;
-                }
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.0 {
+            if let Ok(None) = c.try_wait() {
+                let _ = rustix::process::kill_process(
+                    rustix::process::Pid::from_child(c),
+                    rustix::process::Signal::TERM,
+                );
             }
         }
-    });
-    (rx, h)
-}
-
-/// Waits on `rx` for the message stamped `stamp`: its one-way latency in ns. Messages
-/// of earlier phases still in flight (a backlog the bridges are still carrying) are
-/// skipped, never counted as this one.
-fn arrival(rx: &Receiver<(u64, u64)>, stamp: u64) -> Result<u64> {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let (s, at) = rx.recv_timeout(left).context("a message did not arrive")?;
-        if s == stamp {
-            return Ok(at.saturating_sub(s));
+        for (_, c) in &mut self.0 {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if let Ok(None) = c.try_wait() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
         }
     }
 }
 
-/// Latencies (µs) on `rxs[0]` of `n` messages sent one at a time by `send`, each waited
-/// for on every one of `rxs` before the next leaves.
-fn latencies(
-    n: usize,
-    rxs: &[&Receiver<(u64, u64)>],
-    mut send: impl FnMut(u64) -> Result<()>,
-) -> Result<Vec<f64>> {
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let stamp = now_ns();
-        send(stamp)?;
-        out.push(arrival(rxs[0], stamp)? as f64 / 1e3);
-        for rx in &rxs[1..] {
-            arrival(rx, stamp)?;
+/// What is removed at the end, however the run ends: the FIFO, the namespaces, the
+/// groups' files (after every process is gone; their names are this run's own).
+struct Cleanup {
+    fifo: String,
+    groups: [String; 2],
+    net: Option<Net>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.fifo);
+        for g in &self.groups {
+            let _ = std::fs::remove_file(format!("/dev/shm/ferry.{g}"));
         }
+        self.net.take();
     }
-    Ok(out)
 }
 
-/// MB/s of `n` messages of `size` bytes sent back to back by `send`, all counted on `rx`
-/// (earlier phases' messages still in flight are not).
-fn throughput(
-    n: usize,
-    size: usize,
-    rx: &Receiver<(u64, u64)>,
-    mut send: impl FnMut(u64) -> Result<()>,
-) -> Result<f64> {
-    let t0 = Instant::now();
-    let first = now_ns();
-    for _ in 0..n {
-        send(now_ns())?;
-    }
-    let deadline = Instant::now() + WAIT;
-    let mut got = 0;
-    while got < n {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let (s, _) = rx.recv_timeout(left).context("a message did not arrive")?;
-        if s >= first {
-            got += 1;
-        }
-    }
-    Ok((n * size) as f64 / t0.elapsed().as_secs_f64() / 1e6)
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-struct Row {
-    size: usize,
-    bridge_lat: Summary,
-    zenoh_lat: Summary,
-    bridge_mbs: f64,
-    zenoh_mbs: f64,
-    local_without: Summary,
-    /// The bridge attached and exporting, no far subscriber.
-    local_idle: Summary,
-    /// A far subscriber on B, the bridge carrying every message.
-    local_with: Summary,
+fn spawn(procs: &mut Procs, what: &str, spec: &Spec, stdout: Stdio) -> Result<()> {
+    let child = Command::new(std::env::current_exe()?)
+        .arg("__bridge")
+        .arg(serde_json::to_string(spec)?)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .spawn()
+        .with_context(|| format!("starting {what}"))?;
+    procs.0.push((what.to_owned(), child));
+    Ok(())
 }
 
 fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
-    let sizes: &[usize] = if ctx.quick {
-        &[64, 64 << 10, 1 << 20]
-    } else {
-        &[64, 64 << 10, 1 << 20, 8 << 20]
-    };
-    let lat_n = if ctx.quick { 200 } else { 2000 };
-    let bytes_budget: usize = if ctx.quick { 64 << 20 } else { 512 << 20 };
-    let count = |size: usize| (bytes_budget / size).clamp(200, 20_000);
-    let id = std::process::id();
-    let (ga, gb, scope) = (format!("bbA-{id}"), format!("bbB-{id}"), format!("bb{id}"));
-    let stop = Arc::new(AtomicBool::new(false));
-
-    // Host A's publisher and local subscriber.
-    let group_a = Group::open(&ga)?;
-    let (pd, sd) = (group_a.join()?, group_a.join()?);
-    let config = ServiceConfig {
-        depth: 16,
-        slow: SlowSubscriber::Block,
-        ..ServiceConfig::default()
-    };
-    let mut publisher = Publisher::offer(&pd, SERVICE, config)?;
-    let mut local = Subscriber::open(&sd, SERVICE, WAIT)?;
-    publisher.wait_for_subscribers(1, WAIT)?;
-    let (local_rx, local_h) = receiver(stop.clone(), move || {
-        let d = local.recv_timeout(Duration::from_millis(50)).ok()?;
-        let mut b = [0u8; 8];
-        d.copy_range_to_slice(0..8, &mut b);
-        Some(stamp_of(&b))
-    });
-    let send = |size: usize| {
-        move |p: &mut Publisher, stamp: u64| -> Result<()> {
-            let mut m = p.loan(size)?;
-            m.as_mut_slice()[..8].copy_from_slice(&stamp.to_le_bytes());
-            m.send()?;
-            Ok(())
-        }
-    };
-    let mut local_without = Vec::new();
-    for &size in sizes {
-        ctx.progress.phase(&format!(
-            "bridge: local hand-over without the bridge, {size} B"
-        ));
-        let s = send(size);
-        local_without.push(latencies(lat_n, &[&local_rx], |t| s(&mut publisher, t))?);
-    }
-
-    // A's bridge alone: attached, exporting the service, but with no far subscriber.
-    ctx.progress.phase("bridge: starting A's bridge");
-    let port = free_port()?;
-    let ep = format!("tcp/127.0.0.1:{port}");
-    let group_b = Group::open(&gb)?;
-    let bridge = |g: Arc<Group>, listen: bool| {
-        let mut c = BridgeConfig::new(g.name());
-        c.scope = Some(scope.clone());
-        c.log = std::env::var_os("FERRY_BENCH_BRIDGE_LOG").is_some();
-        if listen {
-            c.listen.push(ep.clone());
+    let plan = Plan {
+        sizes: if ctx.quick {
+            vec![64, 64 << 10, 1 << 20]
         } else {
-            c.connect.push(ep.clone());
-        }
-        let s = stop.clone();
-        std::thread::spawn(move || run_in(g, &c, &s))
+            vec![64, 64 << 10, 1 << 20, 8 << 20]
+        },
+        rounds: if ctx.quick { 3 } else { 5 },
+        lat_n: if ctx.quick { 300 } else { 2000 },
+        bytes: if ctx.quick { 32 << 20 } else { 128 << 20 },
     };
-    let mut bridges = vec![bridge(group_a.clone(), true)];
-    // Time for the bridge to find the service and export it (it scans every 100 ms).
-    std::thread::sleep(Duration::from_millis(1000));
-    let idle_subscribed = publisher.subscriber_count() > 1;
-    let mut local_idle = Vec::new();
-    for &size in sizes {
-        ctx.progress.phase(&format!(
-            "bridge: local hand-over, bridge attached, no far subscriber, {size} B"
-        ));
-        let s = send(size);
-        local_idle.push(latencies(lat_n, &[&local_rx], |t| s(&mut publisher, t))?);
-    }
+    let id = std::process::id();
+    let (ga, gb) = (format!("bbA-{id}"), format!("bbB-{id}"));
+    let scope = format!("bb{id}");
+    let fifo = std::env::temp_dir()
+        .join(format!("ferry-bench-bridge-{id}.fifo"))
+        .to_string_lossy()
+        .into_owned();
+    let mut cleanup = Cleanup {
+        fifo: fifo.clone(),
+        groups: [ga.clone(), gb.clone()],
+        net: None,
+    };
+    let _ = std::fs::remove_file(&fifo);
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        fifo.as_str(),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .context("making the FIFO")?;
 
-    // Host B's bridge, then its subscriber (which waits for the import).
-    ctx.progress.phase("bridge: starting B's bridge");
-    bridges.push(bridge(group_b.clone(), false));
-    let bd = group_b.join()?;
-    let mut remote = Subscriber::open(&bd, SERVICE, WAIT).context("the service never reached B")?;
-    publisher.wait_for_subscribers(2, WAIT)?;
-    let (remote_rx, remote_h) = receiver(stop.clone(), move || {
-        let d = remote.recv_timeout(Duration::from_millis(50)).ok()?;
-        let mut b = [0u8; 8];
-        d.copy_range_to_slice(0..8, &mut b);
-        Some(stamp_of(&b))
-    });
-    let mut bridged = Vec::new();
-    for (i, &size) in sizes.iter().enumerate() {
-        ctx.progress
-            .phase(&format!("bridge: through the bridges, {size} B"));
-        let s = send(size);
-        let lat = latencies(lat_n, &[&remote_rx], |t| s(&mut publisher, t))?;
-        let with = latencies(lat_n, &[&local_rx, &remote_rx], |t| s(&mut publisher, t))?;
-        let mbs = throughput(count(size), size, &remote_rx, |t| s(&mut publisher, t))?;
-        bridged.push((i, lat, with, mbs));
-    }
-    drop(publisher);
-
-    // zenoh's own publish-subscribe between two sessions, as the bridges are joined.
-    ctx.progress.phase("bridge: zenoh's own publish-subscribe");
-    let port = free_port()?;
-    let ep = vec![format!("tcp/127.0.0.1:{port}")];
-    let za = zenoh::open(zenoh_config(&ep, &[], false)?)
-        .wait()
-        .map_err(|e| anyhow!("{e}"))?;
-    let zb = zenoh::open(zenoh_config(&[], &ep, false)?)
-        .wait()
-        .map_err(|e| anyhow!("{e}"))?;
-    let key = format!("bench/{scope}");
-    let zsub = zb
-        .declare_subscriber(&key)
-        .allowed_origin(Locality::Remote)
-        .with(FifoChannel::new(16))
-        .wait()
-        .map_err(|e| anyhow!("{e}"))?;
-    let zpub = za
-        .declare_publisher(&key)
-        .congestion_control(CongestionControl::Block)
-        .allowed_destination(Locality::Remote)
-        .wait()
-        .map_err(|e| anyhow!("{e}"))?;
-    let (z_rx, z_h) = receiver(stop.clone(), move || {
-        let s = zsub
-            .recv_timeout(Duration::from_millis(50))
-            .ok()
-            .flatten()?;
-        let mut b = [0u8; 8];
-        let mut r = s.payload().reader();
-        std::io::Read::read_exact(&mut r, &mut b).ok()?;
-        Some(stamp_of(&b))
-    });
-    let zsend = |size: usize| {
-        let zpub = &zpub;
-        move |stamp: u64| -> Result<()> {
-            let mut v = vec![0u8; size];
-            v[..8].copy_from_slice(&stamp.to_le_bytes());
-            zpub.put(v).wait().map_err(|e| anyhow!("{e}"))
+    // The two hosts.
+    let prefix = format!("fbr-{id}");
+    let why_not = match testnet::unavailable() {
+        Some(why) => Some(why.to_owned()),
+        None => match Net::new(&prefix, NET) {
+            Ok(n) => {
+                cleanup.net = Some(n);
+                None
+            }
+            Err(e) => {
+                testnet::cleanup(&prefix);
+                Some(format!("making the namespaces failed: {e}"))
+            }
+        },
+    };
+    let (ns_a, ns_b, ip_a) = match &cleanup.net {
+        Some(n) => (
+            Some(n.rx.clone()),
+            Some(n.tx.clone()),
+            n.rx_ip().to_string(),
+        ),
+        None => {
+            let why = why_not.as_deref().unwrap_or("unknown");
+            eprintln!("bridge: on loopback, not across namespaces: {why}");
+            (None, None, "127.0.0.1".to_owned())
         }
     };
-    // The subscription reaches the publisher's session asynchronously: wait for it.
-    let t0 = Instant::now();
+    // In a namespace of its own the ports are free; on loopback, ask the kernel.
+    let port = |n: u16| -> Result<u16> {
+        if cleanup.net.is_some() {
+            return Ok(7447 + n);
+        }
+        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port())
+    };
+    let bridge_ep = format!("tcp/{ip_a}:{}", port(0)?);
+    let zenoh_ep = format!("tcp/{ip_a}:{}", port(1)?);
+    // As the handover suite pins its two processes: the publisher on one CPU, and every
+    // receiver whose arrival is compared (A's local subscribers, B's subscriber and
+    // zenoh's) on the other, so that no case gains or loses by where the scheduler put
+    // its receiver. The bridges, and the second plain subscriber that stands in for
+    // A's bridge, run where the scheduler puts them.
+    let (pub_cpu, recv_cpu) = (ctx.cpu(0), ctx.cpu(1));
+    let on = |ns: &Option<String>, group: &str, cpu: Option<usize>, role: Role| Spec {
+        ns: ns.clone(),
+        group: group.to_owned(),
+        scope: scope.clone(),
+        fifo: fifo.clone(),
+        cpu,
+        role,
+    };
+
+    let mut procs = Procs(Vec::new());
+    let inherit = || Stdio::inherit();
+    let publisher = on(
+        &ns_a,
+        &ga,
+        Some(pub_cpu),
+        Role::Pub {
+            zenoh_listen: zenoh_ep.clone(),
+            plan: plan.clone(),
+        },
+    );
+    spawn(&mut procs, "A's publisher", &publisher, Stdio::piped())?;
+    // Read as it comes, so that a long result line never fills the pipe.
+    let stdout = procs.0[0]
+        .1
+        .stdout
+        .take()
+        .context("the publisher's stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut { stdout }, &mut s);
+        s
+    });
+    let local = vec![
+        (ALONE.to_owned(), Who::Alone, false),
+        (IDLE.to_owned(), Who::Idle, false),
+        (TWO.to_owned(), Who::Two, false),
+        (CARRY.to_owned(), Who::Carry, false),
+        (EARLY.to_owned(), Who::Early, false),
+    ];
+    spawn(
+        &mut procs,
+        "A's subscribers",
+        &on(&ns_a, &ga, Some(recv_cpu), Role::Subs { subs: local }),
+        inherit(),
+    )?;
+    let second = vec![(TWO.to_owned(), Who::Second, true)];
+    spawn(
+        &mut procs,
+        "A's second subscriber",
+        &on(&ns_a, &ga, None, Role::Subs { subs: second }),
+        inherit(),
+    )?;
+    let bridge_a = Role::Bridge {
+        listen: vec![bridge_ep.clone()],
+        connect: Vec::new(),
+        deny: vec![ALONE.to_owned(), TWO.to_owned()],
+    };
+    spawn(
+        &mut procs,
+        "A's bridge",
+        &on(&ns_a, &ga, None, bridge_a),
+        inherit(),
+    )?;
+    let bridge_b = Role::Bridge {
+        listen: Vec::new(),
+        connect: vec![bridge_ep.clone()],
+        deny: vec![IDLE.to_owned()],
+    };
+    spawn(
+        &mut procs,
+        "B's bridge",
+        &on(&ns_b, &gb, None, bridge_b),
+        inherit(),
+    )?;
+    let remote = vec![
+        (CARRY.to_owned(), Who::Remote, false),
+        (EARLY.to_owned(), Who::EarlyRemote, false),
+    ];
+    spawn(
+        &mut procs,
+        "B's subscriber",
+        &on(&ns_b, &gb, Some(recv_cpu), Role::Subs { subs: remote }),
+        inherit(),
+    )?;
+    spawn(
+        &mut procs,
+        "zenoh's subscriber",
+        &on(
+            &ns_b,
+            &gb,
+            Some(recv_cpu),
+            Role::ZenohSub {
+                connect: zenoh_ep.clone(),
+            },
+        ),
+        inherit(),
+    )?;
+    ctx.progress
+        .phase("bridge: measuring (the publisher reports its rounds)");
+
+    // The publisher drives the run and ends with its results; the others run until
+    // stopped.
+    let limit = Duration::from_secs(if ctx.quick { 900 } else { 7200 });
+    let start = Instant::now();
     loop {
-        zsend(64)(now_ns())?;
-        if z_rx.recv_timeout(Duration::from_millis(100)).is_ok() {
+        let (what, c) = &mut procs.0[0];
+        if let Some(status) = c.try_wait()? {
+            if !status.success() {
+                bail!("{what} ended with {status}");
+            }
             break;
         }
-        if t0.elapsed() > WAIT {
-            anyhow::bail!("zenoh's subscriber never matched");
+        // The subscribers end by themselves (status 0) once the publisher has gone.
+        for (w, c) in &mut procs.0[1..] {
+            if let Some(status) = c.try_wait()? {
+                if !status.success() {
+                    bail!("{w} ended early with {status}");
+                }
+            }
         }
+        if start.elapsed() > limit {
+            bail!("the run took longer than {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
-    let mut rows = Vec::new();
-    for (i, lat, with, mbs) in bridged {
-        let size = sizes[i];
-        ctx.progress
-            .phase(&format!("bridge: zenoh alone, {size} B"));
-        let zl = latencies(lat_n, &[&z_rx], zsend(size))?;
-        let zt = throughput(count(size), size, &z_rx, zsend(size))?;
-        rows.push(Row {
-            size,
-            bridge_lat: Summary::of(&lat),
-            zenoh_lat: Summary::of(&zl),
-            bridge_mbs: mbs,
-            zenoh_mbs: zt,
-            local_without: Summary::of(&local_without[i]),
-            local_idle: Summary::of(&local_idle[i]),
-            local_with: Summary::of(&with),
-        });
-    }
-    stop.store(true, Ordering::Relaxed);
-    for h in [local_h, remote_h, z_h] {
-        let _ = h.join();
-    }
-    for b in bridges {
-        b.join().map_err(|_| anyhow!("a bridge panicked"))??;
-    }
-    drop((zpub, za, zb));
-    Ok(report(&rows, idle_subscribed, ctx.quick))
+    let out = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("the reader panicked"))?;
+    let results: Results = serde_json::from_str(out.trim()).context("the publisher's results")?;
+    drop(procs);
+    drop(cleanup);
+    let place = match why_not {
+        None => "two network namespaces joined by veth".to_owned(),
+        Some(why) => format!("loopback: {why}"),
+    };
+    Ok(report(&results, &place, ctx.quick))
 }
 
-fn report(rows: &[Row], idle_subscribed: bool, quick: bool) -> BenchOutput {
+fn median(v: &[f64]) -> f64 {
+    Summary::of(v).median
+}
+
+fn report(r: &Results, place: &str, quick: bool) -> BenchOutput {
     let mut md = String::new();
     md.push_str(&format!(
-        "## bridge: two hosts through ferry-bridge vs zenoh pub/sub (loopback{})\n\n",
+        "## bridge: two hosts through ferry-bridge vs zenoh pub/sub ({place}{})\n\n",
         if quick { ", quick" } else { "" }
     ));
-    md.push_str("| size | latency bridge µs | zenoh µs | ratio (bar <= 1.2) | MB/s bridge | zenoh | ratio (bar >= 0.9 at >= 64 KiB) | local hand-over µs without bridge | bridge, no far sub | ratio (bar <= 1.1) | bridge carrying to B | ratio (bar <= 1.1) |\n");
-    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let verdict = |ok: bool, floor: f64| {
+        if ok {
+            "ok".to_owned()
+        } else {
+            format!("MISSED (floor {floor:.2})")
+        }
+    };
+    md.push_str("Through the bridges, A to B. Floor: zenoh's latency plus two of ferry's hand-overs (the bridge path's two more process hops), measured in the same rounds.\n\n");
+    md.push_str("| size | latency bridge µs | zenoh µs | floor µs | ratio (bar <= 1.2) | bridge / floor | MB/s bridge | zenoh | ratio (bar >= 0.9 at >= 64 KiB) |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|\n");
     let mut records = Vec::new();
-    let verdict = |ok: bool| if ok { "ok" } else { "MISSED" };
-    for r in rows {
-        let lr = r.bridge_lat.median / r.zenoh_lat.median;
-        let tr = r.bridge_mbs / r.zenoh_mbs;
-        let loc = r.local_with.median / r.local_without.median;
-        let idle = r.local_idle.median / r.local_without.median;
-        let tbar = if r.size >= 64 << 10 {
-            verdict(tr >= BAR_THROUGHPUT)
+    for (size, s) in r.sizes.iter().zip(&r.series) {
+        let (b, z, alone) = (median(&s.remote), median(&s.zenoh), median(&s.alone));
+        let floor = z + 2.0 * alone;
+        let lr = b / z;
+        let (bm, zm) = (median(&s.remote_mbs), median(&s.zenoh_mbs));
+        let tr = bm / zm;
+        let tbar = if *size >= 64 << 10 {
+            if tr >= BAR_THROUGHPUT {
+                "ok"
+            } else {
+                "MISSED"
+            }
         } else {
             "-"
         };
         md.push_str(&format!(
-            "| {} | {:.1} | {:.1} | {lr:.2} {} | {:.0} | {:.0} | {tr:.2} {tbar} | {:.1} | {:.1} | {idle:.2} {} | {:.1} | {loc:.2} {} |\n",
-            r.size,
-            r.bridge_lat.median,
-            r.zenoh_lat.median,
-            verdict(lr <= BAR_LATENCY),
-            r.bridge_mbs,
-            r.zenoh_mbs,
-            r.local_without.median,
-            r.local_idle.median,
-            verdict(idle <= BAR_LOCAL),
-            r.local_with.median,
-            verdict(loc <= BAR_LOCAL),
+            "| {size} | {b:.1} | {z:.1} | {floor:.1} | {lr:.2} {} | {:.2} | {bm:.0} | {zm:.0} | {tr:.2} {tbar} |\n",
+            verdict(lr <= BAR_LATENCY, floor / z),
+            b / floor,
         ));
-        for (series, s) in [
-            ("bridge latency", r.bridge_lat),
-            ("zenoh latency", r.zenoh_lat),
-            ("local without bridge", r.local_without),
-            ("local with bridge, no far subscriber", r.local_idle),
-            ("local with bridge", r.local_with),
+    }
+    md.push_str("\nA's local subscriber's hand-over (µs). Floor: the same subscriber with a second plain local subscriber process (it copies every byte out, as the bridge's local half does) instead of the bridge, measured in the same rounds: what one more subscriber costs the publisher and the CPUs, bridge or not.\n\n");
+    md.push_str("| size | without bridge | bridge, no far sub | ratio (bar <= 1.1) | bridge carrying to B | ratio (bar <= 1.1) | the bridge subscribed first | ratio (bar <= 1.1) | second plain sub | ratio (floor) | carrying / second sub |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (size, s) in r.sizes.iter().zip(&r.series) {
+        let (alone, idle, carry, early, two) = (
+            median(&s.alone),
+            median(&s.idle),
+            median(&s.carry),
+            median(&s.early),
+            median(&s.two),
+        );
+        let floor = two / alone;
+        md.push_str(&format!(
+            "| {size} | {alone:.1} | {idle:.1} | {:.2} {} | {carry:.1} | {:.2} {} | {early:.1} | {:.2} {} | {two:.1} | {floor:.2} | {:.2} |\n",
+            idle / alone,
+            verdict(idle / alone <= BAR_LOCAL, floor),
+            carry / alone,
+            verdict(carry / alone <= BAR_LOCAL, floor),
+            early / alone,
+            verdict(early / alone <= BAR_LOCAL, floor),
+            carry / two,
+        ));
+        for (series, v, unit) in [
+            ("bridge latency", &s.remote, "us"),
+            ("zenoh latency", &s.zenoh, "us"),
+            ("local without bridge", &s.alone, "us"),
+            ("local with bridge, no far subscriber", &s.idle, "us"),
+            ("local with bridge carrying", &s.carry, "us"),
+            (
+                "local with bridge carrying, bridge subscribed first",
+                &s.early,
+                "us",
+            ),
+            ("local with a second plain subscriber", &s.two, "us"),
+            ("bridge throughput", &s.remote_mbs, "MB/s"),
+            ("zenoh throughput", &s.zenoh_mbs, "MB/s"),
         ] {
-            let mut rec = Record::new("bridge", series, "us", s, 1, 0.0);
-            rec.params.insert("size".into(), r.size.into());
+            let mut rec = Record::new("bridge", series, unit, Summary::of(v), 1, 0.0);
+            rec.params.insert("size".into(), (*size).into());
             records.push(rec);
         }
     }
     md.push_str(&format!(
-        "\nWith no far subscriber, A's bridge {} the service locally.\n",
-        if idle_subscribed {
+        "\nWith no far subscriber, A's bridge {} the service locally. Latency: medians of one-way stamps, one message at a time, the cases in turns; throughput: medians over rounds, back to back, blocking congestion control.\n",
+        if r.idle_subscribers > 1 {
             "was subscribed to"
         } else {
             "was not subscribed to"
         }
     ));
-    md.push_str("\nLatency: medians of one-way stamps, one message at a time. Throughput: back to back, blocking congestion control.\n");
     BenchOutput {
         records,
         markdown: md,
