@@ -26,7 +26,8 @@
 //! orders), so that a disturbance of the
 //! shared machine falls on all alike. Throughput: back to back (blocking congestion
 //! control on both), timed from the first send to the last arrival, alternating which
-//! goes first per round.
+//! goes first per round, on `bench/far`, which only B subscribes to (as only B
+//! subscribes to zenoh's reference).
 //!
 //! The bars (issue 24): through the bridges at least 0.9x zenoh's throughput at 64 KiB
 //! and above, at most 1.2x its latency at every size; the local hand-over with the
@@ -49,7 +50,7 @@ use crate::harness::output::BenchOutput;
 use crate::harness::record::Record;
 use crate::harness::stats::Summary;
 use crate::harness::BenchDef;
-use worker::{Plan, Results, Role, Spec, Who, ALONE, CARRY, EARLY, IDLE, TWO};
+use worker::{Plan, Results, Role, Spec, Who, ALONE, CARRY, EARLY, FAR, IDLE, TWO};
 
 pub const BENCH: BenchDef = BenchDef {
     name: "bridge",
@@ -274,6 +275,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
     let remote = vec![
         (CARRY.to_owned(), Who::Remote, false),
         (EARLY.to_owned(), Who::EarlyRemote, false),
+        (FAR.to_owned(), Who::Far, false),
     ];
     spawn(
         &mut procs,
@@ -420,7 +422,7 @@ fn report(r: &Results, place: &str, quick: bool) -> BenchOutput {
         }
     }
     md.push_str(&format!(
-        "\nWith no far subscriber, A's bridge {} the service locally. Latency: medians of one-way stamps, one message at a time, the cases in turns; throughput: medians over rounds, back to back, blocking congestion control.\n",
+        "\nWith no far subscriber, A's bridge {} the service locally. Latency: medians of one-way stamps, one message at a time, the cases in turns; throughput: medians over rounds, back to back, blocking congestion control, a service subscribed on B only.\n",
         if r.idle_subscribers > 1 {
             "was subscribed to"
         } else {

@@ -34,6 +34,9 @@ pub const CARRY: &str = "bench/carry";
 /// As [`CARRY`], but A's local subscriber subscribes only once A's bridge has: the
 /// bridge comes first in the publisher's list of subscribers.
 pub const EARLY: &str = "bench/early";
+/// Throughput: subscribed on B only, as zenoh's reference is (no local subscriber on A
+/// shares the CPUs with the path measured).
+pub const FAR: &str = "bench/far";
 
 /// Who reports an arrival.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,6 +60,8 @@ pub enum Who {
     Early = 7,
     /// B's subscriber of [`EARLY`].
     EarlyRemote = 8,
+    /// B's subscriber of [`FAR`], the only one.
+    Far = 9,
 }
 
 impl Who {
@@ -72,6 +77,7 @@ impl Who {
             Zenoh,
             Early,
             EarlyRemote,
+            Far,
         ]
         .into_iter()
         .find(|w| *w as u64 == v)
@@ -455,6 +461,7 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
     let mut two = offer(&domain, TWO)?;
     let mut carry = offer(&domain, CARRY)?;
     let mut early = offer(&domain, EARLY)?;
+    let mut far = offer(&domain, FAR)?;
     let mut arrivals = Arrivals::open(&spec.fifo)?;
     let session = zopen(&[zenoh_listen.to_owned()], &[])?;
     let mut zpub = ZPub {
@@ -476,6 +483,7 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
     two.wait_for_subscribers(2, WAIT)?;
     carry.wait_for_subscribers(2, WAIT)?;
     early.wait_for_subscribers(2, WAIT)?;
+    far.wait_for_subscribers(1, WAIT)?;
     let warm = |send: &mut dyn FnMut() -> Result<u64>, a: &mut Arrivals, who: Who| {
         let t0 = Instant::now();
         loop {
@@ -497,6 +505,11 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
         &mut || send_ferry(&mut early, 64, true),
         &mut arrivals,
         Who::EarlyRemote,
+    )?;
+    warm(
+        &mut || send_ferry(&mut far, 64, true),
+        &mut arrivals,
+        Who::Far,
     )?;
     warm(&mut || zpub.send(64, true), &mut arrivals, Who::Zenoh)?;
     let idle_subscribers = idle.subscriber_count();
@@ -576,8 +589,8 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
                 Ok((n * size) as f64 / ((end - first as f64) / 1e9) / 1e6)
             };
             let (b, z) = if round % 2 == 0 {
-                let b = mbs(&mut arrivals, Who::Remote, &mut |r| {
-                    send_ferry(&mut carry, size, r)
+                let b = mbs(&mut arrivals, Who::Far, &mut |r| {
+                    send_ferry(&mut far, size, r)
                 })?;
                 (
                     b,
@@ -585,8 +598,8 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
                 )
             } else {
                 let z = mbs(&mut arrivals, Who::Zenoh, &mut |r| zpub.send(size, r))?;
-                let b = mbs(&mut arrivals, Who::Remote, &mut |r| {
-                    send_ferry(&mut carry, size, r)
+                let b = mbs(&mut arrivals, Who::Far, &mut |r| {
+                    send_ferry(&mut far, size, r)
                 })?;
                 (b, z)
             };
