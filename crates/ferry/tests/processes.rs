@@ -35,6 +35,42 @@ fn child_main(role: &str) {
     println!("{}", domain.id());
     let mut stdin = BufReader::new(std::io::stdin());
     match role {
+        // Offer RACE_THREADS services, then wait for a line on stdin.
+        "offer" => {
+            let _p: Vec<_> = (0..RACE_THREADS)
+                .map(|i| {
+                    let name = format!("{RACE_SERVICE}/{i}");
+                    ferry::Publisher::offer(&domain, &name, Default::default()).unwrap()
+                })
+                .collect();
+            println!("offered");
+            read_line(&mut stdin);
+        }
+        // Offer RACE_THREADS services, each from its own thread as a bridge's imports
+        // are, wait for one subscriber on each, then publish its index on each.
+        "offer-each" => {
+            let threads: Vec<_> = (0..RACE_THREADS)
+                .map(|i| {
+                    let domain = domain.clone();
+                    std::thread::spawn(move || {
+                        let name = format!("{RACE_SERVICE}/{i}");
+                        let mut p =
+                            ferry::Publisher::offer(&domain, &name, Default::default()).unwrap();
+                        p.wait_for_subscribers(1, T).unwrap();
+                        for _ in 0..20 {
+                            let mut m = p.loan(8).unwrap();
+                            m.as_mut_slice()[0] = i as u8;
+                            m.send().unwrap();
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        p
+                    })
+                })
+                .collect();
+            let _p: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+            println!("sent");
+            read_line(&mut stdin);
+        }
         // Receive until the sender closes; verify every byte; report the count.
         "verify" => {
             let mut rx = domain.accept(T).unwrap();
@@ -564,6 +600,80 @@ fn receivers_cannot_write_peer_lots() {
     peer.kill9();
 }
 
+const RACE_SERVICE: &str = "race/lot";
+const RACE_THREADS: usize = 6;
+
+/// Several domains of one process that subscribe at once to a peer's services (each
+/// service admits on its own thread) all map its lot through one shared mapping: none
+/// is refused the lot's address as if an earlier domain of the peer's slot still held
+/// it (as in a process that runs one subscriber per thread, each in its own domain).
+fn domains_of_one_process_map_a_peer_lot_at_once() {
+    for round in 0..30 {
+        let (g, _d, name) = join(&format!("lotrace{round}"));
+        let mut peer = Peer::spawn("offer", &name, "");
+        assert_eq!(peer.line(), "offered");
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(RACE_THREADS));
+        let threads: Vec<_> = (0..RACE_THREADS)
+            .map(|i| {
+                let (g, barrier) = (g.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let domain = g.join().unwrap();
+                    barrier.wait();
+                    let service = format!("{RACE_SERVICE}/{i}");
+                    ferry::Subscriber::open(&domain, &service, T).map(drop)
+                })
+            })
+            .collect();
+        let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        peer.tell("end");
+        peer.child.wait().unwrap();
+        for r in results {
+            if let Err(e) = r {
+                panic!("round {round}: a subscriber was refused: {e}");
+            }
+        }
+    }
+}
+
+/// Subscribers of a peer's services (offered from several threads at once), opened at
+/// once from several threads, each get only their own service's messages: in one
+/// domain (as a bridge subscribes to every service it exports) or each in its own.
+fn subscribers_opened_at_once_get_their_own_services() {
+    for round in 0..20 {
+        let one_domain = round % 2 == 0;
+        let (g, d, name) = join(&format!("svcmix{round}"));
+        let mut peer = Peer::spawn("offer-each", &name, "");
+        let threads: Vec<_> = (0..RACE_THREADS)
+            .map(|i| {
+                let (g, d) = (g.clone(), d.clone());
+                std::thread::spawn(move || {
+                    let domain = if one_domain { d } else { g.join().unwrap() };
+                    let service = format!("{RACE_SERVICE}/{i}");
+                    let mut s = ferry::Subscriber::open(&domain, &service, T).unwrap();
+                    let mut got = Vec::new();
+                    for _ in 0..20 {
+                        let d = s.recv_timeout(T).unwrap();
+                        let mut b = [0u8; 1];
+                        d.copy_range_to_slice(0..1, &mut b);
+                        got.push(b[0]);
+                    }
+                    (i, got)
+                })
+            })
+            .collect();
+        for t in threads {
+            let (i, got) = t.join().unwrap();
+            assert!(
+                got.iter().all(|&b| b as usize == i),
+                "round {round} (one domain: {one_domain}): the subscriber of service {i} got {got:?}"
+            );
+        }
+        assert_eq!(peer.line(), "sent");
+        peer.tell("end");
+        peer.child.wait().unwrap();
+    }
+}
+
 fn main() {
     if let Ok(role) = std::env::var("FERRY_TEST_ROLE") {
         child_main(&role);
@@ -610,6 +720,14 @@ fn main() {
         (
             "garbage_in_named_file_harms_no_member",
             garbage_in_named_file_harms_no_member,
+        ),
+        (
+            "domains_of_one_process_map_a_peer_lot_at_once",
+            domains_of_one_process_map_a_peer_lot_at_once,
+        ),
+        (
+            "subscribers_opened_at_once_get_their_own_services",
+            subscribers_opened_at_once_get_their_own_services,
         ),
     ];
     run(tests);

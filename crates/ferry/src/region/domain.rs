@@ -102,6 +102,10 @@ pub(crate) struct DomainInner {
     quarantine: Mutex<Vec<Quarantined>>,
     quarantined: AtomicUsize,
     last_settle: Mutex<Instant>,
+    /// Held from joining a service to taking its owner's channel: an owner's services
+    /// connect to this domain in any order, and a channel names only its peer, so two
+    /// joins at once to services of one owner could each take the other's.
+    pub joining: Mutex<()>,
 }
 
 impl std::fmt::Debug for dyn ReleaseSource {
@@ -140,7 +144,15 @@ impl DomainInner {
         let p = loop {
             match PeerLot::map(&self.group, id) {
                 Err(Error::AddressInUse { addr, len }) => {
-                    if let Some(held) = super::lot::peer_lot_at(&self.group, id.slot, addr) {
+                    // Another domain of this process mapped this very lot since the
+                    // look-up above (its services admit on their own threads): share it.
+                    if let Some(p) = super::lot::mapped_peer_lot(&self.group, id) {
+                        peers.insert(id, Arc::downgrade(&p));
+                        return Ok(LotRef::Peer(p));
+                    }
+                    if let Some(held) = super::lot::peer_lot_at(&self.group, id.slot, addr)
+                        .filter(|held| *held != id)
+                    {
                         let s = self.group.slot(id.slot);
                         return Err(Error::LotAddressHeld {
                             slot: id.slot,
@@ -428,6 +440,7 @@ impl Group {
                 quarantine: Mutex::new(Vec::new()),
                 quarantined: AtomicUsize::new(0),
                 last_settle: Mutex::new(Instant::now()),
+                joining: Mutex::new(()),
             }),
         })
     }

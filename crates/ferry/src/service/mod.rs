@@ -349,8 +349,15 @@ struct Membership {
 
 impl Membership {
     /// Waits as `until` says for service `name` of `kind` and records `domain` as a
-    /// member ([`Error::NoSuchService`] once its deadline passed).
-    fn join(domain: &Domain, name: &str, kind: Kind, mut until: Until<'_>) -> Result<Membership> {
+    /// member ([`Error::NoSuchService`] once its deadline passed). The guard returned
+    /// with it is the domain's turn to join: hold it until the owner's channel is taken
+    /// (see `DomainInner::joining`).
+    fn join<'d>(
+        domain: &'d Domain,
+        name: &str,
+        kind: Kind,
+        mut until: Until<'_>,
+    ) -> Result<(Membership, std::sync::MutexGuard<'d, ()>)> {
         check_name(name)?;
         let t = Table::new(domain.group());
         loop {
@@ -366,12 +373,16 @@ impl Membership {
                         "a domain cannot join its own service",
                     ));
                 }
+                // Taken once the service exists, so that waiting for one service never
+                // holds up joining another.
+                let turn = crate::sync::lock(&domain.inner.joining);
                 let index = t.join(&e, domain.id())?;
-                return Ok(Membership {
+                let member = Membership {
                     domain: domain.clone(),
                     entry: e,
                     index,
-                });
+                };
+                return Ok((member, turn));
             }
             match until.check() {
                 Err(Error::Timeout) => {

@@ -1105,8 +1105,9 @@ impl Subscriber {
     /// # Errors
     /// As [`open`](Self::open).
     pub fn open_until(domain: &Domain, name: &str, mut until: Until<'_>) -> Result<Subscriber> {
-        let member = Membership::join(domain, name, Kind::PubSub, until.part())?;
+        let (member, turn) = Membership::join(domain, name, Kind::PubSub, until.part())?;
         let rx = domain.accept_from_until(member.entry.owner.id, until)?;
+        drop(turn);
         Ok(Subscriber { rx, member })
     }
 

@@ -526,7 +526,7 @@ impl Client {
     /// # Errors
     /// As [`open`](Self::open).
     pub fn open_until(domain: &Domain, name: &str, mut until: Until<'_>) -> Result<Client> {
-        let member = Membership::join(domain, name, Kind::ReqResp, until.part())?;
+        let (member, turn) = Membership::join(domain, name, Kind::ReqResp, until.part())?;
         let server = member.entry.owner.id;
         let rx = domain.accept_from_until(server, until.part())?;
         let config = ServiceConfig {
@@ -540,6 +540,9 @@ impl Client {
             config.channel_config(),
             until.part_at_least(HANDSHAKE_PATIENCE),
         )?;
+        // Held through the connect back too: the server takes our channel by its peer
+        // alone, so one domain connects to it for one service at a time.
+        drop(turn);
         Ok(Client {
             tx,
             rx,
