@@ -508,21 +508,8 @@ impl SendSlot<'_> {
         if self.tx.core.lossy {
             return None;
         }
-        // One segment: the only form checked cheaply at publication. It makes one
-        // fragment, or none if the message is empty.
-        let seg = data.sole_segment()?;
-        let frag = match data.frozen_spans().next() {
-            Some((span, len)) => {
-                let s = span?;
-                Some(RawFrag::new(
-                    s.lot.slot,
-                    s.lot.generation,
-                    s.offset,
-                    len as u64,
-                ))
-            }
-            None => None,
-        };
+        // One segment: the only form checked cheaply at publication.
+        let (seg, frag) = sole_fragment(data)?;
         // The ring place: the slot was reserved with room, so there is one (a faulty
         // receiver that moved its position back leaves the message to `send`).
         let place = self.st.fwd.reserve().ok().flatten()?;
@@ -575,6 +562,26 @@ impl SendSlot<'_> {
         };
         self.tx.finish_send(self.st, sent, Fence::Fenced);
     }
+}
+
+/// `data`'s one segment and the fragment that describes it (none if the message is
+/// empty); `None` unless it is one segment in a lot.
+#[inline]
+fn sole_fragment(data: &IoDataMut) -> Option<(*const Segment, Option<RawFrag>)> {
+    let seg = data.sole_segment()?;
+    let frag = match data.frozen_spans().next() {
+        Some((span, len)) => {
+            let s = span?;
+            Some(RawFrag::new(
+                s.lot.slot,
+                s.lot.generation,
+                s.offset,
+                len as u64,
+            ))
+        }
+        None => None,
+    };
+    Some((seg, frag))
 }
 
 /// A message's descriptor stored in a ring place that [`Sender::claim`] took, not yet
@@ -923,19 +930,7 @@ impl Sender {
         if c.lossy {
             return None;
         }
-        let seg = data.sole_segment()?;
-        let frag = match data.frozen_spans().next() {
-            Some((span, len)) => {
-                let s = span?;
-                Some(RawFrag::new(
-                    s.lot.slot,
-                    s.lot.generation,
-                    s.offset,
-                    len as u64,
-                ))
-            }
-            None => None,
-        };
+        let (seg, frag) = sole_fragment(data)?;
         let mut st = c.lock();
         self.open(&st).ok()?;
         let place = st.fwd.reserve().ok().flatten()?;
