@@ -247,7 +247,7 @@ impl crate::region::GroupView {
 
 /// Where service `name`'s bridge note lies in the control memfd, and its entry's
 /// version (for `ferry::testing`).
-#[cfg(feature = "testing")]
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn note_at(group: &Group, name: &str) -> Option<(usize, u32)> {
     let e = Table::new(group).find(name)?;
     let (area, _) = crate::region::layout::service_area_span();

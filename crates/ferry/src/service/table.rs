@@ -144,7 +144,7 @@ pub(crate) enum Note {
 }
 
 /// Word offset of entry `i`'s bridge note inside the service area.
-#[cfg(feature = "testing")]
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn note_offset(i: usize) -> usize {
     NOTES + i * NOTE_WORDS
 }
