@@ -174,6 +174,12 @@ pub(super) struct SendCore {
 }
 
 impl SendCore {
+    /// Wakes the receiver (it said it sleeps, and this sender took its flag), counted.
+    fn wake(&self) {
+        Counters::add(&self.stats.wakeups, 1);
+        self.link.rx_efd.notify();
+    }
+
     /// Publishes messages in flight and sent (two relaxed stores; under the state lock).
     fn publish(&self, st: &SendState) {
         self.entry
@@ -253,8 +259,7 @@ impl SendCore {
         }
         if wake {
             // The receiver has releases that did not fit and sleeps until there is room.
-            Counters::add(&self.stats.wakeups, 1);
-            self.link.rx_efd.notify();
+            self.wake();
         }
         Ok(n)
     }
@@ -779,27 +784,21 @@ impl Sender {
         for tx in senders {
             let ctl = tx.core.link.fwd_ctl();
             if ctl.take_sleeper_first() {
-                tx.wake();
+                tx.core.wake();
             } else if ctl.sleeps() {
                 if n_last < FAN {
                     last[n_last] = Some(tx);
                     n_last += 1;
                 } else if ctl.take_sleeper() {
-                    tx.wake();
+                    tx.core.wake();
                 }
             }
         }
         for tx in last.iter().flatten() {
             if tx.core.link.fwd_ctl().take_sleeper() {
-                tx.wake();
+                tx.core.wake();
             }
         }
-    }
-
-    /// Wakes the consumer, whose sleeping flag this sender took.
-    fn wake(&self) {
-        Counters::add(&self.core.stats.wakeups, 1);
-        self.core.link.rx_efd.notify();
     }
 
     /// [`try_send_unfenced`](Self::try_send_unfenced) to each of `senders` (at most
@@ -1323,8 +1322,7 @@ impl Sender {
         let lost = sent.evicted.is_some();
         drop(sent.evicted);
         if wake {
-            Counters::add(&c.stats.wakeups, 1);
-            c.link.rx_efd.notify();
+            c.wake();
         }
         lost
     }
