@@ -71,6 +71,31 @@ fn child_main(role: &str) {
             println!("sent");
             read_line(&mut stdin);
         }
+        // Offer RACE_THREADS servers, each from its own thread, each answering
+        // RACE_CALLS requests with its index.
+        "serve-each" => {
+            let threads: Vec<_> = (0..RACE_THREADS)
+                .map(|i| {
+                    let domain = domain.clone();
+                    std::thread::spawn(move || {
+                        let name = format!("{RACE_SERVICE}/{i}");
+                        let mut s =
+                            ferry::Server::offer(&domain, &name, Default::default()).unwrap();
+                        let path = domain.path(PathConfig::default()).unwrap();
+                        for _ in 0..RACE_CALLS {
+                            let req = s.recv_timeout(T).unwrap();
+                            let mut m = path.alloc(1).unwrap();
+                            m.fragments_mut().next().unwrap()[0] = i as u8;
+                            s.reply(&req, &m.freeze()).unwrap();
+                        }
+                        s
+                    })
+                })
+                .collect();
+            let _s: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+            println!("served");
+            read_line(&mut stdin);
+        }
         // Receive until the sender closes; verify every byte; report the count.
         "verify" => {
             let mut rx = domain.accept(T).unwrap();
@@ -674,6 +699,52 @@ fn subscribers_opened_at_once_get_their_own_services() {
     }
 }
 
+const RACE_CALLS: usize = 10;
+
+/// Clients of a peer's servers (offered from several threads at once), opened at once
+/// from several threads, each reach their own server: in one domain (as a bridge opens
+/// a client for every server it imports) or each in its own. A server takes a client's
+/// channel by its peer alone, so two clients of one domain connecting to two servers of
+/// one owner at once could each be answered by the other's server.
+fn clients_opened_at_once_reach_their_own_servers() {
+    for round in 0..20 {
+        let one_domain = round % 2 == 0;
+        let (g, d, name) = join(&format!("srvmix{round}"));
+        let mut peer = Peer::spawn("serve-each", &name, "");
+        let threads: Vec<_> = (0..RACE_THREADS)
+            .map(|i| {
+                let (g, d) = (g.clone(), d.clone());
+                std::thread::spawn(move || {
+                    let domain = if one_domain { d } else { g.join().unwrap() };
+                    let service = format!("{RACE_SERVICE}/{i}");
+                    let mut c = ferry::Client::open(&domain, &service, T).unwrap();
+                    let path = domain.path(PathConfig::default()).unwrap();
+                    let mut got = Vec::new();
+                    for _ in 0..RACE_CALLS {
+                        let mut m = path.alloc(1).unwrap();
+                        m.fragments_mut().next().unwrap()[0] = i as u8;
+                        let r = c.call(&m.freeze(), T).unwrap();
+                        let mut b = [0u8; 1];
+                        r.copy_range_to_slice(0..1, &mut b);
+                        got.push(b[0]);
+                    }
+                    (i, got)
+                })
+            })
+            .collect();
+        for t in threads {
+            let (i, got) = t.join().unwrap();
+            assert!(
+                got.iter().all(|&b| b as usize == i),
+                "round {round} (one domain: {one_domain}): the client of service {i} got {got:?}"
+            );
+        }
+        assert_eq!(peer.line(), "served");
+        peer.tell("end");
+        peer.child.wait().unwrap();
+    }
+}
+
 fn main() {
     if let Ok(role) = std::env::var("FERRY_TEST_ROLE") {
         child_main(&role);
@@ -728,6 +799,10 @@ fn main() {
         (
             "subscribers_opened_at_once_get_their_own_services",
             subscribers_opened_at_once_get_their_own_services,
+        ),
+        (
+            "clients_opened_at_once_reach_their_own_servers",
+            clients_opened_at_once_reach_their_own_servers,
         ),
     ];
     run(tests);
