@@ -191,7 +191,7 @@ fn a_large_loan_reuses_the_fbuf_released_last() {
         .map(|d| Subscriber::open(d, "lifo", T).unwrap())
         .collect();
     p.wait_for_subscribers(2, T).unwrap();
-    let mut take_all = |subs: &mut Vec<Subscriber>, n: usize| {
+    let take_all = |subs: &mut [Subscriber], n: usize| {
         for s in subs.iter_mut() {
             for _ in 0..n {
                 drop(s.recv_timeout(T).unwrap());
