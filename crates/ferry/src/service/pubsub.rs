@@ -284,11 +284,7 @@ impl Publisher {
     /// The path's allocation errors ([`Error::QuotaExceeded`] while subscribers hold its
     /// quota).
     pub fn loan(&mut self, len: usize) -> Result<PublisherLoan<'_>> {
-        if len >= COLLECT_ALL_FROM {
-            self.collect_all();
-        } else {
-            self.collect_turn();
-        }
+        self.collect_for(len);
         let data = self.copy_path.alloc(len)?;
         Ok(self.lend(data))
     }
@@ -320,9 +316,20 @@ impl Publisher {
     /// # Errors
     /// `path`'s allocation errors.
     pub fn loan_from(&mut self, path: &PathAllocator, len: usize) -> Result<PublisherLoan<'_>> {
-        self.collect_turn();
+        self.collect_for(len);
         let data = path.alloc(len)?;
         Ok(self.lend(data))
+    }
+
+    /// What a loan of `len` bytes collects before it takes its fbuf: every subscriber's
+    /// releases for a large one ([`collect_all`](Self::collect_all)), one subscriber's
+    /// in turn otherwise ([`collect_turn`](Self::collect_turn)).
+    fn collect_for(&mut self, len: usize) {
+        if len >= COLLECT_ALL_FROM {
+            self.collect_all();
+        } else {
+            self.collect_turn();
+        }
     }
 
     /// Collects every subscriber's releases (without the liveness check of
