@@ -175,6 +175,50 @@ fn loans_take_releases_back_within_one_turn_of_the_subscribers() {
     assert_eq!(p.path().stats().outstanding_fbufs, 0);
 }
 
+/// A large loan takes the fbuf its subscribers released last, though an older one waits
+/// on the free list: it collects every subscriber's releases first (a collection in
+/// turn would leave the last one held by a subscriber not collected yet), and the free
+/// list hands back the most recently freed.
+#[test]
+fn a_large_loan_reuses_the_fbuf_released_last() {
+    const BIG: usize = 1 << 20;
+    let g = group("loan-lifo");
+    let pubd = g.join().unwrap();
+    let mut p = Publisher::offer(&pubd, "lifo", ServiceConfig::default()).unwrap();
+    let doms: Vec<_> = (0..2).map(|_| g.join().unwrap()).collect();
+    let mut subs: Vec<Subscriber> = doms
+        .iter()
+        .map(|d| Subscriber::open(d, "lifo", T).unwrap())
+        .collect();
+    p.wait_for_subscribers(2, T).unwrap();
+    let take_all = |subs: &mut [Subscriber], n: usize| {
+        for s in subs.iter_mut() {
+            for _ in 0..n {
+                drop(s.recv_timeout(T).unwrap());
+            }
+        }
+    };
+    // Two large fbufs sent, received, dropped and collected: both on the free list.
+    for _ in 0..2 {
+        let mut m = p.loan(BIG).unwrap();
+        m.as_mut_slice()[0] = 1;
+        assert_eq!(m.send().unwrap(), 2);
+    }
+    take_all(&mut subs, 2);
+    p.collect_releases();
+    // One of them goes out again and comes back uncollected; the other stays free.
+    let mut m = p.loan(BIG).unwrap();
+    let last = m.as_mut_slice().as_ptr();
+    assert_eq!(m.send().unwrap(), 2);
+    take_all(&mut subs, 1);
+    let mut again = p.loan(BIG).unwrap();
+    assert_eq!(
+        again.as_mut_slice().as_ptr(),
+        last,
+        "the next large loan took an older fbuf, not the one released last"
+    );
+}
+
 /// More subscribers than one fan-out pass serves (16), some with full queues under the
 /// blocking policy: every subscriber gets every message once, in order, and every fbuf
 /// comes back.

@@ -19,6 +19,10 @@ use crate::region::{Domain, DomainId, PathAllocator, PathConfig};
 use crate::sync::lock;
 use crate::until::Until;
 
+/// A loan of at least this many bytes collects every subscriber's releases first (see
+/// `Publisher::collect_all`).
+const COLLECT_ALL_FROM: usize = 256 << 10;
+
 /// One subscriber as the publisher sees it.
 struct Sub {
     member: Member,
@@ -280,7 +284,7 @@ impl Publisher {
     /// The path's allocation errors ([`Error::QuotaExceeded`] while subscribers hold its
     /// quota).
     pub fn loan(&mut self, len: usize) -> Result<PublisherLoan<'_>> {
-        self.collect_turn();
+        self.collect_for(len);
         let data = self.copy_path.alloc(len)?;
         Ok(self.lend(data))
     }
@@ -312,9 +316,32 @@ impl Publisher {
     /// # Errors
     /// `path`'s allocation errors.
     pub fn loan_from(&mut self, path: &PathAllocator, len: usize) -> Result<PublisherLoan<'_>> {
-        self.collect_turn();
+        self.collect_for(len);
         let data = path.alloc(len)?;
         Ok(self.lend(data))
+    }
+
+    /// What a loan of `len` bytes collects before it takes its fbuf: every subscriber's
+    /// releases for a large one ([`collect_all`](Self::collect_all)), one subscriber's
+    /// in turn otherwise ([`collect_turn`](Self::collect_turn)).
+    fn collect_for(&mut self, len: usize) {
+        if len >= COLLECT_ALL_FROM {
+            self.collect_all();
+        } else {
+            self.collect_turn();
+        }
+    }
+
+    /// Collects every subscriber's releases (without the liveness check of
+    /// [`collect_releases`](Self::collect_releases)): a large loan's fbuf is then the
+    /// one released last, whose pages are still in the caches and the TLB, rather than
+    /// one of the many that a collection in turn leaves waiting for their last release.
+    fn collect_all(&mut self) {
+        let subs = lock(&self.shared.subs);
+        for s in subs.iter() {
+            s.tx.collect_some();
+        }
+        self.collected = !subs.is_empty();
     }
 
     /// Collects the releases of the subscriber whose turn it is (see

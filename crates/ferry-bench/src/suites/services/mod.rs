@@ -5,8 +5,9 @@
 //! The publisher (this process, pinned to the first CPU) offers a ferry service and an
 //! iceoryx2 service, both blocking when a queue is full, with queues of [`DEPTH`]. The
 //! subscribers are N ferry and N iceoryx2 subscribers of one other process
-//! ([`sub`], pinned to the second CPU) that busy-polls them in turn, reads each message's
-//! header and drops it at once, so releases flow back as in a real consumer. Three
+//! ([`sub`], pinned to the second CPU) that busy-polls them in turn (only the subscribers
+//! of the system whose bursts run), reads each message's header and drops it at once, so
+//! releases flow back as in a real consumer. Three
 //! systems publish in every round, in an order rotated from round to round: ferry's
 //! [`Publisher::loan`] (loan, write, send), ferry's general [`Publisher::publish`] of an
 //! [`IoData`] allocated from a path and written, and iceoryx2's loan, write, send.
@@ -45,7 +46,9 @@ use crate::harness::output::BenchOutput;
 use crate::harness::stats::{median, Summary};
 use crate::harness::BenchDef;
 use crate::sys::{self, now_ns, LinesFile};
-use sub::{CTL, DONE, FAILED, LINES, PING, PONG, PROBING, READY, STOP};
+use sub::{
+    ACTIVE, ACTIVE_FERRY, ACTIVE_ICE, CTL, DONE, FAILED, LINES, PING, PONG, PROBING, READY, STOP,
+};
 
 pub const BENCH: BenchDef = BenchDef {
     name: "services",
@@ -312,6 +315,13 @@ impl Block {
     ) -> Result<(Vec<f64>, Vec<f64>)> {
         let mut calls = Vec::with_capacity(count * BURST);
         let mut times = Vec::with_capacity(count);
+        // Every queue is drained (the last burst's last message was taken): from here on
+        // the subscriber process polls only this system's subscribers.
+        let active = match sys {
+            System::Loan | System::Publish => ACTIVE_FERRY,
+            System::Ice => ACTIVE_ICE,
+        };
+        self.lines.lines.word(CTL, ACTIVE).store(active, Release);
         for k in 0..count {
             self.burst += 1;
             let burst = self.burst;

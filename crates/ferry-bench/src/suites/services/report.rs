@@ -182,7 +182,7 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
         md,
         "### services: publish-subscribe fan-out, ferry vs iceoryx2 0.10\n\n\
          Publisher on CPU {}, N subscribers of each system in one process on CPU {} \
-         (busy-polling, each message's header read and checked, dropped at once); both \
+         (busy-polling only the subscribers of the system whose bursts run, each message's header read and checked, dropped at once); both \
          systems block when a queue is full, queues of {DEPTH}; bursts of {BURST} messages \
          from drained queues, each message written one byte per page. {} rounds per N, \
          {} timed bursts per round, size and system, the systems' order rotated per round. \

@@ -4,8 +4,9 @@
 //! to be the next of its subscriber, and the message dropped at once, so releases flow
 //! back as in a real consumer. Once every subscriber of a system has the last message of
 //! a burst, the process stamps `CLOCK_MONOTONIC` into the shared "done" line: the burst's
-//! time to the last subscriber. On request it answers the cache-line probe: one line
-//! bounced between the two processes, in a tight loop of its own.
+//! time to the last subscriber. It polls only the subscribers of the system whose bursts
+//! run now (the publisher says which). On request it answers the cache-line probe: one
+//! line bounced between the two processes, in a tight loop of its own.
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::time::Duration;
@@ -25,6 +26,15 @@ pub const DONE: usize = 3;
 pub const READY: usize = 0;
 pub const STOP: usize = 1;
 pub const FAILED: usize = 2;
+/// The control line's word naming the system whose bursts run now: the subscriber
+/// process polls only that system's subscribers, so that a burst's time holds its own
+/// system's receives and no empty polls of the other's (an empty iceoryx2 receive costs
+/// several times an empty ferry one).
+pub const ACTIVE: usize = 3;
+/// Values of [`ACTIVE`] (0, before the first burst: both systems): ferry's subscribers
+/// only, iceoryx2's only.
+pub const ACTIVE_FERRY: u64 = 1;
+pub const ACTIVE_ICE: u64 = 2;
 /// The ping line's second word: non-zero while the probe runs.
 pub const PROBING: usize = 1;
 
@@ -147,7 +157,13 @@ fn serve(
         if lines.word(CTL, STOP).load(Acquire) != 0 {
             return Ok(());
         }
+        // The publisher switches systems only between bursts, once every message of the
+        // last one was taken: a stale view costs one more turn, never a message.
+        let active = lines.word(CTL, ACTIVE).load(Relaxed);
         for (i, (_, s)) in subs.iter_mut().enumerate() {
+            if active == ACTIVE_ICE {
+                break;
+            }
             match s.try_recv() {
                 Ok(Some(d)) => {
                     let first = d.fragments().first().context("an empty ferry message")?;
@@ -159,6 +175,9 @@ fn serve(
             }
         }
         for (i, s) in ice.subs.iter().enumerate() {
+            if active == ACTIVE_FERRY {
+                break;
+            }
             match s.receive() {
                 Ok(Some(m)) => ice_p.got(i, m.payload(), lines, "iceoryx2")?,
                 Ok(None) => {}
