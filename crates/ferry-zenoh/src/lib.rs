@@ -961,7 +961,8 @@ struct Queue {
     items: VecDeque<Option<ZBytes>>,
     /// A message is being published (by either thread): the next may not overtake it.
     busy: bool,
-    /// The service is offered locally; until then every message waits in `items`.
+    /// The service is offered locally; until then the newest `depth` messages wait in
+    /// `items`.
     open: bool,
     /// Publishing failed in the receiving thread.
     failed: Option<String>,
@@ -1021,6 +1022,14 @@ impl Inflow {
             if q.items.len() < self.depth {
                 q.items.push_back(Some(payload.clone()));
                 self.changed.notify_all();
+                return;
+            }
+            if !q.open {
+                // Not offered yet, so no local subscriber can have missed these: keep
+                // the newest rather than hold up this thread, which must deliver the
+                // answer that lets the import offer the service.
+                q.items.pop_front();
+                q.items.push_back(Some(payload.clone()));
                 return;
             }
             q = self
@@ -1310,9 +1319,11 @@ fn import_reqresp(
 mod tests {
     use super::*;
 
-    /// A blocking import publishes a small message in the thread that received it (no
-    /// thread of the bridge runs), leaves a large one, and every later one, to the
-    /// import's thread, and the local subscriber gets them all in order.
+    /// A blocking import keeps the newest messages that come before the service is
+    /// offered without holding up the receiving thread; then it publishes a small
+    /// message in the thread that received it (no thread of the bridge runs), leaves a
+    /// large one, and every later one, to the import's thread, and the local subscriber
+    /// gets them all in order.
     #[test]
     fn blocking_import_publishes_small_messages_where_they_arrive_and_keeps_order() {
         let name = format!("fz-inflow-{}", std::process::id());
@@ -1336,9 +1347,33 @@ mod tests {
             .wait_for_subscribers(1, Duration::from_secs(5))
             .unwrap();
         let inflow = Arc::new(Inflow::new(4, usize::MAX));
-        inflow.offer(publisher);
         let msg = |k: u8, len: usize| ZBytes::from(vec![k; len]);
-        // No import thread yet: a small message goes out at once.
+        // Before the service is offered, more messages than the queue holds do not hold
+        // up the receiving thread (it must deliver the answer the import waits for to
+        // offer the service); the newest are kept, in order.
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let early = inflow.clone();
+        std::thread::spawn(move || {
+            for k in 0..10u8 {
+                early.take(SampleKind::Put, &msg(200 + k, 10));
+            }
+            let _ = done_tx.send(());
+        });
+        done_rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the receiving thread was held up before the offer");
+        inflow.offer(publisher);
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let worker = s.spawn(|| inflow.run(&stop));
+            for k in 6..10u8 {
+                let d = sub.recv_timeout(Duration::from_secs(5)).unwrap();
+                assert_eq!(d.to_vec()[0], 200 + k);
+            }
+            stop.store(true, Ordering::Relaxed);
+            assert!(matches!(worker.join().unwrap(), Ok(End::Stopped)));
+        });
+        // No import thread now: a small message goes out at once.
         inflow.take(SampleKind::Put, &msg(0, 100));
         let d = sub.recv_timeout(Duration::from_secs(5)).unwrap();
         assert_eq!((d.len(), d.to_vec()[0]), (100, 0));
