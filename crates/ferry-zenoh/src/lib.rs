@@ -31,9 +31,9 @@
 pub mod policy;
 pub mod sys;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -114,6 +114,12 @@ impl BridgeConfig {
     }
 }
 
+/// Each link's receive buffer. zenoh receives into a pool of batch-sized (64 KiB)
+/// buffers of this much in all, and a message received in fragments holds one per
+/// fragment until it is taken; with the default (one buffer) every batch of a large
+/// message is a fresh allocation, zeroed and faulted in, and freed again.
+pub const RX_BUFFER: usize = 16 << 20;
+
 /// A peer-mode zenoh configuration with explicit endpoints (also used by the benchmark's
 /// baseline, so that both go the same way).
 pub fn zenoh_config(
@@ -136,6 +142,11 @@ pub fn zenoh_config(
     set(&mut c, "scouting/multicast/enabled", multicast.to_string())?;
     // Gossip would tell peers about endpoints they were not given.
     set(&mut c, "scouting/gossip/enabled", "false".into())?;
+    set(
+        &mut c,
+        "transport/link/rx/buffer_size",
+        (RX_BUFFER).to_string(),
+    )?;
     Ok(c)
 }
 
@@ -865,34 +876,19 @@ fn note_carried(ctx: &Ctx, name: &str, sub: Option<&Subscriber>, far: &FarEnds) 
 }
 
 fn import_pubsub(ctx: &Ctx, name: &str, zid: &str, shape: Shape, stop: &AtomicBool) -> Result<End> {
+    if shape.slow == SlowSubscriber::Block {
+        return import_blocking(ctx, name, zid, shape, stop);
+    }
     let key = data_key(&ctx.scope, name);
     let depth = shape.depth as usize;
-    // A dropping service keeps the newest messages when this side falls behind; a
-    // blocking one holds up the network, and so the far publisher, as a local blocking
-    // subscriber would.
-    let (ring, fifo);
-    let recv: &dyn Fn(Duration) -> Option<zenoh::sample::Sample> = match shape.slow {
-        SlowSubscriber::Drop => {
-            ring = ctx
-                .session
-                .declare_subscriber(&key)
-                .allowed_origin(Locality::Remote)
-                .with(RingChannel::new(depth))
-                .wait()
-                .map_err(|e| anyhow!("subscribing to {key}: {e}"))?;
-            &|t| ring.recv_timeout(t).ok().flatten()
-        }
-        SlowSubscriber::Block => {
-            fifo = ctx
-                .session
-                .declare_subscriber(&key)
-                .allowed_origin(Locality::Remote)
-                .with(FifoChannel::new(depth))
-                .wait()
-                .map_err(|e| anyhow!("subscribing to {key}: {e}"))?;
-            &|t| fifo.recv_timeout(t).ok().flatten()
-        }
-    };
+    // A dropping service keeps the newest messages when this side falls behind.
+    let ring = ctx
+        .session
+        .declare_subscriber(&key)
+        .allowed_origin(Locality::Remote)
+        .with(RingChannel::new(depth))
+        .wait()
+        .map_err(|e| anyhow!("subscribing to {key}: {e}"))?;
     let far = far_from_config(zid, &far_config(ctx, zid, name)?);
     let mut publisher = Publisher::offer(&ctx.domain, name, shape.service_config())
         .with_context(|| format!("offering {name} locally"))?;
@@ -903,7 +899,9 @@ fn import_pubsub(ctx: &Ctx, name: &str, zid: &str, shape: Shape, stop: &AtomicBo
         if stop.load(Ordering::Relaxed) {
             return Ok(End::Stopped);
         }
-        let Some(sample) = recv(POLL) else { continue };
+        let Ok(Some(sample)) = ring.recv_timeout(POLL) else {
+            continue;
+        };
         if sample.kind() == SampleKind::Delete {
             say!(ctx, "{name}: the far end ended it");
             return Ok(End::Ended);
@@ -913,54 +911,257 @@ fn import_pubsub(ctx: &Ctx, name: &str, zid: &str, shape: Shape, stop: &AtomicBo
         if len > ctx.max_message {
             continue;
         }
-        if shape.slow == SlowSubscriber::Drop {
-            let mut loan = match publisher.loan(len) {
-                Ok(l) => l,
-                Err(e) => {
-                    if !room_for_loan(&mut publisher, len, e, stop)? {
-                        continue;
-                    }
-                    match publisher.loan(len) {
-                        Ok(l) => l,
-                        // Still no room: this message is lost, as a full queue loses one.
-                        Err(Error::QuotaExceeded { .. }) => continue,
-                        Err(e) => return Err(e.into()),
-                    }
+        let mut loan = match publisher.loan(len) {
+            Ok(l) => l,
+            Err(e) => {
+                if !room_for_loan(&mut publisher, len, e, stop)? {
+                    continue;
                 }
-            };
-            copy_into(loan.as_mut_slice(), payload);
-            loan.send()?;
-        } else {
-            // As a loan does, one fbuf of the publisher's path, but published in steps
-            // so that a stuck local subscriber does not keep the bridge from stopping.
-            let mut m = loop {
-                match publisher.path().alloc(len) {
-                    Ok(m) => break m,
-                    Err(e) => {
-                        if !room_for_loan(&mut publisher, len, e, stop)?
-                            || stop.load(Ordering::Relaxed)
-                        {
-                            return Ok(End::Stopped);
-                        }
-                    }
-                }
-            };
-            let mut at = 0;
-            for s in payload.slices() {
-                m.write_at(at, s);
-                at += s.len();
-            }
-            let data = m.freeze();
-            let mut p = publisher.begin_publish(&data)?;
-            while p.waiting() > 0 && !stop.load(Ordering::Relaxed) {
-                match publisher.wait_publish(&mut p, POLL) {
-                    Ok(()) | Err(Error::Timeout) => {}
+                match publisher.loan(len) {
+                    Ok(l) => l,
+                    // Still no room: this message is lost, as a full queue loses one.
+                    Err(Error::QuotaExceeded { .. }) => continue,
                     Err(e) => return Err(e.into()),
                 }
             }
-            let _ = publisher.end_publish(p);
+        };
+        copy_into(loan.as_mut_slice(), payload);
+        loan.send()?;
+    }
+}
+
+/// Messages up to this size are imported in zenoh's receiving thread; larger ones by
+/// the import's own thread, so that copying one overlaps receiving the next.
+const INLINE_MAX: usize = 256 << 10;
+
+/// A blocking service's import. Each sample is copied into an fbuf and published to
+/// the local subscribers in zenoh's receiving thread as it arrives, with no hand-over
+/// to a thread of the bridge (whose wake-up per message costs about as much as copying
+/// a small message), unless it is large or messages wait already: then the import's
+/// thread publishes it, in order after those before it. While a local subscriber is
+/// behind, the import holds up the network, and so the far publisher, as a blocking
+/// service must (as zenoh's own queue to a thread does once full).
+struct Inflow {
+    queue: Mutex<Queue>,
+    /// Signalled when the queue changes: an item came, one left, the publisher is free.
+    changed: Condvar,
+    /// The local publisher, once the service is offered.
+    publisher: Mutex<Option<Publisher>>,
+    /// Set once the import ends: nothing waits for local subscribers any more.
+    halt: AtomicBool,
+    /// The messages that may wait for the import's thread.
+    depth: usize,
+    max_message: usize,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// Messages for the import's thread, in order; `None`: the far end ended the
+    /// service.
+    items: VecDeque<Option<ZBytes>>,
+    /// A message is being published (by either thread): the next may not overtake it.
+    busy: bool,
+    /// The service is offered locally; until then the newest `depth` messages wait in
+    /// `items`.
+    open: bool,
+    /// Publishing failed in the receiving thread.
+    failed: Option<String>,
+}
+
+impl Inflow {
+    fn new(depth: usize, max_message: usize) -> Inflow {
+        Inflow {
+            queue: Mutex::new(Queue::default()),
+            changed: Condvar::new(),
+            publisher: Mutex::new(None),
+            halt: AtomicBool::new(false),
+            depth,
+            max_message,
         }
     }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn publish(&self, payload: &ZBytes) -> std::result::Result<(), String> {
+        let mut p = self.publisher.lock().unwrap_or_else(|e| e.into_inner());
+        match p.as_mut() {
+            Some(p) => publish_blocking(p, payload, &self.halt).map_err(|e| format!("{e:#}")),
+            None => Ok(()),
+        }
+    }
+
+    /// One sample from the network (in zenoh's receiving thread, in order).
+    fn take(&self, kind: SampleKind, payload: &ZBytes) {
+        if kind == SampleKind::Put && payload.len() > self.max_message {
+            return;
+        }
+        let mut q = self.lock();
+        loop {
+            if self.halt.load(Ordering::Relaxed) || q.failed.is_some() {
+                return;
+            }
+            if kind == SampleKind::Delete {
+                q.items.push_back(None);
+                self.changed.notify_all();
+                return;
+            }
+            if q.open && !q.busy && q.items.is_empty() && payload.len() <= INLINE_MAX {
+                q.busy = true;
+                drop(q);
+                let r = self.publish(payload);
+                let mut q = self.lock();
+                q.busy = false;
+                if let Err(e) = r {
+                    q.failed = Some(e);
+                }
+                self.changed.notify_all();
+                return;
+            }
+            if q.items.len() < self.depth {
+                q.items.push_back(Some(payload.clone()));
+                self.changed.notify_all();
+                return;
+            }
+            if !q.open {
+                // Not offered yet, so no local subscriber can have missed these: keep
+                // the newest rather than hold up this thread, which must deliver the
+                // answer that lets the import offer the service.
+                q.items.pop_front();
+                q.items.push_back(Some(payload.clone()));
+                return;
+            }
+            q = self
+                .changed
+                .wait_timeout(q, POLL)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// The service is offered locally: from now on messages go out.
+    fn offer(&self, publisher: Publisher) {
+        *self.publisher.lock().unwrap_or_else(|e| e.into_inner()) = Some(publisher);
+        self.lock().open = true;
+        self.changed.notify_all();
+    }
+
+    /// The import's thread: publishes the messages left to it, in order, until the far
+    /// end ends the service, publishing fails or `stop` is set.
+    fn run(&self, stop: &AtomicBool) -> Result<End> {
+        let mut q = self.lock();
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(End::Stopped);
+            }
+            if let Some(e) = q.failed.take() {
+                bail!("{e}");
+            }
+            if q.busy || !q.open || q.items.is_empty() {
+                q = self
+                    .changed
+                    .wait_timeout(q, POLL)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                continue;
+            }
+            let Some(payload) = q.items.pop_front().expect("not empty") else {
+                return Ok(End::Ended);
+            };
+            q.busy = true;
+            drop(q);
+            let r = self.publish(&payload);
+            q = self.lock();
+            q.busy = false;
+            self.changed.notify_all();
+            if let Err(e) = r {
+                bail!("{e}");
+            }
+        }
+    }
+
+    /// Ends the import: nothing waits for local subscribers any more, and the
+    /// publisher is withdrawn.
+    fn finish(&self) {
+        self.halt.store(true, Ordering::Relaxed);
+        self.changed.notify_all();
+        let publisher = self
+            .publisher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(publisher);
+    }
+}
+
+fn import_blocking(
+    ctx: &Ctx,
+    name: &str,
+    zid: &str,
+    shape: Shape,
+    stop: &AtomicBool,
+) -> Result<End> {
+    let key = data_key(&ctx.scope, name);
+    let inflow = Arc::new(Inflow::new(shape.depth as usize, ctx.max_message));
+    let taker = inflow.clone();
+    let sub = ctx
+        .session
+        .declare_subscriber(&key)
+        .allowed_origin(Locality::Remote)
+        .callback(move |s| taker.take(s.kind(), s.payload()))
+        .wait()
+        .map_err(|e| anyhow!("subscribing to {key}: {e}"))?;
+    let result = (|| {
+        let far = far_from_config(zid, &far_config(ctx, zid, name)?);
+        let publisher = Publisher::offer(&ctx.domain, name, shape.service_config())
+            .with_context(|| format!("offering {name} locally"))?;
+        publisher.set_bridged_from(&far)?;
+        let _using = declare_use(ctx, zid, name)?;
+        inflow.offer(publisher);
+        say!(ctx, "importing {name} from {zid} ({})", shape.tag());
+        let end = inflow
+            .run(stop)
+            .with_context(|| format!("publishing {name}"))?;
+        if matches!(end, End::Ended) {
+            say!(ctx, "{name}: the far end ended it");
+        }
+        Ok(end)
+    })();
+    inflow.finish();
+    drop(sub);
+    result
+}
+
+/// Publishes `payload` as a loan does, one fbuf of the publisher's path, but in steps
+/// so that a stuck local subscriber does not keep the bridge from stopping (`halt`).
+fn publish_blocking(publisher: &mut Publisher, payload: &ZBytes, halt: &AtomicBool) -> Result<()> {
+    let len = payload.len();
+    let mut m = loop {
+        match publisher.path().alloc(len) {
+            Ok(m) => break m,
+            Err(e) => {
+                if !room_for_loan(publisher, len, e, halt)? || halt.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+            }
+        }
+    };
+    let mut at = 0;
+    for s in payload.slices() {
+        m.write_at(at, s);
+        at += s.len();
+    }
+    let data = m.freeze();
+    let mut p = publisher.begin_publish(&data)?;
+    while p.waiting() > 0 && !halt.load(Ordering::Relaxed) {
+        match publisher.wait_publish(&mut p, POLL) {
+            Ok(()) | Err(Error::Timeout) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let _ = publisher.end_publish(p);
+    Ok(())
 }
 
 /// Copies a zenoh payload, slice by slice, into `dst` (exactly its length).
@@ -1117,6 +1318,102 @@ fn import_reqresp(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A blocking import keeps the newest messages that come before the service is
+    /// offered without holding up the receiving thread; then it publishes a small
+    /// message in the thread that received it (no thread of the bridge runs), leaves a
+    /// large one, and every later one, to the import's thread, and the local subscriber
+    /// gets them all in order.
+    #[test]
+    fn blocking_import_publishes_small_messages_where_they_arrive_and_keeps_order() {
+        let name = format!("fz-inflow-{}", std::process::id());
+        struct Gone(String);
+        impl Drop for Gone {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(format!("/dev/shm/ferry.{}", self.0));
+            }
+        }
+        let _gone = Gone(name.clone());
+        let group = Group::open(&name).unwrap();
+        let (a, b) = (group.join().unwrap(), group.join().unwrap());
+        let shape = Shape {
+            kind: ServiceKind::PubSub,
+            slow: SlowSubscriber::Block,
+            depth: 4,
+        };
+        let publisher = Publisher::offer(&a, "in/flow", shape.service_config()).unwrap();
+        let mut sub = Subscriber::open(&b, "in/flow", Duration::from_secs(5)).unwrap();
+        publisher
+            .wait_for_subscribers(1, Duration::from_secs(5))
+            .unwrap();
+        let inflow = Arc::new(Inflow::new(4, usize::MAX));
+        let msg = |k: u8, len: usize| ZBytes::from(vec![k; len]);
+        // Before the service is offered, more messages than the queue holds do not hold
+        // up the receiving thread (it must deliver the answer the import waits for to
+        // offer the service); the newest are kept, in order.
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let early = inflow.clone();
+        std::thread::spawn(move || {
+            for k in 0..10u8 {
+                early.take(SampleKind::Put, &msg(200 + k, 10));
+            }
+            let _ = done_tx.send(());
+        });
+        done_rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the receiving thread was held up before the offer");
+        inflow.offer(publisher);
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let worker = s.spawn(|| inflow.run(&stop));
+            for k in 6..10u8 {
+                let d = sub.recv_timeout(Duration::from_secs(5)).unwrap();
+                assert_eq!(d.to_vec()[0], 200 + k);
+            }
+            stop.store(true, Ordering::Relaxed);
+            assert!(matches!(worker.join().unwrap(), Ok(End::Stopped)));
+        });
+        // No import thread now: a small message goes out at once.
+        inflow.take(SampleKind::Put, &msg(0, 100));
+        let d = sub.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!((d.len(), d.to_vec()[0]), (100, 0));
+        // A large one waits for the import's thread, and a small one after it must not
+        // overtake it.
+        inflow.take(SampleKind::Put, &msg(1, INLINE_MAX + 1));
+        inflow.take(SampleKind::Put, &msg(2, 10));
+        assert!(matches!(
+            sub.recv_timeout(Duration::from_millis(200)),
+            Err(Error::Timeout)
+        ));
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let worker = s.spawn(|| inflow.run(&stop));
+            let taker = s.spawn(|| {
+                for k in 3..40u8 {
+                    let len = if k % 3 == 0 {
+                        INLINE_MAX * 2
+                    } else {
+                        1 + k as usize
+                    };
+                    inflow.take(SampleKind::Put, &msg(k, len));
+                }
+                inflow.take(SampleKind::Delete, &ZBytes::new());
+            });
+            for k in 1..40u8 {
+                let d = sub.recv_timeout(Duration::from_secs(10)).unwrap();
+                assert_eq!(d.to_vec()[0], k, "message {k} in its place");
+                // A slow subscriber: the network is held up, nothing is lost.
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            taker.join().unwrap();
+            assert!(matches!(worker.join().unwrap(), Ok(End::Ended)));
+        });
+        inflow.finish();
+        assert!(matches!(
+            sub.recv_timeout(Duration::from_secs(5)),
+            Err(Error::PeerGone { .. } | Error::Disconnected)
+        ));
+    }
 
     #[test]
     fn far_names_are_clean_and_fit_a_note() {

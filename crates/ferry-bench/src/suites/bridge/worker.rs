@@ -109,8 +109,9 @@ pub struct Spec {
     pub group: String,
     pub scope: String,
     pub fifo: String,
-    /// The CPU to pin to: the publisher once its zenoh session is up (zenoh's own
-    /// threads stay free), a receiver's process from the start.
+    /// The CPU to pin to: the publisher and zenoh's subscriber once their zenoh
+    /// session is up (zenoh's own threads stay free, as the bridges' do), a ferry
+    /// receiver's process from the start.
     pub cpu: Option<usize>,
     pub role: Role,
 }
@@ -121,9 +122,13 @@ pub struct Plan {
     pub rounds: usize,
     /// Latency messages per case, size and round.
     pub lat_n: usize,
-    /// Bytes per throughput measurement (per size and round).
-    pub bytes: usize,
+    /// How long each throughput measurement sends (per size, round and system), at
+    /// least [`TPUT_MIN`] messages; a warm-up burst of a fifth of it comes first.
+    pub tput_ms: u64,
 }
+
+/// The fewest messages of one throughput measurement.
+pub const TPUT_MIN: usize = 64;
 
 /// One case's latencies (µs) at one size, over every round.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -139,6 +144,9 @@ pub struct Series {
     /// MB/s, one per round.
     pub remote_mbs: Vec<f64>,
     pub zenoh_mbs: Vec<f64>,
+    /// Messages timed per round.
+    pub remote_n: Vec<usize>,
+    pub zenoh_n: Vec<usize>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -178,10 +186,7 @@ pub fn main(args: &[String]) -> Result<()> {
             pin(&spec)?;
             run_subs(&spec, subs)
         }
-        Role::ZenohSub { connect } => {
-            pin(&spec)?;
-            run_zenoh_sub(&spec, connect)
-        }
+        Role::ZenohSub { connect } => run_zenoh_sub(&spec, connect),
         Role::Pub { zenoh_listen, plan } => {
             let r = run_pub(&spec, zenoh_listen, plan)?;
             println!("{}", serde_json::to_string(&r)?);
@@ -297,13 +302,15 @@ fn zkey(spec: &Spec) -> String {
 
 fn run_zenoh_sub(spec: &Spec, connect: &str) -> Result<()> {
     let session = zopen(&[], &[connect.to_owned()])?;
-    // As the bridge's import of a blocking service receives.
     let sub = session
         .declare_subscriber(zkey(spec))
         .allowed_origin(Locality::Remote)
         .with(FifoChannel::new(16))
         .wait()
         .map_err(|e| anyhow!("{e}"))?;
+    // Only this thread, which receives and reports: zenoh's threads, started with the
+    // session, run where the scheduler puts them, as B's bridge does.
+    pin(spec)?;
     let mut fifo = open_fifo_writer(&spec.fifo)?;
     loop {
         let s = match sub.recv_timeout(Duration::from_millis(200)) {
@@ -574,35 +581,51 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
                     }
                 }
             }
-            let n = (plan.bytes / size).clamp(100, 20_000);
+            // Throughput: both systems the same way. A warm-up burst, drained, then
+            // back to back for the measurement's time (and at least TPUT_MIN
+            // messages), timed from the first send to the last arrival.
+            let span = Duration::from_millis(plan.tput_ms);
             let mbs = |a: &mut Arrivals,
                        who: Who,
                        send: &mut dyn FnMut(bool) -> Result<u64>|
-             -> Result<f64> {
-                let first = send(false)?;
-                for _ in 1..n - 1 {
-                    send(false)?;
-                }
-                let last = send(true)?;
+             -> Result<(f64, usize)> {
+                let burst = |span: Duration,
+                             send: &mut dyn FnMut(bool) -> Result<u64>|
+                 -> Result<(u64, u64, usize)> {
+                    let t0 = Instant::now();
+                    let first = send(false)?;
+                    let mut n = 1;
+                    while n + 1 < TPUT_MIN || t0.elapsed() < span {
+                        send(false)?;
+                        n += 1;
+                    }
+                    Ok((first, send(true)?, n + 1))
+                };
+                let (_, last, _) = burst(span / 5, send)?;
+                a.wait(&[who], last, Duration::from_secs(60))?;
+                let (first, last, n) = burst(span, send)?;
                 let lat = a.wait(&[who], last, Duration::from_secs(60))?[0];
                 let end = last as f64 + lat * 1e3;
-                Ok((n * size) as f64 / ((end - first as f64) / 1e9) / 1e6)
+                Ok(((n * size) as f64 / ((end - first as f64) / 1e9) / 1e6, n))
             };
-            let (b, z) = if round % 2 == 0 {
-                let b = mbs(&mut arrivals, Who::Far, &mut |r| {
-                    send_ferry(&mut far, size, r)
-                })?;
-                (
-                    b,
-                    mbs(&mut arrivals, Who::Zenoh, &mut |r| zpub.send(size, r))?,
-                )
-            } else {
-                let z = mbs(&mut arrivals, Who::Zenoh, &mut |r| zpub.send(size, r))?;
-                let b = mbs(&mut arrivals, Who::Far, &mut |r| {
-                    send_ferry(&mut far, size, r)
-                })?;
-                (b, z)
-            };
+            // Which goes first alternates per round.
+            let (mut b, mut z) = ((0.0, 0), (0.0, 0));
+            for k in 0..2 {
+                if (round + k) % 2 == 0 {
+                    b = mbs(&mut arrivals, Who::Far, &mut |r| {
+                        send_ferry(&mut far, size, r)
+                    })?;
+                } else {
+                    z = mbs(&mut arrivals, Who::Zenoh, &mut |r| zpub.send(size, r))?;
+                }
+            }
+            progress(&format!(
+                "  throughput {size} B: bridge {:.0} MB/s ({} msgs), zenoh {:.0} MB/s ({} msgs)",
+                b.0, b.1, z.0, z.1
+            ));
+            s.remote_n.push(b.1);
+            s.zenoh_n.push(z.1);
+            let (b, z) = (b.0, z.0);
             s.remote_mbs.push(b);
             s.zenoh_mbs.push(z);
         }
