@@ -308,16 +308,19 @@ struct Worker {
 }
 
 impl Worker {
+    /// A worker thread named `name` (as `top -H` and the scheduler's traces show it).
     fn spawn(
         ctx: &Arc<Ctx>,
+        name: &str,
         f: impl FnOnce(&Ctx, &AtomicBool) -> Result<End> + Send + 'static,
     ) -> Worker {
         let stop = Arc::new(AtomicBool::new(false));
         let (c, s) = (ctx.clone(), stop.clone());
-        Worker {
-            stop,
-            handle: std::thread::spawn(move || f(&c, &s)),
-        }
+        let handle = std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || f(&c, &s))
+            .expect("starting a bridge worker thread");
+        Worker { stop, handle }
     }
 
     /// Stops the worker and waits for it.
@@ -505,7 +508,9 @@ fn serve(ctx: &Arc<Ctx>, config: &BridgeConfig, stop: &AtomicBool) -> Result<()>
                 depth: s.depth,
             };
             let name = s.name.clone();
-            let worker = Worker::spawn(ctx, move |c, stop| export(c, &name, shape, stop));
+            let worker = Worker::spawn(ctx, "bridge-export", move |c, stop| {
+                export(c, &name, shape, stop)
+            });
             exports.insert(
                 s.name.clone(),
                 Export {
@@ -557,7 +562,7 @@ fn parse_token<'a>(scope: &str, key: &'a str) -> Option<(&'a str, Shape, &'a str
 
 fn spawn_import(ctx: &Arc<Ctx>, name: &str, zid: &str, shape: Shape) -> Worker {
     let (name, zid) = (name.to_owned(), zid.to_owned());
-    Worker::spawn(ctx, move |c, stop| match shape.kind {
+    Worker::spawn(ctx, "bridge-import", move |c, stop| match shape.kind {
         ServiceKind::PubSub => import_pubsub(c, &name, &zid, shape, stop),
         ServiceKind::ReqResp => import_reqresp(c, &name, &zid, shape, stop),
     })

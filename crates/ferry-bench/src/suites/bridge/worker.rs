@@ -34,6 +34,10 @@ pub const CARRY: &str = "bench/carry";
 /// As [`CARRY`], but A's local subscriber subscribes only once A's bridge has: the
 /// bridge comes first in the publisher's list of subscribers.
 pub const EARLY: &str = "bench/early";
+/// The fair floor of [`CARRY`]: A's bridge denies it, and with each message the
+/// publisher puts the same bytes to zenoh's subscriber on B, as the bridge would: the
+/// local hand-over while the far host's work runs on the same CPUs, without the bridge.
+pub const ZCARRY: &str = "bench/zcarry";
 /// Throughput: subscribed on B only, as zenoh's reference is (no local subscriber on A
 /// shares the CPUs with the path measured).
 pub const FAR: &str = "bench/far";
@@ -62,6 +66,8 @@ pub enum Who {
     EarlyRemote = 8,
     /// B's subscriber of [`FAR`], the only one.
     Far = 9,
+    /// A's subscriber of [`ZCARRY`] (zenoh carrying the same message to B meanwhile).
+    ZCarry = 10,
 }
 
 impl Who {
@@ -78,6 +84,7 @@ impl Who {
             Early,
             EarlyRemote,
             Far,
+            ZCarry,
         ]
         .into_iter()
         .find(|w| *w as u64 == v)
@@ -140,6 +147,9 @@ pub struct Series {
     pub remote: Vec<f64>,
     /// A's subscriber of [`EARLY`] (the bridge woken before it).
     pub early: Vec<f64>,
+    /// A's subscriber of [`ZCARRY`] (zenoh carrying the same message to B meanwhile).
+    #[serde(default)]
+    pub zcarry: Vec<f64>,
     pub zenoh: Vec<f64>,
     /// MB/s, one per round.
     pub remote_mbs: Vec<f64>,
@@ -241,7 +251,9 @@ fn run_subs(spec: &Spec, subs: &[(String, Who, bool)]) -> Result<()> {
         let domain = group.join()?;
         let mut fifo = open_fifo_writer(&spec.fifo)?;
         let group = group.clone();
-        threads.push(std::thread::spawn(move || -> Result<()> {
+        // Named, so that the scheduler's traces tell the cases apart.
+        let name = format!("sub-{who:?}").to_lowercase();
+        let body = move || -> Result<()> {
             if who == Who::Early {
                 // After the bridge: once the service has a subscriber.
                 let deadline = Instant::now() + WAIT;
@@ -282,7 +294,8 @@ fn run_subs(spec: &Spec, subs: &[(String, Who, bool)]) -> Result<()> {
                     report(&mut fifo, who, stamp, at)?;
                 }
             }
-        }));
+        };
+        threads.push(std::thread::Builder::new().name(name).spawn(body)?);
     }
     for t in threads {
         t.join().map_err(|_| anyhow!("a subscriber panicked"))??;
@@ -427,10 +440,15 @@ struct ZPub<'a> {
 
 impl ZPub<'_> {
     fn send(&mut self, size: usize, report: bool) -> Result<u64> {
+        self.send_stamped(size, report, None)
+    }
+
+    /// As [`ZPub::send`], with the stamp of a message already sent elsewhere.
+    fn send_stamped(&mut self, size: usize, report: bool, stamp: Option<u64>) -> Result<u64> {
         if self.body.len() < size - 16 {
             self.body = bytes::Bytes::from(vec![0u8; size - 16]);
         }
-        let stamp = now_ns();
+        let stamp = stamp.unwrap_or_else(now_ns);
         let mut w = ZBytes::writer();
         w.append(ZBytes::from(header(stamp, report).to_vec()));
         w.append(ZBytes::from(self.body.slice(..size - 16)));
@@ -442,22 +460,31 @@ impl ZPub<'_> {
     }
 }
 
-/// The cases: the hand-overs on A (alone, idle, two, carry, early) and zenoh's.
-const CASES: usize = 6;
+/// The cases: the hand-overs on A (alone, idle, two, carry, early, zcarry) and zenoh's.
+const CASES: usize = 7;
 
 /// An order of the [`CASES`] for turn `i`: successive turns take orders far apart in
-/// the list of all 720 (a Lehmer code; 397 is prime to 720), so that every case comes
-/// first, and after every other, about as often.
+/// the list of all 5040 (a Lehmer code; 1973 is prime to 5040), so that every case
+/// comes first, and after every other, about as often.
 fn order(i: usize) -> [usize; CASES] {
     let mut left: Vec<usize> = (0..CASES).collect();
-    let mut code = i * 397 % 720;
+    let mut code = i * 1973 % 5040;
     let mut out = [0; CASES];
     for (k, o) in out.iter_mut().enumerate() {
-        let f = [120, 24, 6, 2, 1, 1][k];
+        let f = [720, 120, 24, 6, 2, 1, 1][k];
         *o = left.remove(code / f);
         code %= f;
     }
     out
+}
+
+/// A pause before each timed message, so that what the previous case left running (a
+/// far receiver freeing its buffers, a bridge finishing its publish, zenoh's threads
+/// winding down) is done before the next is timed: the receivers compared share their
+/// CPU with all of it.
+fn settle(size: usize) {
+    let gap = Duration::from_micros(50 + (size as u64 >> 10));
+    std::thread::sleep(gap.min(Duration::from_millis(2)));
 }
 
 fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
@@ -468,6 +495,7 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
     let mut two = offer(&domain, TWO)?;
     let mut carry = offer(&domain, CARRY)?;
     let mut early = offer(&domain, EARLY)?;
+    let mut zcarry = offer(&domain, ZCARRY)?;
     let mut far = offer(&domain, FAR)?;
     let mut arrivals = Arrivals::open(&spec.fifo)?;
     let session = zopen(&[zenoh_listen.to_owned()], &[])?;
@@ -490,6 +518,7 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
     two.wait_for_subscribers(2, WAIT)?;
     carry.wait_for_subscribers(2, WAIT)?;
     early.wait_for_subscribers(2, WAIT)?;
+    zcarry.wait_for_subscribers(1, WAIT)?;
     far.wait_for_subscribers(1, WAIT)?;
     let warm = |send: &mut dyn FnMut() -> Result<u64>, a: &mut Arrivals, who: Who| {
         let t0 = Instant::now();
@@ -540,6 +569,7 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
             // cache), falls on all of them alike.
             for i in 0..plan.lat_n {
                 for case in order(i) {
+                    settle(size);
                     match case {
                         0 => {
                             let l = one(&mut arrivals, &[Who::Alone], &mut || {
@@ -572,6 +602,15 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
                                     send_ferry(&mut early, size, true)
                                 })?;
                             s.early.push(l[0]);
+                        }
+                        5 => {
+                            // As the bridge carries: the local subscriber woken first,
+                            // then the same message put to B.
+                            let l = one(&mut arrivals, &[Who::ZCarry, Who::Zenoh], &mut || {
+                                let stamp = send_ferry(&mut zcarry, size, true)?;
+                                zpub.send_stamped(size, true, Some(stamp))
+                            })?;
+                            s.zcarry.push(l[0]);
                         }
                         _ => {
                             let l =
