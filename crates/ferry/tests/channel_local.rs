@@ -1270,3 +1270,58 @@ fn securing_a_plain_fbuf_protects_it_until_released() {
     assert_eq!(again.fragments()[0].as_slice().as_ptr() as usize, addr);
     assert!(again.slice(0..7).eq_bytes(b"rewrite"));
 }
+
+/// Messages outlive their receiver and its domain, and are dropped by several threads at
+/// once, some before the receiver goes and some after: every byte stays readable, and
+/// every release reaches the sender. (A received message of one fragment holds no
+/// reference of its own to the channel's end; the end counts them, and a receiver that
+/// goes with some still out leaves the end alive for them.)
+#[test]
+fn messages_outlive_their_receiver_dropped_from_many_threads() {
+    let g = group("outlive");
+    let a = g.join().unwrap();
+    let path = a.path(PathConfig::default()).unwrap();
+    // Verifies and drops `msgs`, split between `threads` threads.
+    let drop_on_threads = |msgs: Vec<(u64, IoData)>, threads: usize| {
+        let per = msgs.len().div_ceil(threads).max(1);
+        let mut msgs = msgs;
+        let mut handles = Vec::new();
+        while !msgs.is_empty() {
+            let part: Vec<_> = msgs.drain(..per.min(msgs.len())).collect();
+            handles.push(std::thread::spawn(move || {
+                for (seed, d) in part {
+                    assert_eq!(verify_seed(&d), seed);
+                }
+            }));
+        }
+        for h in handles {
+            h.join().unwrap();
+        }
+    };
+    for round in 0..20u64 {
+        let b = g.join().unwrap();
+        let (tx, mut rx) = link(&a, &b, ChannelConfig::default());
+        let mut got = Vec::new();
+        for i in 0..48u64 {
+            let seed = round * 1000 + i;
+            tx.try_send(&common::message(&path, seed, 256, 1)).unwrap();
+            let d = rx.try_recv().unwrap().expect("message ready");
+            assert_eq!(d.fragments().len(), 1);
+            got.push((seed, d));
+        }
+        // Some dropped while the receiver lives, on other threads.
+        drop_on_threads(got.drain(..16).collect(), 4);
+        // The receiver and its domain go with 32 messages out.
+        drop(rx);
+        drop(b);
+        drop_on_threads(got, 4);
+        tx.collect_releases().unwrap();
+        assert_eq!(
+            tx.in_flight(),
+            0,
+            "round {round}: every release reached the sender"
+        );
+    }
+    a.collect_releases();
+    assert_eq!(path.outstanding(), 0);
+}
