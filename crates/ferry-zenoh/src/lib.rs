@@ -1032,9 +1032,12 @@ impl Inflow {
             if !q.open {
                 // Not offered yet, so no local subscriber can have missed these: keep
                 // the newest rather than hold up this thread, which must deliver the
-                // answer that lets the import offer the service.
-                q.items.pop_front();
-                q.items.push_back(Some(payload.clone()));
+                // answer that lets the import offer the service. An end already queued
+                // stays: only the oldest message goes.
+                if let Some(at) = q.items.iter().position(Option::is_some) {
+                    q.items.remove(at);
+                    q.items.push_back(Some(payload.clone()));
+                }
                 return;
             }
             q = self
@@ -1323,6 +1326,26 @@ fn import_reqresp(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Before the service is offered, a full queue makes room by dropping its oldest
+    /// message, never the far end's end of the service queued among them.
+    #[test]
+    fn an_end_queued_before_the_offer_is_kept() {
+        let inflow = Inflow::new(2, 1 << 20);
+        let msg = |b: u8| ZBytes::from(vec![b]);
+        inflow.take(SampleKind::Put, &msg(1));
+        inflow.take(SampleKind::Delete, &msg(0));
+        for b in 2..6 {
+            inflow.take(SampleKind::Put, &msg(b));
+        }
+        let q = inflow.lock();
+        let kept: Vec<Option<u8>> = q
+            .items
+            .iter()
+            .map(|i| i.as_ref().map(|z| z.to_bytes()[0]))
+            .collect();
+        assert_eq!(kept, [None, Some(5)], "the end was dropped: {kept:?}");
+    }
 
     /// A blocking import keeps the newest messages that come before the service is
     /// offered without holding up the receiving thread; then it publishes a small
