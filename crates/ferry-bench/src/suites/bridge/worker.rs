@@ -151,6 +151,13 @@ pub struct Series {
     #[serde(default)]
     pub zcarry: Vec<f64>,
     pub zenoh: Vec<f64>,
+    /// As `alone`, `remote` and `zenoh`, in the turns run back to back.
+    #[serde(default)]
+    pub alone_b2b: Vec<f64>,
+    #[serde(default)]
+    pub remote_b2b: Vec<f64>,
+    #[serde(default)]
+    pub zenoh_b2b: Vec<f64>,
     /// MB/s, one per round.
     pub remote_mbs: Vec<f64>,
     pub zenoh_mbs: Vec<f64>,
@@ -462,6 +469,9 @@ impl ZPub<'_> {
 
 /// The cases: the hand-overs on A (alone, idle, two, carry, early, zcarry) and zenoh's.
 const CASES: usize = 7;
+/// The cases of the back-to-back turns: no bridge (for the floor), carrying (the
+/// bridge's latency) and zenoh's own.
+const LATENCY_CASES: [usize; 3] = [0, 3, 6];
 
 /// An order of the [`CASES`] for turn `i`: successive turns take orders far apart in
 /// the list of all 5040 (a Lehmer code; 1973 is prime to 5040), so that every case
@@ -567,15 +577,28 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
             // orders: a disturbance of the machine, or what a case leaves behind for the
             // one after it (zenoh's threads still winding down, its buffers in the
             // cache), falls on all of them alike.
+            // Every other turn runs back to back, with no pause and only the cases the
+            // latency bar needs (no bridge, carrying, zenoh's): the same latency for a
+            // steady stream, where the CPUs stay busy, beside the one from idle CPUs.
             for i in 0..plan.lat_n {
+                let paused = i % 2 == 0;
                 for case in order(i) {
-                    settle(size);
+                    if !paused && !LATENCY_CASES.contains(&case) {
+                        continue;
+                    }
+                    if paused {
+                        settle(size);
+                    }
                     match case {
                         0 => {
                             let l = one(&mut arrivals, &[Who::Alone], &mut || {
                                 send_ferry(&mut alone, size, true)
                             })?;
-                            s.alone.push(l[0]);
+                            if paused {
+                                s.alone.push(l[0]);
+                            } else {
+                                s.alone_b2b.push(l[0]);
+                            }
                         }
                         1 => {
                             let l = one(&mut arrivals, &[Who::Idle], &mut || {
@@ -593,8 +616,12 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
                             let l = one(&mut arrivals, &[Who::Carry, Who::Remote], &mut || {
                                 send_ferry(&mut carry, size, true)
                             })?;
-                            s.carry.push(l[0]);
-                            s.remote.push(l[1]);
+                            if paused {
+                                s.carry.push(l[0]);
+                                s.remote.push(l[1]);
+                            } else {
+                                s.remote_b2b.push(l[1]);
+                            }
                         }
                         4 => {
                             let l =
@@ -615,7 +642,11 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
                         _ => {
                             let l =
                                 one(&mut arrivals, &[Who::Zenoh], &mut || zpub.send(size, true))?;
-                            s.zenoh.push(l[0]);
+                            if paused {
+                                s.zenoh.push(l[0]);
+                            } else {
+                                s.zenoh_b2b.push(l[0]);
+                            }
                         }
                     }
                 }
