@@ -28,7 +28,9 @@
 //! 1 µs per KiB, at most 2 ms) has let what it left running end. The cases take turns
 //! message by message (zenoh's reference among them, each turn in another of their
 //! orders), so that a disturbance of the
-//! shared machine falls on all alike. Throughput: after a warm-up burst
+//! shared machine falls on all alike. Every other turn runs back to back instead, with
+//! no pause and only the latency bar's cases (no bridge, carrying, zenoh's): the
+//! report gives the latency both from idle CPUs and in a steady stream. Throughput: after a warm-up burst
 //! (drained), back to back for a fixed time (blocking congestion control on both),
 //! timed from the first send to the last arrival, alternating which goes first per
 //! round, on `bench/far`, which only B subscribes to (as only B
