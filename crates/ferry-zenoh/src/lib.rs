@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use ferry::{
-    Client, Domain, Error, Group, IoData, PathAllocator, PathConfig, Publisher, Server,
+    Client, Domain, Error, Group, IoData, IoDataMut, PathAllocator, PathConfig, Publisher, Server,
     ServiceConfig, ServiceKind, SlowSubscriber, Subscriber,
 };
 use zenoh::bytes::ZBytes;
@@ -1155,11 +1155,7 @@ fn publish_blocking(publisher: &mut Publisher, payload: &ZBytes, halt: &AtomicBo
             }
         }
     };
-    let mut at = 0;
-    for s in payload.slices() {
-        m.write_at(at, s);
-        at += s.len();
-    }
+    write_payload(&mut m, payload);
     let data = m.freeze();
     let mut p = publisher.begin_publish(&data)?;
     while p.waiting() > 0 && !halt.load(Ordering::Relaxed) {
@@ -1177,6 +1173,16 @@ fn copy_into(dst: &mut [u8], payload: &ZBytes) {
     let mut at = 0;
     for s in payload.slices() {
         dst[at..at + s.len()].copy_from_slice(s);
+        at += s.len();
+    }
+}
+
+/// Copies a zenoh payload, slice by slice, into `m` from its start (`m` holds at least
+/// its length).
+fn write_payload(m: &mut IoDataMut, payload: &ZBytes) {
+    let mut at = 0;
+    for s in payload.slices() {
+        m.write_at(at, s);
         at += s.len();
     }
 }
@@ -1211,11 +1217,7 @@ fn to_iodata(path: &PathAllocator, payload: Option<&ZBytes>) -> Result<IoData> {
         return Ok(IoData::new());
     };
     let mut m = path.alloc(p.len())?;
-    let mut at = 0;
-    for s in p.slices() {
-        m.write_at(at, s);
-        at += s.len();
-    }
+    write_payload(&mut m, p);
     Ok(m.freeze())
 }
 
