@@ -664,25 +664,47 @@ fn domains_of_one_process_map_a_peer_lot_at_once() {
 /// once from several threads, each get only their own service's messages: in one
 /// domain (as a bridge subscribes to every service it exports) or each in its own.
 fn subscribers_opened_at_once_get_their_own_services() {
+    each_gets_its_own(
+        "svcmix",
+        "offer-each",
+        "sent",
+        "subscriber",
+        |domain, service, _| {
+            let mut s = ferry::Subscriber::open(domain, service, T).unwrap();
+            (0..20)
+                .map(|_| {
+                    let d = s.recv_timeout(T).unwrap();
+                    let mut b = [0u8; 1];
+                    d.copy_range_to_slice(0..1, &mut b);
+                    b[0]
+                })
+                .collect()
+        },
+    );
+}
+
+/// Twenty rounds of a peer in `role` with RACE_THREADS services (it prints `done` once
+/// it served them all) and RACE_THREADS threads that open service `i` at once, in one
+/// domain (even rounds) or each in its own, and run `use_service(domain, name, i)`:
+/// every byte it returns must be `i`, the index the peer's service `i` sends.
+fn each_gets_its_own(
+    prefix: &str,
+    role: &str,
+    done: &str,
+    what: &str,
+    use_service: fn(&ferry::Domain, &str, usize) -> Vec<u8>,
+) {
     for round in 0..20 {
         let one_domain = round % 2 == 0;
-        let (g, d, name) = join(&format!("svcmix{round}"));
-        let mut peer = Peer::spawn("offer-each", &name, "");
+        let (g, d, name) = join(&format!("{prefix}{round}"));
+        let mut peer = Peer::spawn(role, &name, "");
         let threads: Vec<_> = (0..RACE_THREADS)
             .map(|i| {
                 let (g, d) = (g.clone(), d.clone());
                 std::thread::spawn(move || {
                     let domain = if one_domain { d } else { g.join().unwrap() };
                     let service = format!("{RACE_SERVICE}/{i}");
-                    let mut s = ferry::Subscriber::open(&domain, &service, T).unwrap();
-                    let mut got = Vec::new();
-                    for _ in 0..20 {
-                        let d = s.recv_timeout(T).unwrap();
-                        let mut b = [0u8; 1];
-                        d.copy_range_to_slice(0..1, &mut b);
-                        got.push(b[0]);
-                    }
-                    (i, got)
+                    (i, use_service(&domain, &service, i))
                 })
             })
             .collect();
@@ -690,10 +712,10 @@ fn subscribers_opened_at_once_get_their_own_services() {
             let (i, got) = t.join().unwrap();
             assert!(
                 got.iter().all(|&b| b as usize == i),
-                "round {round} (one domain: {one_domain}): the subscriber of service {i} got {got:?}"
+                "round {round} (one domain: {one_domain}): the {what} of service {i} got {got:?}"
             );
         }
-        assert_eq!(peer.line(), "sent");
+        assert_eq!(peer.line(), done);
         peer.tell("end");
         peer.child.wait().unwrap();
     }
@@ -707,42 +729,26 @@ const RACE_CALLS: usize = 10;
 /// channel by its peer alone, so two clients of one domain connecting to two servers of
 /// one owner at once could each be answered by the other's server.
 fn clients_opened_at_once_reach_their_own_servers() {
-    for round in 0..20 {
-        let one_domain = round % 2 == 0;
-        let (g, d, name) = join(&format!("srvmix{round}"));
-        let mut peer = Peer::spawn("serve-each", &name, "");
-        let threads: Vec<_> = (0..RACE_THREADS)
-            .map(|i| {
-                let (g, d) = (g.clone(), d.clone());
-                std::thread::spawn(move || {
-                    let domain = if one_domain { d } else { g.join().unwrap() };
-                    let service = format!("{RACE_SERVICE}/{i}");
-                    let mut c = ferry::Client::open(&domain, &service, T).unwrap();
-                    let path = domain.path(PathConfig::default()).unwrap();
-                    let mut got = Vec::new();
-                    for _ in 0..RACE_CALLS {
-                        let mut m = path.alloc(1).unwrap();
-                        m.fragments_mut().next().unwrap()[0] = i as u8;
-                        let r = c.call(&m.freeze(), T).unwrap();
-                        let mut b = [0u8; 1];
-                        r.copy_range_to_slice(0..1, &mut b);
-                        got.push(b[0]);
-                    }
-                    (i, got)
+    each_gets_its_own(
+        "srvmix",
+        "serve-each",
+        "served",
+        "client",
+        |domain, service, i| {
+            let mut c = ferry::Client::open(domain, service, T).unwrap();
+            let path = domain.path(PathConfig::default()).unwrap();
+            (0..RACE_CALLS)
+                .map(|_| {
+                    let mut m = path.alloc(1).unwrap();
+                    m.fragments_mut().next().unwrap()[0] = i as u8;
+                    let r = c.call(&m.freeze(), T).unwrap();
+                    let mut b = [0u8; 1];
+                    r.copy_range_to_slice(0..1, &mut b);
+                    b[0]
                 })
-            })
-            .collect();
-        for t in threads {
-            let (i, got) = t.join().unwrap();
-            assert!(
-                got.iter().all(|&b| b as usize == i),
-                "round {round} (one domain: {one_domain}): the client of service {i} got {got:?}"
-            );
-        }
-        assert_eq!(peer.line(), "served");
-        peer.tell("end");
-        peer.child.wait().unwrap();
-    }
+                .collect()
+        },
+    );
 }
 
 fn main() {
