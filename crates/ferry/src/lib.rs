@@ -178,7 +178,7 @@ pub mod vcm;
 // Groups, domains and the fbufs of their lots.
 pub use region::{
     Domain, DomainId, Group, GroupAccess, GroupConfig, Member, Pages, PathAllocator, PathConfig,
-    HUGE_PAGE,
+    HUGE_PAGE, SHARE_HUGE_FROM,
 };
 // Areas of a lot that a device writes (an AF_XDP UMEM), lent out piece by piece.
 pub use iodata::{AreaLender, AreaRelease, LotArea};

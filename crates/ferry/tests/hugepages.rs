@@ -60,15 +60,16 @@ fn child_main(role: &str) {
     }
 }
 
-/// Sends one `LEN`-byte message from `path` to a child receiver; returns its report.
+/// Sends one `len`-byte message from `path` to a child receiver; returns its report.
 fn send_to_child(
     name: &str,
     d: &ferry::Domain,
     path: &ferry::PathAllocator,
+    len: usize,
 ) -> (ferry::IoData, String) {
     let mut p = Peer::spawn("receiver", name, "");
     let tx = d.connect(p.id, T).unwrap();
-    let msg = fill(path, 0x5eed, LEN);
+    let msg = fill(path, 0x5eed, len);
     tx.send(&msg).unwrap();
     let report = p.line();
     p.tell("exit");
@@ -138,7 +139,7 @@ fn thp_path_carries_data_and_both_ends_map_2mib() {
     // A small fbuf first, so that the large one does not start at the lot's (aligned)
     // start by chance.
     let small = fill(&path, 1, 4096);
-    let (msg, report) = send_to_child(&name, &d, &path);
+    let (msg, report) = send_to_child(&name, &d, &path, LEN);
     assert_eq!(verify(&small), Ok(1));
     let st = path.stats();
     assert_eq!(st.pages, Pages::Transparent);
@@ -163,6 +164,66 @@ fn thp_path_carries_data_and_both_ends_map_2mib() {
     eprintln!("    ShmemPmdMapped: sender {here} kB, receiver {there} kB");
 }
 
+/// (a') Fbufs under 2 MiB on a path of transparent huge pages: a 1 MiB message is
+/// carried intact and mapped with 2 MiB entries by sender and receiver, and the next
+/// 1 MiB fbuf is the other half of the same collapsed, 2 MiB-aligned span, taken from
+/// the path's free list (one collapse; outstanding counts only what was handed out).
+fn thp_path_shares_a_huge_page_between_1mib_fbufs() {
+    const MIB: usize = 1 << 20;
+    let (_g, d, name) = join("thp1m");
+    let path = d
+        .path(PathConfig {
+            quota: 4 * MIB,
+            pages: Some(Pages::Transparent),
+            ..PathConfig::default()
+        })
+        .unwrap();
+    // A small fbuf first, as in (a): it stays 4 KiB and moves the lot's bump pointer.
+    let small = fill(&path, 1, 4096);
+    let (msg, report) = send_to_child(&name, &d, &path, MIB);
+    let st = path.stats();
+    if st.collapsed == 0 && st.collapse_fallbacks == 1 {
+        if let Err(why) = kernel_collapses() {
+            println!("SKIP: the kernel does not collapse shmem ({why}); the span fell back");
+            return;
+        }
+    }
+    assert_eq!((st.collapsed, st.collapse_fallbacks), (1, 0), "{st:?}");
+    assert_eq!(st.outstanding, 4096 + MIB, "{st:?}");
+    let a = msg.fragments()[0].as_slice().as_ptr() as usize;
+    assert_eq!(
+        a % (2 << 20),
+        0,
+        "the 1 MiB fbuf starts a 2 MiB-aligned span"
+    );
+    let here = smaps_kb(a, "ShmemPmdMapped:").unwrap();
+    assert!(here >= 2048, "sender's PMD-mapped kB {here}");
+    let (there, _) = parse_report(&report);
+    assert!(there >= 2048, "receiver's PMD-mapped kB {there}");
+    let second = fill(&path, 2, MIB);
+    let b = second.fragments()[0].as_slice().as_ptr() as usize;
+    assert_eq!(
+        b,
+        a + MIB,
+        "the second 1 MiB fbuf is the huge page's other half"
+    );
+    let st2 = path.stats();
+    assert_eq!(st2.collapsed, 1, "no second collapse: {st2:?}");
+    assert_eq!(
+        st2.cached,
+        st.cached + 1,
+        "taken from the free list: {st2:?}"
+    );
+    assert_eq!(st2.outstanding, 4096 + 2 * MIB, "{st2:?}");
+    assert_eq!(smaps_kb(a, "ShmemPmdMapped:").unwrap(), here);
+    assert_eq!(verify(&small), Ok(1));
+    assert_eq!(verify(&msg), Ok(0x5eed));
+    assert_eq!(verify(&second), Ok(2));
+    drop((small, msg, second));
+    assert_eq!(path.outstanding(), 0);
+    eprintln!("    ShmemPmdMapped: sender {here} kB, receiver {there} kB");
+}
+
 /// (b) The same with the default pages: neither end maps the message with 2 MiB entries
 /// (the check (a) makes is not true of every mapping).
 fn normal_path_is_not_pmd_mapped() {
@@ -173,7 +234,7 @@ fn normal_path_is_not_pmd_mapped() {
             ..PathConfig::default()
         })
         .unwrap();
-    let (msg, report) = send_to_child(&name, &d, &path);
+    let (msg, report) = send_to_child(&name, &d, &path, LEN);
     let st = path.stats();
     assert_eq!((st.pages, st.collapsed), (Pages::Normal, 0));
     let addr = msg.fragments()[0].as_slice().as_ptr() as usize;
@@ -281,7 +342,7 @@ fn hugetlb_lots_carry_data_and_refuse_page_granular_modes() {
     let small = path.alloc(100).unwrap().freeze();
     assert_eq!(path.outstanding(), 2 << 20);
     drop(small);
-    let (msg, report) = send_to_child(&name, &d, &path);
+    let (msg, report) = send_to_child(&name, &d, &path, LEN);
     let addr = msg.fragments()[0].as_slice().as_ptr() as usize;
     assert_eq!(smaps_kb(addr, "KernelPageSize:"), Some(2048));
     assert_eq!(parse_report(&report).1, 2048, "receiver's page size");
@@ -358,6 +419,10 @@ fn main() {
         (
             "thp_path_carries_data_and_both_ends_map_2mib",
             thp_path_carries_data_and_both_ends_map_2mib,
+        ),
+        (
+            "thp_path_shares_a_huge_page_between_1mib_fbufs",
+            thp_path_shares_a_huge_page_between_1mib_fbufs,
         ),
         (
             "normal_path_is_not_pmd_mapped",

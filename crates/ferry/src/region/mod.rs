@@ -20,4 +20,4 @@ pub use domain::Domain;
 pub use group::{DomainId, Group, GroupConfig, Member};
 pub use inspect::{Cleaned, GroupFile, GroupFileState, GroupView};
 pub use pages::{Pages, HUGE_PAGE};
-pub use path::{PathAllocator, PathConfig, PathStats};
+pub use path::{PathAllocator, PathConfig, PathStats, SHARE_HUGE_FROM};

@@ -16,9 +16,11 @@ pub enum Pages {
     Normal,
     /// Shmem pages collapsed into 2 MiB transparent huge pages (`MADV_COLLAPSE`, which
     /// needs no administrator setting) when an fbuf of 2 MiB or more is first carved
-    /// from the lot; receivers' read-only mappings, at the same 2 MiB-aligned address,
-    /// then map them with 2 MiB entries too. Protection, moves and TCOW keep their 4 KiB
-    /// granularity (the kernel splits the mapping where needed). Fbufs under 2 MiB, and
+    /// from the lot; fbufs of [`SHARE_HUGE_FROM`](super::SHARE_HUGE_FROM) (256 KiB) up
+    /// to 2 MiB share a collapsed 2 MiB span, carved whole and kept on the path's free
+    /// list. Receivers' read-only mappings, at the same 2 MiB-aligned address, then map
+    /// them with 2 MiB entries too. Protection, moves and TCOW keep their 4 KiB
+    /// granularity (the kernel splits the mapping where needed). Smaller fbufs, and
     /// spans the kernel refuses to collapse, stay 4 KiB: the path's stats count the
     /// latter ([`PathStats::collapse_fallbacks`](super::PathStats)). Needs lots of a
     /// 2 MiB multiple at 2 MiB-aligned addresses (as the default geometry is).

@@ -20,6 +20,13 @@ use crate::segment::{Keep, LotSpan, Segment};
 use crate::sync::lock;
 use crate::sys::mem::Access;
 
+/// The smallest fbuf a path of [`Pages::Transparent`] backs with a huge page: from this
+/// size up to 2 MiB, a fresh carve takes a whole 2 MiB-aligned span, collapses it and
+/// keeps the rest for the path's next fbufs of the class. Below it, a fill touches few
+/// enough pages that their translations fit the TLB anyway, and a mostly unwritten huge
+/// page would hold memory that 4 KiB pages leave unallocated.
+pub const SHARE_HUGE_FROM: usize = 256 << 10;
+
 /// Settings of one data path.
 #[derive(Clone, Debug)]
 pub struct PathConfig {
@@ -66,7 +73,8 @@ pub struct PathStats {
     pub pages: Pages,
     /// Spans of 2 MiB or more collapsed into transparent huge pages when the path carved
     /// them from the lot ([`Pages::Transparent`]; they stay huge while the path reuses
-    /// them).
+    /// them). A 2 MiB span carved for fbufs of [`SHARE_HUGE_FROM`] up to 2 MiB, which
+    /// then share it, counts once.
     pub collapsed: u64,
     /// Spans the kernel refused to collapse (`MADV_COLLAPSE` failed, for instance for
     /// want of a free 2 MiB page): they stay 4 KiB pages.
@@ -281,17 +289,9 @@ impl PathAllocator {
                 p.cached.fetch_add(1, Ordering::Relaxed);
                 off
             }
-            None => {
-                let thp = p.pages == Pages::Transparent && size >= HUGE_PAGE;
-                let off = p
-                    .lot
-                    .take(k, thp)
-                    .ok_or(Error::LotExhausted { requested: size })?;
-                if thp {
-                    self.collapse(off, size);
-                }
-                off
-            }
+            None => self
+                .carve(k, size)
+                .ok_or(Error::LotExhausted { requested: size })?,
         };
         let allocs = p.allocs.fetch_add(1, Ordering::Relaxed) + 1;
         let bytes = p.outstanding.fetch_add(size, Ordering::Relaxed) + size;
@@ -330,6 +330,33 @@ impl PathAllocator {
     /// The lot this path carves fbufs from.
     pub(crate) fn lot(&self) -> &Arc<Lot> {
         &self.inner.lot
+    }
+
+    /// Takes a fresh span of class `k` (`size` bytes) from the lot, or `None` if the lot
+    /// has no room. A path of [`Pages::Transparent`] collapses what it carves into huge
+    /// pages: a span of 2 MiB or more on its own; one of [`SHARE_HUGE_FROM`] up to 2 MiB
+    /// as part of a whole 2 MiB-aligned span, collapsed once, of which the others go
+    /// straight to this path's free list (so they are not outstanding, and the next
+    /// allocations of the class take them before carving again).
+    fn carve(&self, k: usize, size: usize) -> Option<u64> {
+        let p = &self.inner;
+        if p.pages != Pages::Transparent || size < SHARE_HUGE_FROM {
+            return p.lot.take(k, false);
+        }
+        if size >= HUGE_PAGE {
+            let off = p.lot.take(k, true)?;
+            self.collapse(off, size);
+            return Some(off);
+        }
+        let per_huge = HUGE_PAGE / size;
+        let Some(off) = p.lot.take(k + per_huge.trailing_zeros() as usize, true) else {
+            // No aligned 2 MiB left: an ordinary span of the class, if there is one.
+            return p.lot.take(k, false);
+        };
+        self.collapse(off, HUGE_PAGE);
+        // Pushed last first, so that the next pops go up through the huge page.
+        lock(&p.free)[k].extend((1..per_huge).rev().map(|i| off + (i * size) as u64));
+        Some(off)
     }
 
     /// Collapses a span just carved from the lot into transparent huge pages (it is
