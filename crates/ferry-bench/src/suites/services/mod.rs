@@ -10,7 +10,10 @@
 //! releases flow back as in a real consumer. Three
 //! systems publish in every round, in an order rotated from round to round: ferry's
 //! [`Publisher::loan`] (loan, write, send), ferry's general [`Publisher::publish`] of an
-//! [`IoData`] allocated from a path and written, and iceoryx2's loan, write, send.
+//! [`IoData`] allocated from a path and written, and iceoryx2's loan, write, send. At
+//! sizes of [`ferry::SHARE_HUGE_FROM`] and up a fourth, ferry's loan from a path of the
+//! other pages ([`Publisher::loan_from`]; transparent huge pages where the loan's own
+//! path has 4 KiB pages), says what the pages change; the report names both paths' pages.
 //! Every message is written one byte per page, with a header (sequence number and burst)
 //! that the subscribers check.
 //!
@@ -39,7 +42,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ferry::{Group, IoData, PathConfig, Publisher, ServiceConfig, SlowSubscriber};
+use ferry::{Group, IoData, Pages, PathConfig, Publisher, ServiceConfig, SlowSubscriber};
 
 use crate::harness::ctx::BenchCtx;
 use crate::harness::output::BenchOutput;
@@ -77,18 +80,23 @@ pub const BAR_TAIL: f64 = 2.0;
 pub enum System {
     /// ferry's `Publisher::loan`, written, `PublisherLoan::send`.
     Loan,
+    /// The same from a path of the other pages than the loan's own (4 KiB pages if the
+    /// loans' are transparent huge pages, and the reverse): `Publisher::loan_from`. Only
+    /// at sizes of [`ferry::SHARE_HUGE_FROM`] and up, where the two differ.
+    LoanAlt,
     /// ferry's `Publisher::publish` of an `IoData` from a path.
     Publish,
     /// iceoryx2's loan, written, send.
     Ice,
 }
 
-pub const SYSTEMS: [System; 3] = [System::Loan, System::Publish, System::Ice];
+pub const SYSTEMS: [System; 4] = [System::Loan, System::LoanAlt, System::Publish, System::Ice];
 
 impl System {
     pub fn name(self) -> &'static str {
         match self {
             System::Loan => "ferry loan",
+            System::LoanAlt => "ferry loan alt",
             System::Publish => "ferry publish",
             System::Ice => "iceoryx2",
         }
@@ -129,6 +137,12 @@ pub struct Measured {
     pub evict: Vec<f64>,
     /// `uptime`'s load average when the run started.
     pub load: String,
+    /// What pages back `Publisher::loan`'s fbufs, and `LoanAlt`'s.
+    pub loan_pages: Pages,
+    pub alt_pages: Pages,
+    /// 2 MiB spans the loans' path of transparent huge pages (the publisher's own or the
+    /// other) collapsed by the end of the last block (the most subscribers).
+    pub collapsed: u64,
 }
 
 fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
@@ -145,17 +159,23 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
     sys::pin_to(ctx.cpu(0))?;
     let clock = clock_cost();
     let mut points = Vec::new();
+    let mut pages = (Pages::Normal, Pages::Normal);
+    let mut collapsed = 0;
     for (k, &n) in subs_list.iter().enumerate() {
         ctx.progress.phase(&format!(
             "services: ferry and iceoryx2 to {n} subscribers, {rounds} rounds"
         ));
         let mut b = Block::start(ctx, &name, &domain, n, &sizes)?;
+        pages = (b.publisher.path().stats().pages, b.alt_path.stats().pages);
         for r in 0..rounds {
             let round = k * rounds + r;
             let floor = b.probe(ctx.pick(100, 300))?;
             for &size in &sizes {
                 let rot = round % SYSTEMS.len();
                 for &sys in SYSTEMS[rot..].iter().chain(&SYSTEMS[..rot]) {
+                    if sys == System::LoanAlt && size < ferry::SHARE_HUGE_FROM {
+                        continue;
+                    }
                     let (calls, times) = b.bursts(sys, size, 1 + bursts, clock)?;
                     points.push(Point {
                         subs: n,
@@ -169,6 +189,11 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
                 }
             }
         }
+        collapsed = [b.publisher.path(), &b.alt_path]
+            .iter()
+            .map(|p| p.stats())
+            .find(|s| s.pages == Pages::Transparent)
+            .map_or(0, |s| s.collapsed);
         b.finish()?;
     }
     ctx.progress
@@ -184,6 +209,9 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
         clock: clock as f64 / 1000.0,
         evict,
         load,
+        loan_pages: pages.0,
+        alt_pages: pages.1,
+        collapsed,
     };
     Ok(report::output(ctx, &m))
 }
@@ -204,6 +232,7 @@ fn clock_cost() -> u64 {
 struct Block {
     publisher: Publisher,
     path: ferry::PathAllocator,
+    alt_path: ferry::PathAllocator,
     ice: ice::Pub,
     lines: LinesFile,
     child: Drain,
@@ -245,7 +274,15 @@ impl Block {
                 .spawn()
                 .context("spawning the subscriber process")?,
         );
+        let alt = match publisher.path().stats().pages {
+            Pages::Transparent => Pages::Normal,
+            _ => Pages::Transparent,
+        };
         let b = Block {
+            alt_path: domain.path(PathConfig {
+                pages: Some(alt),
+                ..PathConfig::default()
+            })?,
             publisher,
             path: domain.path(PathConfig::default())?,
             ice,
@@ -318,7 +355,7 @@ impl Block {
         // Every queue is drained (the last burst's last message was taken): from here on
         // the subscriber process polls only this system's subscribers.
         let active = match sys {
-            System::Loan | System::Publish => ACTIVE_FERRY,
+            System::Loan | System::LoanAlt | System::Publish => ACTIVE_FERRY,
             System::Ice => ACTIVE_ICE,
         };
         self.lines.lines.word(CTL, ACTIVE).store(active, Release);
@@ -351,6 +388,14 @@ impl Block {
         let (ns, got) = match sys {
             System::Loan => {
                 let mut loan = self.publisher.loan(size)?;
+                fill(loan.as_mut_slice(), self.ferry_seq, burst, last);
+                self.ferry_seq += 1;
+                let t0 = now_ns();
+                let got = loan.send()?;
+                (now_ns() - t0, got)
+            }
+            System::LoanAlt => {
+                let mut loan = self.publisher.loan_from(&self.alt_path, size)?;
                 fill(loan.as_mut_slice(), self.ferry_seq, burst, last);
                 self.ferry_seq += 1;
                 let t0 = now_ns();

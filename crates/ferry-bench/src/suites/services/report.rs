@@ -1,5 +1,6 @@
 //! The report of `ferry-bench services`: per placement (near, far), the publish call
-//! (median and p99) of ferry's two ways and iceoryx2's, their ratios, the burst time to
+//! (median and p99) of ferry's ways (the loan, from the loan's own path and from a path
+//! of the other pages, and the general publish) and iceoryx2's, their ratios, the burst time to
 //! the last subscriber, the cost per added subscriber beside the cache-line probe, and
 //! the bars; the records.
 
@@ -12,6 +13,7 @@ use crate::harness::output::{bytes, num, ratio, verdict, BenchOutput, Table};
 use crate::harness::record::Record;
 use crate::harness::stats::{linear_fit, median, spread, Summary};
 use crate::harness::BenchCtx;
+use ferry::Pages;
 
 /// Points of one placement.
 struct Placement<'a> {
@@ -112,9 +114,16 @@ pub(super) fn output(ctx: &BenchCtx, m: &Measured) -> BenchOutput {
                     if v.is_empty() {
                         continue;
                     }
+                    let pages = match sys {
+                        System::Loan => m.loan_pages.name(),
+                        System::LoanAlt => m.alt_pages.name(),
+                        System::Publish => Pages::Normal.name(),
+                        System::Ice => "",
+                    };
                     let rec = |series: &str, unit: &str, s: Summary, sp: f64| {
                         Record::new("services", series, unit, s, v.len() as u32, sp)
                             .param("system", sys.name())
+                            .param("pages", pages)
                             .param("subscribers", n)
                             .param("size", size)
                             .param("placement", pl.name)
@@ -186,9 +195,11 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
          systems block when a queue is full, queues of {DEPTH}; bursts of {BURST} messages \
          from drained queues, each message written one byte per page. {} rounds per N, \
          {} timed bursts per round, size and system, the systems' order rotated per round. \
-         \"ferry loan\": `Publisher::loan`, write, `send`; \"ferry publish\": \
-         `Publisher::publish` of an `IoData` from a path; iceoryx2: `loan_slice_uninit`, \
-         write, `send`. The publish call is the send alone, timed with two clock reads \
+         \"ferry loan\": `Publisher::loan`, write, `send`, its fbufs of {} pages; \
+         \"ferry loan alt\": the same from a path of {} pages (`Publisher::loan_from`, \
+         sizes of {} and up only); \"ferry publish\": `Publisher::publish` of an `IoData` \
+         from a path of 4k pages; iceoryx2: `loan_slice_uninit`, write, `send`. At the \
+         end the loans' path of thp pages had collapsed {} spans of 2 MiB. The publish call is the send alone, timed with two clock reads \
          whose own cost ({} µs) is taken off. Each round starts with a probe: one cache \
          line bounced between the two processes (half the round trip); rounds above {FAR_US} \
          µs count as \"far\". Ratios are the median over the placement's rounds of the \
@@ -197,6 +208,10 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
         ctx.cpu(1),
         m.rounds,
         m.bursts,
+        m.loan_pages,
+        m.alt_pages,
+        bytes(ferry::SHARE_HUGE_FROM),
+        m.collapsed,
         num(m.clock),
         m.load,
     );
@@ -214,13 +229,15 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
             "rounds",
             "line",
             "ferry loan median / p99",
+            "loan alt median / p99",
             "ferry publish median / p99",
             "iceoryx2 median / p99",
             "loan / ice",
             "publish / ice",
             "loan p99 / ice p99",
-            "burst: loan / publish / ice (µs)",
+            "burst: loan / alt / publish / ice (µs)",
             "burst loan / ice",
+            "burst alt / ice",
             "burst publish / ice",
         ]);
         for &n in &m.subs {
@@ -241,18 +258,21 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
                     pl.rounds(n).to_string(),
                     num(pl.floor(Some(n))),
                     mp(System::Loan),
+                    mp(System::LoanAlt),
                     mp(System::Publish),
                     mp(System::Ice),
                     ratio(pl.ratio(n, size, System::Loan, call_med)),
                     ratio(pl.ratio(n, size, System::Publish, call_med)),
                     ratio(pl.ratio(n, size, System::Loan, call_p99)),
                     format!(
-                        "{} / {} / {}",
+                        "{} / {} / {} / {}",
                         num(pl.med(n, size, System::Loan, burst)),
+                        num(pl.med(n, size, System::LoanAlt, burst)),
                         num(pl.med(n, size, System::Publish, burst)),
                         num(pl.med(n, size, System::Ice, burst))
                     ),
                     ratio(pl.ratio(n, size, System::Loan, burst)),
+                    ratio(pl.ratio(n, size, System::LoanAlt, burst)),
                     ratio(pl.ratio(n, size, System::Publish, burst)),
                 ]);
             }
@@ -288,9 +308,10 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
     md
 }
 
-/// The bars of one placement, for each of ferry's two ways.
+/// The bars of one placement, for each of ferry's two ways (and the loan from a path of
+/// the other pages, at the sizes it runs).
 fn bars(md: &mut String, m: &Measured, pl: &Placement<'_>) {
-    for sys in [System::Loan, System::Publish] {
+    for sys in [System::Loan, System::LoanAlt, System::Publish] {
         let mut worst_call = f64::NAN;
         let mut worst_burst = f64::NAN;
         let mut worst_tail = f64::NAN;
@@ -316,10 +337,15 @@ fn bars(md: &mut String, m: &Measured, pl: &Placement<'_>) {
         }
         let _ = writeln!(
             md,
-            "- {} ({}): publish call ≤ {BAR_CALL}x iceoryx2's: worst {} — **{}**; per added \
+            "- {} ({}, {}): publish call ≤ {BAR_CALL}x iceoryx2's: worst {} — **{}**; per added \
              subscriber ≤ iceoryx2's: worst excess {} µs — **{}**; burst to the last \
              subscriber ≤ {BAR_BURST}x: worst {} — **{}**; p99 ≤ {BAR_TAIL}x median: worst {} — **{}**.",
             sys.name(),
+            match sys {
+                System::Loan => m.loan_pages.name(),
+                System::LoanAlt => m.alt_pages.name(),
+                _ => Pages::Normal.name(),
+            },
             pl.name,
             ratio(worst_call),
             verdict(worst_call <= BAR_CALL),
