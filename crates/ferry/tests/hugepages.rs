@@ -167,7 +167,8 @@ fn thp_path_carries_data_and_both_ends_map_2mib() {
 /// (a') Fbufs under 2 MiB on a path of transparent huge pages: a 1 MiB message is
 /// carried intact and mapped with 2 MiB entries by sender and receiver, and the next
 /// 1 MiB fbuf is the other half of the same collapsed, 2 MiB-aligned span, taken from
-/// the path's free list (one collapse; outstanding counts only what was handed out).
+/// the path's free list (one collapse; outstanding counts only what was handed out);
+/// write-protecting one half (`IoData::secure`) leaves the other writable.
 fn thp_path_shares_a_huge_page_between_1mib_fbufs() {
     const MIB: usize = 1 << 20;
     let (_g, d, name) = join("thp1m");
@@ -219,7 +220,21 @@ fn thp_path_shares_a_huge_page_between_1mib_fbufs() {
     assert_eq!(verify(&small), Ok(1));
     assert_eq!(verify(&msg), Ok(0x5eed));
     assert_eq!(verify(&second), Ok(2));
-    drop((small, msg, second));
+    // Protecting one half of the huge page leaves the other writable: the second half,
+    // reused, is written whole while the first is read-only; once released, the first
+    // is writable again.
+    msg.secure().unwrap();
+    drop(second);
+    let third = fill(&path, 3, MIB);
+    assert_eq!(third.fragments()[0].as_slice().as_ptr() as usize, a + MIB);
+    assert_eq!(verify(&third), Ok(3));
+    assert_eq!(verify(&msg), Ok(0x5eed));
+    drop(msg);
+    let fourth = fill(&path, 4, MIB);
+    assert_eq!(fourth.fragments()[0].as_slice().as_ptr() as usize, a);
+    assert_eq!(verify(&fourth), Ok(4));
+    assert_eq!(path.stats().collapsed, 1);
+    drop((small, third, fourth));
     assert_eq!(path.outstanding(), 0);
     eprintln!("    ShmemPmdMapped: sender {here} kB, receiver {there} kB");
 }
