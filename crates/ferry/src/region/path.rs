@@ -23,8 +23,8 @@ use crate::sys::mem::Access;
 /// The smallest fbuf a path of [`Pages::Transparent`] backs with a huge page: from this
 /// size up to 2 MiB, a fresh carve takes a whole 2 MiB-aligned span, collapses it and
 /// keeps the rest for the path's next fbufs of the class. Below it, more than eight
-/// fbufs would share each huge page, and every one of them, written or not, would keep
-/// 2 MiB resident between them where 4 KiB pages hold only what was written.
+/// small fbufs would share each huge page, which stays resident whole however little of
+/// it they write, where 4 KiB pages hold only what was written.
 pub const SHARE_HUGE_FROM: usize = 256 << 10;
 
 /// Settings of one data path.
