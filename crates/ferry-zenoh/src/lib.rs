@@ -938,23 +938,20 @@ fn import_pubsub(ctx: &Ctx, name: &str, zid: &str, shape: Shape, stop: &AtomicBo
     }
 }
 
-/// Larger messages of a blocking service travel as chunks of about equal size, at
-/// most this many bytes each (see [`chunks`]), with a [`chunk_tag`] attachment. The
-/// receiving bridge copies each chunk into the message's fbuf as it arrives, while the
-/// next is still on the way: a message sent whole would reach it only once its last
-/// fragment came, and be copied then. Fewer, larger chunks cost the sending bridge
-/// fewer `put`s (each costs a few µs more than a fragment of one); smaller ones leave
-/// less to copy after the last byte arrived.
-pub const CHUNK: usize = 256 << 10;
+/// Larger messages of a blocking service travel as chunks of this many bytes (the last
+/// one shorter; see [`chunks`]), each with a [`chunk_tag`] attachment and small enough
+/// for one of zenoh's batches (at most 64 KiB, headers included), so that zenoh never
+/// fragments them. The receiving bridge copies each chunk into the message's fbuf as it
+/// arrives, while the next is still on the way: a message sent whole would reach it only
+/// once its last fragment came, and be copied then. Larger chunks, split by zenoh into
+/// fragments, cost fewer `put`s but wait for a partly filled batch.
+pub const CHUNK: usize = 63 << 10;
 
-/// The byte ranges a message of `total` bytes travels in: as few chunks as [`CHUNK`]
-/// allows, of about equal size (whole pages, the last one shorter).
+/// The byte ranges a message of `total` bytes travels in: [`CHUNK`]s, the last shorter.
 fn chunks(total: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
-    let n = total.div_ceil(CHUNK).max(1);
-    let size = total.div_ceil(n).next_multiple_of(4096).max(1);
     (0..total)
-        .step_by(size)
-        .map(move |at| at..(at + size).min(total))
+        .step_by(CHUNK)
+        .map(move |at| at..(at + CHUNK).min(total))
 }
 
 /// A chunk's attachment: the message's length and the chunk's offset in it.
@@ -1648,8 +1645,10 @@ mod tests {
         );
         // A chunk lost on the way (a link that broke) drops its message, not the next.
         let len = 3 * CHUNK;
-        for at in [0, 2 * CHUNK] {
-            inflow.take(SampleKind::Put, &msg(9, CHUNK), Some(&chunk_tag(len, at)));
+        let rs: Vec<_> = chunks(len).collect();
+        for r in [&rs[0], &rs[2]] {
+            let tag = chunk_tag(len, r.start);
+            inflow.take(SampleKind::Put, &msg(9, r.len()), Some(&tag));
         }
         feed(&inflow, 2, 2 * CHUNK + 1);
         check(
@@ -1722,7 +1721,7 @@ mod tests {
             );
             assert_eq!(rs.len(), total.div_ceil(CHUNK), "{total}");
         }
-        assert_eq!(chunks(1 << 20).count(), 4);
+        assert_eq!(chunks(1 << 20).count(), 17);
     }
 
     #[test]
