@@ -854,9 +854,12 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
                     }
                     continue;
                 }
-                zpub.put(to_zbytes(d))
-                    .wait()
-                    .map_err(|e| anyhow!("putting {name}: {e}"))?;
+                let put = if shape.slow == SlowSubscriber::Block && d.len() > CHUNK {
+                    put_chunks(&zpub, d)
+                } else {
+                    zpub.put(to_zbytes(d)).wait()
+                };
+                put.map_err(|e| anyhow!("putting {name}: {e}"))?;
             }
             Err(Error::Timeout) => {}
             Err(Error::PeerGone { .. } | Error::Disconnected) => break End::Ended,
@@ -935,23 +938,73 @@ fn import_pubsub(ctx: &Ctx, name: &str, zid: &str, shape: Shape, stop: &AtomicBo
     }
 }
 
-/// Messages up to this size are imported in zenoh's receiving thread; larger ones by
-/// the import's own thread, so that copying one overlaps receiving the next.
-const INLINE_MAX: usize = 256 << 10;
+/// Larger messages of a blocking service travel as chunks of this many bytes (the last
+/// one shorter; see [`chunks`]), each with a [`chunk_tag`] attachment and small enough
+/// for one of zenoh's batches (at most 64 KiB, headers included), so that zenoh never
+/// fragments them. The receiving bridge copies each chunk into the message's fbuf as it
+/// arrives, while the next is still on the way: a message sent whole would reach it only
+/// once its last fragment came, and be copied then. Larger chunks, split by zenoh into
+/// fragments, cost fewer `put`s but wait for a partly filled batch.
+pub const CHUNK: usize = 63 << 10;
 
-/// A blocking service's import. Each sample is copied into an fbuf and published to
-/// the local subscribers in zenoh's receiving thread as it arrives, with no hand-over
-/// to a thread of the bridge (whose wake-up per message costs about as much as copying
-/// a small message), unless it is large or messages wait already: then the import's
-/// thread publishes it, in order after those before it. While a local subscriber is
-/// behind, the import holds up the network, and so the far publisher, as a blocking
-/// service must (as zenoh's own queue to a thread does once full).
+/// The byte ranges a message of `total` bytes travels in: [`CHUNK`]s, the last shorter.
+fn chunks(total: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    (0..total)
+        .step_by(CHUNK)
+        .map(move |at| at..(at + CHUNK).min(total))
+}
+
+/// A chunk's attachment: the message's length and the chunk's offset in it.
+fn chunk_tag(total: usize, offset: usize) -> ZBytes {
+    let mut t = Vec::with_capacity(16);
+    t.extend_from_slice(&(total as u64).to_le_bytes());
+    t.extend_from_slice(&(offset as u64).to_le_bytes());
+    ZBytes::from(t)
+}
+
+/// A [`chunk_tag`] read back: `None` for a message sent whole.
+fn parse_chunk_tag(tag: Option<&ZBytes>) -> Option<(usize, usize)> {
+    let t = tag?.to_bytes();
+    if t.len() != 16 {
+        return None;
+    }
+    let word = |i: usize| u64::from_le_bytes(t[i..i + 8].try_into().expect("8 bytes")) as usize;
+    Some((word(0), word(8)))
+}
+
+/// Puts `d` in its [`chunks`] (each lent without a copy), in order, each tagged with
+/// its offset.
+fn put_chunks(zpub: &zenoh::pubsub::Publisher<'_>, d: IoData) -> zenoh::Result<()> {
+    let total = d.len();
+    for r in chunks(total) {
+        let at = r.start;
+        zpub.put(to_zbytes(d.slice(r)))
+            .attachment(chunk_tag(total, at))
+            .wait()?;
+    }
+    Ok(())
+}
+
+/// A blocking service's import. Each message is copied into an fbuf in zenoh's
+/// receiving thread as it arrives (a chunked one chunk by chunk) and published to the
+/// local subscribers there, with no hand-over to a thread of the bridge (whose wake-up
+/// per message costs about as much as copying a small message). The receiving thread
+/// never waits for a local subscriber: a publish that finds a subscriber's queue full,
+/// a message that finds no room in the path, and any message behind them go to the
+/// import's own thread, in order. Only once `depth` messages wait for that thread does
+/// the receiving thread wait, and so hold up the network and the far publisher, as a
+/// blocking service must (as zenoh's own queue to a thread does once full).
 struct Inflow {
     queue: Mutex<Queue>,
     /// Signalled when the queue changes: an item came, one left, the publisher is free.
     changed: Condvar,
     /// The local publisher, once the service is offered.
     publisher: Mutex<Option<Publisher>>,
+    /// Where the receiving thread copies messages to (`None`: the import's thread
+    /// copies every message, into the publisher's path).
+    path: Option<PathAllocator>,
+    /// The chunked message being received.
+    assembly: Mutex<Option<Assembly>>,
     /// Set once the import ends: nothing waits for local subscribers any more.
     halt: AtomicBool,
     /// The messages that may wait for the import's thread.
@@ -959,11 +1012,33 @@ struct Inflow {
     max_message: usize,
 }
 
+/// What waits for the import's thread.
+enum Item {
+    /// A message copied into an fbuf already.
+    Ready(IoData),
+    /// A message still in zenoh's buffers (whole, or its chunks in order): the path had
+    /// no room for it in the receiving thread.
+    Raw(Vec<ZBytes>),
+    /// A publish begun in the receiving thread that found full queues, to be waited on.
+    Begun(ferry::Publishing),
+    /// The far end ended the service.
+    End,
+}
+
+/// A chunked message as its chunks arrive.
+struct Assembly {
+    total: usize,
+    /// Bytes received so far (the next chunk's offset).
+    next: usize,
+    /// The fbuf the chunks are copied into, or the chunks themselves if the path had no
+    /// room.
+    into: std::result::Result<IoDataMut, Vec<ZBytes>>,
+}
+
 #[derive(Default)]
 struct Queue {
-    /// Messages for the import's thread, in order; `None`: the far end ended the
-    /// service.
-    items: VecDeque<Option<ZBytes>>,
+    /// Work for the import's thread, in order.
+    items: VecDeque<Item>,
     /// A message is being published (by either thread): the next may not overtake it.
     busy: bool,
     /// The service is offered locally; until then the newest `depth` messages wait in
@@ -974,11 +1049,13 @@ struct Queue {
 }
 
 impl Inflow {
-    fn new(depth: usize, max_message: usize) -> Inflow {
+    fn new(depth: usize, max_message: usize, path: Option<PathAllocator>) -> Inflow {
         Inflow {
             queue: Mutex::new(Queue::default()),
             changed: Condvar::new(),
             publisher: Mutex::new(None),
+            path,
+            assembly: Mutex::new(None),
             halt: AtomicBool::new(false),
             depth,
             max_message,
@@ -989,43 +1066,112 @@ impl Inflow {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn publish(&self, payload: &ZBytes) -> std::result::Result<(), String> {
-        let mut p = self.publisher.lock().unwrap_or_else(|e| e.into_inner());
-        match p.as_mut() {
-            Some(p) => publish_blocking(p, payload, &self.halt).map_err(|e| format!("{e:#}")),
-            None => Ok(()),
-        }
+    fn publisher(&self) -> std::sync::MutexGuard<'_, Option<Publisher>> {
+        self.publisher.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// One sample from the network (in zenoh's receiving thread, in order).
-    fn take(&self, kind: SampleKind, payload: &ZBytes) {
-        if kind == SampleKind::Put && payload.len() > self.max_message {
+    fn take(&self, kind: SampleKind, payload: &ZBytes, attachment: Option<&ZBytes>) {
+        if kind == SampleKind::Delete {
+            self.deliver(Item::End);
             return;
         }
+        let item = match parse_chunk_tag(attachment) {
+            Some((total, offset)) => {
+                if total > self.max_message {
+                    return;
+                }
+                match self.assemble(total, offset, payload) {
+                    Some(item) => item,
+                    None => return,
+                }
+            }
+            None => {
+                if payload.len() > self.max_message {
+                    return;
+                }
+                match self.path.as_ref().and_then(|p| p.alloc(payload.len()).ok()) {
+                    Some(mut m) => {
+                        write_payload(&mut m, 0, payload);
+                        Item::Ready(m.freeze())
+                    }
+                    None => Item::Raw(vec![payload.clone()]),
+                }
+            }
+        };
+        self.deliver(item);
+    }
+
+    /// Adds a chunk to the message being received: the whole message once this was its
+    /// last chunk. A chunk out of place (one before it was lost with a link) drops the
+    /// message rather than deliver it wrong.
+    fn assemble(&self, total: usize, offset: usize, chunk: &ZBytes) -> Option<Item> {
+        let mut a = self.assembly.lock().unwrap_or_else(|e| e.into_inner());
+        if offset == 0 {
+            let into = match self.path.as_ref().map(|p| p.alloc(total)) {
+                Some(Ok(m)) => Ok(m),
+                _ => Err(Vec::new()),
+            };
+            *a = Some(Assembly {
+                total,
+                next: 0,
+                into,
+            });
+        }
+        let fits = a
+            .as_ref()
+            .is_some_and(|s| s.total == total && s.next == offset && chunk.len() <= total - offset);
+        if !fits {
+            *a = None;
+            return None;
+        }
+        let s = a.as_mut().expect("checked");
+        match &mut s.into {
+            Ok(m) => write_payload(m, offset, chunk),
+            Err(parts) => parts.push(chunk.clone()),
+        }
+        s.next += chunk.len();
+        if s.next < total {
+            return None;
+        }
+        Some(match a.take().expect("checked").into {
+            Ok(m) => Item::Ready(m.freeze()),
+            Err(parts) => Item::Raw(parts),
+        })
+    }
+
+    /// Publishes `item` at once if nothing is ahead of it and it is copied already, or
+    /// leaves it to the import's thread; waits only while `depth` items wait there.
+    fn deliver(&self, item: Item) {
         let mut q = self.lock();
         loop {
             if self.halt.load(Ordering::Relaxed) || q.failed.is_some() {
                 return;
             }
-            if kind == SampleKind::Delete {
-                q.items.push_back(None);
+            if matches!(item, Item::End) {
+                q.items.push_back(item);
                 self.changed.notify_all();
                 return;
             }
-            if q.open && !q.busy && q.items.is_empty() && payload.len() <= INLINE_MAX {
-                q.busy = true;
-                drop(q);
-                let r = self.publish(payload);
-                let mut q = self.lock();
-                q.busy = false;
-                if let Err(e) = r {
-                    q.failed = Some(e);
+            if q.open && !q.busy && q.items.is_empty() {
+                if let Item::Ready(data) = &item {
+                    q.busy = true;
+                    drop(q);
+                    let r = self.begin(data);
+                    let mut q = self.lock();
+                    q.busy = false;
+                    match r {
+                        Ok(None) => {}
+                        // Behind it, anything that came meanwhile from another thread.
+                        Ok(Some(p)) => q.items.push_front(Item::Begun(p)),
+                        Err(e) => q.failed = Some(e),
+                    }
+                    self.changed.notify_all();
+                    return;
                 }
-                self.changed.notify_all();
-                return;
             }
             if q.items.len() < self.depth {
-                q.items.push_back(Some(payload.clone()));
+                q.items.push_back(item);
                 self.changed.notify_all();
                 return;
             }
@@ -1034,9 +1180,9 @@ impl Inflow {
                 // the newest rather than hold up this thread, which must deliver the
                 // answer that lets the import offer the service. An end already queued
                 // stays: only the oldest message goes.
-                if let Some(at) = q.items.iter().position(Option::is_some) {
+                if let Some(at) = q.items.iter().position(|i| !matches!(i, Item::End)) {
                     q.items.remove(at);
-                    q.items.push_back(Some(payload.clone()));
+                    q.items.push_back(item);
                 }
                 return;
             }
@@ -1048,9 +1194,41 @@ impl Inflow {
         }
     }
 
+    /// The first pass of publishing `data`: `None` if every subscriber took it, else
+    /// the publish whose full queues are still to be waited on.
+    fn begin(&self, data: &IoData) -> std::result::Result<Option<ferry::Publishing>, String> {
+        let mut p = self.publisher();
+        let Some(publisher) = p.as_mut() else {
+            return Ok(None);
+        };
+        let begun = publisher
+            .begin_publish(data)
+            .map_err(|e| format!("publishing: {e}"))?;
+        if begun.waiting() > 0 {
+            return Ok(Some(begun));
+        }
+        let _ = publisher.end_publish(begun);
+        Ok(None)
+    }
+
+    /// The import's thread's share of `item`, waiting for local subscribers as long as
+    /// it must (until `halt`).
+    fn publish(&self, item: Item) -> Result<()> {
+        let mut p = self.publisher();
+        let Some(publisher) = p.as_mut() else {
+            return Ok(());
+        };
+        match item {
+            Item::Ready(data) => publish_blocking(publisher, &data, &self.halt),
+            Item::Raw(parts) => publish_copy(publisher, &parts, &self.halt),
+            Item::Begun(begun) => finish_publish(publisher, begun, &self.halt),
+            Item::End => Ok(()),
+        }
+    }
+
     /// The service is offered locally: from now on messages go out.
     fn offer(&self, publisher: Publisher) {
-        *self.publisher.lock().unwrap_or_else(|e| e.into_inner()) = Some(publisher);
+        *self.publisher() = Some(publisher);
         self.lock().open = true;
         self.changed.notify_all();
     }
@@ -1074,18 +1252,17 @@ impl Inflow {
                     .0;
                 continue;
             }
-            let Some(payload) = q.items.pop_front().expect("not empty") else {
+            let item = q.items.pop_front().expect("not empty");
+            if matches!(item, Item::End) {
                 return Ok(End::Ended);
-            };
+            }
             q.busy = true;
             drop(q);
-            let r = self.publish(&payload);
+            let r = self.publish(item);
             q = self.lock();
             q.busy = false;
             self.changed.notify_all();
-            if let Err(e) = r {
-                bail!("{e}");
-            }
+            r?;
         }
     }
 
@@ -1094,11 +1271,7 @@ impl Inflow {
     fn finish(&self) {
         self.halt.store(true, Ordering::Relaxed);
         self.changed.notify_all();
-        let publisher = self
-            .publisher
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let publisher = self.publisher().take();
         drop(publisher);
     }
 }
@@ -1111,13 +1284,18 @@ fn import_blocking(
     stop: &AtomicBool,
 ) -> Result<End> {
     let key = data_key(&ctx.scope, name);
-    let inflow = Arc::new(Inflow::new(shape.depth as usize, ctx.max_message));
+    let path = ctx.domain.path(PathConfig::default())?;
+    let inflow = Arc::new(Inflow::new(
+        shape.depth as usize,
+        ctx.max_message,
+        Some(path),
+    ));
     let taker = inflow.clone();
     let sub = ctx
         .session
         .declare_subscriber(&key)
         .allowed_origin(Locality::Remote)
-        .callback(move |s| taker.take(s.kind(), s.payload()))
+        .callback(move |s| taker.take(s.kind(), s.payload(), s.attachment()))
         .wait()
         .map_err(|e| anyhow!("subscribing to {key}: {e}"))?;
     let result = (|| {
@@ -1141,10 +1319,11 @@ fn import_blocking(
     result
 }
 
-/// Publishes `payload` as a loan does, one fbuf of the publisher's path, but in steps
-/// so that a stuck local subscriber does not keep the bridge from stopping (`halt`).
-fn publish_blocking(publisher: &mut Publisher, payload: &ZBytes, halt: &AtomicBool) -> Result<()> {
-    let len = payload.len();
+/// Copies `parts` (a message, or its chunks in order) into one fbuf of the publisher's
+/// path, waiting for room in it, and publishes it: as a loan does, but in steps so
+/// that a stuck local subscriber does not keep the bridge from stopping (`halt`).
+fn publish_copy(publisher: &mut Publisher, parts: &[ZBytes], halt: &AtomicBool) -> Result<()> {
+    let len = parts.iter().map(ZBytes::len).sum();
     let mut m = loop {
         match publisher.path().alloc(len) {
             Ok(m) => break m,
@@ -1155,9 +1334,26 @@ fn publish_blocking(publisher: &mut Publisher, payload: &ZBytes, halt: &AtomicBo
             }
         }
     };
-    write_payload(&mut m, payload);
-    let data = m.freeze();
-    let mut p = publisher.begin_publish(&data)?;
+    let mut at = 0;
+    for p in parts {
+        write_payload(&mut m, at, p);
+        at += p.len();
+    }
+    publish_blocking(publisher, &m.freeze(), halt)
+}
+
+/// Publishes `data`, waiting for full queues until `halt`.
+fn publish_blocking(publisher: &mut Publisher, data: &IoData, halt: &AtomicBool) -> Result<()> {
+    let p = publisher.begin_publish(data)?;
+    finish_publish(publisher, p, halt)
+}
+
+/// Waits for `p`'s full queues until they took the message or `halt` is set.
+fn finish_publish(
+    publisher: &mut Publisher,
+    mut p: ferry::Publishing,
+    halt: &AtomicBool,
+) -> Result<()> {
     while p.waiting() > 0 && !halt.load(Ordering::Relaxed) {
         match publisher.wait_publish(&mut p, POLL) {
             Ok(()) | Err(Error::Timeout) => {}
@@ -1177,10 +1373,9 @@ fn copy_into(dst: &mut [u8], payload: &ZBytes) {
     }
 }
 
-/// Copies a zenoh payload, slice by slice, into `m` from its start (`m` holds at least
-/// its length).
-fn write_payload(m: &mut IoDataMut, payload: &ZBytes) {
-    let mut at = 0;
+/// Copies a zenoh payload, slice by slice, into `m` from `at` (`m` holds at least
+/// `at` + its length).
+fn write_payload(m: &mut IoDataMut, mut at: usize, payload: &ZBytes) {
     for s in payload.slices() {
         m.write_at(at, s);
         at += s.len();
@@ -1217,7 +1412,7 @@ fn to_iodata(path: &PathAllocator, payload: Option<&ZBytes>) -> Result<IoData> {
         return Ok(IoData::new());
     };
     let mut m = path.alloc(p.len())?;
-    write_payload(&mut m, p);
+    write_payload(&mut m, 0, p);
     Ok(m.freeze())
 }
 
@@ -1333,29 +1528,63 @@ mod tests {
     /// message, never the far end's end of the service queued among them.
     #[test]
     fn an_end_queued_before_the_offer_is_kept() {
-        let inflow = Inflow::new(2, 1 << 20);
+        let inflow = Inflow::new(2, 1 << 20, None);
         let msg = |b: u8| ZBytes::from(vec![b]);
-        inflow.take(SampleKind::Put, &msg(1));
-        inflow.take(SampleKind::Delete, &msg(0));
+        inflow.take(SampleKind::Put, &msg(1), None);
+        inflow.take(SampleKind::Delete, &msg(0), None);
         for b in 2..6 {
-            inflow.take(SampleKind::Put, &msg(b));
+            inflow.take(SampleKind::Put, &msg(b), None);
         }
         let q = inflow.lock();
         let kept: Vec<Option<u8>> = q
             .items
             .iter()
-            .map(|i| i.as_ref().map(|z| z.to_bytes()[0]))
+            .map(|i| match i {
+                Item::Raw(parts) => Some(parts[0].to_bytes()[0]),
+                _ => None,
+            })
             .collect();
         assert_eq!(kept, [None, Some(5)], "the end was dropped: {kept:?}");
     }
 
+    /// A message of `len` bytes of `k` (its byte at offset `i` is `k + i / 4096`, so
+    /// that a chunk out of place shows), whole or in [`chunks`] as the exporting bridge
+    /// puts it.
+    fn feed(inflow: &Inflow, k: u8, len: usize) {
+        let bytes: Vec<u8> = (0..len).map(|i| k.wrapping_add((i / 4096) as u8)).collect();
+        if len <= CHUNK {
+            inflow.take(SampleKind::Put, &ZBytes::from(bytes), None);
+            return;
+        }
+        for r in chunks(len) {
+            let at = r.start;
+            inflow.take(
+                SampleKind::Put,
+                &ZBytes::from(bytes[r].to_vec()),
+                Some(&chunk_tag(len, at)),
+            );
+        }
+    }
+
+    fn check(d: &IoData, k: u8, len: usize) {
+        let got = d.to_vec();
+        assert_eq!((got.len(), got[0]), (len, k), "message {k}");
+        assert!(
+            got.iter()
+                .enumerate()
+                .all(|(i, b)| *b == k.wrapping_add((i / 4096) as u8)),
+            "message {k} not byte-identical"
+        );
+    }
+
     /// A blocking import keeps the newest messages that come before the service is
-    /// offered without holding up the receiving thread; then it publishes a small
-    /// message in the thread that received it (no thread of the bridge runs), leaves a
-    /// large one, and every later one, to the import's thread, and the local subscriber
-    /// gets them all in order.
+    /// offered without holding up the receiving thread; then it copies and publishes
+    /// every message, large ones chunk by chunk, in the thread that received it (no
+    /// thread of the bridge runs). That thread never waits for a slow local subscriber:
+    /// what finds its queue full is left to the import's thread, and the subscriber
+    /// gets everything in order, byte-identical.
     #[test]
-    fn blocking_import_publishes_small_messages_where_they_arrive_and_keeps_order() {
+    fn blocking_import_publishes_where_messages_arrive_and_keeps_order() {
         let name = format!("fz-inflow-{}", std::process::id());
         struct Gone(String);
         impl Drop for Gone {
@@ -1376,7 +1605,8 @@ mod tests {
         publisher
             .wait_for_subscribers(1, Duration::from_secs(5))
             .unwrap();
-        let inflow = Arc::new(Inflow::new(4, usize::MAX));
+        let path = a.path(PathConfig::default()).unwrap();
+        let inflow = Arc::new(Inflow::new(4, usize::MAX, Some(path)));
         let msg = |k: u8, len: usize| ZBytes::from(vec![k; len]);
         // Before the service is offered, more messages than the queue holds do not hold
         // up the receiving thread (it must deliver the answer the import waits for to
@@ -1385,7 +1615,7 @@ mod tests {
         let early = inflow.clone();
         std::thread::spawn(move || {
             for k in 0..10u8 {
-                early.take(SampleKind::Put, &msg(200 + k, 10));
+                early.take(SampleKind::Put, &msg(200 + k, 10), None);
             }
             let _ = done_tx.send(());
         });
@@ -1403,46 +1633,95 @@ mod tests {
             stop.store(true, Ordering::Relaxed);
             assert!(matches!(worker.join().unwrap(), Ok(End::Stopped)));
         });
-        // No import thread now: a small message goes out at once.
-        inflow.take(SampleKind::Put, &msg(0, 100));
-        let d = sub.recv_timeout(Duration::from_secs(5)).unwrap();
-        assert_eq!((d.len(), d.to_vec()[0]), (100, 0));
-        // A large one waits for the import's thread, and a small one after it must not
-        // overtake it.
-        inflow.take(SampleKind::Put, &msg(1, INLINE_MAX + 1));
-        inflow.take(SampleKind::Put, &msg(2, 10));
-        assert!(matches!(
-            sub.recv_timeout(Duration::from_millis(200)),
-            Err(Error::Timeout)
-        ));
+        // No import thread now: a small message goes out at once, and so does a large
+        // one, assembled from its chunks.
+        feed(&inflow, 0, 100);
+        check(&sub.recv_timeout(Duration::from_secs(5)).unwrap(), 0, 100);
+        feed(&inflow, 1, 5 * CHUNK - 5);
+        check(
+            &sub.recv_timeout(Duration::from_secs(5)).unwrap(),
+            1,
+            5 * CHUNK - 5,
+        );
+        // A chunk lost on the way (a link that broke) drops its message, not the next.
+        let len = 3 * CHUNK;
+        let rs: Vec<_> = chunks(len).collect();
+        for r in [&rs[0], &rs[2]] {
+            let tag = chunk_tag(len, r.start);
+            inflow.take(SampleKind::Put, &msg(9, r.len()), Some(&tag));
+        }
+        feed(&inflow, 2, 2 * CHUNK + 1);
+        check(
+            &sub.recv_timeout(Duration::from_secs(5)).unwrap(),
+            2,
+            2 * CHUNK + 1,
+        );
+        // Nobody receives, no import thread: the subscriber's queue (4) fills, and the
+        // receiving thread still returns from every message up to the import's own
+        // queue (4 more), large ones among them.
+        let sizes = |k: u8| if k % 2 == 0 { 5 * CHUNK + 7 } else { 50 };
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for k in 3..11u8 {
+                    feed(&inflow, k, sizes(k));
+                }
+                let _ = done_tx.send(());
+            });
+            let waited = done_rx.recv_timeout(Duration::from_secs(10));
+            if waited.is_err() {
+                // Unblock it before failing, so that the scope can end.
+                inflow.finish();
+            }
+            assert!(
+                waited.is_ok(),
+                "the receiving thread waited for a slow local subscriber"
+            );
+        });
         let stop = AtomicBool::new(false);
         std::thread::scope(|s| {
             let worker = s.spawn(|| inflow.run(&stop));
             let taker = s.spawn(|| {
-                for k in 3..40u8 {
-                    let len = if k % 3 == 0 {
-                        INLINE_MAX * 2
-                    } else {
-                        1 + k as usize
-                    };
-                    inflow.take(SampleKind::Put, &msg(k, len));
+                for k in 11..40u8 {
+                    feed(&inflow, k, sizes(k));
                 }
-                inflow.take(SampleKind::Delete, &ZBytes::new());
+                inflow.take(SampleKind::Delete, &ZBytes::new(), None);
             });
-            for k in 1..40u8 {
+            for k in 3..40u8 {
                 let d = sub.recv_timeout(Duration::from_secs(10)).unwrap();
-                assert_eq!(d.to_vec()[0], k, "message {k} in its place");
+                check(&d, k, sizes(k));
                 // A slow subscriber: the network is held up, nothing is lost.
                 std::thread::sleep(Duration::from_millis(2));
             }
             taker.join().unwrap();
             assert!(matches!(worker.join().unwrap(), Ok(End::Ended)));
         });
+        // The receiving thread's copies reuse the fbufs the subscriber gave back, warm
+        // (mapped and faulted in), rather than carve fresh ones.
+        let stats = inflow.path.as_ref().unwrap().stats();
+        assert!(stats.cached > stats.allocs / 2, "{stats:?}");
         inflow.finish();
         assert!(matches!(
             sub.recv_timeout(Duration::from_secs(5)),
             Err(Error::PeerGone { .. } | Error::Disconnected)
         ));
+    }
+
+    /// A chunked message's chunks cover it exactly, in order, each at most [`CHUNK`].
+    #[test]
+    fn chunks_cover_the_message() {
+        for total in [CHUNK + 1, 2 * CHUNK, (1 << 20) + 3, 64 << 20, 5 * CHUNK - 5] {
+            let rs: Vec<_> = chunks(total).collect();
+            assert_eq!(rs.first().unwrap().start, 0);
+            assert_eq!(rs.last().unwrap().end, total);
+            assert!(rs.windows(2).all(|w| w[0].end == w[1].start), "{total}");
+            assert!(
+                rs.iter().all(|r| r.len() <= CHUNK && !r.is_empty()),
+                "{total}"
+            );
+            assert_eq!(rs.len(), total.div_ceil(CHUNK), "{total}");
+        }
+        assert_eq!(chunks(1 << 20).count(), 17);
     }
 
     #[test]
