@@ -855,7 +855,7 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
                     continue;
                 }
                 let put = if shape.slow == SlowSubscriber::Block && d.len() > CHUNK {
-                    put_chunks(&zpub, d)
+                    put_chunks(&zpub, &ctx.zid, d)
                 } else {
                     zpub.put(to_zbytes(d)).wait()
                 };
@@ -954,32 +954,52 @@ fn chunks(total: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
         .map(move |at| at..(at + CHUNK).min(total))
 }
 
-/// A chunk's attachment: the message's length and the chunk's offset in it.
-fn chunk_tag(total: usize, offset: usize) -> ZBytes {
-    let mut t = Vec::with_capacity(16);
+/// A chunk's attachment: the message's length, the chunk's offset in it and the zid of
+/// the bridge that sent it. Another host may export a service of the same name to the
+/// same key; its chunks are told apart by the zid, so that two messages' chunks are
+/// never put together into one.
+fn chunk_tag(from: &str, total: usize, offset: usize) -> ZBytes {
+    let mut t = Vec::with_capacity(16 + from.len());
     t.extend_from_slice(&(total as u64).to_le_bytes());
     t.extend_from_slice(&(offset as u64).to_le_bytes());
+    t.extend_from_slice(from.as_bytes());
     ZBytes::from(t)
 }
 
-/// A [`chunk_tag`] read back: `None` for a message sent whole.
-fn parse_chunk_tag(tag: Option<&ZBytes>) -> Option<(usize, usize)> {
-    let t = tag?.to_bytes();
-    if t.len() != 16 {
-        return None;
+/// What a sample's attachment says it is.
+#[derive(Debug, PartialEq)]
+enum Tag {
+    /// A message sent whole (no [`chunk_tag`]).
+    Whole,
+    /// A chunk from the bridge the import follows: the message's length and its offset.
+    Chunk(usize, usize),
+    /// A chunk from another bridge exporting a service of the same name.
+    Foreign,
+}
+
+/// A [`chunk_tag`] read back, for an import that follows the bridge `from`.
+fn parse_chunk_tag(tag: Option<&ZBytes>, from: &str) -> Tag {
+    let Some(t) = tag.map(ZBytes::to_bytes) else {
+        return Tag::Whole;
+    };
+    if t.len() < 16 {
+        return Tag::Whole;
+    }
+    if &t[16..] != from.as_bytes() {
+        return Tag::Foreign;
     }
     let word = |i: usize| u64::from_le_bytes(t[i..i + 8].try_into().expect("8 bytes")) as usize;
-    Some((word(0), word(8)))
+    Tag::Chunk(word(0), word(8))
 }
 
 /// Puts `d` in its [`chunks`] (each lent without a copy), in order, each tagged with
-/// its offset.
-fn put_chunks(zpub: &zenoh::pubsub::Publisher<'_>, d: IoData) -> zenoh::Result<()> {
+/// its offset and this bridge's zid (`from`).
+fn put_chunks(zpub: &zenoh::pubsub::Publisher<'_>, from: &str, d: IoData) -> zenoh::Result<()> {
     let total = d.len();
     for r in chunks(total) {
         let at = r.start;
         zpub.put(to_zbytes(d.slice(r)))
-            .attachment(chunk_tag(total, at))
+            .attachment(chunk_tag(from, total, at))
             .wait()?;
     }
     Ok(())
@@ -1005,6 +1025,9 @@ struct Inflow {
     path: Option<PathAllocator>,
     /// The chunked message being received.
     assembly: Mutex<Option<Assembly>>,
+    /// The zid of the far bridge this import follows: chunks from any other are not
+    /// its service's.
+    from: String,
     /// Set once the import ends: nothing waits for local subscribers any more.
     halt: AtomicBool,
     /// The messages that may wait for the import's thread.
@@ -1049,8 +1072,9 @@ struct Queue {
 }
 
 impl Inflow {
-    fn new(depth: usize, max_message: usize, path: Option<PathAllocator>) -> Inflow {
+    fn new(depth: usize, max_message: usize, path: Option<PathAllocator>, from: &str) -> Inflow {
         Inflow {
+            from: from.to_owned(),
             queue: Mutex::new(Queue::default()),
             changed: Condvar::new(),
             publisher: Mutex::new(None),
@@ -1076,8 +1100,9 @@ impl Inflow {
             self.deliver(Item::End);
             return;
         }
-        let item = match parse_chunk_tag(attachment) {
-            Some((total, offset)) => {
+        let item = match parse_chunk_tag(attachment, &self.from) {
+            Tag::Foreign => return,
+            Tag::Chunk(total, offset) => {
                 if total > self.max_message {
                     return;
                 }
@@ -1086,7 +1111,7 @@ impl Inflow {
                     None => return,
                 }
             }
-            None => {
+            Tag::Whole => {
                 if payload.len() > self.max_message {
                     return;
                 }
@@ -1289,6 +1314,7 @@ fn import_blocking(
         shape.depth as usize,
         ctx.max_message,
         Some(path),
+        zid,
     ));
     let taker = inflow.clone();
     let sub = ctx
@@ -1524,11 +1550,14 @@ fn import_reqresp(
 mod tests {
     use super::*;
 
+    /// The zid of the far bridge the tests' imports follow.
+    const FAR: &str = "0123456789abcdef";
+
     /// Before the service is offered, a full queue makes room by dropping its oldest
     /// message, never the far end's end of the service queued among them.
     #[test]
     fn an_end_queued_before_the_offer_is_kept() {
-        let inflow = Inflow::new(2, 1 << 20, None);
+        let inflow = Inflow::new(2, 1 << 20, None, FAR);
         let msg = |b: u8| ZBytes::from(vec![b]);
         inflow.take(SampleKind::Put, &msg(1), None);
         inflow.take(SampleKind::Delete, &msg(0), None);
@@ -1561,7 +1590,7 @@ mod tests {
             inflow.take(
                 SampleKind::Put,
                 &ZBytes::from(bytes[r].to_vec()),
-                Some(&chunk_tag(len, at)),
+                Some(&chunk_tag(FAR, len, at)),
             );
         }
     }
@@ -1586,13 +1615,7 @@ mod tests {
     #[test]
     fn blocking_import_publishes_where_messages_arrive_and_keeps_order() {
         let name = format!("fz-inflow-{}", std::process::id());
-        struct Gone(String);
-        impl Drop for Gone {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_file(format!("/dev/shm/ferry.{}", self.0));
-            }
-        }
-        let _gone = Gone(name.clone());
+        let _gone = removed_on_drop(&name);
         let group = Group::open(&name).unwrap();
         let (a, b) = (group.join().unwrap(), group.join().unwrap());
         let shape = Shape {
@@ -1606,7 +1629,7 @@ mod tests {
             .wait_for_subscribers(1, Duration::from_secs(5))
             .unwrap();
         let path = a.path(PathConfig::default()).unwrap();
-        let inflow = Arc::new(Inflow::new(4, usize::MAX, Some(path)));
+        let inflow = Arc::new(Inflow::new(4, usize::MAX, Some(path), FAR));
         let msg = |k: u8, len: usize| ZBytes::from(vec![k; len]);
         // Before the service is offered, more messages than the queue holds do not hold
         // up the receiving thread (it must deliver the answer the import waits for to
@@ -1647,7 +1670,7 @@ mod tests {
         let len = 3 * CHUNK;
         let rs: Vec<_> = chunks(len).collect();
         for r in [&rs[0], &rs[2]] {
-            let tag = chunk_tag(len, r.start);
+            let tag = chunk_tag(FAR, len, r.start);
             inflow.take(SampleKind::Put, &msg(9, r.len()), Some(&tag));
         }
         feed(&inflow, 2, 2 * CHUNK + 1);
@@ -1722,6 +1745,57 @@ mod tests {
             assert_eq!(rs.len(), total.div_ceil(CHUNK), "{total}");
         }
         assert_eq!(chunks(1 << 20).count(), 17);
+    }
+
+    /// Another host exporting a service of the same name puts to the same key: its
+    /// chunks, interleaved with ours, are left out, never assembled into our message.
+    #[test]
+    fn chunks_of_another_exporter_are_not_assembled_into_ours() {
+        let name = format!("fz-foreign-{}", std::process::id());
+        let group = Group::open(&name).unwrap();
+        let _gone = removed_on_drop(&name);
+        let a = group.join().unwrap();
+        let inflow = Inflow::new(
+            4,
+            usize::MAX,
+            Some(a.path(PathConfig::default()).unwrap()),
+            FAR,
+        );
+        let len = 3 * CHUNK;
+        let ours: Vec<u8> = (0..len)
+            .map(|i| 1u8.wrapping_add((i / 4096) as u8))
+            .collect();
+        for r in chunks(len) {
+            let tag = chunk_tag(FAR, len, r.start);
+            inflow.take(
+                SampleKind::Put,
+                &ZBytes::from(ours[r.clone()].to_vec()),
+                Some(&tag),
+            );
+            let tag = chunk_tag("fedcba9876543210", len, r.start);
+            inflow.take(
+                SampleKind::Put,
+                &ZBytes::from(vec![0xee; r.len()]),
+                Some(&tag),
+            );
+        }
+        let q = inflow.lock();
+        assert_eq!(q.items.len(), 1, "one message, ours");
+        match &q.items[0] {
+            Item::Ready(d) => check(d, 1, len),
+            _ => panic!("our message was not assembled"),
+        }
+    }
+
+    /// Removes the group file `name` when dropped.
+    fn removed_on_drop(name: &str) -> impl Drop {
+        struct Gone(String);
+        impl Drop for Gone {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(format!("/dev/shm/ferry.{}", self.0));
+            }
+        }
+        Gone(name.to_owned())
     }
 
     #[test]
