@@ -338,18 +338,20 @@ impl<T: Entry> Producer<T> {
         self.tail = next;
     }
 
-    /// Takes the position `r` holds for a value [`write_reserved`](Self::write_reserved)
-    /// wrote there, without publishing it: the producer moves past it, and the value is
-    /// published later by [`publish_claimed`](Self::publish_claimed), which touches only
-    /// the slot, or given back by [`unclaim`](Self::unclaim). The consumer sees nothing
+    /// Takes the position `r` holds without publishing anything there: the producer
+    /// moves past it, and a value is written there later by
+    /// [`write_reserved`](Self::write_reserved) and published by
+    /// [`publish_claimed`](Self::publish_claimed), which touch only the slot, or the
+    /// position is given back by [`unclaim`](Self::unclaim). The consumer sees nothing
     /// until then; the producer's own view (room, positions) counts the position taken.
     pub fn claim(&mut self, r: &Reserved<T>) {
         debug_assert_eq!(self.tail, r.pos, "a claim after another push");
         self.tail = r.pos.wrapping_add(1);
     }
 
-    /// Publishes the value at a position [`claim`](Self::claim) took: one store, the
-    /// slot's sequence number, and nothing of the producer's state.
+    /// Publishes the value [`write_reserved`](Self::write_reserved) wrote at a position
+    /// [`claim`](Self::claim) took: one store, the slot's sequence number, and nothing of
+    /// the producer's state.
     ///
     /// Publish only a position claimed and neither published nor given back since:
     /// anything else garbles the ring's marks (which the consumer checks, as it checks
