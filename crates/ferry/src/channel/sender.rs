@@ -157,6 +157,10 @@ impl SendState {
 /// [`Domain::collect_releases`]: crate::region::Domain::collect_releases
 pub(super) const DRAIN_EVERY: u32 = 16;
 
+/// Releases a drain copies out of the reverse ring before it lets any go (see
+/// `SendCore::drain`).
+const RELEASE_BATCH: usize = 64;
+
 pub(super) struct SendCore {
     pub(super) link: Link,
     /// Weak: a closed sender parked in its domain must not keep the domain alive.
@@ -232,9 +236,26 @@ impl SendCore {
             }
         };
         spilled.into_iter().for_each(&mut take);
-        // One head store and one fence for the whole batch, not one per release.
-        let (_, w) = rev.pop_batch(usize::MAX, &mut take).map_err(corrupt)?;
-        wake |= w;
+        // One head store and one fence for the whole batch, not one per release. The
+        // releases are copied out first and let go after: letting one go drops
+        // references (locked instructions), and each locked instruction would hold back
+        // the loads of the slots after it, so that their cache lines (written by the
+        // receiver's core) would come over one after another instead of together.
+        let mut batch = [0u64; RELEASE_BATCH];
+        loop {
+            let mut k = 0;
+            let (_, w) = rev
+                .pop_batch(RELEASE_BATCH, |t| {
+                    batch[k] = t;
+                    k += 1;
+                })
+                .map_err(corrupt)?;
+            wake |= w;
+            batch[..k].iter().for_each(|&t| take(t));
+            if k < RELEASE_BATCH {
+                break;
+            }
+        }
         if bad > 0 {
             Counters::add(&self.stats.bad, bad);
         }
