@@ -1118,6 +1118,39 @@ mod loom_tests {
         transfer(3, false, false);
     }
 
+    /// A place claimed first and written only later, with nothing the claim held (a
+    /// publisher's loan: `Sender::claim` at the loan, under the sender's state lock; the
+    /// descriptor and the payload written at the send by `Claimed::publish`, without
+    /// it), then published with its one mark store: a consumer that takes the entry
+    /// sees everything written before the mark, the value and the payload it names.
+    #[test]
+    fn claimed_place_written_later_is_seen_whole() {
+        model(|| {
+            let (_mem, mut p, mut c) = pair();
+            let payload = Arc::new(loom::cell::UnsafeCell::new(0u64));
+            let pl = payload.clone();
+            let t = thread::spawn(move || {
+                let v = pop_blocking(&mut c, None, None);
+                // SAFETY: the entry is published, and the producer writes the payload only
+                // before that (loom reports a read that races with the write).
+                let seen = pl.with(|x| unsafe { *x });
+                (v, seen)
+            });
+            let r = p.reserve().unwrap().expect("an empty ring has room");
+            p.claim(&r);
+            // SAFETY: nothing else publishes this payload; the consumer reads it only once
+            // the entry below is published.
+            payload.with_mut(|x| unsafe { *x = 7 });
+            // SAFETY: `r` was reserved and claimed above, nothing pushed since; the ring's
+            // memory lives in `_mem` until the end of the model.
+            unsafe {
+                Producer::write_reserved(&r, 42);
+                Producer::publish_claimed(&r);
+            }
+            assert_eq!(t.join().unwrap(), (42, 7));
+        });
+    }
+
     /// (b) A consumer that sleeps on an empty ring after `prepare_sleep` is always woken
     /// by the producer's `Push::Done { wake: true }`.
     #[test]
