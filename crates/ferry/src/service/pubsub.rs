@@ -23,6 +23,10 @@ use crate::until::Until;
 /// `Publisher::collect_all`).
 const COLLECT_ALL_FROM: usize = 256 << 10;
 
+/// Loans between two collections of one subscriber's releases, at least (see
+/// `Publisher::collect_turn`).
+const COLLECT_SPAN: usize = 4;
+
 /// One subscriber as the publisher sees it.
 struct Sub {
     member: Member,
@@ -187,6 +191,8 @@ pub struct Publisher {
     stats: PublisherStats,
     /// The subscriber (its place in the list) whose releases were collected last.
     turn: usize,
+    /// Loans since one last collected (see [`collect_turn`](Self::collect_turn)).
+    skipped: usize,
     /// A loan collected them since the last publish (which then does not).
     collected: bool,
     /// Kept between loans so that a loan allocates nothing (see [`Claims`]).
@@ -272,6 +278,7 @@ impl Publisher {
             shared,
             stats: PublisherStats::default(),
             turn: 0,
+            skipped: 0,
             collected: false,
             claims: Claims::default(),
             offering,
@@ -370,11 +377,22 @@ impl Publisher {
     /// Collects the releases of the subscriber whose turn it is (see
     /// [`publish_start`](Self::publish_start)), here where a loan takes an fbuf, so that
     /// its send only hands the message over.
+    ///
+    /// With fewer than [`COLLECT_SPAN`] subscribers, not every loan collects: each
+    /// subscriber's releases are collected every `COLLECT_SPAN` loans, as with that many
+    /// subscribers. A collection's own cost (the reverse ring's first line brought over
+    /// from the subscriber's core, its head store and fence) is then paid for several
+    /// releases instead of one, and a collection still takes at most a few.
     fn collect_turn(&mut self) {
         let subs = lock(&self.shared.subs);
         if subs.is_empty() {
             return;
         }
+        self.skipped += 1;
+        if self.skipped * subs.len() < COLLECT_SPAN {
+            return;
+        }
+        self.skipped = 0;
         self.turn = self.turn.wrapping_add(1) % subs.len();
         subs[self.turn].tx.collect_some();
         self.collected = true;
