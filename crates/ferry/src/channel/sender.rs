@@ -1722,9 +1722,10 @@ mod tests {
         let cl = tx.claim(&m).expect("an open channel with room");
         let data = m.freeze();
         cl.publish();
-        drop(rx.try_recv().unwrap().expect("published"));
+        // The descriptor, written at the publication, names the message.
+        assert_eq!(rx.try_recv().unwrap().expect("published").len(), 100);
         tx.collect_releases().unwrap();
-        cl.record(&data).unwrap();
+        cl.record(&tx, &data).unwrap();
         drop(data);
         assert_eq!(tx.stats().bad_from_peer, 0);
         assert_eq!(tx.in_flight(), 0);
@@ -1745,7 +1746,7 @@ mod tests {
             rx.try_recv().unwrap().is_none(),
             "a claim publishes nothing"
         );
-        cl.unclaim();
+        cl.unclaim(&tx);
         drop(m);
         tx.send(&path.alloc(5).unwrap().freeze()).unwrap();
         let got = rx.try_recv().unwrap().expect("sent");
