@@ -657,6 +657,11 @@ impl Claimed {
             &mut [],
             RawRef::NONE,
         );
+        // Written without the state lock the claim held: no thread touches a forward
+        // slot under that lock except to push, and only the claim's owner pushes (a
+        // publisher, through its loan); the receiver reads the slot only after the mark's
+        // Release store below, paired with its Acquire load of the mark (loom model
+        // `claimed_place_written_later_is_seen_whole`).
         // SAFETY: the place was reserved and claimed by `Sender::claim` and neither
         // published nor given back since (the caller's contract), so its slot is ours to
         // write and the receiver does not read it before the mark below; the ring is
