@@ -167,11 +167,70 @@ fn loans_take_releases_back_within_one_turn_of_the_subscribers() {
             assert_eq!(got.slice(0..8).to_vec(), seq.to_le_bytes());
         }
     }
-    // Every message was received and dropped: three loans (one turn) bring every fbuf
-    // back, whatever the count of sends since each sender last collected.
-    for _ in 0..3 {
+    // Every message was received and dropped: one turn brings every fbuf back, whatever
+    // the count of sends since each sender last collected. With fewer than four
+    // subscribers a loan collects every ceil(4 / n) loans, so a turn of three
+    // subscribers is six loans.
+    for _ in 0..6 {
         drop(p.loan(64).unwrap());
     }
+    assert_eq!(p.path().stats().outstanding_fbufs, 0);
+}
+
+/// Loans to subscribers that leave and join between them: one that left gets nothing more,
+/// and what it held comes back at the next collection (the publisher keeps no reference
+/// to its channel); one that joins gets the loans after its join, in order; a loan
+/// dropped unsent reaches no one.
+#[test]
+fn loans_follow_subscribers_that_leave_and_join() {
+    let g = group("loan-churn");
+    let pubd = g.join().unwrap();
+    // Blocking: a loan claims its subscribers' ring places ahead.
+    let config = ServiceConfig {
+        slow: SlowSubscriber::Block,
+        ..ServiceConfig::default()
+    };
+    let mut p = Publisher::offer(&pubd, "churn", config).unwrap();
+    let (da, db, dc) = (g.join().unwrap(), g.join().unwrap(), g.join().unwrap());
+    let mut a = Subscriber::open(&da, "churn", T).unwrap();
+    let mut b = Subscriber::open(&db, "churn", T).unwrap();
+    p.wait_for_subscribers(2, T).unwrap();
+    let send = |p: &mut Publisher, seq: u64| {
+        let mut m = p.loan(64).unwrap();
+        m.as_mut_slice()[..8].copy_from_slice(&seq.to_le_bytes());
+        m.send().unwrap()
+    };
+    let next = |s: &mut Subscriber| {
+        let got = s.recv_timeout(T).unwrap();
+        u64::from_le_bytes(got.slice(0..8).to_vec().try_into().unwrap())
+    };
+    for seq in 0..10 {
+        assert_eq!(send(&mut p, seq), 2);
+        assert_eq!((next(&mut a), next(&mut b)), (seq, seq));
+    }
+    // Three more that `b` leaves queued, then it leaves.
+    for seq in 10..13 {
+        assert_eq!(send(&mut p, seq), 2);
+        assert_eq!(next(&mut a), seq);
+    }
+    drop(b);
+    assert_eq!(send(&mut p, 13), 1);
+    assert_eq!(next(&mut a), 13);
+    // Everything is released: what `b` left queued comes back too.
+    p.collect_releases();
+    assert_eq!(p.path().stats().outstanding_fbufs, 0);
+    let mut c = Subscriber::open(&dc, "churn", T).unwrap();
+    p.wait_for_subscribers(2, T).unwrap();
+    for seq in 14..20 {
+        assert_eq!(send(&mut p, seq), 2);
+    }
+    drop(p.loan(64).unwrap());
+    assert_eq!(send(&mut p, 20), 2);
+    for seq in (14..20).chain([20]) {
+        assert_eq!((next(&mut a), next(&mut c)), (seq, seq));
+    }
+    assert!(a.try_recv().unwrap().is_none() && c.try_recv().unwrap().is_none());
+    p.collect_releases();
     assert_eq!(p.path().stats().outstanding_fbufs, 0);
 }
 

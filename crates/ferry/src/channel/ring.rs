@@ -338,18 +338,20 @@ impl<T: Entry> Producer<T> {
         self.tail = next;
     }
 
-    /// Takes the position `r` holds for a value [`write_reserved`](Self::write_reserved)
-    /// wrote there, without publishing it: the producer moves past it, and the value is
-    /// published later by [`publish_claimed`](Self::publish_claimed), which touches only
-    /// the slot, or given back by [`unclaim`](Self::unclaim). The consumer sees nothing
+    /// Takes the position `r` holds without publishing anything there: the producer
+    /// moves past it, and a value is written there later by
+    /// [`write_reserved`](Self::write_reserved) and published by
+    /// [`publish_claimed`](Self::publish_claimed), which touch only the slot, or the
+    /// position is given back by [`unclaim`](Self::unclaim). The consumer sees nothing
     /// until then; the producer's own view (room, positions) counts the position taken.
     pub fn claim(&mut self, r: &Reserved<T>) {
         debug_assert_eq!(self.tail, r.pos, "a claim after another push");
         self.tail = r.pos.wrapping_add(1);
     }
 
-    /// Publishes the value at a position [`claim`](Self::claim) took: one store, the
-    /// slot's sequence number, and nothing of the producer's state.
+    /// Publishes the value [`write_reserved`](Self::write_reserved) wrote at a position
+    /// [`claim`](Self::claim) took: one store, the slot's sequence number, and nothing of
+    /// the producer's state.
     ///
     /// Publish only a position claimed and neither published nor given back since:
     /// anything else garbles the ring's marks (which the consumer checks, as it checks
@@ -1114,6 +1116,39 @@ mod loom_tests {
     #[test]
     fn fifo_three_through_two() {
         transfer(3, false, false);
+    }
+
+    /// A place claimed first and written only later, with nothing the claim held (a
+    /// publisher's loan: `Sender::claim` at the loan, under the sender's state lock; the
+    /// descriptor and the payload written at the send by `Claimed::publish`, without
+    /// it), then published with its one mark store: a consumer that takes the entry
+    /// sees everything written before the mark, the value and the payload it names.
+    #[test]
+    fn claimed_place_written_later_is_seen_whole() {
+        model(|| {
+            let (_mem, mut p, mut c) = pair();
+            let payload = Arc::new(loom::cell::UnsafeCell::new(0u64));
+            let pl = payload.clone();
+            let t = thread::spawn(move || {
+                let v = pop_blocking(&mut c, None, None);
+                // SAFETY: the entry is published, and the producer writes the payload only
+                // before that (loom reports a read that races with the write).
+                let seen = pl.with(|x| unsafe { *x });
+                (v, seen)
+            });
+            let r = p.reserve().unwrap().expect("an empty ring has room");
+            p.claim(&r);
+            // SAFETY: nothing else publishes this payload; the consumer reads it only once
+            // the entry below is published.
+            payload.with_mut(|x| unsafe { *x = 7 });
+            // SAFETY: `r` was reserved and claimed above, nothing pushed since; the ring's
+            // memory lives in `_mem` until the end of the model.
+            unsafe {
+                Producer::write_reserved(&r, 42);
+                Producer::publish_claimed(&r);
+            }
+            assert_eq!(t.join().unwrap(), (42, 7));
+        });
     }
 
     /// (b) A consumer that sleeps on an empty ring after `prepare_sleep` is always woken

@@ -157,6 +157,10 @@ impl SendState {
 /// [`Domain::collect_releases`]: crate::region::Domain::collect_releases
 pub(super) const DRAIN_EVERY: u32 = 16;
 
+/// Releases a drain copies out of the reverse ring before it lets any go (see
+/// `SendCore::drain`).
+const RELEASE_BATCH: usize = 64;
+
 pub(super) struct SendCore {
     pub(super) link: Link,
     /// Weak: a closed sender parked in its domain must not keep the domain alive.
@@ -232,9 +236,26 @@ impl SendCore {
             }
         };
         spilled.into_iter().for_each(&mut take);
-        // One head store and one fence for the whole batch, not one per release.
-        let (_, w) = rev.pop_batch(usize::MAX, &mut take).map_err(corrupt)?;
-        wake |= w;
+        // One head store and one fence for the whole batch, not one per release. The
+        // releases are copied out first and let go after: letting one go drops
+        // references (locked instructions), and each locked instruction would hold back
+        // the loads of the slots after it, so that their cache lines (written by the
+        // receiver's core) would come over one after another instead of together.
+        let mut batch = [0u64; RELEASE_BATCH];
+        loop {
+            let mut k = 0;
+            let (_, w) = rev
+                .pop_batch(RELEASE_BATCH, |t| {
+                    batch[k] = t;
+                    k += 1;
+                })
+                .map_err(corrupt)?;
+            wake |= w;
+            batch[..k].iter().for_each(|&t| take(t));
+            if k < RELEASE_BATCH {
+                break;
+            }
+        }
         if bad > 0 {
             Counters::add(&self.stats.bad, bad);
         }
@@ -589,13 +610,17 @@ fn sole_fragment(data: &IoDataMut) -> Option<(*const Segment, Option<RawFrag>)> 
     Some((seg, frag))
 }
 
-/// A message's descriptor stored in a ring place that [`Sender::claim`] took, not yet
-/// published.
+/// A ring place that [`Sender::claim`] took for a message, its token taken, the
+/// descriptor not yet written: [`publish`](Self::publish) writes and publishes it.
+///
+/// It does not keep its sender: whoever holds it keeps that sender alive (and so its
+/// ring mapped) until the claim is published and recorded, or given back, and passes it
+/// to [`record`](Self::record) and [`unclaim`](Self::unclaim).
 pub(crate) struct Claimed {
-    /// The sender whose ring holds the place: kept, so that its mapping is.
-    tx: Arc<Sender>,
     place: Reserved<RawDesc>,
     token: Token,
+    /// The message's one fragment (none if it is empty).
+    frag: Option<RawFrag>,
     /// As in [`Prepared`]: what the descriptor describes.
     len: usize,
     seg: *const Segment,
@@ -608,33 +633,54 @@ impl Claimed {
         self.len == data.len() && data.sole_segment() == Some(self.seg)
     }
 
-    /// The sender it was claimed on.
-    pub(crate) fn sender(&self) -> &Arc<Sender> {
-        &self.tx
-    }
-
-    /// Publishes the claimed descriptor: one store to its ring slot, nothing else read or
-    /// written (the application's writes since the claim may have pushed the sender's
-    /// state out of the caches and the TLB). The receiver may take the message at once;
-    /// [`record`](Self::record) must follow (a release that comes first waits for it,
-    /// see `SendCore::drain`). Publishing a claim twice, or after another push on its
-    /// sender, garbles that ring's marks, which the receiver checks as it checks
-    /// anything a peer writes.
+    /// Writes the claimed descriptor into its ring slot and publishes it: stores into
+    /// that slot's first cache line alone (a one-fragment descriptor and its mark),
+    /// nothing of the sender's state read or written (the application's writes since the
+    /// claim may have pushed it out of the caches and the TLB). The descriptor is written
+    /// here rather than at the claim: the slot's line is the receiver's (it polls that
+    /// slot's mark while it waits), so a write at the claim would cost a transfer between
+    /// cores that the next locked instruction waits for, one claim after another, and the
+    /// publication then a second one; written here, the publisher's stores to its
+    /// subscribers' slots are pending together and their transfers overlap.
+    ///
+    /// The receiver may take the message at once; [`record`](Self::record) must follow
+    /// (a release that comes first waits for it, see `SendCore::drain`). Publishing a
+    /// claim twice, or after another push on its sender, garbles that ring's marks,
+    /// which the receiver checks as it checks anything a peer writes.
+    ///
+    /// The caller keeps the claim's sender alive (its ring mapped).
+    #[inline]
     pub(crate) fn publish(&self) {
-        // SAFETY: the slot lies in the ring mapping that `self.tx` keeps mapped, and its
-        // mark is an atomic.
-        unsafe { Producer::publish_claimed(&self.place) };
+        let d: RawDesc = desc::encode(
+            self.token.word(),
+            self.frag.as_slice(),
+            &mut [],
+            RawRef::NONE,
+        );
+        // Written without the state lock the claim held: no thread touches a forward
+        // slot under that lock except to push, and only the claim's owner pushes (a
+        // publisher, through its loan); the receiver reads the slot only after the mark's
+        // Release store below, paired with its Acquire load of the mark (loom model
+        // `claimed_place_written_later_is_seen_whole`).
+        // SAFETY: the place was reserved and claimed by `Sender::claim` and neither
+        // published nor given back since (the caller's contract), so its slot is ours to
+        // write and the receiver does not read it before the mark below; the ring is
+        // mapped while the claim's sender lives, which the caller keeps.
+        unsafe {
+            Producer::write_reserved(&self.place, d);
+            Producer::publish_claimed(&self.place);
+        }
     }
 
     /// Puts the message, just [`publish`](Self::publish)ed, on record under its token as
     /// [`Sender::try_send_unfenced`] does (the caller then calls
-    /// [`Sender::wake_after_unfenced`] for every sender that returned `Ok`). A receiver
-    /// that died meanwhile had everything reclaimed: the message is not kept
-    /// ([`Error::PeerGone`]). One that closed meanwhile gets it on record all the same,
-    /// so that it comes back as messages pushed after a close do
-    /// ([`Error::Disconnected`]).
-    pub(crate) fn record(&self, data: &IoData) -> Result<()> {
-        let c = &*self.tx.core;
+    /// [`Sender::wake_after_unfenced`] for every sender that returned `Ok`). `tx` is the
+    /// sender it was claimed on. A receiver that died meanwhile had everything
+    /// reclaimed: the message is not kept ([`Error::PeerGone`]). One that closed
+    /// meanwhile gets it on record all the same, so that it comes back as messages
+    /// pushed after a close do ([`Error::Disconnected`]).
+    pub(crate) fn record(&self, tx: &Sender, data: &IoData) -> Result<()> {
+        let c = &*tx.core;
         let mut st = c.lock();
         if c.gone.load(Ordering::Acquire) {
             // `reclaim_all` freed every token, this one included.
@@ -663,17 +709,17 @@ impl Claimed {
             fds: None,
             evicted: None,
         };
-        self.tx
-            .finish_send(st, sent, Fence::Unfenced { collect: false });
+        tx.finish_send(st, sent, Fence::Unfenced { collect: false });
         if c.link.header().rx_closed.load(Ordering::Acquire) != 0 {
             return Err(Error::Disconnected);
         }
         Ok(())
     }
 
-    /// Gives back a claim that was not published: its ring place and its token.
-    pub(crate) fn unclaim(&self) {
-        let c = &*self.tx.core;
+    /// Gives back a claim that was not published (`tx` is the sender it was claimed on):
+    /// its ring place and its token.
+    pub(crate) fn unclaim(&self, tx: &Sender) {
+        let c = &*tx.core;
         let mut st = c.lock();
         if c.gone.load(Ordering::Acquire) {
             // `reclaim_all` freed every token already.
@@ -686,10 +732,11 @@ impl Claimed {
 }
 
 // SAFETY: `seg` is an address compared, never dereferenced; `place` points into the
-// ring's shared mapping, which `tx` keeps, and is written only by the claim and
+// ring's shared mapping, which the claim's holder keeps mapped, and is written only by
 // `publish`.
 unsafe impl Send for Claimed {}
-// SAFETY: as above (a shared `Claimed` gives no access to `place`).
+// SAFETY: as above (a shared `Claimed` writes `place` only through `publish`, whose
+// contract allows one call).
 unsafe impl Sync for Claimed {}
 
 /// A message's descriptor made and stored in its ring place ahead of the payload (see
@@ -910,21 +957,21 @@ impl Sender {
         }
     }
 
-    /// Makes `data`'s descriptor now, before its payload is written, stores it in this
-    /// ring's next place and claims that place, unpublished (see [`Producer::claim`]):
-    /// a publisher's loan does this for every subscriber, so that its send publishes
-    /// each descriptor with one store before it touches anything else. Unlike
+    /// Claims this ring's next place and a token for `data`, before its payload is
+    /// written (see [`Producer::claim`]): a publisher's loan does this for every
+    /// subscriber, so that its send then only writes and publishes each descriptor
+    /// ([`Claimed::publish`]) before it touches anything else. Unlike
     /// [`SendSlot::prepare`], the state lock is not held until then: only the owner of
     /// this sender pushes on it (a publisher, which its loan borrows), and what other
     /// threads do under the lock (collect releases, reclaim a dead receiver's messages)
-    /// does not push. The message's token is taken.
+    /// does not push.
     ///
     /// `None` (nothing claimed) unless the fast path can take the message: one segment
     /// in a lot and without a send hook, a channel that is open, not lossy, and has room.
     /// The claim then ends in exactly one of [`Claimed::publish`] followed by
     /// [`Claimed::record`], or [`Claimed::unclaim`], with nothing pushed on this sender
-    /// in between.
-    pub(crate) fn claim(self: &Arc<Self>, data: &IoDataMut) -> Option<Claimed> {
+    /// in between, and the caller keeps this sender alive until then.
+    pub(crate) fn claim(&self, data: &IoDataMut) -> Option<Claimed> {
         let c = &*self.core;
         if c.lossy {
             return None;
@@ -938,15 +985,11 @@ impl Sender {
         f.generation = token.generation;
         f.claimed = true;
         f.early = false;
-        let d: RawDesc = desc::encode(token.word(), frag.as_slice(), &mut [], RawRef::NONE);
-        // SAFETY: reserved just above, under the state lock; the receiver does not read
-        // the slot before its sequence number is published.
-        unsafe { Producer::write_reserved(&place, d) };
         st.fwd.claim(&place);
         Some(Claimed {
-            tx: self.clone(),
             place,
             token,
+            frag,
             len: data.len(),
             seg,
         })
@@ -1684,9 +1727,10 @@ mod tests {
         let cl = tx.claim(&m).expect("an open channel with room");
         let data = m.freeze();
         cl.publish();
-        drop(rx.try_recv().unwrap().expect("published"));
+        // The descriptor, written at the publication, names the message.
+        assert_eq!(rx.try_recv().unwrap().expect("published").len(), 100);
         tx.collect_releases().unwrap();
-        cl.record(&data).unwrap();
+        cl.record(&tx, &data).unwrap();
         drop(data);
         assert_eq!(tx.stats().bad_from_peer, 0);
         assert_eq!(tx.in_flight(), 0);
@@ -1707,7 +1751,7 @@ mod tests {
             rx.try_recv().unwrap().is_none(),
             "a claim publishes nothing"
         );
-        cl.unclaim();
+        cl.unclaim(&tx);
         drop(m);
         tx.send(&path.alloc(5).unwrap().freeze()).unwrap();
         let got = rx.try_recv().unwrap().expect("sent");

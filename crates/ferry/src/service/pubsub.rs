@@ -23,6 +23,10 @@ use crate::until::Until;
 /// `Publisher::collect_all`).
 const COLLECT_ALL_FROM: usize = 256 << 10;
 
+/// Loans between two collections of one subscriber's releases, at least (see
+/// `Publisher::collect_turn`).
+const COLLECT_SPAN: usize = 4;
+
 /// One subscriber as the publisher sees it.
 struct Sub {
     member: Member,
@@ -187,6 +191,8 @@ pub struct Publisher {
     stats: PublisherStats,
     /// The subscriber (its place in the list) whose releases were collected last.
     turn: usize,
+    /// Loans since one last collected (see [`collect_turn`](Self::collect_turn)).
+    skipped: usize,
     /// A loan collected them since the last publish (which then does not).
     collected: bool,
     /// Kept between loans so that a loan allocates nothing (see [`Claims`]).
@@ -197,8 +203,16 @@ pub struct Publisher {
 /// if the loan is dropped unsent.
 #[derive(Default)]
 struct Claims {
-    /// Each subscriber whose ring place was claimed, in the list's order.
-    ahead: Vec<Claimed>,
+    /// The subscribers' senders as the list had them at the last loan, kept between
+    /// loans: a claim names its sender by its place here instead of taking a reference
+    /// to it (a locked increment, and a decrement at its end, per subscriber and loan),
+    /// and these references keep every claimed sender (and its ring's mapping) alive
+    /// until its claim ends. Compared with the list at each loan, and taken again when
+    /// a subscriber joined or left.
+    senders: Vec<Arc<Sender>>,
+    /// Each subscriber whose ring place was claimed (its place in `senders`), in the
+    /// list's order.
+    ahead: Vec<(usize, Claimed)>,
     /// The subscribers whose place could not be claimed (a full queue): the send hands
     /// them the message after the others.
     later: Vec<Arc<Sender>>,
@@ -207,10 +221,25 @@ struct Claims {
 impl Claims {
     /// Gives every claim back.
     fn unclaim(&mut self) {
-        for c in self.ahead.drain(..) {
-            c.unclaim();
+        for (i, c) in self.ahead.drain(..) {
+            c.unclaim(&self.senders[i]);
         }
         self.later.clear();
+    }
+
+    /// Makes `senders` the list's, unless it is already (same senders, same order).
+    fn sync(&mut self, subs: &[Sub]) {
+        debug_assert!(self.ahead.is_empty());
+        let same = self.senders.len() == subs.len()
+            && self
+                .senders
+                .iter()
+                .zip(subs)
+                .all(|(a, s)| Arc::ptr_eq(a, &s.tx));
+        if !same {
+            self.senders.clear();
+            self.senders.extend(subs.iter().map(|s| s.tx.clone()));
+        }
     }
 }
 
@@ -249,6 +278,7 @@ impl Publisher {
             shared,
             stats: PublisherStats::default(),
             turn: 0,
+            skipped: 0,
             collected: false,
             claims: Claims::default(),
             offering,
@@ -347,30 +377,46 @@ impl Publisher {
     /// Collects the releases of the subscriber whose turn it is (see
     /// [`publish_start`](Self::publish_start)), here where a loan takes an fbuf, so that
     /// its send only hands the message over.
+    ///
+    /// With fewer than [`COLLECT_SPAN`] subscribers, not every loan collects: each
+    /// subscriber's releases are collected every `COLLECT_SPAN` loans, as with that many
+    /// subscribers. A collection's own cost (the reverse ring's first line brought over
+    /// from the subscriber's core, its head store and fence) is then paid for several
+    /// releases instead of one, and a collection still takes at most a few.
     fn collect_turn(&mut self) {
         let subs = lock(&self.shared.subs);
         if subs.is_empty() {
             return;
         }
+        self.skipped += 1;
+        if self.skipped * subs.len() < COLLECT_SPAN {
+            return;
+        }
+        self.skipped = 0;
         self.turn = self.turn.wrapping_add(1) % subs.len();
         subs[self.turn].tx.collect_some();
         self.collected = true;
     }
 
     /// A loan of `data`, one fbuf fresh from a path. Under [`SlowSubscriber::Block`],
-    /// every subscriber's ring place is claimed and the message's descriptor stored
-    /// there now, unpublished, so that the send publishes each with one store (as
-    /// [`Sender::loan`] does for one receiver). The subscribers are those of now: one
-    /// that joins while the loan is written gets the messages after it.
+    /// every subscriber's ring place and token are claimed now, so that the send only
+    /// writes and publishes each descriptor, in its slot's first cache line (see
+    /// [`Claimed::publish`]). The subscribers are those of now: one that joins while the
+    /// loan is written gets the messages after it.
     fn lend(&mut self, data: IoDataMut) -> PublisherLoan<'_> {
         let draft = Draft::new(data);
         let mut claims = std::mem::take(&mut self.claims);
         if self.shared.config.slow == SlowSubscriber::Block {
-            let subs = lock(&self.shared.subs);
-            for s in subs.iter() {
-                match s.tx.claim(draft.get()) {
-                    Some(c) => claims.ahead.push(c),
-                    None => claims.later.push(s.tx.clone()),
+            claims.sync(&lock(&self.shared.subs));
+            let Claims {
+                senders,
+                ahead,
+                later,
+            } = &mut claims;
+            for (i, tx) in senders.iter().enumerate() {
+                match tx.claim(draft.get()) {
+                    Some(c) => ahead.push((i, c)),
+                    None => later.push(tx.clone()),
                 }
             }
         }
@@ -397,8 +443,8 @@ impl Publisher {
     ) -> Result<usize> {
         let mut ok = 0u64;
         let mut failed = 0u64;
-        for (i, c) in claims.ahead.iter().enumerate() {
-            match c.record(&data) {
+        for (i, (k, c)) in claims.ahead.iter().enumerate() {
+            match c.record(&claims.senders[*k], &data) {
                 Ok(()) => ok |= 1 << i,
                 Err(_) => failed |= 1 << i,
             }
@@ -409,7 +455,7 @@ impl Publisher {
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| ok & 1 << i != 0)
-                .map(|(_, c)| &**c.sender()),
+                .map(|(_, (k, _))| &*claims.senders[*k]),
         );
         let delivered = ok.count_ones() as usize;
         if failed != 0 {
@@ -420,7 +466,7 @@ impl Publisher {
             subs.retain(|s| {
                 let Some(k) = claims.ahead[at..]
                     .iter()
-                    .position(|c| Arc::ptr_eq(c.sender(), &s.tx))
+                    .position(|(k, _)| Arc::ptr_eq(&claims.senders[*k], &s.tx))
                 else {
                     return true;
                 };
@@ -754,6 +800,8 @@ impl Publisher {
             });
             self.stats.departed += gone.count_ones() as u64;
         }
+        // A departed subscriber's sender is let go here too, not only at the next loan.
+        self.claims.sync(&subs);
         drop(subs);
         self.stats.delivered += delivered as u64;
         if let Some(e) = failed {
@@ -821,6 +869,8 @@ impl Publisher {
             s.tx.check_peer().is_ok()
         });
         self.stats.departed += (before - subs.len()) as u64;
+        // A departed subscriber's sender is let go here too, not only at the next loan.
+        self.claims.sync(&subs);
     }
 
     /// Subscribers connected now.
@@ -1074,7 +1124,7 @@ impl PublisherLoan<'_> {
             mut claims,
         } = self;
         let data = draft.into_data();
-        if claims.ahead.is_empty() || !claims.ahead.iter().all(|c| c.describes(&data)) {
+        if claims.ahead.is_empty() || !claims.ahead.iter().all(|(_, c)| c.describes(&data)) {
             // Nothing claimed, or the message is no longer the one described.
             claims.unclaim();
             p.claims = claims;
@@ -1086,7 +1136,8 @@ impl PublisherLoan<'_> {
         // Each claim is published once, with nothing pushed since it was made: the loan
         // borrows the publisher, the only one to push on its subscribers' senders, and
         // only this send or the loan's drop ends the claims.
-        for c in &claims.ahead {
+        // `claims.senders` keeps every claimed sender alive throughout.
+        for (_, c) in &claims.ahead {
             c.publish();
         }
         p.send_claimed(claims, data.freeze(), deadline)
