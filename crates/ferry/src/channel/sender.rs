@@ -619,8 +619,9 @@ fn sole_fragment(data: &IoDataMut) -> Option<(*const Segment, Option<RawFrag>)> 
 pub(crate) struct Claimed {
     place: Reserved<RawDesc>,
     token: Token,
-    /// The message's one fragment (none if it is empty).
-    frag: Option<RawFrag>,
+    /// The descriptor, made at the claim (in the publisher's own memory, so that the
+    /// send only copies it into the slot).
+    desc: RawDesc,
     /// As in [`Prepared`]: what the descriptor describes.
     len: usize,
     seg: *const Segment,
@@ -641,7 +642,8 @@ impl Claimed {
     /// slot's mark while it waits), so a write at the claim would cost a transfer between
     /// cores that the next locked instruction waits for, one claim after another, and the
     /// publication then a second one; written here, the publisher's stores to its
-    /// subscribers' slots are pending together and their transfers overlap.
+    /// subscribers' slots are pending together and their transfers overlap. It is made
+    /// at the claim, in the publisher's own memory, so that the send only copies it.
     ///
     /// The receiver may take the message at once; [`record`](Self::record) must follow
     /// (a release that comes first waits for it, see `SendCore::drain`). Publishing a
@@ -651,12 +653,6 @@ impl Claimed {
     /// The caller keeps the claim's sender alive (its ring mapped).
     #[inline]
     pub(crate) fn publish(&self) {
-        let d: RawDesc = desc::encode(
-            self.token.word(),
-            self.frag.as_slice(),
-            &mut [],
-            RawRef::NONE,
-        );
         // Written without the state lock the claim held: no thread touches a forward
         // slot under that lock except to push, and only the claim's owner pushes (a
         // publisher, through its loan); the receiver reads the slot only after the mark's
@@ -667,7 +663,7 @@ impl Claimed {
         // write and the receiver does not read it before the mark below; the ring is
         // mapped while the claim's sender lives, which the caller keeps.
         unsafe {
-            Producer::write_reserved(&self.place, d);
+            Producer::write_reserved(&self.place, self.desc);
             Producer::publish_claimed(&self.place);
         }
     }
@@ -989,7 +985,7 @@ impl Sender {
         Some(Claimed {
             place,
             token,
-            frag,
+            desc: desc::encode(token.word(), frag.as_slice(), &mut [], RawRef::NONE),
             len: data.len(),
             seg,
         })
