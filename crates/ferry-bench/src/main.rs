@@ -142,7 +142,11 @@ pub fn run(name: &str, args: RunArgs) -> Result<()> {
         .unwrap_or(if args.quick { 600 } else { 7200 });
     let watchdog = Watchdog::start(Duration::from_secs(limit), ctx.progress.last_phase());
     let mut done = Vec::new();
+    let placement = sys::save_affinity().context("reading the run's CPU affinity")?;
     for def in selected {
+        // Several suites pin this thread; the next one, and the processes it starts,
+        // must not inherit that (its workers would all share one CPU).
+        sys::restore_affinity(&placement).context("restoring the run's CPU affinity")?;
         let start = Instant::now();
         watchdog.begin(def.name);
         let output = (def.run)(&ctx).with_context(|| format!("benchmark {}", def.name))?;

@@ -35,6 +35,19 @@ pub fn pin_to(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// The calling thread's CPU affinity, to be put back with [`restore_affinity`]: a run of
+/// several suites gives each the placement the run started with, whatever the suite
+/// before it pinned (the processes a suite starts inherit it).
+pub fn save_affinity() -> io::Result<CpuSet> {
+    Ok(rustix::thread::sched_getaffinity(None)?)
+}
+
+/// Puts back an affinity [`save_affinity`] returned.
+pub fn restore_affinity(set: &CpuSet) -> io::Result<()> {
+    rustix::thread::sched_setaffinity(None, set)?;
+    Ok(())
+}
+
 /// The CPUs this process may run on (`sched_getaffinity(2)`), in order.
 pub fn allowed_cpus() -> Vec<usize> {
     match rustix::thread::sched_getaffinity(None) {
@@ -232,5 +245,26 @@ impl Drop for PrivateBuf {
         // SAFETY: the mapping made in `new`, unmapped once; no slice into it outlives
         // `self`.
         let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A suite that pins its thread leaves the next one the placement saved before it.
+    #[test]
+    fn restore_affinity_undoes_a_pin() {
+        let all = allowed_cpus();
+        let saved = save_affinity().unwrap();
+        // In a thread of its own, so that the test harness's other threads keep theirs.
+        std::thread::spawn(move || {
+            pin_to(all[all.len() - 1]).unwrap();
+            assert_eq!(allowed_cpus(), [all[all.len() - 1]]);
+            restore_affinity(&saved).unwrap();
+            assert_eq!(allowed_cpus(), all);
+        })
+        .join()
+        .unwrap();
     }
 }
