@@ -341,6 +341,15 @@ pub fn worker_main(args: &[String]) -> Result<()> {
             }
             got += 1;
         }
+        if let Some(p) = &mut publ {
+            // The display takes each frame's memfd from this process (`pidfd_getfd`):
+            // stay until it has left, or its last frames' descriptors are gone with us.
+            let until = Instant::now() + T;
+            while p.subscriber_count() > 0 && Instant::now() < until {
+                p.collect_releases();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
     }
     lat.sort_by(f64::total_cmp);
     let p99 = lat
