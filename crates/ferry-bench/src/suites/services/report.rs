@@ -92,6 +92,9 @@ fn burst(p: &Point) -> f64 {
 fn fill(p: &Point) -> f64 {
     p.fill
 }
+fn fill2(p: &Point) -> f64 {
+    p.fill2
+}
 /// The burst less the round's fill floor: what the messaging adds to the payload's
 /// writes.
 fn above_fill(p: &Point) -> f64 {
@@ -324,7 +327,7 @@ fn fill_floor(md: &mut String, m: &Measured, pl: &Placement<'_>) {
     let mut t = Table::new(&[
         "N",
         "size",
-        "fill floor (µs)",
+        "fill floor: one fbuf / two (µs)",
         "floor / ice burst",
         "burst less floor: loan / ice (µs)",
         "loan / ice, less floor",
@@ -344,7 +347,11 @@ fn fill_floor(md: &mut String, m: &Measured, pl: &Placement<'_>) {
             t.row(vec![
                 n.to_string(),
                 bytes(size),
-                num(floor),
+                format!(
+                    "{} / {}",
+                    num(floor),
+                    num(pl.med(n, size, System::Ice, fill2))
+                ),
                 ratio(median(&share)),
                 format!(
                     "{} / {}",
@@ -363,12 +370,13 @@ fn fill_floor(md: &mut String, m: &Measured, pl: &Placement<'_>) {
     let _ = writeln!(
         md,
         "Fill floor ({} placement): a burst's writes alone, each round at each size: {BURST} \
-         fills (one byte per page and the header) of two fbufs of the loans' path in turn, \
-         each followed by a SeqCst fence and timed alone (an untimed pause between two, as \
-         messaging spaces them), no messaging. Both systems pay it alike: each system's \
-         send waits for the fill's stores at its first locked instruction. \"Room\" \
-         is what the burst bar ({BAR_BURST}x iceoryx2's burst) leaves per message above the \
-         floor; \"loan's\" is what ferry's loan adds per message above it now.\n",
+         fills (one byte per page and the header) of one fbuf of the loans' path (two in \
+         turn, the second figure), each followed by a SeqCst fence and timed alone (an \
+         untimed pause between two, as messaging spaces them), no messaging. Both systems \
+         pay it: each system's send waits for the fill's stores at its first locked \
+         instruction. The ratios use the one-fbuf floor, the lower. \"Room\" is what the \
+         burst bar ({BAR_BURST}x iceoryx2's burst) leaves per message above the floor; \
+         \"loan's\" is what ferry's loan adds per message above it now.\n",
         pl.name
     );
     md.push_str(&t.render());
