@@ -68,6 +68,9 @@ pub const DEPTH: usize = 32;
 /// Messages per burst: what a queue holds, so that a burst from drained queues never
 /// waits for room.
 pub const BURST: usize = DEPTH;
+/// The untimed pause between two fills of [`Block::fill_floor`] (ns): about what one
+/// message's messaging takes in a burst.
+const FILL_GAP_NS: u64 = 500;
 /// Above this one-way cache-line time (µs) a round counts as "far".
 pub const FAR_US: f64 = 0.17;
 /// The bars.
@@ -117,6 +120,11 @@ pub struct Point {
     pub call: Summary,
     /// Median burst time to the last subscriber, µs.
     pub burst: f64,
+    /// The round's fill floor at this size (the same for every system): the median time
+    /// of a burst's writes alone into one fbuf, µs (see [`Block::fill_floor`]).
+    pub fill: f64,
+    /// The same into two fbufs in turn, µs.
+    pub fill2: f64,
 }
 
 impl Point {
@@ -185,7 +193,19 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
                         floor,
                         call: Summary::of(&calls),
                         burst: median(&times),
+                        fill: f64::NAN,
+                        fill2: f64::NAN,
                     });
+                }
+                let fill = b.fill_floor(size, 1, 1 + bursts, clock)?;
+                let fill2 = b.fill_floor(size, 2, 1 + bursts, clock)?;
+                for p in points
+                    .iter_mut()
+                    .rev()
+                    .take_while(|p| p.round == round && p.size == size)
+                {
+                    p.fill = fill;
+                    p.fill2 = fill2;
                 }
             }
         }
@@ -425,6 +445,48 @@ impl Block {
             bail!("{}: delivered to {got} subscribers, not {n}", sys.name());
         }
         Ok(ns)
+    }
+
+    /// The fill floor: `count` times (the first untimed) a burst's writes with no
+    /// messaging, [`BURST`] messages' worth of [`fill`] into `bufs` fbufs of the loans'
+    /// path in turn, each fill followed by a SeqCst fence, the sum of those fills' times
+    /// (less the clock reads' own cost `clock`, ns); the median, µs. A burst from
+    /// drained queues takes one or two buffers in turn, in both systems (the one
+    /// released last comes back): one fbuf refilled is the cheaper pattern (its lines
+    /// are still in the caches), so one fbuf gives the floor, two say what the other
+    /// pattern costs. Both systems' sends start with a locked instruction (ferry's
+    /// record of the message, iceoryx2's used-chunk swap) that waits for the fill's
+    /// stores to drain, so the fence's wait is part of what each message costs. Between
+    /// two fills the loop spins [`FILL_GAP_NS`] untimed, as a burst's messaging spaces
+    /// its fills (back to back, each fill costs more: the dirty lines of the last one
+    /// are still on their way out).
+    fn fill_floor(&mut self, size: usize, bufs: usize, count: usize, clock: u64) -> Result<f64> {
+        let path = self.publisher.path().clone();
+        let mut fbufs = (0..bufs)
+            .map(|_| path.alloc(size))
+            .collect::<ferry::Result<Vec<_>>>()?;
+        let mut times = Vec::with_capacity(count);
+        for k in 0..count {
+            let mut sum = 0;
+            for i in 0..BURST {
+                let gap = now_ns() + FILL_GAP_NS;
+                while now_ns() < gap {
+                    std::hint::spin_loop();
+                }
+                let s = fbufs[i % bufs]
+                    .fragments_mut()
+                    .next()
+                    .context("an fbuf from a path is one run")?;
+                let t0 = now_ns();
+                fill(s, i as u64, 0, false);
+                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+                sum += (now_ns() - t0).saturating_sub(clock);
+            }
+            if k > 0 {
+                times.push(sum as f64 / 1000.0);
+            }
+        }
+        Ok(median(&times))
     }
 
     fn finish(mut self) -> Result<()> {

@@ -89,6 +89,17 @@ fn call_p99(p: &Point) -> f64 {
 fn burst(p: &Point) -> f64 {
     p.burst
 }
+fn fill(p: &Point) -> f64 {
+    p.fill
+}
+fn fill2(p: &Point) -> f64 {
+    p.fill2
+}
+/// The burst less the round's fill floor: what the messaging adds to the payload's
+/// writes.
+fn above_fill(p: &Point) -> f64 {
+    p.burst - p.fill
+}
 
 fn placements(m: &Measured) -> Vec<Placement<'_>> {
     [("near", false), ("far", true)]
@@ -297,6 +308,7 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
         let _ = writeln!(md);
         md.push_str(&t.render());
         let _ = writeln!(md);
+        fill_floor(&mut md, m, &pl);
         bars(&mut md, m, &pl);
     }
     let _ = writeln!(
@@ -306,6 +318,69 @@ fn markdown(ctx: &BenchCtx, m: &Measured) -> String {
         num(Summary::of(&m.evict).median)
     );
     md
+}
+
+/// The fill floor of one placement beside the bursts: what a burst's writes cost alone,
+/// the part of iceoryx2's burst it is, ferry's loan and iceoryx2's bursts less it, and
+/// what the burst bar leaves ferry per message above it.
+fn fill_floor(md: &mut String, m: &Measured, pl: &Placement<'_>) {
+    let mut t = Table::new(&[
+        "N",
+        "size",
+        "fill floor: one fbuf / two (µs)",
+        "floor / ice burst",
+        "burst less floor: loan / ice (µs)",
+        "loan / ice, less floor",
+        "per message under the bar: room / loan's (µs)",
+    ]);
+    for &n in &m.subs {
+        for &size in &m.sizes {
+            if pl.at(n, size, System::Ice).next().is_none() {
+                continue;
+            }
+            let share: Vec<f64> = pl
+                .at(n, size, System::Ice)
+                .map(|p| p.fill / p.burst)
+                .collect();
+            let ice = pl.med(n, size, System::Ice, burst);
+            let floor = pl.med(n, size, System::Ice, fill);
+            t.row(vec![
+                n.to_string(),
+                bytes(size),
+                format!(
+                    "{} / {}",
+                    num(floor),
+                    num(pl.med(n, size, System::Ice, fill2))
+                ),
+                ratio(median(&share)),
+                format!(
+                    "{} / {}",
+                    num(pl.med(n, size, System::Loan, above_fill)),
+                    num(pl.med(n, size, System::Ice, above_fill))
+                ),
+                ratio(pl.ratio(n, size, System::Loan, above_fill)),
+                format!(
+                    "{} / {}",
+                    num((BAR_BURST * ice - floor) / BURST as f64),
+                    num(pl.med(n, size, System::Loan, above_fill) / BURST as f64)
+                ),
+            ]);
+        }
+    }
+    let _ = writeln!(
+        md,
+        "Fill floor ({} placement): a burst's writes alone, each round at each size: {BURST} \
+         fills (one byte per page and the header) of one fbuf of the loans' path (two in \
+         turn, the second figure), each followed by a SeqCst fence and timed alone (an \
+         untimed pause between two, as messaging spaces them), no messaging. Both systems \
+         pay it: each system's send waits for the fill's stores at its first locked \
+         instruction. The ratios use the one-fbuf floor, the lower. \"Room\" is what the \
+         burst bar ({BAR_BURST}x iceoryx2's burst) leaves per message above the floor; \
+         \"loan's\" is what ferry's loan adds per message above it now.\n",
+        pl.name
+    );
+    md.push_str(&t.render());
+    let _ = writeln!(md);
 }
 
 /// The bars of one placement, for each of ferry's two ways (and the loan from a path of
