@@ -784,24 +784,10 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
         .allowed_destination(Locality::Remote)
         .wait()
         .map_err(|e| anyhow!("declaring the publisher of {name}: {e}"))?;
-    // A blocking service's large messages go in chunks, each sent at once (express: not
-    // held for a batch to fill, which the last, shorter chunk would be), on a publisher
-    // of their own so that small messages are still batched. Not on a bridge that may
+    // A blocking service's large messages go in chunks, but not from a bridge that may
     // use one CPU only: there the chunks' puts and the far side's work take turns rather
     // than overlap, and a message sent whole is quicker.
-    let zchunks = if shape.slow == SlowSubscriber::Block && chunking_helps() {
-        Some(
-            ctx.session
-                .declare_publisher(data_key(&ctx.scope, name))
-                .congestion_control(CongestionControl::Block)
-                .express(true)
-                .allowed_destination(Locality::Remote)
-                .wait()
-                .map_err(|e| anyhow!("declaring the chunk publisher of {name}: {e}"))?,
-        )
-    } else {
-        None
-    };
+    let chunked = shape.slow == SlowSubscriber::Block && chunking_helps();
     let matching = zpub
         .matching_listener()
         .with(FifoChannel::new(64))
@@ -815,10 +801,10 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
     let announced = announce(ctx, name, shape, FifoChannel::new(64))?;
     let answer = config_answer(ctx, shape);
     let mut far_ends = FarEnds::watch(ctx, name)?;
-    let large = match (&zchunks, shape.slow) {
-        (Some(_), _) => format!("; messages over {CHUNK} B in chunks"),
-        (None, SlowSubscriber::Block) => "; large messages whole: one CPU".to_owned(),
-        (None, SlowSubscriber::Drop) => String::new(),
+    let large = match (chunked, shape.slow) {
+        (true, _) => format!("; messages over {CHUNK} B in chunks"),
+        (false, SlowSubscriber::Block) => "; large messages whole: one CPU".to_owned(),
+        (false, SlowSubscriber::Drop) => String::new(),
     };
     say!(ctx, "exporting {name} ({}{large})", shape.tag());
     let mut sub: Option<Subscriber> = None;
@@ -877,9 +863,10 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
                     }
                     continue;
                 }
-                let put = match &zchunks {
-                    Some(zc) if d.len() > CHUNK => put_chunks(zc, &ctx.zid, d),
-                    _ => zpub.put(to_zbytes(d)).wait(),
+                let put = if chunked && d.len() > CHUNK {
+                    put_chunks(&zpub, &ctx.zid, d)
+                } else {
+                    zpub.put(to_zbytes(d)).wait()
                 };
                 put.map_err(|e| anyhow!("putting {name}: {e}"))?;
             }
@@ -966,10 +953,10 @@ fn import_pubsub(ctx: &Ctx, name: &str, zid: &str, shape: Shape, stop: &AtomicBo
 /// for one of zenoh's batches (at most 64 KiB, headers included), so that zenoh never
 /// fragments them. The receiving bridge copies each chunk into the message's fbuf as it
 /// arrives, while the next is still on the way: a message sent whole would reach it only
-/// once its last fragment came, and be copied then. Chunks are put express, so the last,
-/// shorter one is not held back for a batch to fill. Larger chunks, split by zenoh into
-/// fragments, save no CPU on the sending side (its cost is the copy into zenoh's
-/// batches, the same either way) and each reaches the far side's copy only once whole.
+/// once its last fragment came, and be copied then. Larger chunks, split by zenoh into
+/// fragments, save no CPU on the sending side (nearly all of a `put`'s is the copy into
+/// zenoh's batches, the same for chunks and fragments) and each reaches the far side's
+/// copy only once whole; 256 KiB chunks also left a partly filled batch waiting.
 pub const CHUNK: usize = 63 << 10;
 
 /// Whether this thread's exports chunk large messages: only if it may use more than one

@@ -439,12 +439,9 @@ fn send_ferry(p: &mut Publisher, size: usize, report: bool) -> Result<u64> {
 }
 
 /// zenoh's publisher with the same kind of message the bridge puts: the header, then a
-/// body lent without a copy (the bridge lends its fbuf). Messages larger than the
-/// bridge's chunk go on an express publisher, as the bridge puts its chunks (for such a
-/// message zenoh sends every fragment at once anyway).
+/// body lent without a copy (the bridge lends its fbuf).
 struct ZPub<'a> {
     publisher: zenoh::pubsub::Publisher<'a>,
-    express: zenoh::pubsub::Publisher<'a>,
     body: bytes::Bytes,
 }
 
@@ -462,12 +459,7 @@ impl ZPub<'_> {
         let mut w = ZBytes::writer();
         w.append(ZBytes::from(header(stamp, report).to_vec()));
         w.append(ZBytes::from(self.body.slice(..size - 16)));
-        let publisher = if size > ferry_zenoh::CHUNK {
-            &self.express
-        } else {
-            &self.publisher
-        };
-        publisher
+        self.publisher
             .put(w.finish())
             .wait()
             .map_err(|e| anyhow!("{e}"))?;
@@ -521,13 +513,6 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
         publisher: session
             .declare_publisher(zkey(spec))
             .congestion_control(CongestionControl::Block)
-            .allowed_destination(Locality::Remote)
-            .wait()
-            .map_err(|e| anyhow!("{e}"))?,
-        express: session
-            .declare_publisher(zkey(spec))
-            .congestion_control(CongestionControl::Block)
-            .express(true)
             .allowed_destination(Locality::Remote)
             .wait()
             .map_err(|e| anyhow!("{e}"))?,
