@@ -784,6 +784,10 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
         .allowed_destination(Locality::Remote)
         .wait()
         .map_err(|e| anyhow!("declaring the publisher of {name}: {e}"))?;
+    // A blocking service's large messages go in chunks, but not from a bridge that may
+    // use one CPU only: there the chunks' puts and the far side's work take turns rather
+    // than overlap, and a message sent whole is quicker.
+    let chunked = shape.slow == SlowSubscriber::Block && chunking_helps();
     let matching = zpub
         .matching_listener()
         .with(FifoChannel::new(64))
@@ -797,7 +801,12 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
     let announced = announce(ctx, name, shape, FifoChannel::new(64))?;
     let answer = config_answer(ctx, shape);
     let mut far_ends = FarEnds::watch(ctx, name)?;
-    say!(ctx, "exporting {name} ({})", shape.tag());
+    let large = match (chunked, shape.slow) {
+        (true, _) => format!("; messages over {CHUNK} B in chunks"),
+        (false, SlowSubscriber::Block) => "; large messages whole: one CPU".to_owned(),
+        (false, SlowSubscriber::Drop) => String::new(),
+    };
+    say!(ctx, "exporting {name} ({}{large})", shape.tag());
     let mut sub: Option<Subscriber> = None;
     let mut hold_until: Option<Instant> = None;
     let mut too_large = 0u64;
@@ -854,7 +863,7 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
                     }
                     continue;
                 }
-                let put = if shape.slow == SlowSubscriber::Block && d.len() > CHUNK {
+                let put = if chunked && d.len() > CHUNK {
                     put_chunks(&zpub, &ctx.zid, d)
                 } else {
                     zpub.put(to_zbytes(d)).wait()
@@ -933,7 +942,8 @@ fn import_pubsub(ctx: &Ctx, name: &str, zid: &str, shape: Shape, stop: &AtomicBo
                 }
             }
         };
-        copy_into(loan.as_mut_slice(), payload);
+        let dst = loan.as_mut_slice();
+        copy_payload(payload, 0, |at, s| dst[at..at + s.len()].copy_from_slice(s));
         loan.send()?;
     }
 }
@@ -944,8 +954,18 @@ fn import_pubsub(ctx: &Ctx, name: &str, zid: &str, shape: Shape, stop: &AtomicBo
 /// fragments them. The receiving bridge copies each chunk into the message's fbuf as it
 /// arrives, while the next is still on the way: a message sent whole would reach it only
 /// once its last fragment came, and be copied then. Larger chunks, split by zenoh into
-/// fragments, cost fewer `put`s but wait for a partly filled batch.
+/// fragments, save no CPU on the sending side (nearly all of a `put`'s is the copy into
+/// zenoh's batches, the same for chunks and fragments) and each reaches the far side's
+/// copy only once whole; 256 KiB chunks also left a partly filled batch waiting.
 pub const CHUNK: usize = 63 << 10;
+
+/// Whether this thread's exports chunk large messages: only if it may use more than one
+/// CPU (`sched_getaffinity`; threads inherit their creator's set). On one CPU the
+/// exporting bridge's chunk puts and the far side's receiving take turns instead of
+/// overlapping, and a 1 MiB message took about twice as long as sent whole.
+fn chunking_helps() -> bool {
+    sys::cpus_allowed().is_ok_and(|n| n > 1)
+}
 
 /// The byte ranges a message of `total` bytes travels in: [`CHUNK`]s, the last shorter.
 fn chunks(total: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
@@ -1117,7 +1137,7 @@ impl Inflow {
                 }
                 match self.path.as_ref().and_then(|p| p.alloc(payload.len()).ok()) {
                     Some(mut m) => {
-                        write_payload(&mut m, 0, payload);
+                        copy_payload(payload, 0, |at, s| m.write_at(at, s));
                         Item::Ready(m.freeze())
                     }
                     None => Item::Raw(vec![payload.clone()]),
@@ -1152,7 +1172,7 @@ impl Inflow {
         }
         let s = a.as_mut().expect("checked");
         match &mut s.into {
-            Ok(m) => write_payload(m, offset, chunk),
+            Ok(m) => copy_payload(chunk, offset, |at, s| m.write_at(at, s)),
             Err(parts) => parts.push(chunk.clone()),
         }
         s.next += chunk.len();
@@ -1362,7 +1382,7 @@ fn publish_copy(publisher: &mut Publisher, parts: &[ZBytes], halt: &AtomicBool) 
     };
     let mut at = 0;
     for p in parts {
-        write_payload(&mut m, at, p);
+        copy_payload(p, at, |at, s| m.write_at(at, s));
         at += p.len();
     }
     publish_blocking(publisher, &m.freeze(), halt)
@@ -1390,20 +1410,11 @@ fn finish_publish(
     Ok(())
 }
 
-/// Copies a zenoh payload, slice by slice, into `dst` (exactly its length).
-fn copy_into(dst: &mut [u8], payload: &ZBytes) {
-    let mut at = 0;
+/// Copies a zenoh payload slice by slice to offset `at` onwards of a destination, each
+/// slice through `write(offset, slice)`: a loan's bytes, or an fbuf being filled.
+fn copy_payload(payload: &ZBytes, mut at: usize, mut write: impl FnMut(usize, &[u8])) {
     for s in payload.slices() {
-        dst[at..at + s.len()].copy_from_slice(s);
-        at += s.len();
-    }
-}
-
-/// Copies a zenoh payload, slice by slice, into `m` from `at` (`m` holds at least
-/// `at` + its length).
-fn write_payload(m: &mut IoDataMut, mut at: usize, payload: &ZBytes) {
-    for s in payload.slices() {
-        m.write_at(at, s);
+        write(at, s);
         at += s.len();
     }
 }
@@ -1438,7 +1449,7 @@ fn to_iodata(path: &PathAllocator, payload: Option<&ZBytes>) -> Result<IoData> {
         return Ok(IoData::new());
     };
     let mut m = path.alloc(p.len())?;
-    write_payload(&mut m, 0, p);
+    copy_payload(p, 0, |at, s| m.write_at(at, s));
     Ok(m.freeze())
 }
 
@@ -1745,6 +1756,26 @@ mod tests {
             assert_eq!(rs.len(), total.div_ceil(CHUNK), "{total}");
         }
         assert_eq!(chunks(1 << 20).count(), 17);
+    }
+
+    /// A thread that may use one CPU only does not chunk (nor do the threads it
+    /// starts); one that may use several does.
+    #[test]
+    fn chunks_only_with_more_than_one_cpu() {
+        if sys::cpus_allowed().unwrap() > 1 {
+            assert!(chunking_helps());
+        } else {
+            println!("SKIP (in part): this process may use one CPU only");
+        }
+        std::thread::spawn(|| {
+            sys::pin_to_one_cpu().unwrap();
+            assert_eq!(sys::cpus_allowed().unwrap(), 1);
+            assert!(!chunking_helps());
+            let inherited = std::thread::spawn(chunking_helps).join().unwrap();
+            assert!(!inherited, "a thread started on one CPU chunked");
+        })
+        .join()
+        .unwrap();
     }
 
     /// Another host exporting a service of the same name puts to the same key: its
