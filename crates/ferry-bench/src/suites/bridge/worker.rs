@@ -430,8 +430,18 @@ fn offer(domain: &ferry::Domain, name: &str) -> Result<Publisher> {
     Ok(Publisher::offer(domain, name, config)?)
 }
 
+/// Every message's body is written whole before it is stamped, by ferry's publisher and
+/// by zenoh's alike, as a publisher of fresh data writes it: the bytes that the
+/// exporting bridge or zenoh's `put` then copies are where a writer left them. (zenoh's
+/// reference once put the same body every message, unwritten: a copy out of a warm
+/// cache, while the bridge copied fbufs that no one had written since their last use.)
+fn write_body(body: &mut [u8]) {
+    body.fill(now_ns() as u8 | 1);
+}
+
 fn send_ferry(p: &mut Publisher, size: usize, report: bool) -> Result<u64> {
     let mut m = p.loan(size)?;
+    write_body(&mut m.as_mut_slice()[16..]);
     let stamp = now_ns();
     m.as_mut_slice()[..16].copy_from_slice(&header(stamp, report));
     m.send()?;
@@ -439,7 +449,8 @@ fn send_ferry(p: &mut Publisher, size: usize, report: bool) -> Result<u64> {
 }
 
 /// zenoh's publisher with the same kind of message the bridge puts: the header, then a
-/// body lent without a copy (the bridge lends its fbuf).
+/// body lent without a copy (the bridge lends its fbuf), written whole before each
+/// message (see [`write_body`]).
 struct ZPub<'a> {
     publisher: zenoh::pubsub::Publisher<'a>,
     body: bytes::Bytes,
@@ -450,10 +461,22 @@ impl ZPub<'_> {
         self.send_stamped(size, report, None)
     }
 
-    /// As [`ZPub::send`], with the stamp of a message already sent elsewhere.
+    /// As [`ZPub::send`], with the stamp of a message already sent elsewhere (whose body
+    /// ferry's publisher wrote: this one is put as it is).
     fn send_stamped(&mut self, size: usize, report: bool, stamp: Option<u64>) -> Result<u64> {
-        if self.body.len() < size - 16 {
-            self.body = bytes::Bytes::from(vec![0u8; size - 16]);
+        let len = size - 16;
+        if stamp.is_none() || self.body.len() < len {
+            // The body zenoh was lent last time, back if zenoh let it go (it copies a
+            // message into its batches within `put`), else a new one.
+            let mut b = std::mem::take(&mut self.body)
+                .try_into_mut()
+                .ok()
+                .filter(|b| b.len() >= len)
+                .unwrap_or_else(|| bytes::BytesMut::zeroed(len));
+            if stamp.is_none() {
+                write_body(&mut b[..len]);
+            }
+            self.body = b.freeze();
         }
         let stamp = stamp.unwrap_or_else(now_ns);
         let mut w = ZBytes::writer();
