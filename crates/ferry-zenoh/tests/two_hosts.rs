@@ -600,11 +600,6 @@ fn one_cpu_bridge_sends_large_messages_whole() {
     p.expect("offered", T);
     let mut s = Proc::role("sub", h.group('B'), &format!("cam/one|{spec}|60"));
     s.expect("joined", T);
-    // A subscriber's open returns once the publisher's side connected its channel, a
-    // moment before that publisher (B's bridge) lists it: under load, messages
-    // published in that moment missed it (in chunks or whole alike). Not this test's
-    // subject; give B's bridge that moment.
-    std::thread::sleep(Duration::from_millis(300));
     p.tell("go");
     let want = expand(spec);
     let bytes: usize = want.iter().map(|w| w.1).sum();

@@ -158,3 +158,18 @@ impl Lots for StrictLots {
         self.lots.read(slot, generation, offset, out);
     }
 }
+
+static ADMIT_DELAY_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Makes every publisher of this process wait `delay` between making a new subscriber's
+/// channel and listing it: for tests of what a subscriber sees in that window.
+pub fn set_admit_delay(delay: std::time::Duration) {
+    ADMIT_DELAY_MS.store(
+        delay.as_millis() as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+pub(crate) fn admit_delay() -> std::time::Duration {
+    std::time::Duration::from_millis(ADMIT_DELAY_MS.load(std::sync::atomic::Ordering::Relaxed))
+}

@@ -253,7 +253,7 @@ enum Ready {
 fn wait_ready(link: &Link, offer: &Offer<'_>, until: &mut Until<'_>) -> Ready {
     loop {
         // SYNC: pairs with the receiver's Release store of rx_ready.
-        if link.header().rx_ready.load(Ordering::Acquire) == 1 {
+        if link.header().rx_ready.load(Ordering::Acquire) == layout::RX_READY {
             return Ready::Yes;
         }
         if let Some(why) = offer.refusal() {
@@ -378,7 +378,9 @@ fn open_offer(domain: &Arc<DomainInner>, peer: DomainId, fds: OfferFds) -> Resul
         .rx_pid
         .store(std::process::id(), Ordering::Relaxed);
     // SYNC: pairs with the sender's Acquire load of rx_ready in `connect`.
-    link.header().rx_ready.store(1, Ordering::Release);
+    link.header()
+        .rx_ready
+        .store(layout::RX_READY, Ordering::Release);
     futex::wake_all(&link.header().rx_ready);
     let core = Arc::new(RecvCore {
         link,

@@ -33,7 +33,8 @@ pub(crate) struct ChanHeader {
     pub tx_generation: u32,
     pub rx_slot: u32,
     pub rx_generation: u32,
-    /// Set to 1 (and futex-woken) by the receiver once it has mapped the channel.
+    /// Set to [`RX_READY`] (and futex-woken) by the receiver once it has mapped the
+    /// channel; then, by a publisher, to [`RX_LISTED`] once it sends to this receiver.
     pub rx_ready: AtomicU32,
     pub tx_closed: AtomicU32,
     /// 0 while the receiver is open, then [`RX_CLOSING`] and [`RX_DRAINED`].
@@ -47,6 +48,12 @@ pub(crate) struct ChanHeader {
 
 /// The forward ring is lossy: the sender may evict its oldest entry (see `ring`).
 pub(crate) const FLAG_LOSSY: u32 = 1;
+
+/// `rx_ready`: the receiver mapped the channel.
+pub(crate) const RX_READY: u32 = 1;
+/// `rx_ready`: a publisher listed the channel among its subscribers' (see
+/// `Receiver::wait_listed`).
+pub(crate) const RX_LISTED: u32 = 2;
 
 /// The receiver closed its end and is releasing the messages left in the ring.
 pub(crate) const RX_CLOSING: u32 = 1;

@@ -475,6 +475,16 @@ pub struct Sender {
 }
 
 impl Sender {
+    /// Tells the receiver that this sender is now in its owner's list of senders (a
+    /// publisher's subscribers), so that everything its owner publishes from here on
+    /// reaches it: the receiver's [`Receiver::wait_listed`](super::Receiver) returns.
+    pub(crate) fn confirm_listed(&self) {
+        let ready = &self.core.link.header().rx_ready;
+        // SYNC: pairs with the receiver's Acquire load in `wait_listed`.
+        ready.store(layout::RX_LISTED, Ordering::Release);
+        crate::sys::futex::wake_all(ready);
+    }
+
     pub(super) fn new(core: Arc<SendCore>) -> Sender {
         Sender {
             core,

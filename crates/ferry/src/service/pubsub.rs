@@ -57,17 +57,24 @@ impl Admit for PubShared {
         let tx =
             self.domain
                 .connect_with(m.id, self.config.channel_config(), HANDSHAKE_PATIENCE)?;
+        #[cfg(any(test, feature = "testing"))]
+        std::thread::sleep(crate::testing::admit_delay());
         let mut subs = lock(&self.subs);
         // Each publish collects one subscriber's releases, in turn (see `publish_start`),
         // and a sender collects by itself every 16th send; with more than 16
         // subscribers, those collections are spread over the subscribers (5 is coprime
         // with 16), so that one publish seldom collects for more than one of them.
         tx.stagger_collection(5 * subs.len() as u32);
+        let tx = Arc::new(tx);
         subs.push(Sub {
             member: m,
-            tx: Arc::new(tx),
+            tx: tx.clone(),
             dropped: 0,
         });
+        // Listed: whatever is published from now on goes to it too. Only now may the
+        // subscriber's open return (it waits for this), or a message published right
+        // after it returned could miss it.
+        tx.confirm_listed();
         Ok(())
     }
 }
@@ -1184,7 +1191,10 @@ impl Subscriber {
     /// As [`open`](Self::open).
     pub fn open_until(domain: &Domain, name: &str, mut until: Until<'_>) -> Result<Subscriber> {
         let (member, turn) = Membership::join(domain, name, Kind::PubSub, until.part())?;
-        let rx = domain.accept_from_until(member.entry.owner.id, until)?;
+        let rx = domain.accept_from_until(member.entry.owner.id, until.part())?;
+        // The publisher's door made the channel before listing it: wait for the listing,
+        // so that a message published once this returns reaches us.
+        rx.wait_listed(&mut until)?;
         drop(turn);
         Ok(Subscriber { rx, member })
     }
