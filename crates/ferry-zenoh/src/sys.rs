@@ -1,5 +1,6 @@
 //! Stop signals: SIGINT and SIGTERM set a flag so that the bridge withdraws its
-//! services and closes its session before it exits. And the CPUs the bridge may use.
+//! services and closes its session before it exits; and, for tests, a thread pinned to
+//! one CPU.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,27 +33,13 @@ pub fn catch_stop_signals() -> io::Result<()> {
     Ok(())
 }
 
-/// How many CPUs the calling thread may run on (`sched_getaffinity`); threads it starts
-/// later inherit the same set.
-pub fn cpus_allowed() -> io::Result<usize> {
-    // SAFETY: an all-zero `cpu_set_t` is a valid (empty) CPU set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid, writable `cpu_set_t` of the size passed; pid 0 is the
-    // calling thread.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `set` was filled in by the kernel above.
-    Ok(unsafe { libc::CPU_COUNT(&set) } as usize)
-}
-
 /// Restricts the calling thread to the first CPU it may run on now.
 #[cfg(test)]
 pub fn pin_to_one_cpu() -> io::Result<()> {
     // SAFETY: an all-zero `cpu_set_t` is a valid (empty) CPU set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as in `cpus_allowed`.
+    // SAFETY: `set` is a valid, writable `cpu_set_t` of the size passed; pid 0 is the
+    // calling thread.
     if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
     {
         return Err(io::Error::last_os_error());

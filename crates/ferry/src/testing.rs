@@ -170,6 +170,9 @@ pub fn set_admit_delay(delay: std::time::Duration) {
     );
 }
 
-pub(crate) fn admit_delay() -> std::time::Duration {
-    std::time::Duration::from_millis(ADMIT_DELAY_MS.load(std::sync::atomic::Ordering::Relaxed))
+pub(crate) fn admit_delay() -> Option<std::time::Duration> {
+    match ADMIT_DELAY_MS.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => None,
+        ms => Some(std::time::Duration::from_millis(ms)),
+    }
 }
