@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import threading
 from typing import Callable, Optional
 
 import ferry
+
+# Python leaves SIGINT ignored if it started ignored (a job started in the background by
+# a shell without job control, `nohup`, some CI runners): Ctrl-C is what is tested here,
+# so take it as an interactive program does.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # A call the test expects to block: (ExitStack, group, timeout) -> the call to make.
 Setup = Callable[[contextlib.ExitStack, ferry.Group, Optional[float]], Callable[[], object]]
