@@ -1769,7 +1769,8 @@ mod tests {
             println!("SKIP (in part): this process may use one CPU only");
         }
         std::thread::spawn(|| {
-            sys::pin_to_one_cpu().unwrap();
+            let first = ferry_measure::sys::allowed_cpus()[0];
+            ferry_measure::sys::pin_to(first).unwrap();
             assert!(!chunking_helps());
             let inherited = std::thread::spawn(chunking_helps).join().unwrap();
             assert!(!inherited, "a thread started on one CPU chunked");

@@ -1,6 +1,5 @@
 //! Stop signals: SIGINT and SIGTERM set a flag so that the bridge withdraws its
-//! services and closes its session before it exits; and, for tests, a thread pinned to
-//! one CPU.
+//! services and closes its session before it exits.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,36 +28,6 @@ pub fn catch_stop_signals() -> io::Result<()> {
         if unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) } != 0 {
             return Err(io::Error::last_os_error());
         }
-    }
-    Ok(())
-}
-
-/// Restricts the calling thread to the first CPU it may run on now.
-#[cfg(test)]
-pub fn pin_to_one_cpu() -> io::Result<()> {
-    // SAFETY: an all-zero `cpu_set_t` is a valid (empty) CPU set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid, writable `cpu_set_t` of the size passed; pid 0 is the
-    // calling thread.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    let allowed = |c: usize| {
-        // SAFETY: `set` was filled in by the kernel above; `CPU_ISSET` only reads it,
-        // and `c` < CPU_SETSIZE.
-        unsafe { libc::CPU_ISSET(c, &set) }
-    };
-    let first = (0..libc::CPU_SETSIZE as usize)
-        .find(|&c| allowed(c))
-        .ok_or_else(|| io::Error::other("no CPU allowed"))?;
-    // SAFETY: an all-zero `cpu_set_t` is a valid (empty) CPU set.
-    let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `first` < CPU_SETSIZE, within `one`.
-    unsafe { libc::CPU_SET(first, &mut one) };
-    // SAFETY: `one` is a valid `cpu_set_t` of the size passed; pid 0 is this thread.
-    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) } != 0 {
-        return Err(io::Error::last_os_error());
     }
     Ok(())
 }

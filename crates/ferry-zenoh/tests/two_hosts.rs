@@ -567,22 +567,6 @@ fn pubsub_reaches_both_hosts_byte_identical() {
     h.assert_no_leftovers();
 }
 
-/// The CPUs this process may run on (`Cpus_allowed_list` of /proc/self/status).
-fn cpus_allowed() -> Vec<usize> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let list = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .unwrap()
-        .trim();
-    let mut cpus = Vec::new();
-    for part in list.split(',') {
-        let (a, b) = part.split_once('-').unwrap_or((part, part));
-        cpus.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap());
-    }
-    cpus
-}
-
 /// An exporting bridge that may use one CPU only sends a blocking service's large
 /// messages whole, not in chunks (its chunk puts and the far side's receiving would take
 /// turns on that CPU), and says so; the far bridge takes them whole, and every message
@@ -593,7 +577,7 @@ fn one_cpu_bridge_sends_large_messages_whole() {
         return;
     }
     let h = Hosts::new("1");
-    let cpu = cpus_allowed()[0].to_string();
+    let cpu = ferry_measure::sys::allowed_cpus()[0].to_string();
     let mut ba = h.bridge_on('A', Some(&cpu), &[]);
     let mut bb = h.bridge('B', &[]);
     let spec = "64*2,65536*2,1048576*4,4194304*2";
