@@ -160,9 +160,9 @@ fn connect(
         }),
     };
     match wait_ready(&link, &offer, &mut until) {
-        Ready::Yes => {}
-        Ready::Refused(why) => return Err(refused(why)),
-        Ready::No(gave_up) => {
+        Ok(Ready::Yes) => {}
+        Ok(Ready::Refused(why)) => return Err(refused(why)),
+        Err(gave_up) => {
             if offer.withdraw() {
                 return Err(if link.peer_exited() {
                     Error::PeerGone { pid: peer_pid }
@@ -174,9 +174,9 @@ fn connect(
             // interrupted: the peer is mapping the channel).
             let mut grace = Until::timeout(Duration::from_secs(1));
             match wait_ready(&link, &offer, &mut grace) {
-                Ready::Yes => {}
-                Ready::Refused(why) => return Err(refused(why)),
-                Ready::No(_) => {
+                Ok(Ready::Yes) => {}
+                Ok(Ready::Refused(why)) => return Err(refused(why)),
+                Err(_) => {
                     return Err(if link.peer_exited() {
                         Error::PeerGone { pid: peer_pid }
                     } else {
@@ -237,40 +237,24 @@ fn connect(
     Ok(Sender::new(core))
 }
 
-/// How waiting for the receiver ended.
+/// How the receiver answered.
 enum Ready {
     /// It mapped the channel.
     Yes,
-    /// `until` gave up (its error), or the receiver died (`Timeout`; the caller looks
-    /// at the peer).
-    No(Error),
     /// It took the offer and refused it.
     Refused(Refusal),
 }
 
 /// Waits until the receiver says (in the channel header) that it mapped the channel, or
-/// (in the offer) that it refused it, `until` gives up or the receiver dies.
-fn wait_ready(link: &Link, offer: &Offer<'_>, until: &mut Until<'_>) -> Ready {
-    loop {
-        // SYNC: pairs with the receiver's Release store of rx_ready.
-        if link.header().rx_ready.load(Ordering::Acquire) == layout::RX_READY {
-            return Ready::Yes;
+/// (in the offer) that it refused it. An error: `until` gave up or the receiver died.
+fn wait_ready(link: &Link, offer: &Offer<'_>, until: &mut Until<'_>) -> Result<Ready> {
+    link.wait_ready_word(until, |now| {
+        if now == layout::RX_READY {
+            Some(Ok(Ready::Yes))
+        } else {
+            offer.refusal().map(|why| Ok(Ready::Refused(why)))
         }
-        if let Some(why) = offer.refusal() {
-            return Ready::Refused(why);
-        }
-        if link.peer_exited() {
-            return Ready::No(Error::Timeout);
-        }
-        if let Err(e) = until.check() {
-            return Ready::No(e);
-        }
-        futex::wait(
-            &link.header().rx_ready,
-            0,
-            until.slice().min(Duration::from_millis(20)),
-        );
-    }
+    })
 }
 
 /// Waits for a channel offered to `domain`; see [`Domain::accept`](crate::Domain::accept).

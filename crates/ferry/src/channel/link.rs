@@ -9,7 +9,9 @@ use super::layout::{self, ChanHeader, Parts};
 use super::ring::{Corrupt, RingCtl};
 use crate::error::{BadDescriptor, Error, Result};
 use crate::sys::fd::{exited, EventFd};
+use crate::sys::futex;
 use crate::sys::mem::Mapping;
+use crate::until::Until;
 
 /// How often an idle busy-polling sender or receiver checks, with one `poll(2)`, that its peer
 /// still lives.
@@ -150,6 +152,31 @@ impl Link {
 
     pub(super) fn peer_exited(&self) -> bool {
         exited(self.pidfd.as_fd())
+    }
+
+    /// Waits on the header's ready word until `done` takes what it holds (`Some`), the
+    /// peer dies ([`Error::PeerGone`]) or `until` gives up (its error). Between two looks
+    /// a futex wait of at most 20 ms: a peer that dies or a deadline that passes without
+    /// a store to the word is still seen soon.
+    pub(super) fn wait_ready_word<T>(
+        &self,
+        until: &mut Until<'_>,
+        mut done: impl FnMut(u32) -> Option<Result<T>>,
+    ) -> Result<T> {
+        let ready = &self.header().rx_ready;
+        loop {
+            // SYNC: pairs with the Release stores of the word (the receiver's RX_READY,
+            // the sender's RX_LISTED).
+            let now = ready.load(Ordering::Acquire);
+            if let Some(out) = done(now) {
+                return out;
+            }
+            if self.peer_exited() {
+                return Err(Error::PeerGone { pid: self.peer_pid });
+            }
+            until.check()?;
+            futex::wait(ready, now, until.slice().min(Duration::from_millis(20)));
+        }
     }
 }
 

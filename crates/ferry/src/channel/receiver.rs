@@ -323,29 +323,13 @@ impl Receiver {
     /// `until`'s, [`Error::PeerGone`] if the sender died first, and a malformed-state
     /// error if the word holds what no sender writes.
     pub(crate) fn wait_listed(&self, until: &mut crate::until::Until<'_>) -> Result<()> {
-        let link = &self.core.link;
-        let ready = &link.header().rx_ready;
-        loop {
-            // SYNC: pairs with the sender's Release store in `confirm_listed`.
-            match ready.load(Ordering::Acquire) {
-                layout::RX_LISTED => return Ok(()),
-                layout::RX_READY => {}
-                _ => {
-                    return Err(Error::BadDescriptor(BadDescriptor::Malformed(
-                        "the channel's ready word holds no known state",
-                    )))
-                }
-            }
-            if link.peer_exited() {
-                return Err(Error::PeerGone { pid: link.peer_pid });
-            }
-            until.check()?;
-            crate::sys::futex::wait(
-                ready,
-                layout::RX_READY,
-                until.slice().min(Duration::from_millis(20)),
-            );
-        }
+        self.core.link.wait_ready_word(until, |now| match now {
+            layout::RX_LISTED => Some(Ok(())),
+            layout::RX_READY => None,
+            _ => Some(Err(Error::BadDescriptor(BadDescriptor::Malformed(
+                "the channel's ready word holds no known state",
+            )))),
+        })
     }
 
     /// Takes the next message if one is ready, never blocking.
