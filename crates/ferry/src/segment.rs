@@ -151,18 +151,6 @@ impl Segment {
 
     /// Tags the segment: its keeper is told [`segment_dropped(tag)`](Keep::segment_dropped)
     /// when it goes, so that one keeper shared by many segments acts for each.
-    /// EXPERIMENT (throwaway): the same segment narrowed to `len` bytes from `by`
-    /// bytes in; its tag (and so the span its keeper frees) is unchanged.
-    pub(crate) fn skewed(mut self, by: usize, len: usize) -> Self {
-        assert!(by + len <= self.len);
-        self.ptr = NonNull::new(self.ptr.as_ptr().wrapping_add(by)).expect("non-null");
-        self.len = len;
-        if let Some(s) = &mut self.span {
-            s.offset += by as u64;
-        }
-        self
-    }
-
     pub(crate) fn with_tag(mut self, tag: u64) -> Self {
         self.tag = Some(tag);
         self

@@ -568,12 +568,6 @@ impl<T: Entry> Consumer<T> {
         Ok((n, self.after_pop()))
     }
 
-    /// EXPERIMENT (throwaway): the mark of the slot at `head`, to load later without
-    /// this side (a hint: stale once `head` moves).
-    pub fn head_mark(&self) -> *const AtomicU64 {
-        self.ring.seq(self.head)
-    }
-
     /// Reads the mark of the slot at `head` and forgets it: a load issued ahead, so that
     /// a later pop finds that cache line (written by the producer's core) at hand.
     #[inline]

@@ -635,20 +635,9 @@ pub(crate) struct Claimed {
     /// As in [`Prepared`]: what the descriptor describes.
     len: usize,
     seg: *const Segment,
-    /// EXPERIMENT (throwaway): the reverse ring's mark at its head when claimed.
-    rev_mark: *const crate::sync::AtomicU64,
 }
 
 impl Claimed {
-    /// EXPERIMENT (throwaway): loads the reverse ring's mark seen at the claim, so that
-    /// a collection after it finds that line at hand.
-    #[inline]
-    pub(crate) fn touch_rev(&self) {
-        // SAFETY: the mark lies in the ring's shared mapping, which the caller keeps
-        // mapped (it keeps the claim's sender alive).
-        std::hint::black_box(unsafe { &*self.rev_mark }.load(Ordering::Relaxed));
-    }
-
     /// Whether the descriptor still describes `data`: same length, same one segment.
     #[inline]
     pub(crate) fn describes(&self, data: &IoDataMut) -> bool {
@@ -696,7 +685,7 @@ impl Claimed {
     /// reclaimed: the message is not kept ([`Error::PeerGone`]). One that closed
     /// meanwhile gets it on record all the same, so that it comes back as messages
     /// pushed after a close do ([`Error::Disconnected`]).
-    pub(crate) fn record(&self, tx: &Sender, data: &IoData, collect: bool) -> Result<()> {
+    pub(crate) fn record(&self, tx: &Sender, data: &IoData) -> Result<()> {
         let c = &*tx.core;
         let mut st = c.lock();
         if c.gone.load(Ordering::Acquire) {
@@ -726,7 +715,7 @@ impl Claimed {
             fds: None,
             evicted: None,
         };
-        tx.finish_send(st, sent, Fence::Unfenced { collect });
+        tx.finish_send(st, sent, Fence::Unfenced { collect: false });
         if c.link.header().rx_closed.load(Ordering::Acquire) != 0 {
             return Err(Error::Disconnected);
         }
@@ -1003,9 +992,7 @@ impl Sender {
         f.claimed = true;
         f.early = false;
         st.fwd.claim(&place);
-        let rev_mark = st.rev.head_mark();
         Some(Claimed {
-            rev_mark,
             place,
             token,
             desc: desc::encode(token.word(), frag.as_slice(), &mut [], RawRef::NONE),

@@ -381,24 +381,6 @@ unsafe impl BufMut for IoDataMut {
 }
 
 impl crate::region::PathAllocator {
-    /// EXPERIMENT (throwaway): an fbuf of `len` bytes starting `64 * k` bytes into a span
-    /// of `len + 4096` bytes, `k` taken from the span's place in the lot (so each fbuf
-    /// keeps its own skew from use to use).
-    pub(crate) fn alloc_skewed(&self, len: usize) -> Result<IoDataMut> {
-        let seg = self.alloc_segment(len + 4096)?;
-        let off = seg.lot_span().map_or(0, |s| s.offset);
-        let (_, size) = crate::region::lot::class_of(len + 4096);
-        let k = (off / size as u64) % 16;
-        let seg = seg.skewed(64 * k as usize, len);
-        Ok(IoDataMut {
-            segs: Segs::One(Arc::new(seg)),
-            len,
-            pos: 0,
-            cur_seg: 0,
-            cur_off: 0,
-        })
-    }
-
     /// Allocates an fbuf of at least `len` bytes and returns it in its write phase.
     ///
     /// The fbuf is recycled from this path when possible, so its bytes are whatever the

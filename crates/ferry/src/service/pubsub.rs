@@ -27,18 +27,6 @@ const COLLECT_ALL_FROM: usize = 256 << 10;
 /// `Publisher::collect_turn`).
 const COLLECT_SPAN: usize = 4;
 
-/// EXPERIMENT (throwaway): `FERRY_X` bits: 1 skews large loans' payloads by a cache line
-/// per fbuf, 2 collects large loans' releases in the send instead of the loan.
-fn x_mode() -> u8 {
-    static M: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
-    *M.get_or_init(|| {
-        std::env::var("FERRY_X")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    })
-}
-
 /// One subscriber as the publisher sees it.
 struct Sub {
     member: Member,
@@ -336,11 +324,7 @@ impl Publisher {
     /// quota).
     pub fn loan(&mut self, len: usize) -> Result<PublisherLoan<'_>> {
         self.collect_for(len);
-        let data = if len >= COLLECT_ALL_FROM && x_mode() & 1 != 0 {
-            self.copy_path.alloc_skewed(len)?
-        } else {
-            self.copy_path.alloc(len)?
-        };
+        let data = self.copy_path.alloc(len)?;
         Ok(self.lend(data))
     }
 
@@ -381,9 +365,6 @@ impl Publisher {
     /// in turn otherwise ([`collect_turn`](Self::collect_turn)).
     fn collect_for(&mut self, len: usize) {
         if len >= COLLECT_ALL_FROM {
-            if x_mode() & 2 != 0 {
-                return;
-            }
             self.collect_all();
         } else {
             self.collect_turn();
@@ -468,12 +449,11 @@ impl Publisher {
         mut claims: Claims,
         data: IoData,
         deadline: Option<Instant>,
-        collect: bool,
     ) -> Result<usize> {
         let mut ok = 0u64;
         let mut failed = 0u64;
         for (i, (k, c)) in claims.ahead.iter().enumerate() {
-            match c.record(&claims.senders[*k], &data, collect) {
+            match c.record(&claims.senders[*k], &data) {
                 Ok(()) => ok |= 1 << i,
                 Err(_) => failed |= 1 << i,
             }
@@ -1169,13 +1149,7 @@ impl PublisherLoan<'_> {
         for (_, c) in &claims.ahead {
             c.publish();
         }
-        let collect = data.len() >= COLLECT_ALL_FROM && x_mode() & 2 != 0;
-        if collect {
-            for (_, c) in &claims.ahead {
-                c.touch_rev();
-            }
-        }
-        p.send_claimed(claims, data.freeze(), deadline, collect)
+        p.send_claimed(claims, data.freeze(), deadline)
     }
 }
 
