@@ -405,14 +405,14 @@ fn fill_floor(md: &mut String, m: &Measured, pl: &Placement<'_>) {
          \"loan's\" is what ferry's loan adds per message above it now. The third floor \
          fills two fbufs in turn whose payloads start a cache line apart (the second 64 \
          bytes into a larger span), as iceoryx2's chunks (a payload and a 48-byte header \
-         apart) do: two page-aligned fbufs put the bytes a fill writes in every page in \
-         the same cache sets. \"Page-aligned price\" is the two-fbuf floor less that one: \
-         what ferry's page-aligned payloads cost a burst that takes two fbufs in turn \
-         (ferry's loan takes one, at the price of collecting every subscriber's releases \
-         first); \"loan over the bar\" is ferry's loan burst less {BAR_BURST}x iceoryx2's \
-         (negative: under the bar). Where the price is at least the loan's excess, only \
-         payloads that are not page-aligned would meet the bar with releases collected \
-         in the send.\n",
+         apart) do: in two page-aligned fbufs, the bytes a fill writes in each page fall \
+         in the same cache sets. \"Page-aligned price\" is the two-fbuf floor less that \
+         one: what ferry's page-aligned payloads cost a burst whose loans take two fbufs \
+         in turn, the most a payload layout could save it (ferry's loan takes the fbuf \
+         released last, mostly one, by collecting every subscriber's releases first). \
+         \"Loan over the bar\" is ferry's loan burst less {BAR_BURST}x iceoryx2's \
+         (negative: under the bar); where it is larger than the price, no payload layout \
+         alone brings the burst under the bar.\n",
         pl.name
     );
     md.push_str(&t.render());
