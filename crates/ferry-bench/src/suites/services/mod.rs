@@ -71,6 +71,8 @@ pub const BURST: usize = DEPTH;
 /// The untimed pause between two fills of [`Block::fill_floor`] (ns): about what one
 /// message's messaging takes in a burst.
 const FILL_GAP_NS: u64 = 500;
+/// A cache line: how far apart [`Block::fill_floor`] may start two fbufs' payloads.
+const LINE: usize = 64;
 /// Above this one-way cache-line time (µs) a round counts as "far".
 pub const FAR_US: f64 = 0.17;
 /// The bars.
@@ -125,6 +127,10 @@ pub struct Point {
     pub fill: f64,
     /// The same into two fbufs in turn, µs.
     pub fill2: f64,
+    /// The same into two fbufs in turn whose payloads start a cache line apart (the
+    /// second 64 bytes into its span), µs: what the two-fbuf pattern costs without
+    /// page-aligned payloads.
+    pub fill2_skewed: f64,
 }
 
 impl Point {
@@ -195,10 +201,12 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
                         burst: median(&times),
                         fill: f64::NAN,
                         fill2: f64::NAN,
+                        fill2_skewed: f64::NAN,
                     });
                 }
-                let fill = b.fill_floor(size, 1, 1 + bursts, clock)?;
-                let fill2 = b.fill_floor(size, 2, 1 + bursts, clock)?;
+                let fill = b.fill_floor(size, 1, 0, 1 + bursts, clock)?;
+                let fill2 = b.fill_floor(size, 2, 0, 1 + bursts, clock)?;
+                let fill2_skewed = b.fill_floor(size, 2, LINE, 1 + bursts, clock)?;
                 for p in points
                     .iter_mut()
                     .rev()
@@ -206,6 +214,7 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
                 {
                     p.fill = fill;
                     p.fill2 = fill2;
+                    p.fill2_skewed = fill2_skewed;
                 }
             }
         }
@@ -460,10 +469,23 @@ impl Block {
     /// two fills the loop spins [`FILL_GAP_NS`] untimed, as a burst's messaging spaces
     /// its fills (back to back, each fill costs more: the dirty lines of the last one
     /// are still on their way out).
-    fn fill_floor(&mut self, size: usize, bufs: usize, count: usize, clock: u64) -> Result<f64> {
+    ///
+    /// With `skew` > 0, fbuf `j`'s payload starts `j * skew` bytes into an fbuf of
+    /// `size + 4096` bytes instead of at its first (page-aligned) byte: the layout of a
+    /// system whose buffers are not page-aligned (iceoryx2's chunks are a payload and a
+    /// 48-byte header apart), whose fills then land in other cache sets.
+    fn fill_floor(
+        &mut self,
+        size: usize,
+        bufs: usize,
+        skew: usize,
+        count: usize,
+        clock: u64,
+    ) -> Result<f64> {
         let path = self.publisher.path().clone();
+        let span = if skew > 0 { size + 4096 } else { size };
         let mut fbufs = (0..bufs)
-            .map(|_| path.alloc(size))
+            .map(|_| path.alloc(span))
             .collect::<ferry::Result<Vec<_>>>()?;
         let mut times = Vec::with_capacity(count);
         for k in 0..count {
@@ -473,10 +495,12 @@ impl Block {
                 while now_ns() < gap {
                     std::hint::spin_loop();
                 }
-                let s = fbufs[i % bufs]
+                let j = i % bufs;
+                let s = fbufs[j]
                     .fragments_mut()
                     .next()
                     .context("an fbuf from a path is one run")?;
+                let s = &mut s[j * skew..j * skew + size];
                 let t0 = now_ns();
                 fill(s, i as u64, 0, false);
                 std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);

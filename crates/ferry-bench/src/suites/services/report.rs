@@ -95,6 +95,18 @@ fn fill(p: &Point) -> f64 {
 fn fill2(p: &Point) -> f64 {
     p.fill2
 }
+fn fill2_skewed(p: &Point) -> f64 {
+    p.fill2_skewed
+}
+/// What page-aligned payloads cost two fbufs in turn: their fill less that of two fbufs
+/// whose payloads start a cache line apart.
+fn aligned_price(p: &Point) -> f64 {
+    p.fill2 - p.fill2_skewed
+}
+/// ferry's loan burst over the burst bar (`BAR_BURST` × iceoryx2's burst of the round).
+fn over_bar(p: &Point, ice: &Point) -> f64 {
+    p.burst - BAR_BURST * ice.burst
+}
 /// The burst less the round's fill floor: what the messaging adds to the payload's
 /// writes.
 fn above_fill(p: &Point) -> f64 {
@@ -327,11 +339,12 @@ fn fill_floor(md: &mut String, m: &Measured, pl: &Placement<'_>) {
     let mut t = Table::new(&[
         "N",
         "size",
-        "fill floor: one fbuf / two (µs)",
+        "fill floor: one fbuf / two / two a line apart (µs)",
         "floor / ice burst",
         "burst less floor: loan / ice (µs)",
         "loan / ice, less floor",
         "per message under the bar: room / loan's (µs)",
+        "per burst: page-aligned price / loan over the bar (µs)",
     ]);
     for &n in &m.subs {
         for &size in &m.sizes {
@@ -344,13 +357,21 @@ fn fill_floor(md: &mut String, m: &Measured, pl: &Placement<'_>) {
                 .collect();
             let ice = pl.med(n, size, System::Ice, burst);
             let floor = pl.med(n, size, System::Ice, fill);
+            let over: Vec<f64> = pl
+                .at(n, size, System::Loan)
+                .filter_map(|p| {
+                    let i = pl.at(n, size, System::Ice).find(|q| q.round == p.round)?;
+                    Some(over_bar(p, i))
+                })
+                .collect();
             t.row(vec![
                 n.to_string(),
                 bytes(size),
                 format!(
-                    "{} / {}",
+                    "{} / {} / {}",
                     num(floor),
-                    num(pl.med(n, size, System::Ice, fill2))
+                    num(pl.med(n, size, System::Ice, fill2)),
+                    num(pl.med(n, size, System::Ice, fill2_skewed))
                 ),
                 ratio(median(&share)),
                 format!(
@@ -364,6 +385,11 @@ fn fill_floor(md: &mut String, m: &Measured, pl: &Placement<'_>) {
                     num((BAR_BURST * ice - floor) / BURST as f64),
                     num(pl.med(n, size, System::Loan, above_fill) / BURST as f64)
                 ),
+                format!(
+                    "{} / {}",
+                    num(pl.med(n, size, System::Ice, aligned_price)),
+                    num(median(&over))
+                ),
             ]);
         }
     }
@@ -376,7 +402,17 @@ fn fill_floor(md: &mut String, m: &Measured, pl: &Placement<'_>) {
          pay it: each system's send waits for the fill's stores at its first locked \
          instruction. The ratios use the one-fbuf floor, the lower. \"Room\" is what the \
          burst bar ({BAR_BURST}x iceoryx2's burst) leaves per message above the floor; \
-         \"loan's\" is what ferry's loan adds per message above it now.\n",
+         \"loan's\" is what ferry's loan adds per message above it now. The third floor \
+         fills two fbufs in turn whose payloads start a cache line apart (the second 64 \
+         bytes into a larger span), as iceoryx2's chunks (a payload and a 48-byte header \
+         apart) do: in two page-aligned fbufs, the bytes a fill writes in each page fall \
+         in the same cache sets. \"Page-aligned price\" is the two-fbuf floor less that \
+         one: what ferry's page-aligned payloads cost a burst whose loans take two fbufs \
+         in turn, the most a payload layout could save it (ferry's loan takes the fbuf \
+         released last, mostly one, by collecting every subscriber's releases first). \
+         \"Loan over the bar\" is ferry's loan burst less {BAR_BURST}x iceoryx2's \
+         (negative: under the bar); where it is larger than the price, no payload layout \
+         alone brings the burst under the bar.\n",
         pl.name
     );
     md.push_str(&t.render());
