@@ -68,7 +68,7 @@ use crate::harness::output::BenchOutput;
 use crate::harness::record::Record;
 use crate::harness::stats::Summary;
 use crate::harness::BenchDef;
-use worker::{Plan, Results, Role, Spec, Who, ALONE, CARRY, EARLY, FAR, IDLE, TWO, ZCARRY};
+use worker::{Plan, Results, Role, Spec, Who, ALONE, CARRY, EARLY, FAR, IDLE, TWO, ZCARRY, ZCOPY};
 
 pub const BENCH: BenchDef = BenchDef {
     name: "bridge",
@@ -272,7 +272,12 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
     let bridge_a = Role::Bridge {
         listen: vec![bridge_ep.clone()],
         connect: Vec::new(),
-        deny: vec![ALONE.to_owned(), TWO.to_owned(), ZCARRY.to_owned()],
+        deny: vec![
+            ALONE.to_owned(),
+            TWO.to_owned(),
+            ZCARRY.to_owned(),
+            ZCOPY.to_owned(),
+        ],
     };
     spawn(
         &mut procs,
@@ -283,7 +288,8 @@ fn run(ctx: &BenchCtx) -> Result<BenchOutput> {
     let bridge_b = Role::Bridge {
         listen: Vec::new(),
         connect: vec![bridge_ep.clone()],
-        deny: vec![IDLE.to_owned()],
+        // The copying zenoh subscriber's service in B's group stays on B.
+        deny: vec![IDLE.to_owned(), ZCOPY.to_owned()],
     };
     spawn(
         &mut procs,
