@@ -12,8 +12,8 @@
 //! - on B: B's bridge (connecting to A's), a subscriber, and zenoh's own subscriber,
 //!   connected to a zenoh publisher in A's publisher process, and a second zenoh
 //!   subscriber (its own key and publisher) that copies each message into an fbuf of a
-//!   ferry path in B's group and publishes it before it reports, as B's bridge does
-//!   with what it imports.
+//!   ferry path in B's group (`bench/zcopy`, denied by both bridges) and publishes it
+//!   before it reports, as B's bridge does with what it imports.
 //!
 //! A's publisher offers one service per case, and the bridges' deny lists decide which
 //! cross: `bench/alone` (A's bridge denies it: ferry's own hand-over, nothing else
@@ -32,11 +32,12 @@
 //! message by message (zenoh's reference among them, each turn in another of their
 //! orders), so that a disturbance of the
 //! shared machine falls on all alike. Every other turn runs back to back instead, with
-//! no pause and only the latency bar's cases (no bridge, carrying, zenoh's): the
+//! no pause and only the latency bar's cases (no bridge, carrying, zenoh's, zenoh's
+//! copying): the
 //! report gives the latency both from idle CPUs and in a steady stream. Throughput: after a warm-up burst
 //! (drained), back to back for a fixed time (blocking congestion control on both),
-//! timed from the first send to the last arrival, alternating which goes first per
-//! round, on `bench/far`, which only B subscribes to (as only B
+//! timed from the first send to the last arrival, bridge, zenoh and its copying
+//! subscriber in turn (which goes first turns per round), on `bench/far`, which only B subscribes to (as only B
 //! subscribes to zenoh's reference).
 //!
 //! The bars (issue 24): through the bridges at least 0.9x zenoh's throughput at 64 KiB
