@@ -29,7 +29,6 @@
 //! are.
 
 pub mod policy;
-pub mod sys;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};

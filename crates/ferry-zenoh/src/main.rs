@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use ferry_zenoh::policy::{parse_file, parse_size};
-use ferry_zenoh::{sys, BridgeConfig};
+use ferry_zenoh::BridgeConfig;
 
 /// Bridges the named services of a ferry group to the bridges of other hosts (zenoh,
 /// TCP). Run one per host and group; flags add to what the configuration file says.
@@ -82,6 +82,6 @@ fn main() -> Result<()> {
         c.call_timeout = t;
     }
     c.multicast_scouting = a.multicast_scouting;
-    sys::catch_stop_signals().context("catching SIGINT and SIGTERM")?;
-    ferry_zenoh::run(&c, &sys::STOP)
+    ferry::catch_stop_signals().context("catching SIGINT and SIGTERM")?;
+    ferry_zenoh::run(&c, ferry::stop_flag())
 }

@@ -112,7 +112,7 @@
 //!
 //! | module | why it needs `unsafe` |
 //! |---|---|
-//! | `sys` | the syscall wrappers that rustix leaves `unsafe`: `mmap`/`munmap`/`mprotect` and the `Mapping` they return, `userfaultfd` ioctls and event reads, socket address conversions |
+//! | `sys` | the syscall wrappers that rustix leaves `unsafe`: `mmap`/`munmap`/`mprotect` and the `Mapping` they return, `userfaultfd` ioctls and event reads, socket address conversions, the SIGINT and SIGTERM handler (`sigaction`) |
 //! | `region` | the group control block read and initialised in place through its mapping; fbufs of the domain's own lot made into [`Segment`]s; the `atexit` hook that leaves groups at exit |
 //! | `segment` | a [`Segment`] is a pointer and length into a mapping, kept alive by its keeper: the one `unsafe` constructor and the slices over it |
 //! | `iodata` | [`IoDataMut`] implements `bytes::BufMut`, an `unsafe` trait; it reaches its own segments, which only it references until frozen, without `Arc::get_mut`'s locked compare-and-swap; a [`LotArea`]'s pieces, which a device wrote, made into segments |
@@ -195,3 +195,5 @@ pub use service::{
     MAX_FAR, MAX_MEMBERS, MAX_NAME, MAX_SERVICES, STATUS_HANDLER_FAILED,
 };
 pub use until::Until;
+// Stop signals for programs built on ferry: Ctrl-C ends them cleanly.
+pub use sys::signal::{catch_stop_signals, stop_flag, stop_signal};

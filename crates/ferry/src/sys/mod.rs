@@ -13,6 +13,7 @@ pub mod mem;
 #[cfg(feature = "containers")]
 pub mod scm;
 pub mod seal;
+pub mod signal;
 #[cfg(feature = "uring")]
 pub mod sockaddr;
 #[cfg(feature = "containers")]

@@ -15,9 +15,9 @@ use ferry::{Group, Publisher, ServiceConfig, SlowSubscriber, Subscriber};
 use ferry_xdp::testnet;
 use serde::{Deserialize, Serialize};
 use zenoh::bytes::ZBytes;
-use zenoh::handlers::FifoChannel;
+use zenoh::handlers::{FifoChannel, IntoHandler};
 use zenoh::qos::CongestionControl;
-use zenoh::sample::Locality;
+use zenoh::sample::{Locality, Sample};
 use zenoh::Wait;
 
 use crate::sys::now_ns;
@@ -41,6 +41,9 @@ pub const ZCARRY: &str = "bench/zcarry";
 /// Throughput: subscribed on B only, as zenoh's reference is (no local subscriber on A
 /// shares the CPUs with the path measured).
 pub const FAR: &str = "bench/far";
+/// The service in B's group into whose path zenoh's copying subscriber copies each
+/// message (see [`Who::ZenohCopy`]); published with no subscriber.
+pub const ZCOPY: &str = "bench/zcopy";
 
 /// Who reports an arrival.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,6 +71,11 @@ pub enum Who {
     Far = 9,
     /// A's subscriber of [`ZCARRY`] (zenoh carrying the same message to B meanwhile).
     ZCarry = 10,
+    /// A second zenoh subscriber on B (its own key) that copies each message into an
+    /// fbuf of a ferry path and publishes it before it reports, as B's bridge does with
+    /// what it imports: zenoh's own publish-subscribe with the bridge's one copy, the
+    /// floor of the path through the bridges on CPUs that both hosts share.
+    ZenohCopy = 11,
 }
 
 impl Who {
@@ -85,6 +93,7 @@ impl Who {
             EarlyRemote,
             Far,
             ZCarry,
+            ZenohCopy,
         ]
         .into_iter()
         .find(|w| *w as u64 == v)
@@ -102,8 +111,13 @@ pub enum Role {
     },
     /// Ferry subscribers, one thread each: (service, who, copy every byte out).
     Subs { subs: Vec<(String, Who, bool)> },
-    /// zenoh's own subscriber, connecting to the publisher's endpoint.
-    ZenohSub { connect: String },
+    /// zenoh's own subscriber, connecting to the publisher's endpoint; with `copy`, the
+    /// copying one ([`Who::ZenohCopy`]).
+    ZenohSub {
+        connect: String,
+        #[serde(default)]
+        copy: bool,
+    },
     /// Host A's publisher of every service and of zenoh's reference; drives the run and
     /// prints its [`Results`] as one JSON line.
     Pub { zenoh_listen: String, plan: Plan },
@@ -151,19 +165,28 @@ pub struct Series {
     #[serde(default)]
     pub zcarry: Vec<f64>,
     pub zenoh: Vec<f64>,
-    /// As `alone`, `remote` and `zenoh`, in the turns run back to back.
+    /// zenoh's copying subscriber ([`Who::ZenohCopy`]).
+    #[serde(default)]
+    pub zcopy: Vec<f64>,
+    /// As `alone`, `remote`, `zenoh` and `zcopy`, in the turns run back to back.
     #[serde(default)]
     pub alone_b2b: Vec<f64>,
     #[serde(default)]
     pub remote_b2b: Vec<f64>,
     #[serde(default)]
     pub zenoh_b2b: Vec<f64>,
+    #[serde(default)]
+    pub zcopy_b2b: Vec<f64>,
     /// MB/s, one per round.
     pub remote_mbs: Vec<f64>,
     pub zenoh_mbs: Vec<f64>,
+    #[serde(default)]
+    pub zcopy_mbs: Vec<f64>,
     /// Messages timed per round.
     pub remote_n: Vec<usize>,
     pub zenoh_n: Vec<usize>,
+    #[serde(default)]
+    pub zcopy_n: Vec<usize>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -196,14 +219,14 @@ pub fn main(args: &[String]) -> Result<()> {
             c.connect = connect.clone();
             c.policy.deny = deny.clone();
             c.log = std::env::var_os("FERRY_BENCH_BRIDGE_LOG").is_some();
-            ferry_zenoh::sys::catch_stop_signals()?;
-            ferry_zenoh::run(&c, &ferry_zenoh::sys::STOP)
+            ferry::catch_stop_signals()?;
+            ferry_zenoh::run(&c, ferry::stop_flag())
         }
         Role::Subs { subs } => {
             pin(&spec)?;
             run_subs(&spec, subs)
         }
-        Role::ZenohSub { connect } => run_zenoh_sub(&spec, connect),
+        Role::ZenohSub { connect, copy } => run_zenoh_sub(&spec, connect, *copy),
         Role::Pub { zenoh_listen, plan } => {
             let r = run_pub(&spec, zenoh_listen, plan)?;
             println!("{}", serde_json::to_string(&r)?);
@@ -316,18 +339,48 @@ fn zopen(listen: &[String], connect: &[String]) -> Result<zenoh::Session> {
         .map_err(|e| anyhow!("opening a zenoh session: {e}"))
 }
 
-fn zkey(spec: &Spec) -> String {
-    format!("bench/{}", spec.scope)
+/// zenoh's reference key; with `copy`, the copying subscriber's.
+fn zkey(spec: &Spec, copy: bool) -> String {
+    if copy {
+        format!("bench/{}/copy", spec.scope)
+    } else {
+        format!("bench/{}", spec.scope)
+    }
 }
 
-fn run_zenoh_sub(spec: &Spec, connect: &str) -> Result<()> {
+fn run_zenoh_sub(spec: &Spec, connect: &str, copy: bool) -> Result<()> {
     let session = zopen(&[], &[connect.to_owned()])?;
-    let sub = session
-        .declare_subscriber(zkey(spec))
-        .allowed_origin(Locality::Remote)
-        .with(FifoChannel::new(16))
-        .wait()
-        .map_err(|e| anyhow!("{e}"))?;
+    let declare = session
+        .declare_subscriber(zkey(spec, copy))
+        .allowed_origin(Locality::Remote);
+    // The copying subscriber's path: an ordinary publisher's in B's group, as B's bridge
+    // offers what it imports.
+    let mut _domain = None;
+    let sub = if copy {
+        let domain = Group::open(&spec.group)?.join()?;
+        let into = std::sync::Mutex::new(offer(&domain, ZCOPY)?);
+        _domain = Some(domain);
+        // It copies on zenoh's receiving thread, where B's bridge copies a blocking
+        // service's messages (its callback), then hands the sample on through the same
+        // channel as zenoh's reference.
+        let (hand_on, samples) = FifoChannel::new(16).into_handler();
+        declare
+            .with((
+                move |s: Sample| {
+                    let mut p = into.lock().expect("only this callback locks it");
+                    // An error (no room in the path) leaves the sample uncounted: the
+                    // publisher's wait for it fails the run.
+                    if copy_into_fbuf(&mut p, s.payload()).is_ok() {
+                        hand_on.call(s);
+                    }
+                },
+                samples,
+            ))
+            .wait()
+    } else {
+        declare.with(FifoChannel::new(16)).wait()
+    }
+    .map_err(|e| anyhow!("{e}"))?;
     // Only this thread, which receives and reports: zenoh's threads, started with the
     // session, run where the scheduler puts them, as B's bridge does.
     pin(spec)?;
@@ -344,9 +397,23 @@ fn run_zenoh_sub(spec: &Spec, connect: &str) -> Result<()> {
         drop(s);
         let (stamp, wanted) = parse_header(&h);
         if wanted {
-            report(&mut fifo, Who::Zenoh, stamp, at)?;
+            let who = if copy { Who::ZenohCopy } else { Who::Zenoh };
+            report(&mut fifo, who, stamp, at)?;
         }
     }
+}
+
+/// What B's bridge does with a message it imports: one copy from zenoh's buffers into an
+/// fbuf of its path, slice by slice, then the publish (here to no subscriber).
+fn copy_into_fbuf(p: &mut Publisher, payload: &ZBytes) -> Result<()> {
+    let mut m = p.path().alloc(payload.len())?;
+    let mut at = 0;
+    for slice in payload.slices() {
+        m.write_at(at, slice);
+        at += slice.len();
+    }
+    p.publish(&m.freeze())?;
+    Ok(())
 }
 
 /// The publisher's end of the FIFO: arrival records, read with a timeout.
@@ -490,21 +557,22 @@ impl ZPub<'_> {
     }
 }
 
-/// The cases: the hand-overs on A (alone, idle, two, carry, early, zcarry) and zenoh's.
-const CASES: usize = 7;
+/// The cases: the hand-overs on A (alone, idle, two, carry, early, zcarry), zenoh's,
+/// and zenoh's with the bridge's copy (the floor).
+const CASES: usize = 8;
 /// The cases of the back-to-back turns: no bridge (for the floor), carrying (the
-/// bridge's latency) and zenoh's own.
-const LATENCY_CASES: [usize; 3] = [0, 3, 6];
+/// bridge's latency), zenoh's own and zenoh's copying.
+const LATENCY_CASES: [usize; 4] = [0, 3, 6, 7];
 
 /// An order of the [`CASES`] for turn `i`: successive turns take orders far apart in
-/// the list of all 5040 (a Lehmer code; 1973 is prime to 5040), so that every case
+/// the list of all 40320 (a Lehmer code; 1973 is prime to 40320), so that every case
 /// comes first, and after every other, about as often.
 fn order(i: usize) -> [usize; CASES] {
     let mut left: Vec<usize> = (0..CASES).collect();
-    let mut code = i * 1973 % 5040;
+    let mut code = i * 1973 % 40320;
     let mut out = [0; CASES];
     for (k, o) in out.iter_mut().enumerate() {
-        let f = [720, 120, 24, 6, 2, 1, 1][k];
+        let f = [5040, 720, 120, 24, 6, 2, 1, 1][k];
         *o = left.remove(code / f);
         code %= f;
     }
@@ -532,15 +600,19 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
     let mut far = offer(&domain, FAR)?;
     let mut arrivals = Arrivals::open(&spec.fifo)?;
     let session = zopen(&[zenoh_listen.to_owned()], &[])?;
-    let mut zpub = ZPub {
-        publisher: session
-            .declare_publisher(zkey(spec))
-            .congestion_control(CongestionControl::Block)
-            .allowed_destination(Locality::Remote)
-            .wait()
-            .map_err(|e| anyhow!("{e}"))?,
-        body: bytes::Bytes::new(),
+    let zpub_on = |copy: bool| -> Result<ZPub<'_>> {
+        Ok(ZPub {
+            publisher: session
+                .declare_publisher(zkey(spec, copy))
+                .congestion_control(CongestionControl::Block)
+                .allowed_destination(Locality::Remote)
+                .wait()
+                .map_err(|e| anyhow!("{e}"))?,
+            body: bytes::Bytes::new(),
+        })
     };
+    let mut zpub = zpub_on(false)?;
+    let mut zcopy = zpub_on(true)?;
     let progress = |s: &str| eprintln!("bridge: {s}");
 
     // Set-up: every local subscriber, A's bridge on CARRY, then one message through
@@ -581,6 +653,7 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
         Who::Far,
     )?;
     warm(&mut || zpub.send(64, true), &mut arrivals, Who::Zenoh)?;
+    warm(&mut || zcopy.send(64, true), &mut arrivals, Who::ZenohCopy)?;
     let idle_subscribers = idle.subscriber_count();
     pin(spec)?;
 
@@ -662,13 +735,23 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
                             })?;
                             s.zcarry.push(l[0]);
                         }
-                        _ => {
+                        6 => {
                             let l =
                                 one(&mut arrivals, &[Who::Zenoh], &mut || zpub.send(size, true))?;
                             if paused {
                                 s.zenoh.push(l[0]);
                             } else {
                                 s.zenoh_b2b.push(l[0]);
+                            }
+                        }
+                        _ => {
+                            let l = one(&mut arrivals, &[Who::ZenohCopy], &mut || {
+                                zcopy.send(size, true)
+                            })?;
+                            if paused {
+                                s.zcopy.push(l[0]);
+                            } else {
+                                s.zcopy_b2b.push(l[0]);
                             }
                         }
                     }
@@ -701,29 +784,33 @@ fn run_pub(spec: &Spec, zenoh_listen: &str, plan: &Plan) -> Result<Results> {
                 let end = last as f64 + lat * 1e3;
                 Ok(((n * size) as f64 / ((end - first as f64) / 1e9) / 1e6, n))
             };
-            // Which goes first alternates per round.
-            let (mut b, mut z) = ((0.0, 0), (0.0, 0));
-            for k in 0..2 {
-                if (round + k) % 2 == 0 {
-                    b = mbs(&mut arrivals, Who::Far, &mut |r| {
-                        send_ferry(&mut far, size, r)
-                    })?;
-                } else {
-                    z = mbs(&mut arrivals, Who::Zenoh, &mut |r| zpub.send(size, r))?;
+            // Which goes first turns per round.
+            let (mut b, mut z, mut c) = ((0.0, 0), (0.0, 0), (0.0, 0));
+            for k in 0..3 {
+                match (round + k) % 3 {
+                    0 => {
+                        b = mbs(&mut arrivals, Who::Far, &mut |r| {
+                            send_ferry(&mut far, size, r)
+                        })?
+                    }
+                    1 => z = mbs(&mut arrivals, Who::Zenoh, &mut |r| zpub.send(size, r))?,
+                    _ => c = mbs(&mut arrivals, Who::ZenohCopy, &mut |r| zcopy.send(size, r))?,
                 }
             }
             progress(&format!(
-                "  throughput {size} B: bridge {:.0} MB/s ({} msgs), zenoh {:.0} MB/s ({} msgs)",
-                b.0, b.1, z.0, z.1
+                "  throughput {size} B: bridge {:.0} MB/s ({} msgs), zenoh {:.0} MB/s ({} msgs), zenoh copying {:.0} MB/s ({} msgs)",
+                b.0, b.1, z.0, z.1, c.0, c.1
             ));
             s.remote_n.push(b.1);
             s.zenoh_n.push(z.1);
-            let (b, z) = (b.0, z.0);
-            s.remote_mbs.push(b);
-            s.zenoh_mbs.push(z);
+            s.zcopy_n.push(c.1);
+            s.remote_mbs.push(b.0);
+            s.zenoh_mbs.push(z.0);
+            s.zcopy_mbs.push(c.0);
         }
     }
     drop(zpub);
+    drop(zcopy);
     let _ = session.close().wait();
     Ok(Results {
         sizes: plan.sizes.clone(),
