@@ -82,6 +82,6 @@ fn main() -> Result<()> {
         c.call_timeout = t;
     }
     c.multicast_scouting = a.multicast_scouting;
-    ferry::catch_stop_signals().context("catching SIGINT and SIGTERM")?;
-    ferry_zenoh::run(&c, ferry::stop_flag())
+    ferry::stop::catch_signals().context("catching SIGINT and SIGTERM")?;
+    ferry_zenoh::run(&c, ferry::stop::flag())
 }

@@ -194,6 +194,5 @@ pub use service::{
     Request, Response, Server, ServiceConfig, ServiceInfo, ServiceKind, SlowSubscriber, Subscriber,
     MAX_FAR, MAX_MEMBERS, MAX_NAME, MAX_SERVICES, STATUS_HANDLER_FAILED,
 };
+pub use sys::signal as stop;
 pub use until::Until;
-// Stop signals for programs built on ferry: Ctrl-C ends them cleanly.
-pub use sys::signal::{catch_stop_signals, stop_flag, stop_signal};

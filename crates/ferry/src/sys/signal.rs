@@ -2,7 +2,18 @@
 //! instead of killing the process, so that its loops can end and its destructors run
 //! (its members leave their groups, a bridge withdraws its services, a temporary file
 //! is removed). A process killed by a signal runs none of that; the group's other
-//! members only find it dead later.
+//! members only find it dead later. `ferry`, `ferry-bridge` and a program of yours use
+//! the same three calls:
+//!
+//! ```no_run
+//! # fn main() -> std::io::Result<()> {
+//! ferry::stop::catch_signals()?;
+//! while ferry::stop::signal().is_none() {
+//!     // publish, receive with a timeout, ...: the loop looks between its steps
+//! #   break;
+//! }
+//! # Ok(()) }
+//! ```
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -18,12 +29,22 @@ extern "C" fn note_stop_signal(sig: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
-/// Makes SIGINT and SIGTERM note themselves ([`stop_signal`], [`stop_flag`]) instead of
+/// Makes SIGINT and SIGTERM note themselves ([`signal`], [`flag`]) instead of
 /// killing the process, so that its loops can end and its destructors run. The handler
 /// is installed without `SA_RESTART`, so a blocking read returns `EINTR` at once, and
 /// with `SA_RESETHAND`, so a second signal kills the process as usual if the first one
 /// was not heeded.
-pub fn catch_stop_signals() -> io::Result<()> {
+///
+/// ```
+/// # fn main() -> std::io::Result<()> {
+/// ferry::stop::catch_signals()?;
+/// assert_eq!(ferry::stop::signal(), None); // none came yet
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// `sigaction(2)`'s.
+pub fn catch_signals() -> io::Result<()> {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: an all-zero `sigaction` is a valid value (empty mask, no flags) that is
         // filled in below before use.
@@ -42,16 +63,33 @@ pub fn catch_stop_signals() -> io::Result<()> {
     Ok(())
 }
 
-/// The signal that asked this process to stop, once [`catch_stop_signals`] caught one.
-pub fn stop_signal() -> Option<i32> {
+/// The signal that asked this process to stop, once [`catch_signals`] caught one.
+///
+/// ```
+/// # fn main() -> std::io::Result<()> {
+/// ferry::stop::catch_signals()?;
+/// # // SAFETY: raise(3) on this thread, with the handler installed above.
+/// # unsafe { libc::raise(libc::SIGTERM) };
+/// assert_eq!(ferry::stop::signal(), Some(libc::SIGTERM));
+/// # Ok(()) }
+/// ```
+pub fn signal() -> Option<i32> {
     match STOP_SIGNAL.load(Ordering::Relaxed) {
         0 => None,
         s => Some(s),
     }
 }
 
-/// A flag set when [`catch_stop_signals`] caught a stop signal: for loops that take an
+/// A flag set when [`catch_signals`] caught a stop signal: for loops that take an
 /// `&AtomicBool` to stop on.
-pub fn stop_flag() -> &'static AtomicBool {
+///
+/// ```
+/// use std::sync::atomic::Ordering;
+/// # fn main() -> std::io::Result<()> {
+/// ferry::stop::catch_signals()?;
+/// assert!(!ferry::stop::flag().load(Ordering::Relaxed));
+/// # Ok(()) }
+/// ```
+pub fn flag() -> &'static AtomicBool {
     &STOP
 }

@@ -219,8 +219,8 @@ pub fn main(args: &[String]) -> Result<()> {
             c.connect = connect.clone();
             c.policy.deny = deny.clone();
             c.log = std::env::var_os("FERRY_BENCH_BRIDGE_LOG").is_some();
-            ferry::catch_stop_signals()?;
-            ferry_zenoh::run(&c, ferry::stop_flag())
+            ferry::stop::catch_signals()?;
+            ferry_zenoh::run(&c, ferry::stop::flag())
         }
         Role::Subs { subs } => {
             pin(&spec)?;
