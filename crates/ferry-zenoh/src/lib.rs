@@ -761,6 +761,10 @@ fn to_zbytes(d: IoData) -> ZBytes {
     w.finish()
 }
 
+/// How many queued messages an export carries in a row before it looks at its far
+/// subscribers, queries and stop flag again.
+const DRAIN: usize = 64;
+
 /// How long after answering a configuration query an export stays subscribed even
 /// though zenoh does not (yet) report the asking bridge's subscription.
 const HOLD: Duration = Duration::from_secs(5);
@@ -809,7 +813,7 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
     let mut sub: Option<Subscriber> = None;
     let mut hold_until: Option<Instant> = None;
     let mut too_large = 0u64;
-    let end = loop {
+    let end = 'carry: loop {
         if stop.load(Ordering::Relaxed) {
             break End::Stopped;
         }
@@ -850,18 +854,26 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
             }
             continue;
         };
-        match s.recv_timeout(POLL) {
-            Ok(d) => {
-                if d.len() > ctx.max_message {
-                    too_large += 1;
-                    if too_large.is_power_of_two() {
-                        say!(
-                            ctx,
-                            "{name}: {too_large} message(s) over the limit not carried"
-                        );
-                    }
-                    continue;
+        let mut next = match s.recv_timeout(POLL) {
+            Ok(d) => Some(d),
+            Err(Error::Timeout) => None,
+            Err(Error::PeerGone { .. } | Error::Disconnected) => break End::Ended,
+            Err(e) => return Err(e).with_context(|| format!("receiving {name}")),
+        };
+        // What is queued behind it goes out before the bookkeeping above is looked at
+        // again (up to a batch, so that a stop or a query still comes through a steady
+        // stream): for small messages the polls cost about as much as the message.
+        let mut carried = 0;
+        while let Some(d) = next.take() {
+            if d.len() > ctx.max_message {
+                too_large += 1;
+                if too_large.is_power_of_two() {
+                    say!(
+                        ctx,
+                        "{name}: {too_large} message(s) over the limit not carried"
+                    );
                 }
+            } else {
                 let put = if chunked && d.len() > CHUNK {
                     put_chunks(&zpub, &ctx.zid, d)
                 } else {
@@ -869,9 +881,15 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
                 };
                 put.map_err(|e| anyhow!("putting {name}: {e}"))?;
             }
-            Err(Error::Timeout) => {}
-            Err(Error::PeerGone { .. } | Error::Disconnected) => break End::Ended,
-            Err(e) => return Err(e).with_context(|| format!("receiving {name}")),
+            carried += 1;
+            if carried == DRAIN || stop.load(Ordering::Relaxed) {
+                break;
+            }
+            next = match s.try_recv() {
+                Ok(d) => d,
+                Err(Error::PeerGone { .. } | Error::Disconnected) => break 'carry End::Ended,
+                Err(e) => return Err(e).with_context(|| format!("receiving {name}")),
+            };
         }
     };
     // The end, in order after the last message: the far bridges withdraw the service at
@@ -1036,7 +1054,11 @@ fn put_chunks(zpub: &zenoh::pubsub::Publisher<'_>, from: &str, d: IoData) -> zen
 /// blocking service must (as zenoh's own queue to a thread does once full).
 struct Inflow {
     queue: Mutex<Queue>,
-    /// Signalled when the queue changes: an item came, one left, the publisher is free.
+    /// Signalled when the queue changes in a way that a waiting thread needs: an item
+    /// came while the import's thread sleeps, one left while a receiving thread waits
+    /// for room, the publisher is free with items queued. Only then: a signal is a system
+    /// call even when nobody waits, and one per message woke the import's thread for
+    /// every message the receiving thread had published itself.
     changed: Condvar,
     /// The local publisher, once the service is offered.
     publisher: Mutex<Option<Publisher>>,
@@ -1089,6 +1111,10 @@ struct Queue {
     open: bool,
     /// Publishing failed in the receiving thread.
     failed: Option<String>,
+    /// The import's thread sleeps, waiting for an item.
+    run_waits: bool,
+    /// Receiving threads that sleep, waiting for room in `items`.
+    deliver_waits: usize,
 }
 
 impl Inflow {
@@ -1211,13 +1237,19 @@ impl Inflow {
                         Ok(Some(p)) => q.items.push_front(Item::Begun(p)),
                         Err(e) => q.failed = Some(e),
                     }
-                    self.changed.notify_all();
+                    // The common case, every subscriber took it and nothing came
+                    // meanwhile, leaves nothing for anyone: no signal.
+                    if !q.items.is_empty() || q.failed.is_some() {
+                        self.changed.notify_all();
+                    }
                     return;
                 }
             }
             if q.items.len() < self.depth {
                 q.items.push_back(item);
-                self.changed.notify_all();
+                if q.run_waits {
+                    self.changed.notify_all();
+                }
                 return;
             }
             if !q.open {
@@ -1231,11 +1263,13 @@ impl Inflow {
                 }
                 return;
             }
+            q.deliver_waits += 1;
             q = self
                 .changed
                 .wait_timeout(q, POLL)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            q.deliver_waits -= 1;
         }
     }
 
@@ -1290,11 +1324,13 @@ impl Inflow {
                 bail!("{e}");
             }
             if q.busy || !q.open || q.items.is_empty() {
+                q.run_waits = true;
                 q = self
                     .changed
                     .wait_timeout(q, POLL)
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
+                q.run_waits = false;
                 continue;
             }
             let item = q.items.pop_front().expect("not empty");
@@ -1306,7 +1342,9 @@ impl Inflow {
             let r = self.publish(item);
             q = self.lock();
             q.busy = false;
-            self.changed.notify_all();
+            if q.deliver_waits > 0 {
+                self.changed.notify_all();
+            }
             r?;
         }
     }
