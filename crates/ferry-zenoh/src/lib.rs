@@ -761,10 +761,6 @@ fn to_zbytes(d: IoData) -> ZBytes {
     w.finish()
 }
 
-/// How many queued messages an export carries in a row before it looks at its far
-/// subscribers, queries and stop flag again.
-const DRAIN: usize = 64;
-
 /// How long after answering a configuration query an export stays subscribed even
 /// though zenoh does not (yet) report the asking bridge's subscription.
 const HOLD: Duration = Duration::from_secs(5);
@@ -813,7 +809,7 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
     let mut sub: Option<Subscriber> = None;
     let mut hold_until: Option<Instant> = None;
     let mut too_large = 0u64;
-    let end = 'carry: loop {
+    let end = loop {
         if stop.load(Ordering::Relaxed) {
             break End::Stopped;
         }
@@ -854,26 +850,18 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
             }
             continue;
         };
-        let mut next = match s.recv_timeout(POLL) {
-            Ok(d) => Some(d),
-            Err(Error::Timeout) => None,
-            Err(Error::PeerGone { .. } | Error::Disconnected) => break End::Ended,
-            Err(e) => return Err(e).with_context(|| format!("receiving {name}")),
-        };
-        // What is queued behind it goes out before the bookkeeping above is looked at
-        // again (up to a batch, so that a stop or a query still comes through a steady
-        // stream): for small messages the polls cost about as much as the message.
-        let mut carried = 0;
-        while let Some(d) = next.take() {
-            if d.len() > ctx.max_message {
-                too_large += 1;
-                if too_large.is_power_of_two() {
-                    say!(
-                        ctx,
-                        "{name}: {too_large} message(s) over the limit not carried"
-                    );
+        match s.recv_timeout(POLL) {
+            Ok(d) => {
+                if d.len() > ctx.max_message {
+                    too_large += 1;
+                    if too_large.is_power_of_two() {
+                        say!(
+                            ctx,
+                            "{name}: {too_large} message(s) over the limit not carried"
+                        );
+                    }
+                    continue;
                 }
-            } else {
                 let put = if chunked && d.len() > CHUNK {
                     put_chunks(&zpub, &ctx.zid, d)
                 } else {
@@ -881,15 +869,9 @@ fn export_pubsub(ctx: &Ctx, name: &str, shape: Shape, stop: &AtomicBool) -> Resu
                 };
                 put.map_err(|e| anyhow!("putting {name}: {e}"))?;
             }
-            carried += 1;
-            if carried == DRAIN || stop.load(Ordering::Relaxed) {
-                break;
-            }
-            next = match s.try_recv() {
-                Ok(d) => d,
-                Err(Error::PeerGone { .. } | Error::Disconnected) => break 'carry End::Ended,
-                Err(e) => return Err(e).with_context(|| format!("receiving {name}")),
-            };
+            Err(Error::Timeout) => {}
+            Err(Error::PeerGone { .. } | Error::Disconnected) => break End::Ended,
+            Err(e) => return Err(e).with_context(|| format!("receiving {name}")),
         }
     };
     // The end, in order after the last message: the far bridges withdraw the service at
