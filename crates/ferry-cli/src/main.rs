@@ -84,7 +84,7 @@ fn main() -> ExitCode {
         Err(_) if cli_util::stdout_was_closed() => ExitCode::SUCCESS,
         Err(panic) => std::panic::resume_unwind(panic),
     };
-    match sys::stop_signal() {
+    match ferry::stop::signal() {
         Some(sig) => ExitCode::from((128 + sig) as u8),
         None => status,
     }

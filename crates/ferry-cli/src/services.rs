@@ -23,7 +23,6 @@ use ferry::{
 use ferry::{Origin, ServiceKind, MAX_MEMBERS};
 
 use crate::cli_util::parse_secs;
-use crate::sys::{catch_stop_signals, stop_signal};
 
 /// How long a blocking step waits before it looks for a stop signal again.
 const SLICE: Duration = Duration::from_millis(100);
@@ -148,7 +147,7 @@ fn read_line(input: &mut impl BufRead, line: &mut Vec<u8>, max: usize) -> Result
         let buf = match input.fill_buf() {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
-                if stop_signal().is_some() {
+                if ferry::stop::signal().is_some() {
                     return Ok(Input::Stopped);
                 }
                 continue;
@@ -190,7 +189,7 @@ fn read_chunk(input: &mut impl Read, buf: &mut [u8]) -> Result<(usize, Input)> {
             Ok(0) => return Ok((got, Input::End)),
             Ok(k) => got += k,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
-                if stop_signal().is_some() {
+                if ferry::stop::signal().is_some() {
                     return Ok((got, Input::Stopped));
                 }
             }
@@ -216,7 +215,7 @@ pub fn publish(a: PubArgs) -> Result<()> {
             a.wait_subscribers
         );
     }
-    catch_stop_signals().context("catching SIGINT and SIGTERM")?;
+    ferry::stop::catch_signals().context("catching SIGINT and SIGTERM")?;
     let group = open_group(&a.group, a.group_access.as_deref())?;
     let domain = group.join().context("joining the group")?;
     let config = ServiceConfig {
@@ -230,7 +229,7 @@ pub fn publish(a: PubArgs) -> Result<()> {
     let mut p = Publisher::offer(&domain, &a.service, config)
         .with_context(|| format!("offering {:?}", a.service))?;
     while p.subscriber_count() < a.wait_subscribers {
-        if stop_signal().is_some() {
+        if ferry::stop::signal().is_some() {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(2));
@@ -295,7 +294,7 @@ fn open_subscriber(
 ) -> Result<Option<Subscriber>> {
     let deadline = Instant::now() + timeout;
     let listed = loop {
-        if stop_signal().is_some() {
+        if ferry::stop::signal().is_some() {
             return Ok(None);
         }
         if group
@@ -326,7 +325,7 @@ fn open_subscriber(
 }
 
 pub fn subscribe(a: SubArgs) -> Result<()> {
-    catch_stop_signals().context("catching SIGINT and SIGTERM")?;
+    ferry::stop::catch_signals().context("catching SIGINT and SIGTERM")?;
     let group = open_group(&a.group, a.group_access.as_deref())?;
     let domain = group.join().context("joining the group")?;
     let Some(mut sub) = open_subscriber(&group, &domain, &a.service, a.timeout)? else {
@@ -335,14 +334,14 @@ pub fn subscribe(a: SubArgs) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut n = 0;
-    while a.count.map_or(true, |c| n < c) && stop_signal().is_none() {
+    while a.count.map_or(true, |c| n < c) && ferry::stop::signal().is_none() {
         let msg = match sub.recv_timeout(SLICE) {
             Ok(m) => m,
             Err(ferry::Error::Timeout) => continue,
             // The publisher withdrew or exited: the stream ended.
             Err(ferry::Error::Disconnected | ferry::Error::PeerGone { .. }) => break,
             // A signal cut the wait short.
-            Err(_) if stop_signal().is_some() => break,
+            Err(_) if ferry::stop::signal().is_some() => break,
             Err(e) => return Err(e.into()),
         };
         let written = msg

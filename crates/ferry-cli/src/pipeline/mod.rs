@@ -148,7 +148,7 @@ enum Stage {
 pub fn run(args: PipelineArgs) -> Result<()> {
     let fds_before = FdCount::now();
     // A signal must not end the run before the temporary output is removed.
-    crate::sys::catch_stop_signals().context("catching SIGINT and SIGTERM")?;
+    ferry::stop::catch_signals().context("catching SIGINT and SIGTERM")?;
     let (input, input_len) = args.input.open_input()?;
     // Dropped on any early return: removes the temporary output.
     let (output, direct, replacement) = args.output.open_output(&input)?;
@@ -411,7 +411,7 @@ fn supervise(
                 Err(e) => break e,
             }
         }
-        if let Some(sig) = crate::sys::stop_signal() {
+        if let Some(sig) = ferry::stop::signal() {
             break anyhow!("interrupted by {}", signal_name(sig).unwrap_or("a signal"));
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -430,7 +430,7 @@ fn supervise(
         }
     }
     // Interrupted, the stages that died of the same Ctrl-C are not the cause.
-    let cause = match crate::sys::stop_signal() {
+    let cause = match ferry::stop::signal() {
         Some(_) => failure,
         None => cause.unwrap_or(failure),
     };
